@@ -1,0 +1,83 @@
+"""Input checks shared by the solvers.
+
+Every public entry point validates its inputs once, up front, and raises a
+``ValueError`` that says what is wrong and how to fix it, before any work is done.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+#: Absolute tolerance for "sums to one" checks on marginals.
+SIMPLEX_ATOL = 1e-6
+
+
+def as_tensor(x, *, name: str, like: Tensor | None = None) -> Tensor:
+    """Converts array-likes to a floating tensor (dtype/device follow ``like`` when given)."""
+    if isinstance(x, Tensor):
+        t = x
+    else:
+        try:
+            t = torch.as_tensor(x)
+        except Exception as exc:  # pragma: no cover - message only
+            raise ValueError(f"`{name}` must be a tensor or array-like of numbers; got {type(x).__name__}.") from exc
+    if like is not None:
+        t = t.to(dtype=like.dtype, device=like.device)
+    elif not t.is_floating_point():
+        t = t.to(torch.get_default_dtype())
+    return t
+
+
+def check_matrix(x: Tensor, *, name: str) -> Tensor:
+    if x.ndim != 2:
+        raise ValueError(f"`{name}` must be a 2-D matrix of shape [n, m]; got shape {tuple(x.shape)}.")
+    if x.shape[0] == 0 or x.shape[1] == 0:
+        raise ValueError(
+            f"`{name}` has shape {tuple(x.shape)}: there must be at least one objective (row) "
+            "and one model (column)."
+        )
+    if not torch.isfinite(x).all():
+        bad = (~torch.isfinite(x)).nonzero()[0].tolist()
+        raise ValueError(
+            f"`{name}` contains a non-finite value (NaN or inf), first at row {bad[0]}, column {bad[1]}."
+        )
+    return x
+
+
+def check_simplex(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL) -> Tensor:
+    """Checks that ``x`` is a length-``size`` probability vector."""
+    if x.ndim != 1 or x.shape[0] != size:
+        raise ValueError(f"`{name}` must be a vector of length {size}; got shape {tuple(x.shape)}.")
+    if not torch.isfinite(x).all():
+        raise ValueError(f"`{name}` contains NaN or inf; it must be a probability vector.")
+    if (x < 0).any():
+        i = int((x < 0).nonzero()[0])
+        raise ValueError(
+            f"`{name}` must be non-negative (a probability vector); entry {i} is {float(x[i]):.3g}."
+        )
+    total = float(x.sum())
+    if abs(total - 1.0) > atol:
+        raise ValueError(
+            f"`{name}` must sum to 1 (a probability vector); it sums to {total:.8g}. "
+            f"Divide it by its sum, e.g. `{name} / {name}.sum()`."
+        )
+    return x
+
+
+def check_positive_int(value, *, name: str, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}; got {value!r}.")
+    return value
+
+
+def check_non_negative(value, *, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"`{name}` must be a non-negative number; got {value!r}.")
+    return float(value)
+
+
+def check_positive(value, *, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"`{name}` must be a positive number; got {value!r}.")
+    return float(value)
