@@ -1,5 +1,62 @@
-"""MosT: Many-Objective Multi-Solution Transport."""
+"""MosT: Many-Objective Multi-Solution Transport.
+
+Train a few models (m) that together serve many objectives (n >> m): each round an
+optimal-transport plan assigns objectives to models, and each model takes steps along
+the common descent direction (MGDA) of the objectives it is responsible for.
+
+    >>> import torch, most
+    >>> centres = torch.tensor([[0.0, 0.0], [0.3, 0.0], [9.0, 9.0], [9.0, 9.3]])
+    >>> problem = most.Problem.from_function(
+    ...     lambda theta: ((theta - centres) ** 2).sum(-1), dim=2, n_objectives=4)
+    >>> result = most.MosT(n_models=2, rounds=60, lr=0.2).fit(problem)
+    >>> result.assignment.shape
+    torch.Size([4, 2])
+
+Modules: :mod:`most.transport` (Eqs. 2-4, 6), :mod:`most.mgda` (Eqs. 7-9),
+:mod:`most.methods` (assignments, weightings, combiners, MosT-E, curriculum),
+:mod:`most.solver` (Algorithm 1), :mod:`most.variants` (ablations),
+:mod:`most.problems` (built-in problems).
+"""
 
 from ._warnings import ConvergenceWarning
+from . import mgda, transport
+from .methods import (
+    Curriculum,
+    DirichletExtension,
+    GammaWeights,
+    MajorityShare,
+    MinNorm,
+    ModelsSelectObjectives,
+    ObjectivesSelectModels,
+    Uniform,
+    WeightedSum,
+)
+from .problem import Problem
+from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, run
+from . import variants
 
 __version__ = "0.1.0"
+
+__all__ = [
+    "ConvergenceWarning",
+    "Curriculum",
+    "DirichletExtension",
+    "GammaWeights",
+    "Linearization",
+    "MajorityShare",
+    "MGDA",
+    "MinNorm",
+    "ModelsSelectObjectives",
+    "MosT",
+    "ObjectivesSelectModels",
+    "Problem",
+    "Result",
+    "RoundRecord",
+    "Uniform",
+    "WeightedMGDA",
+    "WeightedSum",
+    "mgda",
+    "run",
+    "transport",
+    "variants",
+]

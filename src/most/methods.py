@@ -1,0 +1,366 @@
+r"""The pieces a multi-solution method is made of.
+
+Every method in this library -- MosT, its ablations and the plain baselines -- runs the
+same round loop (:func:`most.solver.run`) and differs only in four small objects:
+
+1. an **assignment** ``loss matrix L [n, m] -> plan Gamma [n, m]`` (which objective is
+   served by which model, paper Eq. 6), usually an optimal-transport problem whose
+   **marginals** (alpha, beta) may change with the round (the curriculum, Section 3.3);
+2. a **weighting** ``Gamma -> W [m, n]``: how much objective i counts in model j's step;
+3. a **combiner** ``(Jacobian [m, n, d], W) -> direction [m, d]``: the min-norm (MGDA)
+   direction of the weighted gradients (Eqs. 7-9), or their weighted mean;
+4. an optional **extension** that turns n objectives into n' > n (MosT-E, Section 3.2).
+
+Why the default weighting is :class:`MajorityShare` and not the paper's literal
+:class:`GammaWeights`
+-----------------------------------------------------------------------------------
+Pareto stationarity is invariant to positive rescaling of the objectives: ``theta`` is
+Pareto stationary for ``(c_1 L_1, ..., c_n L_n)`` with all ``c_i > 0`` exactly when it is
+for ``(L_1, ..., L_n)``. So in Eq. 1 the values Gamma_ij can only decide *which*
+objectives model j must not worsen (its support) and bias *where along* the set of
+stationary points MGDA stops. Two consequences hurt the literal algorithm:
+
+* **Split objectives stop models.** An exact plan has up to n + m - 1 non-zeros, so some
+  objectives are shared by two models, and iterative solvers (Sinkhorn, IPOT) give every
+  model a tiny share of every objective. With Gamma-scaled gradients, an objective that
+  model j holds only a sliver of still enters j's min-norm problem; when its gradient
+  opposes the others, the convex hull contains the origin and model j stops for good --
+  at a point that *is* Pareto stationary for its (too large) support. The short vector
+  ``Gamma_ij * grad`` even makes this worse: min-norm solutions are pulled towards short
+  rows. ``benchmarks/trap.py`` measures it (results in ``benchmarks/results/trap.md``).
+* **The step shrinks with n.** Gamma_ij = O(1/n), so a Gamma-scaled direction is O(1/n).
+
+:class:`MajorityShare` keeps what Gamma says and drops what it cannot mean: the share
+``s_ij = Gamma_ij / alpha_i`` is the fraction of objective i's mass that model j holds
+(independent of n and of non-uniform alpha). Objective i enters the min-norm problem of
+the model holding its largest share (one owner per objective, ties to the lowest index),
+with weight ``s_ij`` in ``[1/m, 1]``. A hard assignment gives unit weights, so the
+direction has the scale of one objective's gradient whatever n is. This is also the
+quantity the diversity regulariser R(Gamma) = -sum_i max_j Gamma_ij rewards: R pushes each
+row's mass onto its argmax, which is exactly the owner. A model that owns no objective
+(possible only in tiny or degenerate problems) falls back to all objectives it holds
+mass of, weighted by share.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from . import transport
+from ._validation import check_non_negative, check_positive, check_positive_int
+from .mgda import min_norm
+from .problem import Problem
+
+__all__ = [
+    "Assignment",
+    "TransportAssignment",
+    "RandomAssignment",
+    "EqualAssignment",
+    "Marginals",
+    "Uniform",
+    "ObjectivesSelectModels",
+    "ModelsSelectObjectives",
+    "Curriculum",
+    "Weighting",
+    "MajorityShare",
+    "GammaWeights",
+    "Combiner",
+    "MinNorm",
+    "WeightedSum",
+    "DirichletExtension",
+]
+
+
+def _uniform(k: int, like: Tensor) -> Tensor:
+    return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
+
+
+def _numpy_rng(generator: torch.Generator) -> np.random.Generator:
+    return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=generator)))
+
+
+# ============================================================================ marginals
+class Marginals(ABC):
+    """A schedule ``(loss matrix, round, total rounds) -> (alpha, beta)``.
+
+    ``None`` for alpha (or beta) drops that constraint (a semi-relaxed transport).
+    """
+
+    @abstractmethod
+    def __call__(self, losses: Tensor, round: int, total: int) -> tuple[Tensor | None, Tensor | None]: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class Uniform(Marginals):
+    """alpha = 1/n, beta = 1/m: every objective served, every model used (paper default)."""
+
+    def __call__(self, losses, round, total):
+        n, m = losses.shape
+        return _uniform(n, losses), _uniform(m, losses)
+
+
+class ObjectivesSelectModels(Marginals):
+    """Drop beta: each objective goes to its best model (ablation MosT(O), Appendix E)."""
+
+    def __call__(self, losses, round, total):
+        return _uniform(losses.shape[0], losses), None
+
+
+class ModelsSelectObjectives(Marginals):
+    """Drop alpha: each model takes its best objectives (ablation MosT(M), Appendix E)."""
+
+    def __call__(self, losses, round, total):
+        return None, _uniform(losses.shape[1], losses)
+
+
+@dataclass(frozen=True)
+class Curriculum(Marginals):
+    r"""The solution-specialisation curriculum of Section 3.3 / Appendix E.
+
+    A coefficient ``s`` moves linearly from ``start`` (round 0) to ``end`` (last round).
+    With ``alpha_M`` the row marginal of the "models select objectives" plan (each model
+    puts its mass on its lowest-loss objective) and ``beta_O`` the column marginal of the
+    "objectives select models" plan (each objective goes to its lowest-loss model)::
+
+        alpha = s * alpha_M + (1 - s) / n        beta = s / m + (1 - s) * beta_O
+
+    At ``s = 1`` the transport *is* "models select objectives" (beta uniform, alpha free);
+    at ``s = 0`` it *is* "objectives select models" (alpha uniform, beta free): the paper's
+    move from the first to the second as training proceeds.
+    """
+
+    start: float = 1.0
+    end: float = 0.0
+
+    def __post_init__(self):
+        for name in ("start", "end"):
+            v = getattr(self, name)
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"Curriculum `{name}` must lie in [0, 1]; got {v!r}.")
+
+    def coefficient(self, round: int, total: int) -> float:
+        return self.start + (self.end - self.start) * (round / max(total - 1, 1))
+
+    def __call__(self, losses, round, total):
+        n, m = losses.shape
+        s = self.coefficient(round, total)
+        alpha_m = torch.bincount(losses.argmin(0), minlength=n).to(losses) / m
+        beta_o = torch.bincount(losses.argmin(1), minlength=m).to(losses) / n
+        a = s * alpha_m + (1.0 - s) / n
+        b = s / m + (1.0 - s) * beta_o
+        return a / a.sum(), b / b.sum()
+
+
+# ============================================================================ assignments
+class Assignment(ABC):
+    """``(loss matrix [n, m], round, total rounds) -> plan Gamma [n, m]``."""
+
+    def reset(self, n: int, m: int, generator: torch.Generator) -> None:
+        """Called once before the first round (draws any fixed randomness)."""
+
+    @abstractmethod
+    def __call__(self, losses: Tensor, round: int, total: int) -> Tensor: ...
+
+
+@dataclass(frozen=True)
+class TransportAssignment(Assignment):
+    """Gamma = argmin over the transport polytope of <L, Gamma> + tau R(Gamma) (Eq. 6).
+
+    Args:
+        method: transport solver, ``"exact"``, ``"sinkhorn"`` or ``"ipot"``.
+        diversity: tau, the weight of R(Gamma) = -sum_i max_j Gamma_ij (Eq. 3).
+        marginals: the (alpha, beta) schedule.
+        reg: entropic / proximal strength of the iterative solvers (see
+            :func:`most.transport.solve`).
+        warm_start: pass the previous round's plan as ``init``. Warm starts never
+            freeze the plan (the solvers keep it feasible and able to change).
+    """
+
+    method: Literal["exact", "sinkhorn", "ipot"] = "exact"
+    diversity: float = 0.0
+    marginals: Marginals = Uniform()
+    reg: float | None = None
+    warm_start: bool = False
+
+    def __post_init__(self):
+        if self.method not in ("exact", "sinkhorn", "ipot"):
+            raise ValueError(f"transport method must be 'exact', 'sinkhorn' or 'ipot'; got {self.method!r}.")
+        check_non_negative(self.diversity, name="diversity")
+
+    def __call__(self, losses, round, total, previous: Tensor | None = None):
+        a, b = self.marginals(losses, round, total)
+        init = previous if (self.warm_start and a is not None and b is not None) else None
+        if init is not None:
+            # A previous plan is a valid warm start only for the same marginals.
+            if not (torch.allclose(init.sum(1), a, atol=1e-6) and torch.allclose(init.sum(0), b, atol=1e-6)):
+                init = None
+        return transport.solve(
+            losses, a, b, method=self.method, diversity=self.diversity, reg=self.reg, init=init
+        ).plan
+
+
+class RandomAssignment(Assignment):
+    """A fixed random plan: column j is a Dirichlet(c) draw over objectives, scaled to 1/m.
+
+    The plan is drawn once per run (in :meth:`reset`, from the run's seed). With
+    :class:`MinNorm` this is w-MGDA (Appendix E); with :class:`WeightedSum` it is linear
+    scalarisation with m random preference vectors.
+    """
+
+    def __init__(self, concentration: float = 1.0):
+        self.concentration = check_positive(concentration, name="concentration")
+        self._plan: Tensor | None = None
+
+    def reset(self, n, m, generator):
+        w = _numpy_rng(generator).dirichlet(np.full(n, self.concentration), size=m)  # [m, n]
+        self._plan = torch.as_tensor(w.T / m, dtype=torch.get_default_dtype())
+
+    def __call__(self, losses, round, total):
+        if self._plan is None or self._plan.shape != losses.shape:
+            raise RuntimeError("RandomAssignment.reset(n, m, generator) must be called before the first round.")
+        return self._plan.to(losses)
+
+    def __repr__(self):
+        return f"RandomAssignment(concentration={self.concentration!r})"
+
+
+class EqualAssignment(Assignment):
+    """Every model serves every objective equally (Gamma = 1/(nm)): plain MGDA, m times."""
+
+    def __call__(self, losses, round, total):
+        n, m = losses.shape
+        return torch.full((n, m), 1.0 / (n * m), dtype=losses.dtype, device=losses.device)
+
+    def __repr__(self):
+        return "EqualAssignment()"
+
+
+# ============================================================================ weightings
+class Weighting(ABC):
+    """``plan Gamma [n, m] -> W [m, n]``: weight of objective i in model j's step (0 = left out)."""
+
+    @abstractmethod
+    def __call__(self, plan: Tensor) -> Tensor: ...
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class MajorityShare(Weighting):
+    """Objective i counts for the model holding its largest share Gamma_ij / alpha_i.
+
+    The library default; see the module docstring for the reason. Returns
+    ``W[j, i] = s_ij`` if j owns i, else 0.
+    """
+
+    def __call__(self, plan):
+        n, m = plan.shape
+        mass = plan.sum(1, keepdim=True)
+        share = torch.where(mass > 0, plan / mass.clamp_min(torch.finfo(plan.dtype).tiny), torch.zeros_like(plan))
+        owner = share.argmax(1)
+        member = torch.nn.functional.one_hot(owner, m).bool() & (mass > 0)
+        weights = torch.where(member, share, torch.zeros_like(share))
+        orphan = ~member.any(0)  # models that own nothing fall back to everything they hold
+        if orphan.any():
+            weights[:, orphan] = share[:, orphan]
+        return weights.T.contiguous()
+
+
+class GammaWeights(Weighting):
+    """The paper as written: W[j, i] = n * Gamma_ij (Eq. 7's Gamma-scaled objectives).
+
+    The factor n only rescales every direction by the same constant (so the learning rate
+    keeps its meaning as n changes); the direction itself is the paper's.
+    """
+
+    def __call__(self, plan):
+        return (plan.shape[0] * plan).T.contiguous()
+
+
+# ============================================================================ combiners
+class Combiner(ABC):
+    """``(jacobian [m, n, d], W [m, n]) -> (direction [m, d], lambda [m, n])``.
+
+    The update is ``theta_j <- theta_j - lr * direction_j``.
+    """
+
+    @abstractmethod
+    def __call__(self, jacobian: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+@dataclass(frozen=True)
+class MinNorm(Combiner):
+    """MGDA: the min-norm element of the hull of the rows ``W[j, i] * grad L_i(theta_j)``.
+
+    Solved by Frank-Wolfe to convergence (:func:`most.mgda.min_norm`), all m models in one
+    batched solve; objectives with zero weight are left out.
+    """
+
+    max_iter: int | None = None
+    tol: float | None = None
+
+    def __call__(self, jacobian, weights):
+        rows = weights.unsqueeze(-1) * jacobian  # [m, n, d]
+        gram = rows @ rows.transpose(1, 2)
+        gram = 0.5 * (gram + gram.transpose(1, 2))
+        result = min_norm(gram, mask=weights > 0, max_iter=self.max_iter, tol=self.tol)
+        coeff = result.weights * weights  # [m, n]
+        return torch.einsum("mn,mnd->md", coeff, jacobian), result.weights
+
+
+class WeightedSum(Combiner):
+    """The weighted mean of the gradients, ``sum_i W_ji grad L_i / sum_i W_ji``.
+
+    With :class:`GammaWeights` this is MosT(L); with :class:`RandomAssignment` it is linear
+    scalarisation.
+    """
+
+    def __call__(self, jacobian, weights):
+        total = weights.sum(1, keepdim=True)
+        lam = torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny), torch.zeros_like(weights))
+        return torch.einsum("mn,mnd->md", lam, jacobian), lam
+
+    def __repr__(self):
+        return "WeightedSum()"
+
+
+# ============================================================================ MosT-E
+@dataclass(frozen=True)
+class DirichletExtension:
+    r"""MosT-E (Section 3.2): add ``n_extra`` objectives ``sum_l w_il L_l``, ``w_i ~ Dir(c)``.
+
+    The extended problem has the n originals first (if ``include_original``), then the
+    mixtures, so that n' = n + n_extra >> m and the transport can spread m models over
+    the trade-offs of few objectives.
+    """
+
+    n_extra: int = 20
+    concentration: float = 1.0
+    include_original: bool = True
+
+    def __post_init__(self):
+        check_positive_int(self.n_extra, name="n_extra")
+        check_positive(self.concentration, name="concentration")
+
+    def mixture_weights(self, n: int, generator: torch.Generator) -> Tensor:
+        w = _numpy_rng(generator).dirichlet(np.full(n, self.concentration), size=self.n_extra)
+        w = torch.as_tensor(w, dtype=torch.get_default_dtype())
+        if self.include_original:
+            w = torch.cat([torch.eye(n, dtype=w.dtype), w])
+        return w
+
+    def apply(self, problem: Problem, generator: torch.Generator) -> Problem:
+        w = self.mixture_weights(problem.n_objectives, generator)
+        base_names = problem.names or tuple(f"L{i}" for i in range(problem.n_objectives))
+        names = (list(base_names) if self.include_original else []) + [
+            f"mix{k}" for k in range(self.n_extra)
+        ]
+        return problem.with_objectives(w, names=names, extension_weights=w, base_problem=problem)

@@ -1,0 +1,295 @@
+"""Problems: n objectives as a function of one flat parameter vector.
+
+A :class:`Problem` is the contract between a user's objectives and the solvers. Every
+model is a flat vector ``theta`` of length ``dim``; the problem maps it to the vector of
+``n_objectives`` losses ``L(theta) = (L_1(theta), ..., L_n(theta))``. The solvers hold the
+m models as one ``[m, dim]`` tensor and evaluate all of them at once with
+:func:`torch.func.vmap`, and take per-objective gradients with :func:`torch.func.jacrev`,
+so the m models are advanced together rather than in a Python loop.
+
+Two ways to build one:
+
+* :meth:`Problem.from_function` -- ``fn(theta[d]) -> losses[n]`` written with torch ops.
+* :meth:`Problem.from_module` -- an ``nn.Module`` factory and one loss callable per
+  objective; each callable receives the model (as a function ``x -> output``) and returns
+  a scalar loss, drawing its own mini-batch if it wants to.
+
+Example:
+    >>> import torch, most
+    >>> centres = torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
+    >>> problem = most.Problem.from_function(
+    ...     lambda theta: ((theta - centres) ** 2).sum(-1), dim=2, n_objectives=3)
+    >>> problem.loss_matrix(torch.zeros(2, 2)).shape   # [n, m]
+    torch.Size([3, 2])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call, jacrev, vmap
+
+from ._validation import check_positive_int
+
+LossFunction = Callable[[Tensor], Tensor]
+Initializer = Callable[[int, torch.Generator], Tensor]
+Projection = Callable[[Tensor], Tensor]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """n objectives of a flat parameter vector.
+
+    Attributes:
+        fn: ``theta [dim] -> losses [n_objectives]``, written with torch operations so that
+            it can be differentiated and vectorised over models.
+        dim: length of the parameter vector of one model.
+        n_objectives: number of objectives n.
+        init: how to initialise m models: a tensor ``[dim]`` (every model starts there),
+            a tensor ``[m, dim]``, or a callable ``(m, generator) -> [m, dim]``. ``None``
+            draws each coordinate from N(0, 1) with the solver's seed.
+        project: optional map ``[m, dim] -> [m, dim]`` applied after every step (for
+            instance, clamping to a box). Identity when ``None``.
+        names: optional objective names, used in reports and error messages.
+        vectorize: evaluate the m models with :func:`torch.func.vmap` (default). Set
+            ``False`` for functions that vmap cannot trace (they are then evaluated in a
+            loop over models).
+        metadata: free-form information about the problem (ground truth, data, ...).
+    """
+
+    fn: LossFunction
+    dim: int
+    n_objectives: int
+    init: Tensor | Initializer | None = None
+    project: Projection | None = None
+    names: tuple[str, ...] | None = None
+    vectorize: bool = True
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    unflatten: Callable[[Tensor], dict[str, Tensor]] | None = field(default=None, repr=False)
+    template: nn.Module | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if not callable(self.fn):
+            raise ValueError(f"`fn` must be callable theta[dim] -> losses[n]; got {type(self.fn).__name__}.")
+        check_positive_int(self.dim, name="dim")
+        if isinstance(self.n_objectives, bool) or not isinstance(self.n_objectives, int) or self.n_objectives < 1:
+            raise ValueError(
+                f"`n_objectives` must be an int >= 1; got {self.n_objectives!r}. A problem needs at least one objective."
+            )
+        if self.names is not None and len(self.names) != self.n_objectives:
+            raise ValueError(f"`names` has {len(self.names)} entries but there are {self.n_objectives} objectives.")
+
+    # ------------------------------------------------------------------ builders
+    @classmethod
+    def from_function(
+        cls,
+        fn: LossFunction,
+        dim: int,
+        n_objectives: int,
+        init: Tensor | Initializer | None = None,
+        *,
+        project: Projection | None = None,
+        names: Sequence[str] | None = None,
+        vectorize: bool = True,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> "Problem":
+        """A problem given as ``fn(theta[dim]) -> losses[n_objectives]``."""
+        return cls(
+            fn=fn,
+            dim=dim,
+            n_objectives=n_objectives,
+            init=init,
+            project=project,
+            names=tuple(names) if names is not None else None,
+            vectorize=vectorize,
+            metadata=dict(metadata or {}),
+        )
+
+    @classmethod
+    def from_module(
+        cls,
+        model: Callable[[], nn.Module],
+        objectives: Sequence[Callable[[Callable[..., Tensor]], Tensor]],
+        *,
+        names: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> "Problem":
+        """A problem over the parameters of an ``nn.Module``.
+
+        Args:
+            model: a factory ``() -> nn.Module``. It is called once for the template
+                (architecture, buffers) and once per model for the initial parameters,
+                under the solver's seed.
+            objectives: one callable per objective, ``objective(forward) -> scalar``,
+                where ``forward(*inputs)`` runs the module with the parameters of the
+                model being evaluated. A callable may draw a fresh mini-batch each time it
+                is called; the same batch is used for all m models of one evaluation.
+
+        Example:
+            >>> import torch, most
+            >>> from torch import nn
+            >>> xs = [torch.randn(8, 3) for _ in range(4)]
+            >>> ys = [x.sum(1, keepdim=True) * (i + 1) for i, x in enumerate(xs)]
+            >>> objectives = [lambda f, x=x, y=y: ((f(x) - y) ** 2).mean() for x, y in zip(xs, ys)]
+            >>> problem = most.Problem.from_module(lambda: nn.Linear(3, 1), objectives)
+            >>> problem.dim, problem.n_objectives
+            (4, 4)
+        """
+        if not callable(model):
+            raise ValueError("`model` must be a factory () -> nn.Module, e.g. `lambda: nn.Linear(3, 1)`.")
+        objectives = list(objectives)
+        if not objectives:
+            raise ValueError("`objectives` is empty: a problem needs at least one objective.")
+        template = model()
+        if not isinstance(template, nn.Module):
+            raise ValueError(f"`model()` must return an nn.Module; got {type(template).__name__}.")
+        param_names = [name for name, _ in template.named_parameters()]
+        shapes = [p.shape for _, p in template.named_parameters()]
+        sizes = [math.prod(s) for s in shapes]
+        if not param_names:
+            raise ValueError("The module has no parameters to train.")
+        buffers = {name: b for name, b in template.named_buffers()}
+
+        def unflatten(theta: Tensor) -> dict[str, Tensor]:
+            parts = torch.split(theta, sizes)
+            return {n: p.reshape(s) for n, p, s in zip(param_names, parts, shapes)}
+
+        def fn(theta: Tensor) -> Tensor:
+            state = {**buffers, **unflatten(theta)}
+
+            def forward(*inputs: Tensor) -> Tensor:
+                return functional_call(template, state, inputs)
+
+            return torch.stack([torch.as_tensor(obj(forward)).reshape(()) for obj in objectives])
+
+        def init(m: int, generator: torch.Generator) -> Tensor:
+            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed)
+                flats = [
+                    torch.cat([p.detach().reshape(-1) for p in model().parameters()]) for _ in range(m)
+                ]
+            return torch.stack(flats)
+
+        return cls(
+            fn=fn,
+            dim=sum(sizes),
+            n_objectives=len(objectives),
+            init=init,
+            names=tuple(names) if names is not None else None,
+            metadata=dict(metadata or {}),
+            unflatten=unflatten,
+            template=template,
+        )
+
+    # ------------------------------------------------------------------ evaluation
+    def initial_params(self, n_models: int, generator: torch.Generator) -> Tensor:
+        """The ``[n_models, dim]`` starting parameters."""
+        if self.init is None:
+            params = torch.randn(n_models, self.dim, generator=generator)
+        elif isinstance(self.init, Tensor):
+            if self.init.shape == (self.dim,):
+                params = self.init.detach().clone().expand(n_models, self.dim).clone()
+            elif self.init.shape == (n_models, self.dim):
+                params = self.init.detach().clone()
+            else:
+                raise ValueError(
+                    f"`init` must have shape [{self.dim}] or [{n_models}, {self.dim}]; got {tuple(self.init.shape)}."
+                )
+        else:
+            params = torch.as_tensor(self.init(n_models, generator))
+            if params.shape != (n_models, self.dim):
+                raise ValueError(
+                    f"`init(m, generator)` must return shape [{n_models}, {self.dim}]; got {tuple(params.shape)}."
+                )
+        return self.apply_projection(params)
+
+    def apply_projection(self, params: Tensor) -> Tensor:
+        return params if self.project is None else self.project(params)
+
+    def loss_matrix(self, params: Tensor) -> Tensor:
+        """The loss matrix ``L[i, j] = L_i(theta_j)``, shape ``[n, m]`` (paper Eq. 2's cost)."""
+        params = self._check_params(params)
+        with torch.no_grad():
+            if self.vectorize:
+                losses = vmap(self._call, randomness="same")(params)
+            else:
+                losses = torch.stack([self._call(p) for p in params])
+        return losses.T
+
+    def jacobian(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        """Losses ``[n, m]`` and per-objective gradients ``[m, n, dim]`` at every model."""
+        params = self._check_params(params)
+
+        def value_and_jac(theta: Tensor) -> tuple[Tensor, Tensor]:
+            def with_aux(t: Tensor) -> tuple[Tensor, Tensor]:
+                out = self._call(t)
+                return out, out.detach()
+
+            jac, value = jacrev(with_aux, has_aux=True)(theta)
+            return value, jac
+
+        if self.vectorize:
+            values, jac = vmap(value_and_jac, randomness="same")(params)
+        else:
+            pairs = [value_and_jac(p) for p in params]
+            values = torch.stack([v for v, _ in pairs])
+            jac = torch.stack([j for _, j in pairs])
+        return values.T, jac
+
+    def _call(self, theta: Tensor) -> Tensor:
+        out = self.fn(theta)
+        if out.shape != (self.n_objectives,):
+            raise ValueError(
+                f"The problem's function returned shape {tuple(out.shape)}; it must return one loss per "
+                f"objective, shape [{self.n_objectives}]."
+            )
+        return out
+
+    def _check_params(self, params: Tensor) -> Tensor:
+        if params.ndim != 2 or params.shape[1] != self.dim:
+            raise ValueError(f"params must have shape [m, {self.dim}]; got {tuple(params.shape)}.")
+        return params
+
+    def to_modules(self, params: Tensor) -> list[nn.Module]:
+        """For :meth:`from_module` problems: one ``nn.Module`` per row of ``params``."""
+        if self.template is None or self.unflatten is None:
+            raise ValueError("to_modules() needs a problem built with Problem.from_module().")
+        import copy
+
+        modules = []
+        for theta in params:
+            module = copy.deepcopy(self.template)
+            with torch.no_grad():
+                for name, value in self.unflatten(theta.detach()).items():
+                    module.get_parameter(name).copy_(value)
+            modules.append(module)
+        return modules
+
+    def with_objectives(self, weights: Tensor, *, names: Sequence[str] | None = None, **metadata: Any) -> "Problem":
+        """A problem whose objectives are ``weights @ L(theta)`` (``weights``: [n', n])."""
+        if weights.ndim != 2 or weights.shape[1] != self.n_objectives:
+            raise ValueError(
+                f"`weights` must have shape [n', {self.n_objectives}]; got {tuple(weights.shape)}."
+            )
+        base = self.fn
+
+        def fn(theta: Tensor) -> Tensor:
+            return weights.to(theta) @ base(theta)
+
+        return Problem(
+            fn=fn,
+            dim=self.dim,
+            n_objectives=int(weights.shape[0]),
+            init=self.init,
+            project=self.project,
+            names=tuple(names) if names is not None else None,
+            vectorize=self.vectorize,
+            metadata={**self.metadata, **metadata},
+            unflatten=self.unflatten,
+            template=self.template,
+        )

@@ -1,0 +1,361 @@
+r"""The round loop of Algorithm 1, and the methods built on it.
+
+One loop serves every method (:func:`run`); a method only chooses its assignment,
+weighting and combiner (see :mod:`most.methods`). Each round:
+
+1. evaluate the loss matrix ``L[i, j] = L_i(theta_j)`` of all m models at once;
+2. ``Gamma <- assignment(L)`` (Eq. 6);
+3. ``W <- weighting(Gamma)``;
+4. K times: gradients of every objective at every model (one vectorised Jacobian),
+   ``d_j <- combiner(J_j, W_j)`` (Eqs. 7-9), ``theta_j <- project(theta_j - lr * d_j)``.
+
+Example:
+    >>> import torch, most
+    >>> centres = torch.tensor([[0.0, 0.0], [0.3, 0.0], [9.0, 9.0], [9.0, 9.3]])
+    >>> problem = most.Problem.from_function(
+    ...     lambda theta: ((theta - centres) ** 2).sum(-1), dim=2, n_objectives=4)
+    >>> result = most.MosT(n_models=2, rounds=60, lr=0.2, seed=0).fit(problem)
+    >>> result.params.shape, result.assignment.shape
+    (torch.Size([2, 2]), torch.Size([4, 2]))
+    >>> sorted(result.best_model().tolist()) in ([0, 0, 1, 1],)
+    True
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Literal
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from ._validation import check_non_negative, check_positive, check_positive_int
+from .methods import (
+    Assignment,
+    Combiner,
+    DirichletExtension,
+    EqualAssignment,
+    GammaWeights,
+    MajorityShare,
+    Marginals,
+    MinNorm,
+    RandomAssignment,
+    TransportAssignment,
+    Uniform,
+    WeightedSum,
+    Weighting,
+)
+from .problem import Problem
+
+__all__ = ["RoundRecord", "Result", "run", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """What happened in one round.
+
+    Attributes:
+        round: round index (0-based).
+        plan: the assignment Gamma ``[n, m]`` used in this round.
+        losses: the loss matrix ``[n, m]`` at the start of the round.
+        weights: the combiner's coefficients ``lambda [m, n]`` at the last inner step
+            (min-norm weights for MGDA-type methods).
+        transport_seconds, min_norm_seconds, gradient_seconds: time spent in the
+            assignment, in the combiner, and in evaluating losses and gradients.
+    """
+
+    round: int
+    plan: Tensor
+    losses: Tensor
+    weights: Tensor
+    transport_seconds: float
+    min_norm_seconds: float
+    gradient_seconds: float
+
+
+@dataclass(frozen=True)
+class Result:
+    """The outcome of a run.
+
+    Attributes:
+        params: the m final models, ``[m, dim]``.
+        assignment: the last plan Gamma, ``[n, m]``.
+        losses: the loss matrix ``[n, m]`` of the final models.
+        history: one :class:`RoundRecord` per round.
+        problem: the problem that was solved (the extended one for MosT-E).
+    """
+
+    params: Tensor
+    assignment: Tensor
+    losses: Tensor
+    history: list[RoundRecord]
+    problem: Problem = field(repr=False)
+
+    def best_model(self) -> Tensor:
+        """For each objective, the index of its lowest-loss final model, ``[n]``."""
+        return self.losses.argmin(1)
+
+    def best_losses(self) -> Tensor:
+        """For each objective, the loss of its best final model, ``[n]``."""
+        return self.losses.min(1).values
+
+    def timings(self) -> dict[str, float]:
+        """Total seconds spent in transport, min-norm and gradient evaluation."""
+        return {
+            "transport": sum(r.transport_seconds for r in self.history),
+            "min_norm": sum(r.min_norm_seconds for r in self.history),
+            "gradients": sum(r.gradient_seconds for r in self.history),
+        }
+
+
+def _check_finite(losses: Tensor, jacobian: Tensor | None, problem: Problem, round: int, step: int | None) -> None:
+    bad = ~torch.isfinite(losses)
+    where = f"round {round}" + (f", inner step {step}" if step is not None else "")
+    if bad.any():
+        i, j = (int(v) for v in bad.nonzero()[0])
+        name = f" ('{problem.names[i]}')" if problem.names else ""
+        raise ValueError(
+            f"Loss of objective {i}{name} for model {j} is {float(losses[i, j])} at {where}. "
+            "The run stopped before using it. Common causes: a learning rate too large for this "
+            "problem (try a smaller `lr`), or a loss that is undefined at these parameters."
+        )
+    if jacobian is not None:
+        bad = ~torch.isfinite(jacobian).all(-1)  # [m, n]
+        if bad.any():
+            j, i = (int(v) for v in bad.nonzero()[0])
+            raise ValueError(
+                f"Gradient of objective {i} for model {j} is not finite at {where}. "
+                "Try a smaller `lr` or check the loss for operations without a gradient here."
+            )
+
+
+def run(
+    problem: Problem,
+    *,
+    n_models: int,
+    rounds: int,
+    inner_steps: int,
+    lr: float,
+    assignment: Assignment,
+    weighting: Weighting,
+    combiner: Combiner,
+    seed: int = 0,
+    progress: bool = False,
+    description: str = "MosT",
+    callback: Callable[[RoundRecord, Tensor], None] | None = None,
+) -> Result:
+    """Runs the round loop of Algorithm 1 with the given components.
+
+    Most users call a method's ``fit`` instead (:class:`MosT`, :class:`Linearization`,
+    :class:`MGDA`, :class:`WeightedMGDA`). ``callback(record, params)`` is called after
+    every round.
+    """
+    check_positive_int(n_models, name="n_models")
+    check_positive_int(rounds, name="rounds")
+    check_positive_int(inner_steps, name="inner_steps")
+    check_positive(lr, name="lr")
+    n, m = problem.n_objectives, n_models
+    generator = torch.Generator().manual_seed(seed)
+    params = problem.initial_params(m, generator)
+    if not torch.isfinite(params).all():
+        raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
+    assignment.reset(n, m, generator)
+
+    history: list[RoundRecord] = []
+    plan: Tensor | None = None
+    bar = tqdm(range(rounds), desc=description, disable=not progress, leave=False)
+    for t in bar:
+        tic = time.perf_counter()
+        losses, jac = problem.jacobian(params)
+        _check_finite(losses, jac, problem, t, None)
+        grad_s = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        if isinstance(assignment, TransportAssignment):
+            plan = assignment(losses.detach(), t, rounds, previous=plan)
+        else:
+            plan = assignment(losses.detach(), t, rounds)
+        weights = weighting(plan)
+        transport_s = time.perf_counter() - tic
+
+        min_norm_s = 0.0
+        lam = torch.zeros(m, n, dtype=params.dtype, device=params.device)
+        for k in range(inner_steps):
+            if k > 0:
+                tic = time.perf_counter()
+                step_losses, jac = problem.jacobian(params)
+                _check_finite(step_losses, jac, problem, t, k)
+                grad_s += time.perf_counter() - tic
+            tic = time.perf_counter()
+            direction, lam = combiner(jac.detach(), weights.to(jac))
+            min_norm_s += time.perf_counter() - tic
+            params = problem.apply_projection(params.detach() - lr * direction)
+
+        record = RoundRecord(
+            round=t,
+            plan=plan.detach().cpu(),
+            losses=losses.detach().cpu(),
+            weights=lam.detach().cpu(),
+            transport_seconds=transport_s,
+            min_norm_seconds=min_norm_s,
+            gradient_seconds=grad_s,
+        )
+        history.append(record)
+        if progress:
+            best = losses.min(1).values.mean()
+            sparsity = float((plan <= 1e-12).float().mean())
+            bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}")
+        if callback is not None:
+            callback(record, params)
+
+    final = problem.loss_matrix(params)
+    _check_finite(final, None, problem, rounds, None)
+    return Result(params=params.detach(), assignment=plan.detach(), losses=final, history=history, problem=problem)
+
+
+@dataclass(frozen=True)
+class _Method:
+    """Fields shared by every method; ``fit`` runs :func:`run`."""
+
+    n_models: int
+    rounds: int = 100
+    inner_steps: int = 1
+    lr: float = 0.1
+    seed: int = 0
+    progress: bool = False
+
+    def __post_init__(self):
+        check_positive_int(self.n_models, name="n_models")
+        check_positive_int(self.rounds, name="rounds")
+        check_positive_int(self.inner_steps, name="inner_steps")
+        check_positive(self.lr, name="lr")
+
+    def components(self) -> tuple[Assignment, Weighting, Combiner]:
+        raise NotImplementedError
+
+    def prepare(self, problem: Problem, generator: torch.Generator) -> Problem:
+        return problem
+
+    def fit(self, problem: Problem, *, callback=None) -> Result:
+        """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`."""
+        if not isinstance(problem, Problem):
+            raise ValueError(
+                f"fit() takes a most.Problem; got {type(problem).__name__}. Build one with "
+                "most.Problem.from_function(...) or most.Problem.from_module(...)."
+            )
+        problem = self.prepare(problem, torch.Generator().manual_seed(self.seed + 7919))
+        assignment, weighting, combiner = self.components()
+        return run(
+            problem,
+            n_models=self.n_models,
+            rounds=self.rounds,
+            inner_steps=self.inner_steps,
+            lr=self.lr,
+            assignment=assignment,
+            weighting=weighting,
+            combiner=combiner,
+            seed=self.seed,
+            progress=self.progress,
+            description=type(self).__name__,
+            callback=callback,
+        )
+
+
+@dataclass(frozen=True)
+class MosT(_Method):
+    """Many-Objective Multi-Solution Transport (Algorithm 1).
+
+    Args:
+        n_models: m, the number of models.
+        rounds: T, outer rounds (one assignment each).
+        inner_steps: K, descent steps per model per round under the same Gamma.
+        lr: eta, the step size.
+        diversity: tau, the weight of R(Gamma) (Eq. 3).
+        transport: ``"exact"`` (network simplex), ``"sinkhorn"`` or ``"ipot"``.
+        seed: seeds the initial models and any random draw of the run.
+        marginals: the (alpha, beta) schedule: :class:`~most.methods.Uniform` (default),
+            :class:`~most.methods.Curriculum`, or a semi-relaxed one (ablations O and M).
+        weighting: how Gamma weights the objectives in each model's step. Default
+            :class:`~most.methods.MajorityShare`; :class:`~most.methods.GammaWeights` is
+            the paper as written (see :mod:`most.methods` for why the default differs).
+        combiner: :class:`~most.methods.MinNorm` (MGDA, default) or
+            :class:`~most.methods.WeightedSum` (ablation MosT(L)).
+        extension: :class:`~most.methods.DirichletExtension` for MosT-E (n < m).
+        reg: strength of the iterative transport solvers.
+        warm_start: start each round's transport from the previous plan.
+        progress: show a progress bar.
+    """
+
+    diversity: float = 0.0
+    transport: Literal["exact", "sinkhorn", "ipot"] = "exact"
+    marginals: Marginals = field(default_factory=Uniform)
+    weighting: Weighting = field(default_factory=MajorityShare)
+    combiner: Combiner = field(default_factory=MinNorm)
+    extension: DirichletExtension | None = None
+    reg: float | None = None
+    warm_start: bool = False
+
+    def __post_init__(self):
+        super().__post_init__()
+        check_non_negative(self.diversity, name="diversity")
+        if self.transport not in ("exact", "sinkhorn", "ipot"):
+            raise ValueError(f"`transport` must be 'exact', 'sinkhorn' or 'ipot'; got {self.transport!r}.")
+
+    def components(self):
+        assignment = TransportAssignment(
+            method=self.transport,
+            diversity=self.diversity,
+            marginals=self.marginals,
+            reg=self.reg,
+            warm_start=self.warm_start,
+        )
+        return assignment, self.weighting, self.combiner
+
+    def prepare(self, problem, generator):
+        if self.extension is not None:
+            return self.extension.apply(problem, generator)
+        if problem.n_objectives < self.n_models:
+            raise ValueError(
+                f"MosT needs at least as many objectives as models: n = {problem.n_objectives} objectives "
+                f"< m = {self.n_models} models, so the transport would pair models with copies of the same "
+                "objectives (paper Section 3.2). Use MosT-E, which adds Dirichlet mixtures of the objectives: "
+                "MosT(..., extension=most.DirichletExtension(n_extra=20))."
+            )
+        return problem
+
+    def replace(self, **changes) -> "MosT":
+        """A copy with some fields changed (``dataclasses.replace``)."""
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class Linearization(_Method):
+    """Linear scalarisation: model j minimises ``w_j . L`` for a random ``w_j ~ Dir(c)``."""
+
+    concentration: float = 1.0
+
+    def components(self):
+        return RandomAssignment(self.concentration), GammaWeights(), WeightedSum()
+
+
+@dataclass(frozen=True)
+class MGDA(_Method):
+    """MGDA (Desideri 2012; Sener & Koltun 2018) run m times from m random starts."""
+
+    max_iter: int | None = None
+    tol: float | None = None
+
+    def components(self):
+        return EqualAssignment(), GammaWeights(), MinNorm(self.max_iter, self.tol)
+
+
+@dataclass(frozen=True)
+class WeightedMGDA(_Method):
+    """w-MGDA (Appendix E): MGDA on objectives reweighted by a fixed random plan."""
+
+    concentration: float = 1.0
+
+    def components(self):
+        return RandomAssignment(self.concentration), GammaWeights(), MinNorm()

@@ -1,0 +1,315 @@
+"""Optimal transport between objectives and models (paper Eqs. 2–4 and 6).
+
+MosT matches ``n`` objectives (rows) with ``m`` models (columns). Given a cost matrix
+``C`` ``[n, m]`` (e.g. the loss of model ``j`` on objective ``i``), objective weights
+``a ∈ Δ^n`` and model weights ``b ∈ Δ^m``, :func:`solve` computes the transport plan::
+
+    Γ* = argmin_{Γ ≥ 0, Γ 1_m = a, Γᵀ 1_n = b}  <C, Γ> + τ R(Γ),   R(Γ) = -Σ_i max_j Γ_ij
+
+``Γ_ij`` is how much objective ``i`` is assigned to model ``j``; ``τ = diversity`` pushes
+each objective onto a single model.
+
+Quick start
+-----------
+>>> import torch
+>>> from most.transport import solve
+>>> C = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.2, 0.4]])
+>>> a = torch.tensor([0.5, 0.25, 0.25])
+>>> b = torch.tensor([0.5, 0.5])
+>>> res = solve(C, a, b)                      # exact LP (network simplex)
+>>> res.plan
+tensor([[0.5000, 0.0000],
+        [0.0000, 0.2500],
+        [0.0000, 0.2500]])
+>>> round(res.cost, 6)
+0.1
+
+Choosing a method
+-----------------
+* ``"exact"`` (default): POT's network simplex. The plan is a vertex with at most
+  ``n + m - 1`` non-zeros (Proposition 1). Not differentiable; best for small ``m``.
+* ``"sinkhorn"``: entropic OT in the log domain with ε-scaling,
+  ``ε = reg · (max C - min C)``, default ``reg = 1e-3``. A smooth, dense plan.
+* ``"ipot"``: inexact proximal point (Xie et al. 2020). Converges to the exact plan; warm
+  startable with ``init`` (e.g. the previous round's plan).
+
+Every method returns a plan whose marginals match ``a`` and ``b`` up to float error (the
+iterative ones are rounded onto the feasible set, Altschuler et al. 2017).
+
+Semi-relaxed problems
+---------------------
+``b=None`` drops the model constraint (each objective picks its best model); ``a=None``
+drops the objective constraint (each model picks its best objectives).
+
+Diversity
+---------
+``diversity=τ > 0`` adds ``τ R(Γ)``; the concave problem is solved by repeated
+linearisation from the ``τ = 0`` plan, never increasing the objective.
+:func:`diversity_regularizer` evaluates ``R``.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial
+
+import torch
+from torch import Tensor
+
+from .._validation import (
+    as_tensor,
+    check_matrix,
+    check_non_negative,
+    check_positive,
+    check_positive_int,
+    check_simplex,
+)
+from .._warnings import ConvergenceWarning
+from . import _exact, _ipot, _sinkhorn
+from ._diversity import diversity_regularizer, minimise_with_diversity, objective
+from ._exact import solve_exact
+from ._ipot import solve_ipot
+from ._relaxed import solve_relaxed
+from ._result import TransportResult
+from ._sinkhorn import solve_sinkhorn
+
+__all__ = ["solve", "TransportResult", "diversity_regularizer"]
+
+METHODS = ("exact", "sinkhorn", "ipot")
+#: Tolerance on the marginals of a user-supplied ``init``.
+INIT_ATOL = 1e-6
+
+_DEFAULTS = {
+    # method: (reg, max_iter, tol)
+    "exact": (None, _exact.DEFAULT_MAX_ITER, None),
+    "sinkhorn": (_sinkhorn.DEFAULT_REG, _sinkhorn.DEFAULT_MAX_ITER, _sinkhorn.DEFAULT_TOL),
+    "ipot": (_ipot.DEFAULT_BETA, _ipot.DEFAULT_MAX_ITER, _ipot.DEFAULT_TOL),
+}
+
+
+def solve(
+    cost,
+    a,
+    b,
+    *,
+    method: str = "exact",
+    diversity: float = 0.0,
+    reg: float | None = None,
+    max_iter: int | None = None,
+    tol: float | None = None,
+    init=None,
+) -> TransportResult:
+    """Solves the (diversity-regularised, possibly semi-relaxed) transport problem.
+
+    Computes (paper Eqs. 2–4 and 6)::
+
+        min_{Γ ≥ 0, Γ 1_m = a, Γᵀ 1_n = b}  <C, Γ> + τ R(Γ),    R(Γ) = -Σ_i max_j Γ_ij
+
+    Parameters
+    ----------
+    cost:
+        ``C``, shape ``[n, m]`` (n objectives × m models), finite. Tensor or array-like.
+        The returned plan has its dtype and device; all computation is in float64.
+    a:
+        Objective weights ``[n]`` on the simplex, or ``None`` to drop the row constraint
+        (semi-relaxed "model selects objective": column ``j`` puts ``b_j`` on its
+        lowest-cost row).
+    b:
+        Model weights ``[m]`` on the simplex, or ``None`` to drop the column constraint
+        (semi-relaxed "objective selects model": row ``i`` puts ``a_i`` on its lowest-cost
+        column). ``a`` and ``b`` cannot both be ``None``.
+    method:
+        ``"exact"`` (network simplex, vertex plan), ``"sinkhorn"`` (log-domain entropic OT
+        with ε-scaling) or ``"ipot"`` (inexact proximal point, converges to the exact
+        plan). For a semi-relaxed problem ``"exact"``/``"ipot"`` give the hard argmin plan
+        (ties: first index) and ``"sinkhorn"`` the softmax ``a_i softmax_j(-C_ij / ε)``.
+    diversity:
+        ``τ ≥ 0``, weight of the diversity regulariser ``R`` (paper Eq. 3). ``τ > 0`` is
+        solved by repeated linearisation; see :mod:`most.transport._diversity`.
+    reg:
+        Relative regularisation: ``ε = reg · (max C - min C)`` for ``"sinkhorn"``
+        (default ``1e-3``) and the proximal step ``β = reg · (max C - min C)`` for
+        ``"ipot"`` (default ``0.3``). Ignored by ``"exact"``. Relative to the cost range,
+        so one value works for costs of any scale.
+    max_iter:
+        ``"exact"``: network-simplex pivots (default ``10_000_000``); ``"sinkhorn"``: total
+        iterations over all ε stages (default ``10_000``); ``"ipot"``: proximal steps
+        (default ``5_000``).
+    tol:
+        ``"sinkhorn"``: L1 violation of the row marginal before rounding (default
+        ``1e-5``); ``"ipot"``: L1 change of the plan between steps (default ``1e-6``).
+        The returned plan is rounded onto the feasible set either way, so these trade
+        optimality (about 1e-4 relative at the defaults), never feasibility.
+        Ignored by ``"exact"``.
+    init:
+        Optional feasible plan ``[n, m]`` (non-negative, marginals ``a``/``b`` within
+        ``1e-6``). ``"ipot"`` warm-starts from ``(1 - δ) init + δ a bᵀ`` with ``δ = 0.5``
+        (a zero entry could never be revived otherwise). With ``diversity > 0`` every
+        method also uses it as the starting point of the linearisation loop when its
+        objective is lower than that of the ``τ = 0`` solution. Otherwise ``"exact"``
+        and ``"sinkhorn"`` only validate it.
+
+    Returns
+    -------
+    TransportResult
+        ``plan`` ``[n, m]``, ``cost = <C, plan> + τ R(plan)``, ``n_iter``, ``converged``.
+        A :class:`~most.ConvergenceWarning` is emitted when ``converged`` is ``False``;
+        the plan still satisfies the marginals.
+
+    Raises
+    ------
+    ValueError
+        On a malformed cost, marginals off the simplex or of the wrong length, an
+        unknown method, a negative ``diversity``, an infeasible ``init``, or
+        ``a = b = None``.
+
+    Examples
+    --------
+    A 3 × 2 problem whose optimum is known by hand: each objective goes to its cheaper
+    model, except that model 1 must take half the mass:
+
+    >>> import torch
+    >>> C = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.2, 0.4]])
+    >>> res = solve(C, [0.5, 0.25, 0.25], [0.5, 0.5])
+    >>> res.plan.tolist()
+    [[0.5, 0.0], [0.0, 0.25], [0.0, 0.25]]
+    >>> sol = solve(C, [0.5, 0.25, 0.25], [0.5, 0.5], method="sinkhorn")
+    >>> torch.allclose(sol.plan.sum(0), torch.tensor([0.5, 0.5]))
+    True
+    >>> solve(C, [0.5, 0.25, 0.25], None).plan.tolist()   # each objective picks its best model
+    [[0.5, 0.0], [0.0, 0.25], [0.25, 0.0]]
+    """
+    c_in = check_matrix(as_tensor(cost, name="cost"), name="cost")
+    out_dtype, device = c_in.dtype, c_in.device
+    c = c_in.detach().to(torch.float64)
+    n, m = c.shape
+
+    if not isinstance(method, str) or method not in METHODS:
+        raise ValueError(f"`method` must be one of {', '.join(repr(x) for x in METHODS)}; got {method!r}.")
+    if a is None and b is None:
+        raise ValueError(
+            "`a` and `b` cannot both be None: drop at most one marginal constraint "
+            "(a=None: each model selects objectives; b=None: each objective selects a model)."
+        )
+    a64 = None if a is None else _marginal(a, name="a", size=n, like=c)
+    b64 = None if b is None else _marginal(b, name="b", size=m, like=c)
+    tau = check_non_negative(diversity, name="diversity")
+    default_reg, default_max_iter, default_tol = _DEFAULTS[method]
+    if default_reg is None:  # "exact" has no regularisation; keep a valid placeholder
+        default_reg = _sinkhorn.DEFAULT_REG
+    reg_value = default_reg if reg is None else check_positive(reg, name="reg")
+    iters = default_max_iter if max_iter is None else check_positive_int(max_iter, name="max_iter")
+    tol_value = (default_tol or 0.0) if tol is None else check_non_negative(tol, name="tol")
+    init64 = None if init is None else _feasible_init(init, a64, b64, like=c)
+
+    value_range = float(c.max() - c.min())
+    linear = partial(
+        _solve_linear,
+        a=a64,
+        b=b64,
+        method=method,
+        user_range=value_range,
+        reg=reg_value,
+        max_iter=iters,
+        tol=tol_value,
+    )
+    if tau == 0.0:
+        plan, n_iter, converged = linear(c, init64)
+    else:
+        plan, n_iter, converged = minimise_with_diversity(linear, c, tau, init64)
+
+    if not converged:
+        settings = f"max_iter={iters}" + ("" if method == "exact" else f", tol={tol_value:g}")
+        settings += "" if tau == 0 else f", diversity={tau:g}"
+        warnings.warn(
+            f"transport method {method!r} did not converge ({settings}); the plan satisfies the "
+            "marginals but may be suboptimal. Increase `max_iter`"
+            + ("." if method == "exact" else ", or loosen `tol`, or increase `reg`."),
+            ConvergenceWarning,
+            stacklevel=2,
+        )
+    return TransportResult(
+        plan=plan.to(dtype=out_dtype, device=device),
+        cost=objective(c, plan, tau),
+        n_iter=int(n_iter),
+        converged=bool(converged),
+    )
+
+
+def _marginal(x, *, name: str, size: int, like: Tensor) -> Tensor:
+    t = check_simplex(as_tensor(x, name=name, like=like), name=name, size=size)
+    return t / t.sum()
+
+
+def _feasible_init(init, a: Tensor | None, b: Tensor | None, *, like: Tensor) -> Tensor:
+    n, m = like.shape
+    t = as_tensor(init, name="init", like=like)
+    if t.shape != (n, m):
+        raise ValueError(
+            f"init is not a feasible plan: it must have the shape of `cost`, [{n}, {m}]; "
+            f"got shape {tuple(t.shape)}."
+        )
+    if not torch.isfinite(t).all() or (t < 0).any():
+        raise ValueError("init is not a feasible plan: its entries must be finite and non-negative.")
+    for name, marg, sums in (("a", a, t.sum(1)), ("b", b, t.sum(0))):
+        if marg is None:
+            continue
+        gap = float((sums - marg).abs().max())
+        if gap > INIT_ATOL:
+            kind = "row" if name == "a" else "column"
+            raise ValueError(
+                f"init is not a feasible plan: its {kind} sums differ from `{name}` by up to {gap:.3g} "
+                f"(tolerance {INIT_ATOL:g}). Pass a plan from a previous `solve` with the same "
+                f"marginals, or init=None."
+            )
+    return t
+
+
+def _solve_linear(
+    cost: Tensor,
+    init: Tensor | None,
+    *,
+    a: Tensor | None,
+    b: Tensor | None,
+    method: str,
+    user_range: float,
+    reg: float,
+    max_iter: int,
+    tol: float,
+) -> tuple[Tensor, int, bool]:
+    """The ``τ = 0`` problem with float64 ``cost`` ``[n, m]``: returns ``(plan, n_iter, converged)``."""
+    rng = float(cost.max() - cost.min())
+    # Unit of the relative ``reg``: the user's cost range (kept fixed through the
+    # linearisation loop), falling back to this cost's own range, then to 1.
+    scale = user_range if user_range > 0 else (rng if rng > 0 else 1.0)
+    if a is None or b is None:
+        return solve_relaxed(cost, a, b, soft=method == "sinkhorn", eps=reg * scale)
+
+    rows, cols = a > 0, b > 0
+    if not (bool(rows.all()) and bool(cols.all())):  # zero-mass rows/columns get nothing
+        plan = torch.zeros_like(cost)
+        sub_init = None if init is None else init[rows][:, cols]
+        sub, n_iter, ok = _solve_linear(
+            cost[rows][:, cols],
+            sub_init,
+            a=a[rows],
+            b=b[cols],
+            method=method,
+            user_range=user_range,
+            reg=reg,
+            max_iter=max_iter,
+            tol=tol,
+        )
+        plan[rows.nonzero()[:, 0][:, None], cols.nonzero()[:, 0][None, :]] = sub
+        return plan, n_iter, ok
+
+    n, m = cost.shape
+    if method == "exact":
+        return solve_exact(cost, a, b, max_iter=max_iter)
+    if n == 1 or m == 1 or rng == 0.0:  # the marginals determine the plan / every plan is optimal
+        return torch.outer(a, b) / b.sum(), 1, True
+    if method == "sinkhorn":
+        return solve_sinkhorn(cost, a, b, scale=scale, reg=reg, max_iter=max_iter, tol=tol)
+    # IPOT's β only sets the speed (its fixed point is the exact optimum whatever β), so it is
+    # relative to the range of the cost actually solved, which the diversity loop enlarges.
+    return solve_ipot(cost, a, b, scale=rng, beta=reg, max_iter=max_iter, tol=tol, init=init)
