@@ -99,6 +99,7 @@ class Marginals(ABC):
         return f"{type(self).__name__}()"
 
 
+@dataclass(frozen=True)
 class Uniform(Marginals):
     """alpha = 1/n, beta = 1/m: every objective served, every model used (paper default)."""
 
@@ -107,6 +108,7 @@ class Uniform(Marginals):
         return _uniform(n, losses), _uniform(m, losses)
 
 
+@dataclass(frozen=True)
 class ObjectivesSelectModels(Marginals):
     """Drop beta: each objective goes to its best model (ablation MosT(O), Appendix E)."""
 
@@ -114,6 +116,7 @@ class ObjectivesSelectModels(Marginals):
         return _uniform(losses.shape[0], losses), None
 
 
+@dataclass(frozen=True)
 class ModelsSelectObjectives(Marginals):
     """Drop alpha: each model takes its best objectives (ablation MosT(M), Appendix E)."""
 
@@ -232,15 +235,13 @@ class RandomAssignment(Assignment):
         return f"RandomAssignment(concentration={self.concentration!r})"
 
 
+@dataclass(frozen=True)
 class EqualAssignment(Assignment):
     """Every model serves every objective equally (Gamma = 1/(nm)): plain MGDA, m times."""
 
     def __call__(self, losses, round, total):
         n, m = losses.shape
         return torch.full((n, m), 1.0 / (n * m), dtype=losses.dtype, device=losses.device)
-
-    def __repr__(self):
-        return "EqualAssignment()"
 
 
 # ============================================================================ weightings
@@ -254,6 +255,7 @@ class Weighting(ABC):
         return f"{type(self).__name__}()"
 
 
+@dataclass(frozen=True)
 class MajorityShare(Weighting):
     """Objective i counts for the model holding its largest share Gamma_ij / alpha_i.
 
@@ -274,6 +276,7 @@ class MajorityShare(Weighting):
         return weights.T.contiguous()
 
 
+@dataclass(frozen=True)
 class GammaWeights(Weighting):
     """The paper as written: W[j, i] = n * Gamma_ij (Eq. 7's Gamma-scaled objectives).
 
@@ -308,14 +311,21 @@ class MinNorm(Combiner):
     tol: float | None = None
 
     def __call__(self, jacobian, weights):
+        weights = weights.to(jacobian)
         rows = weights.unsqueeze(-1) * jacobian  # [m, n, d]
         gram = rows @ rows.transpose(1, 2)
         gram = 0.5 * (gram + gram.transpose(1, 2))
+        if not torch.isfinite(gram).all():
+            raise ValueError(
+                "The gradients are too large: their Gram matrix overflows. The iterates are diverging; "
+                "try a smaller `lr`."
+            )
         result = min_norm(gram, mask=weights > 0, max_iter=self.max_iter, tol=self.tol)
         coeff = result.weights * weights  # [m, n]
         return torch.einsum("mn,mnd->md", coeff, jacobian), result.weights
 
 
+@dataclass(frozen=True)
 class WeightedSum(Combiner):
     """The weighted mean of the gradients, ``sum_i W_ji grad L_i / sum_i W_ji``.
 
@@ -324,12 +334,10 @@ class WeightedSum(Combiner):
     """
 
     def __call__(self, jacobian, weights):
+        weights = weights.to(jacobian)
         total = weights.sum(1, keepdim=True)
         lam = torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny), torch.zeros_like(weights))
         return torch.einsum("mn,mnd->md", lam, jacobian), lam
-
-    def __repr__(self):
-        return "WeightedSum()"
 
 
 # ============================================================================ MosT-E

@@ -189,7 +189,10 @@ def run(
                 _check_finite(step_losses, jac, problem, t, k)
                 grad_s += time.perf_counter() - tic
             tic = time.perf_counter()
-            direction, lam = combiner(jac.detach(), weights.to(jac))
+            try:
+                direction, lam = combiner(jac.detach(), weights.to(jac))
+            except ValueError as exc:
+                raise ValueError(f"At round {t}, inner step {k}: {exc}") from exc
             min_norm_s += time.perf_counter() - tic
             params = problem.apply_projection(params.detach() - lr * direction)
 

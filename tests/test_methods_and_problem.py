@@ -1,0 +1,268 @@
+"""Components (weightings, marginals, combiners, MosT-E) and the Problem contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+import most
+from most import transport
+from most.methods import (
+    Curriculum,
+    EqualAssignment,
+    GammaWeights,
+    MajorityShare,
+    MinNorm,
+    ModelsSelectObjectives,
+    ObjectivesSelectModels,
+    RandomAssignment,
+    TransportAssignment,
+    Uniform,
+    WeightedSum,
+)
+
+
+def _uniform(k):
+    return torch.full((k,), 1.0 / k, dtype=torch.float64)
+
+
+# ------------------------------------------------------------------ MajorityShare
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), m=st.integers(1, 6), seed=st.integers(0, 10_000), method=st.sampled_from(["exact", "sinkhorn"]))
+def test_majority_share_gives_each_objective_one_owner(n, m, seed, method):
+    g = torch.Generator().manual_seed(seed)
+    cost = torch.rand(n, m, generator=g, dtype=torch.float64)
+    a = torch.rand(n, generator=g, dtype=torch.float64) + 0.1
+    plan = transport.solve(cost, a / a.sum(), _uniform(m), method=method).plan
+    w = MajorityShare()(plan)  # [m, n]
+    assert w.shape == (m, n)
+    share = plan / plan.sum(1, keepdim=True)
+    owner = share.argmax(1)
+    for j in range(m):
+        if (owner == j).any():  # a model that owns objectives counts exactly those
+            assert torch.equal(w[j] > 0, owner == j)
+        else:  # an orphan falls back to its shares
+            torch.testing.assert_close(w[j], share[:, j])
+    # the owner is the model with the largest share, and the weight is that share
+    torch.testing.assert_close(w.max(0).values, share.max(1).values)
+    assert (w.max(0).values >= 1.0 / m - 1e-12).all()
+
+
+def test_majority_share_is_independent_of_n_and_of_alpha():
+    # A hard assignment gives unit weights whatever n is, and whatever alpha is.
+    for n in (4, 40, 400):
+        plan = torch.zeros(n, 2, dtype=torch.float64)
+        plan[: n // 2, 0] = 1.0 / n
+        plan[n // 2 :, 1] = 1.0 / n
+        w = MajorityShare()(plan)
+        assert set(w.unique().tolist()) == {0.0, 1.0}
+    a = torch.tensor([0.7, 0.2, 0.1], dtype=torch.float64)
+    plan = torch.diag(a)[:, :3]
+    assert torch.equal(MajorityShare()(plan), torch.eye(3, dtype=torch.float64))
+
+
+def test_majority_share_drops_minority_slivers_that_gamma_weights_keep():
+    plan = torch.tensor([[0.25, 0.0], [0.24, 0.01], [0.0, 0.25], [0.0, 0.25]], dtype=torch.float64)
+    w = MajorityShare()(plan)
+    assert w[1, 1] == 0 and w[0, 1] == pytest.approx(0.96)
+    assert GammaWeights()(plan)[1, 1] == pytest.approx(0.04)  # the literal sliver
+
+
+def test_orphan_model_falls_back_to_its_shares():
+    plan = torch.tensor([[0.3, 0.2], [0.3, 0.2]], dtype=torch.float64)  # model 1 owns nothing
+    w = MajorityShare()(plan)
+    torch.testing.assert_close(w[1], torch.tensor([0.4, 0.4], dtype=torch.float64))
+
+
+# ------------------------------------------------------------------ marginals
+def test_semi_relaxed_marginals():
+    losses = torch.tensor([[1.0, 0.0], [2.0, 0.5], [0.1, 3.0]], dtype=torch.float64)
+    a, b = ObjectivesSelectModels()(losses, 0, 1)
+    assert b is None and torch.allclose(a, _uniform(3))
+    a, b = ModelsSelectObjectives()(losses, 0, 1)
+    assert a is None and torch.allclose(b, _uniform(2))
+    plan = TransportAssignment(marginals=ObjectivesSelectModels())(losses, 0, 1)
+    assert torch.equal(plan.argmax(1), losses.argmin(1))
+
+
+def test_curriculum_moves_from_models_select_to_objectives_select():
+    g = torch.Generator().manual_seed(0)
+    losses = torch.rand(10, 3, generator=g, dtype=torch.float64)
+    cur = Curriculum()
+    assert cur.coefficient(0, 5) == 1.0 and cur.coefficient(4, 5) == 0.0
+    coeffs = [cur.coefficient(t, 5) for t in range(5)]
+    assert all(x > y for x, y in zip(coeffs, coeffs[1:]))
+    for t in range(5):
+        a, b = cur(losses, t, 5)
+        assert a.min() >= 0 and b.min() >= 0
+        assert a.sum() == pytest.approx(1.0) and b.sum() == pytest.approx(1.0)
+    # first round: beta uniform, and the plan is the "models select objectives" plan
+    first = TransportAssignment(marginals=cur)(losses, 0, 5)
+    relaxed = transport.solve(losses, None, _uniform(3)).plan
+    torch.testing.assert_close(first, relaxed)
+    # last round: alpha uniform, and the plan is the "objectives select models" plan
+    last = TransportAssignment(marginals=cur)(losses, 4, 5)
+    torch.testing.assert_close(last, transport.solve(losses, _uniform(10), None).plan)
+
+
+def test_curriculum_rejects_out_of_range():
+    with pytest.raises(ValueError, match="start"):
+        Curriculum(start=1.5)
+
+
+# ------------------------------------------------------------------ assignments and combiners
+def test_random_assignment_is_fixed_per_seed_and_needs_reset():
+    ra = RandomAssignment()
+    with pytest.raises(RuntimeError, match="reset"):
+        ra(torch.zeros(4, 2), 0, 1)
+    ra.reset(4, 2, torch.Generator().manual_seed(0))
+    p1 = ra(torch.zeros(4, 2, dtype=torch.float64), 0, 1)
+    assert torch.allclose(p1.sum(0), torch.full((2,), 0.5, dtype=torch.float64))
+    ra.reset(4, 2, torch.Generator().manual_seed(0))
+    assert torch.equal(p1, ra(torch.zeros(4, 2, dtype=torch.float64), 3, 5))
+
+
+def test_equal_assignment_and_weighted_sum():
+    plan = EqualAssignment()(torch.zeros(3, 2, dtype=torch.float64), 0, 1)
+    assert torch.allclose(plan, torch.full((3, 2), 1 / 6, dtype=torch.float64))
+    jac = torch.arange(12, dtype=torch.float64).reshape(2, 3, 2)
+    weights = torch.tensor([[1.0, 1.0, 2.0], [0.0, 1.0, 0.0]], dtype=torch.float64)
+    direction, lam = WeightedSum()(jac, weights)
+    torch.testing.assert_close(direction[0], (jac[0] * torch.tensor([[0.25], [0.25], [0.5]], dtype=torch.float64)).sum(0))
+    torch.testing.assert_close(direction[1], jac[1, 1])
+    torch.testing.assert_close(lam.sum(1), torch.ones(2, dtype=torch.float64))
+
+
+def test_min_norm_combiner_matches_min_norm_direction():
+    g = torch.Generator().manual_seed(1)
+    jac = torch.randn(3, 5, 4, generator=g, dtype=torch.float64)
+    weights = torch.rand(3, 5, generator=g, dtype=torch.float64) * (torch.rand(3, 5, generator=g) > 0.3)
+    direction, lam = MinNorm()(jac, weights)
+    for j in range(3):
+        torch.testing.assert_close(direction[j], most.mgda.min_norm_direction(jac[j], weights[j]), atol=1e-9, rtol=1e-7)
+        assert (lam[j][weights[j] == 0] == 0).all()
+
+
+def test_transport_assignment_warm_start_only_when_feasible():
+    losses = torch.rand(6, 2, dtype=torch.float64)
+    ta = TransportAssignment(method="ipot", warm_start=True)
+    bad_previous = torch.full((6, 2), 1.0, dtype=torch.float64)  # not a plan for these marginals
+    plan = ta(losses, 0, 1, previous=bad_previous)
+    torch.testing.assert_close(plan.sum(1), _uniform(6))
+
+
+def test_dirichlet_extension_weights():
+    ext = most.DirichletExtension(n_extra=15, concentration=0.5)
+    w = ext.mixture_weights(3, torch.Generator().manual_seed(0))
+    assert w.shape == (18, 3)
+    torch.testing.assert_close(w[:3], torch.eye(3, dtype=w.dtype))
+    torch.testing.assert_close(w.sum(1), torch.ones(18, dtype=w.dtype))
+    with pytest.raises(ValueError, match="n_extra"):
+        most.DirichletExtension(n_extra=0)
+
+
+# ------------------------------------------------------------------ Problem
+def _quadratic(n=5, d=3, seed=0):
+    c = torch.randn(n, d, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+    return c, most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1) + t.sin().sum(), dim=d, n_objectives=n)
+
+
+def test_jacobian_matches_autograd_for_every_model_and_objective():
+    c, problem = _quadratic()
+    params = torch.randn(3, 3, dtype=torch.float64)
+    losses, jac = problem.jacobian(params)
+    assert losses.shape == (5, 3) and jac.shape == (3, 5, 3)
+    for j in range(3):
+        for i in range(5):
+            theta = params[j].clone().requires_grad_(True)
+            value = problem.fn(theta)[i]
+            (grad,) = torch.autograd.grad(value, theta)
+            torch.testing.assert_close(jac[j, i], grad)
+            torch.testing.assert_close(losses[i, j], value.detach())
+
+
+def test_vectorize_false_gives_the_same_results():
+    c, problem = _quadratic()
+    looped = most.Problem.from_function(problem.fn, dim=3, n_objectives=5, vectorize=False)
+    params = torch.randn(4, 3, dtype=torch.float64)
+    for a, b in zip(problem.jacobian(params), looped.jacobian(params)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(problem.loss_matrix(params), looped.loss_matrix(params))
+
+
+def test_initialisation_options():
+    g = torch.Generator().manual_seed(0)
+    base = dict(fn=lambda t: t, dim=2, n_objectives=2)
+    assert most.Problem.from_function(**base).initial_params(3, g).shape == (3, 2)
+    shared = most.Problem.from_function(**base, init=torch.tensor([1.0, 2.0])).initial_params(3, g)
+    assert torch.equal(shared, torch.tensor([[1.0, 2.0]] * 3))
+    per = torch.arange(6.0).reshape(3, 2)
+    assert torch.equal(most.Problem.from_function(**base, init=per).initial_params(3, g), per)
+    fn_init = most.Problem.from_function(**base, init=lambda m, gen: torch.ones(m, 2))
+    assert torch.equal(fn_init.initial_params(2, g), torch.ones(2, 2))
+    with pytest.raises(ValueError, match=r"init\(m, generator\)"):
+        most.Problem.from_function(**base, init=lambda m, gen: torch.ones(m, 3)).initial_params(2, g)
+
+
+def test_names_must_match():
+    with pytest.raises(ValueError, match="names"):
+        most.Problem.from_function(lambda t: t, dim=2, n_objectives=2, names=["a"])
+
+
+def _regression_tasks(n=6, groups=2, d=3, samples=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(groups, d, generator=g) * 3
+    xs = [torch.randn(samples, d, generator=g) for _ in range(n)]
+    ys = [x @ w[i % groups] for i, x in enumerate(xs)]
+    return w, xs, ys
+
+
+def test_module_problem_matches_module_forward_and_trains():
+    w, xs, ys = _regression_tasks()
+    objectives = [lambda f, x=x, y=y: ((f(x).squeeze(-1) - y) ** 2).mean() for x, y in zip(xs, ys)]
+    problem = most.Problem.from_module(lambda: nn.Linear(3, 1, bias=False), objectives)
+    assert problem.dim == 3 and problem.n_objectives == 6
+    params = problem.initial_params(2, torch.Generator().manual_seed(0))
+    modules = problem.to_modules(params)
+    for j, module in enumerate(modules):
+        with torch.no_grad():
+            expected = torch.stack([((module(x).squeeze(-1) - y) ** 2).mean() for x, y in zip(xs, ys)])
+        torch.testing.assert_close(problem.loss_matrix(params)[:, j], expected)
+    result = most.MosT(n_models=2, rounds=150, lr=0.05).fit(problem)
+    trained = torch.stack([m.weight.detach().reshape(-1) for m in problem.to_modules(result.params)])
+    # each true model is recovered by one of the two trained models
+    assert torch.cdist(w, trained).min(1).values.max() < 0.05
+
+
+def test_module_problem_with_minibatches_under_vmap():
+    w, xs, ys = _regression_tasks(n=4, samples=200)
+    gen = torch.Generator().manual_seed(0)
+
+    def make(x, y):
+        def objective(f):
+            idx = torch.randint(0, len(x), (16,), generator=gen)
+            return ((f(x[idx]).squeeze(-1) - y[idx]) ** 2).mean()
+        return objective
+
+    problem = most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1)),
+                                       [make(x, y) for x, y in zip(xs, ys)])
+    result = most.MosT(n_models=2, rounds=30, lr=0.01).fit(problem)
+    assert torch.isfinite(result.params).all() and result.params.shape == (2, problem.dim)
+
+
+def test_module_problem_errors():
+    with pytest.raises(ValueError, match="empty"):
+        most.Problem.from_module(lambda: nn.Linear(2, 1), [])
+    with pytest.raises(ValueError, match="nn.Module"):
+        most.Problem.from_module(lambda: 3, [lambda f: f(torch.zeros(1))])
+    with pytest.raises(ValueError, match="from_module"):
+        _quadratic()[1].to_modules(torch.zeros(1, 3))
+
+
+def test_uniform_marginals_repr_and_values():
+    a, b = Uniform()(torch.zeros(4, 2, dtype=torch.float64), 0, 1)
+    assert torch.allclose(a, _uniform(4)) and torch.allclose(b, _uniform(2))
+    assert repr(Uniform()) == "Uniform()"
