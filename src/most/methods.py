@@ -311,8 +311,11 @@ class MinNorm(Combiner):
     tol: float | None = None
 
     def __call__(self, jacobian, weights):
-        weights = weights.to(jacobian)
-        rows = weights.unsqueeze(-1) * jacobian  # [m, n, d]
+        # The Gramian is formed in float64: literal Gamma weights can be ~1e-30, which
+        # float32 would flush to denormals and turn the Gramian into noise.
+        jac64 = jacobian.to(torch.float64)
+        w64 = weights.to(device=jacobian.device, dtype=torch.float64)
+        rows = w64.unsqueeze(-1) * jac64  # [m, n, d]
         gram = rows @ rows.transpose(1, 2)
         gram = 0.5 * (gram + gram.transpose(1, 2))
         if not torch.isfinite(gram).all():
@@ -320,9 +323,10 @@ class MinNorm(Combiner):
                 "The gradients are too large: their Gram matrix overflows. The iterates are diverging; "
                 "try a smaller `lr`."
             )
-        result = min_norm(gram, mask=weights > 0, max_iter=self.max_iter, tol=self.tol)
-        coeff = result.weights * weights  # [m, n]
-        return torch.einsum("mn,mnd->md", coeff, jacobian), result.weights
+        result = min_norm(gram, mask=w64 > 0, max_iter=self.max_iter, tol=self.tol)
+        coeff = result.weights * w64  # [m, n]
+        direction = torch.einsum("mn,mnd->md", coeff, jac64)
+        return direction.to(jacobian.dtype), result.weights.to(jacobian.dtype)
 
 
 @dataclass(frozen=True)

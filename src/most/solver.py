@@ -190,7 +190,7 @@ def run(
                 grad_s += time.perf_counter() - tic
             tic = time.perf_counter()
             try:
-                direction, lam = combiner(jac.detach(), weights.to(jac))
+                direction, lam = combiner(jac.detach(), weights)
             except ValueError as exc:
                 raise ValueError(f"At round {t}, inner step {k}: {exc}") from exc
             min_norm_s += time.perf_counter() - tic
