@@ -33,7 +33,7 @@ from .methods import (
 )
 from .problem import Problem
 from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, run
-from . import variants
+from . import problems, variants
 
 __version__ = "0.1.0"
 
@@ -56,6 +56,7 @@ __all__ = [
     "WeightedMGDA",
     "WeightedSum",
     "mgda",
+    "problems",
     "run",
     "transport",
     "variants",
