@@ -157,6 +157,17 @@ def test_n_equals_two_analytic(seed, d):
     torch.testing.assert_close(min_norm_direction(J), expected @ J, atol=1e-7 * s**0.5, rtol=0)
 
 
+def solve_against_qp(G):
+    """Solves with min_norm and quadprog; checks convergence and that ours is never worse."""
+    r = min_norm(G)
+    assert r.converged
+    s = scale_of(G)
+    _, f_qp = qp_reference(G)
+    f = float(r.norm_sq)
+    assert f <= f_qp + 1e-10 * s
+    return r, f, f_qp, s
+
+
 # --------------------------------------------------------------------------- #
 # optimality: QP solver and KKT
 # --------------------------------------------------------------------------- #
@@ -166,13 +177,8 @@ def test_n_equals_two_analytic(seed, d):
 def test_matches_qp_and_kkt(name):
     J = CASES[name]
     G = J @ J.T
-    r = min_norm(G)
-    assert r.converged
-    s = scale_of(G)
-    _, f_qp = qp_reference(G)
-    f = float(r.norm_sq)
+    r, f, f_qp, s = solve_against_qp(G)
     # Never worse than the QP solution, and equal to it within 1e-9 of the problem's scale.
-    assert f <= f_qp + 1e-10 * s
     assert abs(f - f_qp) <= 1e-9 * s
     assert f == pytest.approx(float(r.weights @ G @ r.weights), abs=1e-12 * s)
     assert_kkt(G, r.weights)
@@ -576,13 +582,8 @@ def jacobians(draw):
 @given(jacobians())
 def test_property_optimal_and_kkt(J):
     G = J @ J.T
-    r = min_norm(G)
-    assert r.converged
-    s = scale_of(G)
-    _, f_qp = qp_reference(G)
-    f = float(r.norm_sq)
+    r, f, f_qp, s = solve_against_qp(G)
     assert abs(f - f_qp) <= 1e-8 * s
-    assert f <= f_qp + 1e-10 * s
     assert_kkt(G, r.weights)
 
 

@@ -257,3 +257,17 @@ def test_bad_configuration_is_rejected_at_construction(kwargs, match):
 def test_fit_rejects_non_problem():
     with pytest.raises(ValueError, match="most.Problem"):
         most.MosT(n_models=2).fit(lambda t: t)
+
+
+def test_bad_marginals_from_a_custom_schedule_name_the_round():
+    class Broken(most.methods.Marginals):
+        def __call__(self, losses, round, total):
+            n, m = losses.shape
+            a = torch.full((n,), 1.0 / n, dtype=losses.dtype)
+            if round == 2:
+                a = 2 * a  # off the simplex
+            return a, torch.full((m,), 1.0 / m, dtype=losses.dtype)
+
+    problem = quadratic_clusters(2, 3, seed=0)
+    with pytest.raises(ValueError, match=r"At round 2, in the assignment: `a` must sum to 1"):
+        most.MosT(n_models=2, rounds=5, marginals=Broken()).fit(problem)

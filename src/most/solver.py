@@ -173,10 +173,13 @@ def run(
         grad_s = time.perf_counter() - tic
 
         tic = time.perf_counter()
-        if isinstance(assignment, TransportAssignment):
-            plan = assignment(losses.detach(), t, rounds, previous=plan)
-        else:
-            plan = assignment(losses.detach(), t, rounds)
+        try:
+            if isinstance(assignment, TransportAssignment):
+                plan = assignment(losses.detach(), t, rounds, previous=plan)
+            else:
+                plan = assignment(losses.detach(), t, rounds)
+        except ValueError as exc:
+            raise ValueError(f"At round {t}, in the assignment: {exc}") from exc
         weights = weighting(plan)
         transport_s = time.perf_counter() - tic
 
@@ -209,7 +212,7 @@ def run(
         if progress:
             best = losses.min(1).values.mean()
             sparsity = float((plan <= 1e-12).float().mean())
-            bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}")
+            bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
         if callback is not None:
             callback(record, params)
 
