@@ -266,3 +266,28 @@ def test_uniform_marginals_repr_and_values():
     a, b = Uniform()(torch.zeros(4, 2, dtype=torch.float64), 0, 1)
     assert torch.allclose(a, _uniform(4)) and torch.allclose(b, _uniform(2))
     assert repr(Uniform()) == "Uniform()"
+
+
+# ------------------------------------------------------------------ box constraints
+def test_bounds_clamp_initialise_inside_and_project_gradients():
+    problem = most.Problem.from_function(lambda t: torch.stack([(t**2).sum(), ((t - 2) ** 2).sum()]), dim=3,
+                                         n_objectives=2, bounds=(0.5, 1.0))
+    params = problem.initial_params(4, torch.Generator().manual_seed(0))
+    assert (params >= 0.5).all() and (params <= 1.0).all()
+    at_wall = torch.tensor([[0.5, 0.7, 1.0]])
+    jac = torch.tensor([[[1.0, 1.0, 1.0], [-1.0, -1.0, -1.0]]])  # [m=1, n=2, d=3]
+    tangent = problem.tangent_jacobian(at_wall, jac)
+    # coordinate 0 sits at the lower bound: the positive component (asks to go lower) is dropped
+    # coordinate 2 sits at the upper bound: the negative component (asks to go higher) is dropped
+    assert torch.equal(tangent, torch.tensor([[[0.0, 1.0, 1.0], [-1.0, -1.0, 0.0]]]))
+    assert torch.equal(problem.apply_projection(torch.tensor([[0.0, 0.7, 3.0]])), torch.tensor([[0.5, 0.7, 1.0]]))
+    with pytest.raises(ValueError, match="lower <= upper"):
+        most.Problem.from_function(lambda t: t, dim=2, n_objectives=2, bounds=(1.0, 0.0))
+
+
+def test_map_objectives_keeps_bounds_and_applies_transform():
+    problem = most.Problem.from_function(lambda t: torch.stack([t.sum(), -t.sum()]), dim=2, n_objectives=2,
+                                         bounds=(0.0, 1.0))
+    mapped = problem.map_objectives(lambda l: torch.stack([l.max(), l.min(), l.sum()]), 3, names=["a", "b", "c"])
+    assert mapped.bounds == (0.0, 1.0) and mapped.names == ("a", "b", "c")
+    torch.testing.assert_close(mapped.loss_matrix(torch.tensor([[0.25, 0.5]])).squeeze(1), torch.tensor([0.75, -0.75, 0.0]))

@@ -292,11 +292,15 @@ class GammaWeights(Weighting):
 class Combiner(ABC):
     """``(jacobian [m, n, d], W [m, n]) -> (direction [m, d], lambda [m, n])``.
 
-    The update is ``theta_j <- theta_j - lr * direction_j``.
+    The update is ``theta_j <- theta_j - lr * direction_j``. The loop also passes, as
+    keywords, ``losses`` (``[m, n]``, model-major: ``losses[j, i] = L_i(theta_j)``) and
+    ``params`` (``[m, d]``), for combiners that need them (EPO, SVGD); others ignore them.
     """
 
     @abstractmethod
-    def __call__(self, jacobian: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]: ...
+    def __call__(
+        self, jacobian: Tensor, weights: Tensor, *, losses: Tensor | None = None, params: Tensor | None = None
+    ) -> tuple[Tensor, Tensor]: ...
 
 
 @dataclass(frozen=True)
@@ -310,7 +314,7 @@ class MinNorm(Combiner):
     max_iter: int | None = None
     tol: float | None = None
 
-    def __call__(self, jacobian, weights):
+    def __call__(self, jacobian, weights, *, losses=None, params=None):
         # The Gramian is formed in float64: literal Gamma weights can be ~1e-30, which
         # float32 would flush to denormals and turn the Gramian into noise.
         jac64 = jacobian.to(torch.float64)
@@ -337,7 +341,7 @@ class WeightedSum(Combiner):
     scalarisation.
     """
 
-    def __call__(self, jacobian, weights):
+    def __call__(self, jacobian, weights, *, losses=None, params=None):
         weights = weights.to(jacobian)
         total = weights.sum(1, keepdim=True)
         lam = torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny), torch.zeros_like(weights))

@@ -51,9 +51,15 @@ class Problem:
         n_objectives: number of objectives n.
         init: how to initialise m models: a tensor ``[dim]`` (every model starts there),
             a tensor ``[m, dim]``, or a callable ``(m, generator) -> [m, dim]``. ``None``
-            draws each coordinate from N(0, 1) with the solver's seed.
-        project: optional map ``[m, dim] -> [m, dim]`` applied after every step (for
-            instance, clamping to a box). Identity when ``None``.
+            draws each coordinate from N(0, 1) with the solver's seed (uniformly in the
+            box when ``bounds`` are given).
+        project: optional map ``[m, dim] -> [m, dim]`` applied after every step. Identity
+            when ``None``.
+        bounds: optional box ``(lower, upper)`` (scalars or ``[dim]`` tensors). Models start
+            inside it and are clamped to it after every step; before each step, gradient
+            components that push a coordinate held at a bound further out are zeroed
+            (projected gradients), so the min-norm direction is computed in the box's
+            tangent cone instead of being pulled against a wall.
         names: optional objective names, used in reports and error messages.
         vectorize: evaluate the m models with :func:`torch.func.vmap` (default). Set
             ``False`` for functions that vmap cannot trace (they are then evaluated in a
@@ -68,6 +74,7 @@ class Problem:
     project: Projection | None = None
     names: tuple[str, ...] | None = None
     vectorize: bool = True
+    bounds: tuple[Tensor | float, Tensor | float] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
     unflatten: Callable[[Tensor], dict[str, Tensor]] | None = field(default=None, repr=False)
     template: nn.Module | None = field(default=None, repr=False)
@@ -82,6 +89,10 @@ class Problem:
             )
         if self.names is not None and len(self.names) != self.n_objectives:
             raise ValueError(f"`names` has {len(self.names)} entries but there are {self.n_objectives} objectives.")
+        if self.bounds is not None:
+            lo, hi = (torch.as_tensor(b, dtype=torch.float64) for b in self.bounds)
+            if (lo > hi).any():
+                raise ValueError("`bounds` must satisfy lower <= upper in every coordinate.")
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -95,6 +106,7 @@ class Problem:
         project: Projection | None = None,
         names: Sequence[str] | None = None,
         vectorize: bool = True,
+        bounds: tuple[Tensor | float, Tensor | float] | None = None,
         metadata: Mapping[str, Any] | None = None,
     ) -> "Problem":
         """A problem given as ``fn(theta[dim]) -> losses[n_objectives]``."""
@@ -106,6 +118,7 @@ class Problem:
             project=project,
             names=tuple(names) if names is not None else None,
             vectorize=vectorize,
+            bounds=bounds,
             metadata=dict(metadata or {}),
         )
 
@@ -189,7 +202,10 @@ class Problem:
     # ------------------------------------------------------------------ evaluation
     def initial_params(self, n_models: int, generator: torch.Generator) -> Tensor:
         """The ``[n_models, dim]`` starting parameters."""
-        if self.init is None:
+        if self.init is None and self.bounds is not None:
+            lo, hi = self._bounds_like(torch.zeros(self.dim))
+            params = lo + (hi - lo) * torch.rand(n_models, self.dim, generator=generator)
+        elif self.init is None:
             params = torch.randn(n_models, self.dim, generator=generator)
         elif isinstance(self.init, Tensor):
             if self.init.shape == (self.dim,):
@@ -209,7 +225,31 @@ class Problem:
         return self.apply_projection(params)
 
     def apply_projection(self, params: Tensor) -> Tensor:
+        """Clamps to ``bounds`` (if any), then applies ``project`` (if any)."""
+        if self.bounds is not None:
+            lo, hi = self._bounds_like(params)
+            params = torch.maximum(torch.minimum(params, hi), lo)
         return params if self.project is None else self.project(params)
+
+    def tangent_jacobian(self, params: Tensor, jacobian: Tensor) -> Tensor:
+        """Zeroes gradient components that would push a coordinate held at a bound outwards.
+
+        A step is ``theta - lr * d``: at a lower bound a positive component of a gradient
+        asks to decrease the coordinate further, at an upper bound a negative one asks to
+        increase it. ``jacobian`` is ``[m, n, dim]``; returned unchanged without ``bounds``.
+        """
+        if self.bounds is None:
+            return jacobian
+        lo, hi = self._bounds_like(params)
+        at_lo = (params <= lo).unsqueeze(1)  # [m, 1, d]
+        at_hi = (params >= hi).unsqueeze(1)
+        blocked = (at_lo & (jacobian > 0)) | (at_hi & (jacobian < 0))
+        return jacobian.masked_fill(blocked, 0.0)
+
+    def _bounds_like(self, params: Tensor) -> tuple[Tensor, Tensor]:
+        lo, hi = self.bounds
+        return (torch.as_tensor(lo).to(params).expand(params.shape[-1]),
+                torch.as_tensor(hi).to(params).expand(params.shape[-1]))
 
     def loss_matrix(self, params: Tensor) -> Tensor:
         """The loss matrix ``L[i, j] = L_i(theta_j)``, shape ``[n, m]`` (paper Eq. 2's cost)."""
@@ -276,19 +316,28 @@ class Problem:
             raise ValueError(
                 f"`weights` must have shape [n', {self.n_objectives}]; got {tuple(weights.shape)}."
             )
+        return self.map_objectives(lambda losses: weights.to(losses) @ losses, int(weights.shape[0]),
+                                   names=names, **metadata)
+
+    def map_objectives(
+        self, transform: Callable[[Tensor], Tensor], n_objectives: int, *, names: Sequence[str] | None = None,
+        **metadata: Any,
+    ) -> "Problem":
+        """A problem whose objectives are ``transform(L(theta))`` (``[n] -> [n_objectives]``)."""
         base = self.fn
 
         def fn(theta: Tensor) -> Tensor:
-            return weights.to(theta) @ base(theta)
+            return transform(base(theta))
 
         return Problem(
             fn=fn,
             dim=self.dim,
-            n_objectives=int(weights.shape[0]),
+            n_objectives=n_objectives,
             init=self.init,
             project=self.project,
             names=tuple(names) if names is not None else None,
             vectorize=self.vectorize,
+            bounds=self.bounds,
             metadata={**self.metadata, **metadata},
             unflatten=self.unflatten,
             template=self.template,

@@ -185,15 +185,17 @@ def run(
 
         min_norm_s = 0.0
         lam = torch.zeros(m, n, dtype=params.dtype, device=params.device)
+        step_losses = losses
         for k in range(inner_steps):
             if k > 0:
                 tic = time.perf_counter()
                 step_losses, jac = problem.jacobian(params)
                 _check_finite(step_losses, jac, problem, t, k)
                 grad_s += time.perf_counter() - tic
+            jac = problem.tangent_jacobian(params, jac.detach())
             tic = time.perf_counter()
             try:
-                direction, lam = combiner(jac.detach(), weights)
+                direction, lam = combiner(jac, weights, losses=step_losses.detach().T, params=params.detach())
             except ValueError as exc:
                 raise ValueError(f"At round {t}, inner step {k}: {exc}") from exc
             min_norm_s += time.perf_counter() - tic
