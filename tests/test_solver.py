@@ -201,7 +201,7 @@ def test_projection_is_applied_after_every_step():
 
 def test_repr_reproduces_the_configuration():
     method = most.MosT(n_models=3, rounds=5, diversity=0.5, marginals=most.Curriculum(0.5, 0.0))
-    assert eval(repr(method), {**vars(most), "MajorityShare": most.MajorityShare}) == method
+    assert eval(repr(method), {**vars(most), "SGD": most.optim.SGD}) == method
 
 
 # ------------------------------------------------------------------ bad input

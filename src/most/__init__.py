@@ -27,13 +27,14 @@ from .methods import (
     MajorityShare,
     MinNorm,
     ModelsSelectObjectives,
+    TchebycheffExtension,
     ObjectivesSelectModels,
     Uniform,
     WeightedSum,
 )
 from .problem import Problem
 from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, run
-from . import problems, variants
+from . import metrics, optim, problems, variants
 
 __version__ = "0.1.0"
 
@@ -51,11 +52,13 @@ __all__ = [
     "ObjectivesSelectModels",
     "Problem",
     "Result",
+    "TchebycheffExtension",
     "RoundRecord",
     "Uniform",
     "WeightedMGDA",
     "WeightedSum",
     "mgda",
+    "optim",
     "problems",
     "run",
     "transport",

@@ -44,6 +44,7 @@ mass of, weighted by share.
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
@@ -74,6 +75,7 @@ __all__ = [
     "MinNorm",
     "WeightedSum",
     "DirichletExtension",
+    "TchebycheffExtension",
 ]
 
 
@@ -303,12 +305,18 @@ class Combiner(ABC):
     ) -> tuple[Tensor, Tensor]: ...
 
 
+#: Rows whose norm is below this fraction of the largest row are treated as zero gradients.
+ZERO_GRADIENT_RTOL = 1e-12
+
+
 @dataclass(frozen=True)
 class MinNorm(Combiner):
     """MGDA: the min-norm element of the hull of the rows ``W[j, i] * grad L_i(theta_j)``.
 
     Solved by Frank-Wolfe to convergence (:func:`most.mgda.min_norm`), all m models in one
-    batched solve; objectives with zero weight are left out.
+    batched solve; objectives with zero weight are left out, and so are objectives whose
+    gradient is zero (they are stationary and cannot change to first order, so they must not
+    stop the others -- e.g. an objective at its minimum on the boundary of a box).
     """
 
     max_iter: int | None = None
@@ -327,7 +335,12 @@ class MinNorm(Combiner):
                 "The gradients are too large: their Gram matrix overflows. The iterates are diverging; "
                 "try a smaller `lr`."
             )
-        result = min_norm(gram, mask=w64 > 0, max_iter=self.max_iter, tol=self.tol)
+        # An objective whose (projected) gradient vanishes is already stationary: it cannot
+        # change to first order along any direction, so it must not put the origin in the
+        # hull and stop the model (MGDA would then halt at a merely weakly Pareto point).
+        norms = torch.diagonal(gram, dim1=-2, dim2=-1).clamp_min(0).sqrt()
+        live = norms > ZERO_GRADIENT_RTOL * norms.amax(-1, keepdim=True)
+        result = min_norm(gram, mask=(w64 > 0) & live, max_iter=self.max_iter, tol=self.tol)
         coeff = result.weights * w64  # [m, n]
         direction = torch.einsum("mn,mnd->md", coeff, jac64)
         return direction.to(jacobian.dtype), result.weights.to(jacobian.dtype)
@@ -380,3 +393,78 @@ class DirichletExtension:
             f"mix{k}" for k in range(self.n_extra)
         ]
         return problem.with_objectives(w, names=names, extension_weights=w, base_problem=problem)
+
+
+@dataclass(frozen=True)
+class TchebycheffExtension:
+    r"""MosT-E with Tchebycheff mixtures: ``max_k w_ik (L_k - z*_k)``, ``w_i ~ Dir(c)``.
+
+    A linear mixture ``w . L`` is minimised only at the ends of a concave front, so the
+    paper's :class:`DirichletExtension` cannot spread models along one (ZDT2). The
+    Tchebycheff scalarisation reaches every Pareto-optimal point: its minimiser lies where
+    the ray ``z* + t / w`` meets the front. With ``smoothing = mu`` the max is replaced by
+    ``mu * log sum_k exp(w_ik (L_k - z*_k) / mu)`` (smooth Tchebycheff), which has
+    informative gradients in every objective.
+
+    Args:
+        n_extra: number of mixtures added.
+        concentration: Dirichlet concentration c of the preference weights.
+        smoothing: ``None`` for the plain max, or mu > 0 for the smooth version.
+        ideal: the ideal point z* (one value per original objective); ``None`` means 0,
+            right for non-negative losses.
+        include_original: keep the n original objectives first.
+        spread: ``"dirichlet"`` draws the weights; ``"grid"`` (two objectives only) places
+            the rays ``1 / w`` at evenly spaced angles, a deterministic even covering.
+        augment: rho >= 0 adds ``rho * sum_k w_ik (L_k - z*_k)`` (augmented Tchebycheff).
+            The plain max is only weakly Pareto: where one term is active the others get
+            no gradient, and a model can stop with the inactive objectives far from
+            optimal. A small rho makes every minimiser Pareto optimal.
+    """
+
+    n_extra: int = 20
+    concentration: float = 1.0
+    smoothing: float | None = None
+    ideal: tuple[float, ...] | None = None
+    include_original: bool = True
+    spread: Literal["dirichlet", "grid"] = "dirichlet"
+    augment: float = 0.0
+
+    def __post_init__(self):
+        check_positive_int(self.n_extra, name="n_extra")
+        check_positive(self.concentration, name="concentration")
+        if self.smoothing is not None:
+            check_positive(self.smoothing, name="smoothing")
+        check_non_negative(self.augment, name="augment")
+        if self.spread not in ("dirichlet", "grid"):
+            raise ValueError(f"`spread` must be 'dirichlet' or 'grid'; got {self.spread!r}.")
+
+    def preference_weights(self, n: int, generator: torch.Generator) -> Tensor:
+        if self.spread == "grid":
+            if n != 2:
+                raise ValueError("spread='grid' is defined for two objectives; use 'dirichlet' for more.")
+            angle = (torch.arange(self.n_extra, dtype=torch.float64) + 0.5) * (math.pi / 2) / self.n_extra
+            direction = torch.stack([angle.cos(), angle.sin()], 1)  # rays z* + t * direction
+            w = 1.0 / direction
+            return (w / w.sum(1, keepdim=True)).to(torch.get_default_dtype())
+        w = _numpy_rng(generator).dirichlet(np.full(n, self.concentration), size=self.n_extra)
+        return torch.as_tensor(w, dtype=torch.get_default_dtype())
+
+    def apply(self, problem: Problem, generator: torch.Generator) -> Problem:
+        n = problem.n_objectives
+        w = self.preference_weights(n, generator)
+        if self.ideal is not None and len(self.ideal) != n:
+            raise ValueError(f"`ideal` has {len(self.ideal)} values but the problem has {n} objectives.")
+        z = torch.zeros(n) if self.ideal is None else torch.as_tensor(self.ideal, dtype=torch.get_default_dtype())
+        mu, keep, rho = self.smoothing, self.include_original, self.augment
+
+        def transform(losses: Tensor) -> Tensor:
+            scaled = w.to(losses) * (losses - z.to(losses))  # [n_extra, n]
+            mixed = scaled.max(1).values if mu is None else mu * torch.logsumexp(scaled / mu, dim=1)
+            if rho:
+                mixed = mixed + rho * scaled.sum(1)
+            return torch.cat([losses, mixed]) if keep else mixed
+
+        base_names = problem.names or tuple(f"L{i}" for i in range(n))
+        names = (list(base_names) if keep else []) + [f"tch{k}" for k in range(self.n_extra)]
+        return problem.map_objectives(transform, (n if keep else 0) + self.n_extra, names=names,
+                                      extension_weights=w, base_problem=problem)

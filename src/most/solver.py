@@ -37,6 +37,7 @@ from .methods import (
     Combiner,
     DirichletExtension,
     EqualAssignment,
+    TchebycheffExtension,
     GammaWeights,
     MajorityShare,
     Marginals,
@@ -47,6 +48,7 @@ from .methods import (
     WeightedSum,
     Weighting,
 )
+from .optim import SGD, UpdateRule
 from .problem import Problem
 
 __all__ = ["RoundRecord", "Result", "run", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
@@ -145,6 +147,7 @@ def run(
     progress: bool = False,
     description: str = "MosT",
     callback: Callable[[RoundRecord, Tensor], None] | None = None,
+    optimizer: UpdateRule | None = None,
 ) -> Result:
     """Runs the round loop of Algorithm 1 with the given components.
 
@@ -162,6 +165,8 @@ def run(
     if not torch.isfinite(params).all():
         raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
     assignment.reset(n, m, generator)
+    optimizer = SGD() if optimizer is None else optimizer
+    opt_state = optimizer.init(params)
 
     history: list[RoundRecord] = []
     plan: Tensor | None = None
@@ -199,7 +204,8 @@ def run(
             except ValueError as exc:
                 raise ValueError(f"At round {t}, inner step {k}: {exc}") from exc
             min_norm_s += time.perf_counter() - tic
-            params = problem.apply_projection(params.detach() - lr * direction)
+            params, opt_state = optimizer.step(params.detach(), direction, opt_state, lr)
+            params = problem.apply_projection(params)
 
         record = RoundRecord(
             round=t,
@@ -233,6 +239,7 @@ class _Method:
     lr: float = 0.1
     seed: int = 0
     progress: bool = False
+    optimizer: UpdateRule = field(default_factory=SGD)
 
     def __post_init__(self):
         check_positive_int(self.n_models, name="n_models")
@@ -268,6 +275,7 @@ class _Method:
             progress=self.progress,
             description=type(self).__name__,
             callback=callback,
+            optimizer=self.optimizer,
         )
 
 
@@ -294,6 +302,8 @@ class MosT(_Method):
         reg: strength of the iterative transport solvers.
         warm_start: start each round's transport from the previous plan.
         progress: show a progress bar.
+        optimizer: the update rule, :class:`~most.optim.SGD` (default, Algorithm 1) or
+            :class:`~most.optim.Adam`.
     """
 
     diversity: float = 0.0
@@ -301,7 +311,7 @@ class MosT(_Method):
     marginals: Marginals = field(default_factory=Uniform)
     weighting: Weighting = field(default_factory=MajorityShare)
     combiner: Combiner = field(default_factory=MinNorm)
-    extension: DirichletExtension | None = None
+    extension: DirichletExtension | TchebycheffExtension | None = None
     reg: float | None = None
     warm_start: bool = False
 

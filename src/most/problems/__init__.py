@@ -5,8 +5,17 @@
   centres, so "each cluster ends with its own model inside its hull" is checkable.
 * :func:`mixed_regression` -- n least-squares objectives, each on its own data drawn from
   one of a few ground-truth linear models (the many-objective problem of the demo).
+* :func:`zafar_synthetic`, :func:`load_german_credit` -- fairness-accuracy data
+  (:class:`FairnessData`: logistic loss and the disparate-impact proxy of Zafar et al.).
+* :func:`zdt` -- ZDT1, ZDT2, ZDT3: two objectives in [0, 1]^30 with known Pareto fronts.
 """
 
+from ._fairness import FairnessData, load_german_credit, zafar_synthetic
 from ._synthetic import MixedRegression, mixed_regression, quadratic_clusters
+from ._zdt import ZDT_REFERENCE_POINTS, zdt, zdt_front
 
-__all__ = ["MixedRegression", "mixed_regression", "quadratic_clusters"]
+__all__ = [
+    "FairnessData",
+    "load_german_credit",
+    "zafar_synthetic",
+    "MixedRegression", "ZDT_REFERENCE_POINTS", "mixed_regression", "quadratic_clusters", "zdt", "zdt_front"]
