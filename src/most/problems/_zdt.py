@@ -16,16 +16,22 @@ ZDT_REFERENCE_POINTS = {
     "zdt3": (0.99022638, 6.54635266),
 }
 
-#: Below this, sqrt(f1 / g) is evaluated at the clamp: its derivative is unbounded at 0.
+#: Below this, sqrt(r) is continued linearly (exact at 0 and above the floor): the derivative
+#: of sqrt is unbounded at 0, which would give an infinite gradient on the wall f1 = 0.
 _SQRT_FLOOR = 1e-10
+
+
+def _safe_sqrt(r: Tensor) -> Tensor:
+    root = r.clamp_min(_SQRT_FLOOR).sqrt()
+    return torch.where(r > _SQRT_FLOOR, root, r / math.sqrt(_SQRT_FLOOR))
 
 
 def _h(name: str, ratio: Tensor, f1: Tensor) -> Tensor:
     if name == "zdt1":
-        return 1.0 - ratio.clamp_min(_SQRT_FLOOR).sqrt()
+        return 1.0 - _safe_sqrt(ratio)
     if name == "zdt2":
         return 1.0 - ratio**2
-    return 1.0 - ratio.clamp_min(_SQRT_FLOOR).sqrt() - ratio * torch.sin(10 * math.pi * f1)
+    return 1.0 - _safe_sqrt(ratio) - ratio * torch.sin(10 * math.pi * f1)
 
 
 def zdt_front(name: str, n_points: int = 2001) -> np.ndarray:
