@@ -34,6 +34,13 @@ def test_readme_variant_snippets_build_methods():
     exec(compile(_python_blocks()[1], "README.md", "exec"), namespace)
 
 
+def test_readme_few_objective_example_runs():
+    namespace: dict = {"most": most}
+    code = _python_blocks()[2].replace("rounds=1000", "rounds=50")  # the API, not the numbers
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["F"].shape == (5, 2)
+
+
 def test_demo_command_writes_table_results_and_figures(tmp_path):
     out = tmp_path / "demo"
     res = CliRunner().invoke(app, ["demo", "--out", str(out), "--rounds", "60", "--quiet"])

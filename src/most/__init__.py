@@ -34,7 +34,7 @@ from .methods import (
 )
 from .problem import Problem
 from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, run
-from . import metrics, optim, problems, variants
+from . import baselines, metrics, optim, problems, variants
 
 __version__ = "0.1.0"
 
@@ -57,6 +57,7 @@ __all__ = [
     "Uniform",
     "WeightedMGDA",
     "WeightedSum",
+    "baselines",
     "mgda",
     "optim",
     "problems",
