@@ -39,8 +39,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_non_negative, check_positive
-from ..methods import Combiner
-from ..mgda import min_norm
+from ..methods import Combiner, MinNorm
 
 __all__ = ["SVGDCombiner", "median_bandwidth"]
 
@@ -94,20 +93,11 @@ class SVGDCombiner(Combiner):
         m, n, d = jacobian.shape
         if tuple(params.shape) != (m, d):
             raise ValueError(f"`params` must have shape [m, d] = [{m}, {d}]; got {tuple(params.shape)}.")
-        jac64 = jacobian.detach().to(torch.float64)
         w = weights.detach().to(device=jacobian.device, dtype=torch.float64)
         top = w.amax(1, keepdim=True)
         w = torch.where(top > 0, w / top.clamp_min(torch.finfo(torch.float64).tiny), torch.zeros_like(w))
-        rows = w.unsqueeze(-1) * jac64
-        gram = rows @ rows.transpose(1, 2)
-        gram = 0.5 * (gram + gram.transpose(1, 2))
-        if not torch.isfinite(gram).all():
-            raise ValueError(
-                "The gradients are too large: their Gram matrix overflows. The iterates are diverging; "
-                "try a smaller `lr`."
-            )
-        lam = min_norm(gram, mask=w > 0).weights  # [m, n]
-        g = torch.einsum("mn,mnd->md", lam * w, jac64)  # MGDA directions, [m, d]
+        g, lam = MinNorm()(jacobian.detach(), w)  # each particle's MGDA direction, [m, d]
+        g = g.to(torch.float64)
 
         x = params.detach().to(device=jacobian.device, dtype=torch.float64)
         h = self.kernel_bandwidth(x)
