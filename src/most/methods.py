@@ -49,11 +49,11 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Literal
 
-import numpy as np
 import torch
 from torch import Tensor
 
 from . import transport
+from ._random import dirichlet
 from ._validation import check_non_negative, check_positive, check_positive_int
 from .mgda import min_norm
 from .problem import Problem
@@ -81,10 +81,6 @@ __all__ = [
 
 def _uniform(k: int, like: Tensor) -> Tensor:
     return torch.full((k,), 1.0 / k, dtype=like.dtype, device=like.device)
-
-
-def _numpy_rng(generator: torch.Generator) -> np.random.Generator:
-    return np.random.default_rng(int(torch.randint(0, 2**62, (1,), generator=generator)))
 
 
 # ============================================================================ marginals
@@ -166,13 +162,17 @@ class Curriculum(Marginals):
 
 # ============================================================================ assignments
 class Assignment(ABC):
-    """``(loss matrix [n, m], round, total rounds) -> plan Gamma [n, m]``."""
+    """``(loss matrix [n, m], round, total rounds, previous plan) -> plan Gamma [n, m]``.
+
+    ``previous`` is the plan of the last round (``None`` in the first); assignments that
+    can warm-start from it may, the others ignore it.
+    """
 
     def reset(self, n: int, m: int, generator: torch.Generator) -> None:
         """Called once before the first round (draws any fixed randomness)."""
 
     @abstractmethod
-    def __call__(self, losses: Tensor, round: int, total: int) -> Tensor: ...
+    def __call__(self, losses: Tensor, round: int, total: int, previous: Tensor | None = None) -> Tensor: ...
 
 
 @dataclass(frozen=True)
@@ -225,10 +225,9 @@ class RandomAssignment(Assignment):
         self._plan: Tensor | None = None
 
     def reset(self, n, m, generator):
-        w = _numpy_rng(generator).dirichlet(np.full(n, self.concentration), size=m)  # [m, n]
-        self._plan = torch.as_tensor(w.T / m, dtype=torch.get_default_dtype())
+        self._plan = dirichlet(generator, self.concentration, n, m).T / m  # column j: model j's draw
 
-    def __call__(self, losses, round, total):
+    def __call__(self, losses, round, total, previous=None):
         if self._plan is None or self._plan.shape != losses.shape:
             raise RuntimeError("RandomAssignment.reset(n, m, generator) must be called before the first round.")
         return self._plan.to(losses)
@@ -241,7 +240,7 @@ class RandomAssignment(Assignment):
 class EqualAssignment(Assignment):
     """Every model serves every objective equally (Gamma = 1/(nm)): plain MGDA, m times."""
 
-    def __call__(self, losses, round, total):
+    def __call__(self, losses, round, total, previous=None):
         n, m = losses.shape
         return torch.full((n, m), 1.0 / (n * m), dtype=losses.dtype, device=losses.device)
 
@@ -380,8 +379,7 @@ class DirichletExtension:
         check_positive(self.concentration, name="concentration")
 
     def mixture_weights(self, n: int, generator: torch.Generator) -> Tensor:
-        w = _numpy_rng(generator).dirichlet(np.full(n, self.concentration), size=self.n_extra)
-        w = torch.as_tensor(w, dtype=torch.get_default_dtype())
+        w = dirichlet(generator, self.concentration, n, self.n_extra)
         if self.include_original:
             w = torch.cat([torch.eye(n, dtype=w.dtype), w])
         return w
@@ -446,8 +444,7 @@ class TchebycheffExtension:
             direction = torch.stack([angle.cos(), angle.sin()], 1)  # rays z* + t * direction
             w = 1.0 / direction
             return (w / w.sum(1, keepdim=True)).to(torch.get_default_dtype())
-        w = _numpy_rng(generator).dirichlet(np.full(n, self.concentration), size=self.n_extra)
-        return torch.as_tensor(w, dtype=torch.get_default_dtype())
+        return dirichlet(generator, self.concentration, n, self.n_extra)
 
     def apply(self, problem: Problem, generator: torch.Generator) -> Problem:
         n = problem.n_objectives

@@ -33,6 +33,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, jacrev, vmap
 
+from ._random import derive_seed
 from ._validation import check_positive_int
 
 LossFunction = Callable[[Tensor], Tensor]
@@ -180,9 +181,8 @@ class Problem:
             return torch.stack([torch.as_tensor(obj(forward)).reshape(()) for obj in objectives])
 
         def init(m: int, generator: torch.Generator) -> Tensor:
-            seed = int(torch.randint(0, 2**62, (1,), generator=generator))
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
+                torch.manual_seed(derive_seed(generator))
                 flats = [
                     torch.cat([p.detach().reshape(-1) for p in model().parameters()]) for _ in range(m)
                 ]

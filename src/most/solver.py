@@ -179,10 +179,7 @@ def run(
 
         tic = time.perf_counter()
         try:
-            if isinstance(assignment, TransportAssignment):
-                plan = assignment(losses.detach(), t, rounds, previous=plan)
-            else:
-                plan = assignment(losses.detach(), t, rounds)
+            plan = assignment(losses.detach(), t, rounds, previous=plan)
         except ValueError as exc:
             raise ValueError(f"At round {t}, in the assignment: {exc}") from exc
         weights = weighting(plan)

@@ -75,7 +75,8 @@ from scipy.optimize import linprog
 from torch import Tensor
 
 from .._validation import check_positive
-from ..methods import Assignment, Combiner, _numpy_rng
+from .._random import dirichlet
+from ..methods import Assignment, Combiner
 from ..mgda import min_norm
 
 __all__ = ["PreferenceAssignment", "EPOCombiner", "check_preferences", "default_preferences", "epo_coefficients"]
@@ -128,7 +129,7 @@ def default_preferences(n: int, m: int, generator: torch.Generator | None = None
         return p / p.sum(1, keepdim=True)
     if generator is None:
         generator = torch.Generator().manual_seed(0)
-    return torch.as_tensor(_numpy_rng(generator).dirichlet(np.ones(n), size=m), dtype=torch.float64)
+    return dirichlet(generator, 1.0, n, m, dtype=torch.float64)
 
 
 class PreferenceAssignment(Assignment):
@@ -161,7 +162,7 @@ class PreferenceAssignment(Assignment):
         r = r / r.sum(1, keepdim=True)
         self._plan = (r.T / m).contiguous()  # float64; cast to the losses' dtype when used
 
-    def __call__(self, losses, round, total):
+    def __call__(self, losses, round, total, previous=None):
         if self._plan is None or self._plan.shape != losses.shape:
             raise RuntimeError("PreferenceAssignment.reset(n, m, generator) must be called before the first round.")
         return self._plan.to(losses)
