@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ._validation import check_non_negative, check_positive, check_positive_int
+from ._validation import check_positive, check_positive_int
 from .methods import (
     Assignment,
     Combiner,
@@ -314,9 +314,7 @@ class MosT(_Method):
 
     def __post_init__(self):
         super().__post_init__()
-        check_non_negative(self.diversity, name="diversity")
-        if self.transport not in ("exact", "sinkhorn", "ipot"):
-            raise ValueError(f"`transport` must be 'exact', 'sinkhorn' or 'ipot'; got {self.transport!r}.")
+        self.components()  # the transport assignment validates `transport` and `diversity`
 
     def components(self):
         assignment = TransportAssignment(
