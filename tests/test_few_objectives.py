@@ -195,3 +195,11 @@ def test_mgda_on_a_box_does_not_stall_at_a_weakly_pareto_point():
         warnings.simplefilter("error")
         result = most.MGDA(n_models=1, rounds=300, lr=0.05).fit(problem)
     assert float(result.params[0, 1:].max()) < 0.05  # g -> 1: on the Pareto set
+
+
+def test_zero_gradient_rule_looks_at_the_gradient_not_the_weight():
+    # A row with a tiny weight but a real gradient stays in the min-norm problem.
+    jac = torch.tensor([[[1.0, 0.0], [-1.0, 0.1]]], dtype=torch.float64)
+    weights = torch.tensor([[1.0, 1e-20]], dtype=torch.float64)
+    _, lam = most.MinNorm()(jac, weights)
+    assert lam[0, 1] > 0.5  # the short row dominates the min-norm point, as MGDA prescribes

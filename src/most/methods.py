@@ -337,7 +337,9 @@ class MinNorm(Combiner):
         # An objective whose (projected) gradient vanishes is already stationary: it cannot
         # change to first order along any direction, so it must not put the origin in the
         # hull and stop the model (MGDA would then halt at a merely weakly Pareto point).
-        norms = torch.diagonal(gram, dim1=-2, dim2=-1).clamp_min(0).sqrt()
+        # The test is on the objective's own gradient, not the weighted row: a tiny weight
+        # (a sliver of a dense plan) does not make an objective stationary.
+        norms = jac64.norm(dim=-1)
         live = norms > ZERO_GRADIENT_RTOL * norms.amax(-1, keepdim=True)
         result = min_norm(gram, mask=(w64 > 0) & live, max_iter=self.max_iter, tol=self.tol)
         coeff = result.weights * w64  # [m, n]
