@@ -1,0 +1,437 @@
+"""Federated data layer (most.federated.data)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import re
+import struct
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from most.federated import (
+    ClientData,
+    FederatedDataset,
+    dirichlet_label_split,
+    fedprox_synthetic,
+    load_fashion_mnist,
+    load_femnist,
+)
+from most.federated.data import FASHION_MNIST_DEFAULT_DIR, _split_counts
+
+FEMNIST_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "femnist_leaf_sf005"
+needs_femnist = pytest.mark.skipif(
+    not (FEMNIST_DIR / "train").is_dir(), reason=f"needs the LEAF FEMNIST subset at {FEMNIST_DIR}"
+)
+needs_fashion = pytest.mark.skipif(
+    not (Path(FASHION_MNIST_DEFAULT_DIR) / "train-images-idx3-ubyte.gz").is_file(),
+    reason=f"needs Fashion-MNIST in {FASHION_MNIST_DEFAULT_DIR} (apt-get install dataset-fashion-mnist)",
+)
+
+
+def _all_y(client: ClientData) -> torch.Tensor:
+    return torch.cat([client.y_train, client.y_val, client.y_test])
+
+
+def _all_x(client: ClientData) -> torch.Tensor:
+    return torch.cat([client.x_train, client.x_val, client.x_test])
+
+
+def _label_entropy(data: FederatedDataset) -> float:
+    """Mean over clients of the entropy of the client's label distribution."""
+    out = []
+    for c in data.clients:
+        p = np.bincount(_all_y(c).numpy(), minlength=data.n_classes) / c.n_samples
+        p = p[p > 0]
+        out.append(-(p * np.log(p)).sum())
+    return float(np.mean(out))
+
+
+def _client(n_train: int, n_val: int = 1, n_test: int = 1, shape=(2,), label: int = 0) -> ClientData:
+    def part(n):
+        return torch.randn(n, *shape), torch.full((n,), label)
+
+    return ClientData(*part(n_train), *part(n_val), *part(n_test))
+
+
+# ---------------------------------------------------------------------- containers
+def test_client_data_converts_and_checks():
+    c = ClientData(np.zeros((3, 2)), [0, 1, 2], torch.zeros(1, 2, dtype=torch.float64), torch.tensor([1.0]),
+                   torch.zeros(0, 2), torch.zeros(0, dtype=torch.int32))
+    assert c.x_train.dtype == c.x_val.dtype == c.x_test.dtype == torch.float32
+    assert c.y_train.dtype == c.y_val.dtype == c.y_test.dtype == torch.int64
+    assert (c.n_train, c.n_val, c.n_test, c.n_samples) == (3, 1, 0, 4)
+    with pytest.raises(ValueError, match="`x_val` has 2 rows but `y_val` has 1"):
+        ClientData(torch.zeros(1, 2), [0], torch.zeros(2, 2), [0], torch.zeros(1, 2), [0])
+    with pytest.raises(ValueError, match="input shape"):
+        ClientData(torch.zeros(1, 2), [0], torch.zeros(1, 3), [0], torch.zeros(1, 2), [0])
+    with pytest.raises(ValueError, match="integer class labels"):
+        ClientData(torch.zeros(1, 2), [0.5], torch.zeros(1, 2), [0], torch.zeros(1, 2), [0])
+    with pytest.raises(ValueError, match="NaN or inf"):
+        ClientData(torch.full((1, 2), float("nan")), [0], torch.zeros(1, 2), [0], torch.zeros(1, 2), [0])
+
+
+def test_dataset_validation():
+    good = _client(3)
+    with pytest.raises(ValueError, match=r"client 'b' has label 5 in `y_train`; labels must be in 0 \.\. 2"):
+        FederatedDataset("toy", (good, _client(2, label=5)), 3, (2,), ("a", "b"))
+    with pytest.raises(ValueError, match="client 'b' has samples of shape"):
+        FederatedDataset("toy", (good, _client(2, shape=(3,))), 3, (2,), ("a", "b"))
+    with pytest.raises(ValueError, match="unique"):
+        FederatedDataset("toy", (good, good), 3, (2,), ("a", "a"))
+    with pytest.raises(ValueError, match="one id per client"):
+        FederatedDataset("toy", (good, good), 3, (2,), ("a",))
+    with pytest.raises(ValueError, match="client 'b' has no training samples.*from_clients"):
+        FederatedDataset("toy", (good, _client(0)), 3, (2,), ("a", "b"))
+
+
+def test_empty_client_warns_and_is_excluded():
+    clients = [_client(3), _client(0, n_val=2, n_test=2), _client(1), _client(0, n_val=0, n_test=0)]
+    with pytest.warns(UserWarning, match=r"2 of 4 clients .* left out: w1 \(train 0, val 2, test 2\), w3 "):
+        data = FederatedDataset.from_clients(clients, name="toy", n_classes=2, client_ids=["w0", "w1", "w2", "w3"])
+    assert data.client_ids == ("w0", "w2")
+    assert data.clients[0] is clients[0] and data.clients[1] is clients[2]
+    assert data.input_shape == (2,)
+    with pytest.warns(UserWarning, match="fewer than 2 training"):
+        assert FederatedDataset.from_clients(clients, name="toy", n_classes=2, min_train=2).client_ids == ("client_0",)
+    with pytest.warns(UserWarning), pytest.raises(ValueError, match="no client is left"):
+        FederatedDataset.from_clients([_client(0)], name="toy", n_classes=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning when nothing is dropped
+        FederatedDataset.from_clients(clients[:1], name="toy", n_classes=2)
+
+
+def test_subset_and_summary():
+    data = fedprox_synthetic(0, 0, n_clients=5, samples_per_client=20)
+    sub = data.subset([3, 1])
+    assert sub.client_ids == ("f_00003", "f_00001")
+    assert sub.clients[0] is data.clients[3]
+    assert (sub.n_classes, sub.input_shape, sub.name) == (data.n_classes, data.input_shape, data.name)
+    with pytest.raises(ValueError, match="out of range"):
+        data.subset([5])
+    with pytest.raises(ValueError, match="repeat"):
+        data.subset([1, 1])
+    text = data.summary()
+    assert "5 clients" in text and "10 classes" in text
+    assert "train 60, val 20, test 20 (total 100)" in text
+    assert "min 20, median 20, max 20" in text
+
+
+def test_split_counts():
+    assert _split_counts(100, (0.6, 0.2, 0.2)) == [60, 20, 20]
+    for n in range(0, 40):
+        counts = _split_counts(n, (0.6, 0.2, 0.2))
+        assert sum(counts) == n
+        assert all(abs(c - n * f) < 1 for c, f in zip(counts, (0.6, 0.2, 0.2)))
+
+
+# ---------------------------------------------------------------------- synthetic
+def test_synthetic_shapes_classes_split():
+    data = fedprox_synthetic(0.5, 0.5)
+    assert (data.n_clients, data.n_classes, data.input_shape) == (30, 10, (60,))
+    assert data.client_ids[0] == "f_00000" and len(set(data.client_ids)) == 30
+    for c in data.clients:
+        assert (c.n_train, c.n_val, c.n_test) == (60, 20, 20)
+        assert c.x_train.shape == (60, 60) and c.x_train.dtype == torch.float32
+        assert c.y_test.dtype == torch.int64
+        y = _all_y(c)
+        assert 0 <= int(y.min()) and int(y.max()) < 10
+    small = fedprox_synthetic(0, 0, n_clients=3, dim=5, n_classes=3, samples_per_client=10, split=(0.5, 0.3, 0.2))
+    assert small.input_shape == (5,) and small.n_classes == 3
+    assert [(c.n_train, c.n_val, c.n_test) for c in small.clients] == [(5, 3, 2)] * 3
+
+
+def test_synthetic_deterministic_per_seed():
+    a, b, c = fedprox_synthetic(1, 1, seed=3), fedprox_synthetic(1, 1, seed=3), fedprox_synthetic(1, 1, seed=4)
+    for ca, cb in zip(a.clients, b.clients):
+        for field in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"):
+            assert torch.equal(getattr(ca, field), getattr(cb, field))
+    assert not torch.equal(a.clients[0].x_train, c.clients[0].x_train)
+    assert not all(torch.equal(_all_y(ca), _all_y(cc)) for ca, cc in zip(a.clients, c.clients))
+
+
+def test_synthetic_alpha_does_not_change_labels():
+    """u_k shifts every logit equally (as in FedProx's code): same seed and beta, same data."""
+    a, b = fedprox_synthetic(0, 1, seed=2), fedprox_synthetic(2, 1, seed=2)
+    for ca, cb in zip(a.clients, b.clients):
+        assert torch.equal(ca.x_train, cb.x_train) and torch.equal(ca.y_train, cb.y_train)
+
+
+def test_synthetic_heterogeneity_grows_with_alpha_beta():
+    iid_ish = fedprox_synthetic(0, 0, n_clients=200)
+    hetero = fedprox_synthetic(1, 1, n_clients=200)
+    # Feature shift: the spread over clients of a client's mean feature value is ~ sqrt(1/60) at
+    # beta = 0 and ~ beta at beta = 1.
+    spread0 = np.std([float(_all_x(c).mean()) for c in iid_ish.clients])
+    spread1 = np.std([float(_all_x(c).mean()) for c in hetero.clients])
+    assert spread0 < 0.25 and spread1 > 0.6, (spread0, spread1)
+    # Label skew: clients' label distributions are more concentrated (lower entropy).
+    h0, h1 = _label_entropy(iid_ish), _label_entropy(hetero)
+    assert h1 < h0 - 0.05, (h0, h1)
+
+
+def test_synthetic_covariance_scaling():
+    """Within-client variance of coordinate j is Sigma_jj = j^-1.2 (x ~ N(v_k, Sigma))."""
+    data = fedprox_synthetic(0, 0, n_clients=30, samples_per_client=200, seed=5)
+    resid = torch.cat([_all_x(c) - _all_x(c).mean(0) for c in data.clients]).double()
+    dof = sum(c.n_samples - 1 for c in data.clients)
+    var = (resid**2).sum(0).numpy() / dof
+    j = np.arange(1, 61)
+    ratio = var / j**-1.2
+    assert np.all(np.abs(ratio - 1) < 0.12), ratio
+    slope = np.polyfit(np.log(j), np.log(var), 1)[0]
+    assert abs(slope + 1.2) < 0.05, slope
+
+
+def test_synthetic_power_law_sizes():
+    data = fedprox_synthetic(1, 1, n_clients=50, size_distribution="power_law", samples_per_client=50, seed=1)
+    sizes = np.array(data.sizes("all"))
+    assert sizes.min() >= 50 and sizes.max() <= 2000
+    assert len(np.unique(sizes)) > 20 and sizes.max() > 3 * np.median(sizes)
+    capped = fedprox_synthetic(1, 1, n_clients=50, size_distribution="power_law", max_samples_per_client=120)
+    assert max(capped.sizes("all")) == 120
+    equal = fedprox_synthetic(1, 1, n_clients=5)
+    assert equal.sizes("all") == [100] * 5
+
+
+def test_synthetic_bad_arguments():
+    with pytest.raises(ValueError, match="size_distribution"):
+        fedprox_synthetic(0, 0, size_distribution="zipf")
+    with pytest.raises(ValueError, match="alpha"):
+        fedprox_synthetic(-1, 0)
+    with pytest.raises(ValueError, match="sum to 1"):
+        fedprox_synthetic(0, 0, split=(0.6, 0.2, 0.1))
+
+
+# ---------------------------------------------------------------------- Dirichlet split
+def test_dirichlet_split_partitions_every_index_once():
+    labels = np.repeat(np.arange(10), 100)
+    parts = dirichlet_label_split(labels, 7, 0.5, seed=1)
+    assert len(parts) == 7
+    joined = np.concatenate(parts)
+    assert np.array_equal(np.sort(joined), np.arange(1000))
+    again = dirichlet_label_split(torch.as_tensor(labels), 7, 0.5, seed=1)
+    assert all(np.array_equal(a, b) for a, b in zip(parts, again))
+    assert all(np.all(np.diff(p) > 0) for p in parts)
+    from_torch = [dirichlet_label_split(labels, 7, 0.5, seed=torch.Generator().manual_seed(3)) for _ in range(2)]
+    assert all(np.array_equal(a, b) for a, b in zip(*from_torch))
+    with pytest.raises(ValueError, match="concentration"):
+        dirichlet_label_split(labels, 7, 0.0)
+
+
+def test_dirichlet_smaller_concentration_more_skew():
+    labels = np.repeat(np.arange(10), 500)
+    global_p = np.full(10, 0.1)
+
+    def skew(concentration: float) -> float:
+        parts = dirichlet_label_split(labels, 20, concentration, seed=0)
+        tv = [0.5 * np.abs(np.bincount(labels[p], minlength=10) / len(p) - global_p).sum() for p in parts if len(p)]
+        return float(np.mean(tv))
+
+    s_small, s_mid, s_large = skew(0.1), skew(1.0), skew(100.0)
+    assert s_small > s_mid > s_large
+    assert s_small > 0.5 and s_large < 0.1
+
+
+# ---------------------------------------------------------------------- FEMNIST
+def _leaf_blob(users: dict[str, tuple[int, list[int]]]) -> dict:
+    """LEAF JSON with ``users[name] = (n_samples, labels)``; x[i] is filled with i / 100."""
+    return {
+        "users": list(users),
+        "num_samples": [n for n, _ in users.values()],
+        "user_data": {u: {"x": [[i / 100] * 784 for i in range(n)], "y": y} for u, (n, y) in users.items()},
+    }
+
+
+def _write(path: Path, blob: dict, gz: bool) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(blob)
+    if gz:
+        with gzip.open(path.with_name(path.name + ".gz"), "wt") as handle:
+            handle.write(text)
+    else:
+        path.write_text(text)
+
+
+@pytest.mark.parametrize("gz", [False, True])
+def test_femnist_tiny_leaf_round_trip(tmp_path, gz):
+    _write(tmp_path / "train" / "a.json", _leaf_blob({"w1": (5, [0, 1, 2, 3, 61]), "w2": (3, [4, 4, 4])}), gz)
+    _write(tmp_path / "train" / "b.json", _leaf_blob({"w3": (2, [7, 7]), "w4": (1, [9])}), gz)
+    _write(tmp_path / "test" / "a.json", _leaf_blob({"w1": (2, [5, 6]), "w2": (1, [8]), "w3": (1, [1])}), gz)
+    with pytest.warns(UserWarning, match=r"1 writer\(s\) have training data but no test data \(w4\)"):
+        data = load_femnist(tmp_path, val_fraction=0.4, seed=0)
+    assert data.client_ids == ("w1", "w2", "w3")
+    assert (data.n_classes, data.input_shape) == (62, (1, 28, 28))
+    w1 = data.clients[0]
+    assert (w1.n_train, w1.n_val, w1.n_test) == (3, 2, 2)
+    assert w1.x_train.shape == (3, 1, 28, 28) and w1.x_train.dtype == torch.float32
+    # train + val are w1's LEAF training samples (x[i] == i / 100 everywhere, label list order)
+    idx = torch.cat([w1.x_train, w1.x_val])[:, 0, 0, 0].mul(100).round().long()
+    assert sorted(idx.tolist()) == [0, 1, 2, 3, 4]
+    assert torch.equal(torch.cat([w1.y_train, w1.y_val]), torch.tensor([0, 1, 2, 3, 61])[idx])
+    assert w1.y_test.tolist() == [5, 6]
+    assert [(c.n_train, c.n_val) for c in data.clients[1:]] == [(2, 1), (1, 1)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert load_femnist(tmp_path, val_fraction=0.4, min_train=2).client_ids == ("w1", "w2")
+    messages = [str(w.message) for w in caught]
+    assert len(messages) == 2 and "no test data (w4)" in messages[0]
+    assert "fewer than 2 training sample(s) and were left out: w3 (train 1, val 1, test 1)" in messages[1]
+
+
+def test_femnist_env_variable(tmp_path, monkeypatch):
+    _write(tmp_path / "train" / "a.json", _leaf_blob({"w1": (2, [0, 1])}), True)
+    _write(tmp_path / "test" / "a.json", _leaf_blob({"w1": (1, [2])}), True)
+    monkeypatch.setenv("MOST_FEMNIST", str(tmp_path))
+    assert load_femnist().client_ids == ("w1",)
+    monkeypatch.delenv("MOST_FEMNIST")
+    with pytest.raises(FileNotFoundError, match="MOST_FEMNIST is not set"):
+        load_femnist()
+
+
+def test_femnist_missing_directory_names_path(tmp_path):
+    missing = tmp_path / "nowhere"
+    with pytest.raises(FileNotFoundError, match=re.escape(str(missing))):
+        load_femnist(missing)
+    (tmp_path / "train").mkdir()
+    expected = re.escape(f"{tmp_path / 'test'} does not exist") + ".*train/ and test/"
+    with pytest.raises(FileNotFoundError, match=expected):
+        load_femnist(tmp_path)
+    (tmp_path / "test").mkdir()
+    with pytest.raises(FileNotFoundError, match=re.escape(f"no *.json or *.json.gz files in {tmp_path / 'train'}")):
+        load_femnist(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda b: b.pop("user_data"), "missing key.*'user_data'"),
+        (lambda b: b["user_data"]["w1"]["y"].pop(), "user 'w1'.*'x' has 2 samples but 'y' has 1"),
+        (lambda b: b["user_data"]["w1"]["x"][0].pop(), "user 'w1'.*784 numbers"),
+        (lambda b: b["user_data"]["w1"].pop("x"), "user 'w1'.*keys 'x' and 'y'"),
+        (lambda b: b["user_data"]["w1"]["y"].__setitem__(0, 62), "user 'w1'.*labels in 0 .. 61"),
+        (lambda b: b["num_samples"].__setitem__(0, 7), "user 'w1'.*'num_samples' says 7"),
+    ],
+)
+def test_femnist_malformed_json_names_file_and_user(tmp_path, mutate, message):
+    blob = _leaf_blob({"w1": (2, [0, 1])})
+    mutate(blob)
+    _write(tmp_path / "train" / "bad.json", blob, False)
+    _write(tmp_path / "test" / "t.json", _leaf_blob({"w1": (1, [2])}), False)
+    with pytest.raises(ValueError, match=message) as info:
+        load_femnist(tmp_path)
+    assert str(tmp_path / "train" / "bad.json") in str(info.value)
+
+
+def test_femnist_not_json(tmp_path):
+    (tmp_path / "train").mkdir()
+    (tmp_path / "test").mkdir()
+    (tmp_path / "train" / "x.json").write_text("{not json")
+    (tmp_path / "test" / "x.json").write_text("{}")
+    with pytest.raises(ValueError, match=re.escape(f"{tmp_path / 'train' / 'x.json'}: not a readable LEAF JSON")):
+        load_femnist(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def femnist():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        data = load_femnist(FEMNIST_DIR)
+    return data, [str(w.message) for w in caught]
+
+
+@needs_femnist
+def test_femnist_real_subset(femnist):
+    data, caught = femnist
+    assert data.n_clients == 105 and data.n_classes == 62 and data.input_shape == (1, 28, 28)
+    assert len(caught) == 1 and "79 writer(s) have test data but no training data" in caught[0]
+    assert list(data.client_ids) == sorted(data.client_ids)
+    assert sum(c.n_train + c.n_val for c in data.clients) == 14708  # SOURCE.txt: train samples
+    assert sum(c.n_test for c in data.clients) == 1685
+    assert all(c.n_train >= 1 and c.n_test >= 1 for c in data.clients)
+    c = data.clients[0]
+    assert c.x_train.shape[1:] == (1, 28, 28) and c.x_train.dtype == torch.float32
+    assert 0 <= float(c.x_train.min()) and float(c.x_train.max()) <= 1
+    labels = torch.cat([_all_y(c) for c in data.clients])
+    assert int(labels.min()) == 0 and int(labels.max()) == 61
+    # val_fraction = 0.2 of each writer's training samples
+    assert all(abs(c.n_val - 0.2 * (c.n_train + c.n_val)) <= 1 for c in data.clients)
+
+
+# ---------------------------------------------------------------------- Fashion-MNIST
+def _write_idx(path: Path, array: np.ndarray) -> None:
+    header = struct.pack(">HBB", 0, 0x08, array.ndim) + struct.pack(f">{array.ndim}I", *array.shape)
+    with gzip.open(path, "wb") as handle:
+        handle.write(header + array.astype(np.uint8).tobytes())
+
+
+def _tiny_fashion(directory: Path, n_train: int = 60, n_test: int = 20) -> None:
+    rng = np.random.default_rng(0)
+    for prefix, n in (("train", n_train), ("t10k", n_test)):
+        labels = np.arange(n) % 10
+        images = rng.integers(0, 256, size=(n, 28, 28))
+        images[:, 0, 0] = 255
+        images[:, 1, 1] = 20 * labels + (prefix == "t10k")  # each image names its label (and its file)
+        _write_idx(directory / f"{prefix}-images-idx3-ubyte.gz", images)
+        _write_idx(directory / f"{prefix}-labels-idx1-ubyte.gz", labels)
+
+
+def test_fashion_tiny_idx_round_trip(tmp_path):
+    _tiny_fashion(tmp_path)
+    data = load_fashion_mnist(tmp_path, n_clients=3, concentration=100.0, seed=1)
+    assert data.n_clients == 3 and data.n_classes == 10 and data.input_shape == (1, 28, 28)
+    assert sum(data.sizes("all")) == 80
+    x = torch.cat([_all_x(c) for c in data.clients])
+    assert x.dtype == torch.float32 and float(x.min()) >= 0 and float(x.max()) == 1.0
+    assert torch.all(x[:, 0, 0, 0] == 1.0)
+    y = torch.cat([_all_y(c) for c in data.clients])
+    code = (x[:, 0, 1, 1] * 255).round().long()
+    assert torch.equal(code // 20, y)  # images keep their labels
+    assert int((code % 20).sum()) == 20  # the 20 t10k images are pooled in
+    for c in data.clients:
+        assert [c.n_train, c.n_val, c.n_test] == _split_counts(c.n_samples, (0.6, 0.2, 0.2))
+    sub = load_fashion_mnist(tmp_path, n_clients=4, samples_per_client=5, concentration=100.0)
+    assert sum(sub.sizes("all")) == 20
+    with pytest.raises(ValueError, match="exceeds the 80"):
+        load_fashion_mnist(tmp_path, n_clients=10, samples_per_client=9)
+
+
+def test_fashion_missing_files_name_them(tmp_path, monkeypatch):
+    _write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((2, 28, 28)))
+    with pytest.raises(FileNotFoundError) as info:
+        load_fashion_mnist(tmp_path)
+    text = str(info.value)
+    assert str(tmp_path) in text and "train-labels-idx1-ubyte.gz" in text and "t10k-images-idx3-ubyte.gz" in text
+    assert "train-images-idx3-ubyte.gz," not in text  # present, so not listed as missing
+    assert "apt-get install dataset-fashion-mnist" in text and "MOST_FASHION_MNIST" in text
+    monkeypatch.setenv("MOST_FASHION_MNIST", str(tmp_path / "nowhere"))
+    expected = re.escape(f"{tmp_path / 'nowhere'} (from MOST_FASHION_MNIST) does not exist")
+    with pytest.raises(FileNotFoundError, match=expected):
+        load_fashion_mnist()
+
+
+def test_fashion_malformed_idx(tmp_path):
+    _tiny_fashion(tmp_path)
+    with gzip.open(tmp_path / "t10k-labels-idx1-ubyte.gz", "wb") as handle:
+        handle.write(struct.pack(">HBBI", 0, 0x08, 1, 30) + bytes(10))
+    with pytest.raises(ValueError, match="t10k-labels-idx1-ubyte.gz: the header announces"):
+        load_fashion_mnist(tmp_path)
+
+
+@needs_fashion
+def test_fashion_real_small():
+    data = load_fashion_mnist(n_clients=10, samples_per_client=50, concentration=0.3, seed=0)
+    assert data.n_classes == 10 and data.input_shape == (1, 28, 28)
+    assert data.n_clients <= 10
+    assert sum(data.sizes("all")) == 500
+    x = torch.cat([_all_x(c) for c in data.clients])
+    assert float(x.min()) == 0.0 and float(x.max()) == 1.0
+    # Dirichlet(0.3) skew: clients are dominated by few classes
+    assert _label_entropy(data) < 0.8 * np.log(10)
+    again = load_fashion_mnist(n_clients=10, samples_per_client=50, concentration=0.3, seed=0)
+    assert all(torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+               for a, b in zip(data.clients, again.clients))
