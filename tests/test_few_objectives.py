@@ -107,7 +107,7 @@ def test_tchebycheff_objectives_values():
     theta = torch.tensor([[1.0, 1.0]])
     base = problem.loss_matrix(theta).squeeze(1)  # (2, 10)
     shifted = w * (base - torch.tensor([1.0, 2.0]))
-    expected = torch.cat([base, shifted.max(1).values + 0.1 * shifted.sum(1)])
+    expected = torch.cat([base, shifted.max(1).values + 0.1 * (base - torch.tensor([1.0, 2.0])).sum()])
     torch.testing.assert_close(extended.loss_matrix(theta).squeeze(1), expected)
     smooth = most.TchebycheffExtension(n_extra=3, smoothing=0.01).apply(problem, torch.Generator().manual_seed(0))
     hard = most.TchebycheffExtension(n_extra=3).apply(problem, torch.Generator().manual_seed(0))
@@ -117,9 +117,10 @@ def test_tchebycheff_objectives_values():
 
 
 def test_tchebycheff_grid_rays_are_evenly_spread():
-    w = most.TchebycheffExtension(n_extra=6, spread="grid").preference_weights(2, torch.Generator())
-    angles = torch.atan2(1 / w[:, 1], 1 / w[:, 0])
-    torch.testing.assert_close(angles.diff(), torch.full((5,), math.pi / 12, dtype=angles.dtype), atol=1e-6, rtol=0)
+    w = most.TchebycheffExtension(n_extra=7, spread="grid").preference_weights(2, torch.Generator())
+    angles = torch.atan2(w[:, 0], w[:, 1])  # the ray of w points along (1 / w1, 1 / w2) = (w2, w1) / (w1 w2)
+    torch.testing.assert_close(angles, torch.arange(7, dtype=angles.dtype) * math.pi / 12, atol=1e-6, rtol=0)
+    torch.testing.assert_close(w[[0, -1]], torch.tensor([[0.0, 1.0], [1.0, 0.0]]), atol=1e-7, rtol=0)
     with pytest.raises(ValueError, match="two objectives"):
         most.TchebycheffExtension(spread="grid").preference_weights(3, torch.Generator())
 
