@@ -2,6 +2,7 @@
 
     most demo                 # MosT vs two baselines on a built-in problem, ~10 s
     most demo --out results/  # where the table (results.json) and the figures go
+    most bench few-objective  # ZDT1-3 and fairness: MosT-E vs EPO, MOO-SVGD, MGDA, ...
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ app = typer.Typer(
     no_args_is_help=True,
     help="MosT: train a few models that together serve many objectives.",
 )
+
+
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
+app.add_typer(bench_app, name="bench")
 
 
 @app.callback()
@@ -104,6 +109,53 @@ def demo(
     for name, mean, worst, rec, sec in rows:
         typer.echo(f"{name:<14} {mean:>14.3f} {worst:>14.3f} {rec:>12.3f} {sec:>8.1f}")
     typer.echo(f"\n(noise floor: test MSE ≈ 0.25)\nWrote {out}/results.json, curves.png, assignment.png, per_task.png")
+
+
+@bench_app.command("few-objective")
+def bench_few_objective(
+    out: Path = typer.Option(Path("bench_out/few_objective"), help="Folder for results.json, table.md, figures."),
+    problems: list[str] = typer.Option(["zdt1", "zdt2", "zdt3", "synthetic", "german"], "--problem",
+                                       help="Repeat to choose: zdt1, zdt2, zdt3, synthetic, german."),
+    methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
+    seeds: list[int] = typer.Option([0, 1, 2], "--seed", help="Repeat for several seeds."),
+    n_models: int = typer.Option(5, min=2, help="Number of solutions m."),
+    zdt_rounds: int = typer.Option(1000, min=1, help="Rounds on ZDT."),
+    fairness_rounds: int = typer.Option(300, min=1, help="Rounds on the fairness data."),
+    german_path: Path = typer.Option(None, help="Folder with german.data (default: $MOST_GERMAN_CREDIT)."),
+    threads: int = typer.Option(1, min=1, help="torch threads; these problems are tiny, so 1 is fastest."),
+    list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Few objectives (n = 2 < m = 5): hypervolume of the final 5 solutions on ZDT1-3 and on
+    fairness-accuracy trade-offs (synthetic, German credit), MosT-E against the baselines.
+
+    Writes OUT/results.json (every run: points, hypervolume, seconds, chosen hyper-parameters),
+    OUT/table.md (mean ± std over seeds) and, per problem, pareto_<name>.png (solutions over the
+    true front, one panel per method) and hv_area_<name>.png (the dominated areas).
+
+    Examples:
+
+        most bench few-objective --out bench_out/few_objective
+
+        most bench few-objective --problem zdt2 --method "MosT-E (Tchebycheff)" --method MGDA --seed 0
+    """
+    import torch
+
+    from .bench.few_objective import METHODS, FewObjectiveConfig, run_benchmark, table_markdown
+
+    if list_methods:
+        typer.echo("\n".join(METHODS))
+        return
+    torch.set_num_threads(threads)
+    try:
+        config = FewObjectiveConfig(out=out, problems=tuple(problems), methods=tuple(methods or METHODS),
+                                    seeds=tuple(seeds), n_models=n_models, zdt_rounds=zdt_rounds,
+                                    fairness_rounds=fairness_rounds, german_path=german_path, progress=not quiet)
+        results = run_benchmark(config)
+    except (ValueError, FileNotFoundError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(table_markdown(results))
+    typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -3,6 +3,8 @@
 * :func:`training_curves` -- a metric per round, one line per method.
 * :func:`assignment_heatmap` -- the plan Gamma [n, m] as an image.
 * :func:`per_objective_bars` -- per-objective values of several methods, sorted.
+* :func:`pareto_fronts` -- solutions of each method over the true front (one panel each).
+* :func:`hypervolume_areas` -- the area each method's solutions dominate (2-D).
 """
 
 from __future__ import annotations
@@ -66,4 +68,73 @@ def per_objective_bars(values: Mapping[str, Sequence[float]], *, ylabel: str, ti
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
+    return _save(fig, path)
+
+
+def _grid(k: int):
+    cols = min(4, k)
+    rows = int(np.ceil(k / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, 2.9 * rows), squeeze=False, sharex=True, sharey=True)
+    for ax in axes.ravel()[k:]:
+        ax.set_visible(False)
+    return fig, axes.ravel()
+
+
+def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None, reference=None,
+                  labels=("objective 1", "objective 2"), title: str = "", path=None):
+    """One panel per method: its solutions (two objectives) over the true front, if known.
+
+    ``points`` maps a method name to its ``[k, 2]`` objective values; ``reference`` draws the
+    hypervolume reference box.
+    """
+    fig, axes = _grid(len(points))
+    for ax, (name, pts) in zip(axes, points.items()):
+        pts = np.asarray(pts, dtype=float)
+        if front is not None:
+            f = np.asarray(front, dtype=float)
+            ax.plot(f[:, 0], f[:, 1], ".", ms=1.2, color="0.6", label="true front")
+        if reference is not None:
+            ax.axvline(reference[0], color="0.8", lw=0.8, ls="--")
+            ax.axhline(reference[1], color="0.8", lw=0.8, ls="--")
+        ax.scatter(pts[:, 0], pts[:, 1], s=28, color="C3", zorder=3, label="solutions")
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_xlabel(labels[0])
+    axes[0].set_ylabel(labels[1])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, reference, front=None,
+                      labels=("objective 1", "objective 2"), title: str = "", path=None):
+    """One panel per method: the region its solutions dominate inside the reference box (2-D)."""
+    fig, axes = _grid(len(points))
+    r = np.asarray(reference, dtype=float)
+    for k, (ax, (name, pts)) in enumerate(zip(axes, points.items())):
+        pts = np.asarray(pts, dtype=float)
+        inside = pts[(pts < r).all(1)]
+        inside = inside[np.argsort(inside[:, 0])]
+        # staircase of the non-dominated points: each adds the rectangle up to the next point's f1
+        best = np.inf
+        for i, (x, y) in enumerate(inside):
+            if y >= best:
+                continue
+            best = y
+            nxt = next((q[0] for q in inside[i + 1:] if q[1] < y), r[0])
+            ax.fill_between([x, nxt], [y, y], [r[1], r[1]], color=f"C{k % 10}", alpha=0.35, lw=0)
+        if front is not None:
+            f = np.asarray(front, dtype=float)
+            ax.plot(f[:, 0], f[:, 1], ".", ms=1.0, color="0.5")
+        ax.scatter(pts[:, 0], pts[:, 1], s=18, color="k", zorder=3)
+        ax.set_xlim(min(pts[:, 0].min(), 0.0) - 0.02, r[0] * 1.05 if r[0] > 0 else r[0] + 0.05)
+        ax.set_ylim(min(pts[:, 1].min(), front[:, 1].min() if front is not None else np.inf) - 0.05, r[1])
+        ax.set_title(name, fontsize=9)
+        ax.grid(alpha=0.3)
+    axes[0].set_xlabel(labels[0])
+    axes[0].set_ylabel(labels[1])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
     return _save(fig, path)

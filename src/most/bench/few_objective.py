@@ -1,0 +1,332 @@
+r"""Few objectives (n = 2 < m = 5): ZDT1-3 and fairness-accuracy trade-offs (paper Appendix C).
+
+Every method trains m = 5 solutions; the score is the hypervolume (moocore) of the
+**final** iterate, never the best over rounds.
+
+* ZDT: 1000 rounds, Adam (lr 5e-3) for every method, the paper's reference points. ZDT has no
+  data split, so its settings were fixed once (on seeds 0-2) and are the same for every run.
+* Fairness (Zafar synthetic, German credit): one train / validation / test split 60/20/20 (seed 0);
+  the seeds vary the models. Every method's
+  learning rate (and MosT-E's extension) is chosen by the hypervolume of the 5 solutions on
+  the validation split; the test hypervolume of that choice is reported, with one reference
+  point per data set shared by all methods: the upper bounds of the test objective values
+  over all methods' solutions (the paper's rule).
+
+Methods (:data:`METHODS`):
+
+* ``MosT-E (Tchebycheff)`` -- the library's recommended few-objective setting: n' = m smooth
+  augmented Tchebycheff scalarisations on evenly spaced rays that include both ends
+  (:class:`~most.methods.TchebycheffExtension` with ``spread="grid"``).
+* ``MosT-E (Tchebycheff, n'=20)`` -- 20 Dirichlet-drawn Tchebycheff rays plus the originals.
+* ``MosT-E (paper)`` -- the paper's MosT-E: 20 linear Dirichlet(1) mixtures plus the originals.
+* ``MosT (n=2)`` -- plain MosT on the two objectives (``most.MosT`` refuses m > n, so this row
+  composes :func:`most.run` directly), to show why the extension is needed.
+* ``Linearization``, ``MGDA``, ``EPO``, ``MOO-SVGD`` -- the baselines.
+
+Run it with ``most bench few-objective --out DIR`` (see ``--help``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from .. import plots
+from ..baselines import EPO, MOOSVGD
+from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
+from ..metrics import best_hypervolume_2d, hypervolume
+from ..optim import Adam
+from ..problem import Problem
+from ..problems import load_german_credit, zafar_synthetic, zdt
+from ..solver import MGDA, Linearization, MosT, Result, run
+
+__all__ = ["FewObjectiveConfig", "METHODS", "run_benchmark", "ZDT_PROBLEMS", "FAIRNESS_PROBLEMS"]
+
+ZDT_PROBLEMS = ("zdt1", "zdt2", "zdt3")
+FAIRNESS_PROBLEMS = ("synthetic", "german")
+
+#: Tchebycheff ideal points z*: at or below the smallest value of each objective on the front
+#: (ZDT3's f2 goes down to -0.773).
+_IDEAL = {"zdt1": (0.0, 0.0), "zdt2": (0.0, 0.0), "zdt3": (0.0, -0.8), "synthetic": (0.0, 0.0), "german": (0.0, 0.0)}
+
+
+@dataclass(frozen=True)
+class _Spec:
+    """How to build one method: ``build(n_models, rounds, lr, seed, ideal, variant) -> fit(problem)``."""
+
+    build: Callable[..., Callable[[Problem], Result]]
+    variants: tuple = (None,)  # extra hyper-parameter choices searched on validation (fairness)
+
+
+def _fit_of(method):
+    return method.fit
+
+
+def _most_tch_grid(n_models, rounds, lr, seed, ideal, variant):
+    ext = TchebycheffExtension(n_extra=n_models, spread="grid", smoothing=0.05, augment=0.01, ideal=ideal,
+                               include_original=False)
+    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext))
+
+
+def _most_tch_dirichlet(n_models, rounds, lr, seed, ideal, variant):
+    ext = TchebycheffExtension(n_extra=20, augment=0.05, ideal=ideal)
+    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext))
+
+
+def _most_paper(n_models, rounds, lr, seed, ideal, variant):
+    n_extra, concentration = variant or (20, 1.0)
+    ext = DirichletExtension(n_extra=n_extra, concentration=concentration)
+    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext))
+
+
+def _most_plain(n_models, rounds, lr, seed, ideal, variant):
+    def fit(problem: Problem) -> Result:
+        return run(problem, n_models=n_models, rounds=rounds, inner_steps=1, lr=lr,
+                   assignment=TransportAssignment(), weighting=MajorityShare(), combiner=MinNorm(),
+                   seed=seed, optimizer=Adam(), description="MosT (n=2)")
+    return fit
+
+
+def _linearization(n_models, rounds, lr, seed, ideal, variant):
+    return _fit_of(Linearization(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+
+
+def _mgda(n_models, rounds, lr, seed, ideal, variant):
+    return _fit_of(MGDA(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+
+
+def _epo(n_models, rounds, lr, seed, ideal, variant):
+    return _fit_of(EPO(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+
+
+def _svgd(n_models, rounds, lr, seed, ideal, variant):
+    return _fit_of(MOOSVGD(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+
+
+#: name -> how to build it. The fairness search also tries each spec's ``variants``.
+METHODS: dict[str, _Spec] = {
+    "MosT-E (Tchebycheff)": _Spec(_most_tch_grid),
+    "MosT-E (Tchebycheff, n'=20)": _Spec(_most_tch_dirichlet),
+    "MosT-E (paper)": _Spec(_most_paper, variants=((10, 1.0), (20, 1.0), (20, 0.1))),
+    "MosT (n=2)": _Spec(_most_plain),
+    "Linearization": _Spec(_linearization),
+    "MGDA": _Spec(_mgda),
+    "EPO": _Spec(_epo),
+    "MOO-SVGD": _Spec(_svgd),
+}
+
+
+@dataclass(frozen=True)
+class FewObjectiveConfig:
+    """Settings of the few-objective benchmark (``most bench few-objective``).
+
+    Args:
+        out: folder for ``results.json``, ``table.md`` and the figures.
+        problems: any of ``zdt1, zdt2, zdt3, synthetic, german``.
+        methods: names from :data:`METHODS`.
+        seeds: one run per seed (fairness: the data and its split are fixed, seed 0).
+        n_models: m, the number of solutions.
+        zdt_rounds, zdt_lr: the ZDT budget (Adam).
+        fairness_rounds, fairness_lrs: the fairness budget and the learning rates searched on
+            validation (Adam).
+        german_path: folder with ``german.data`` (default: the ``MOST_GERMAN_CREDIT`` variable).
+        progress: show progress bars.
+    """
+
+    out: Path = Path("bench_out/few_objective")
+    problems: tuple[str, ...] = ZDT_PROBLEMS + FAIRNESS_PROBLEMS
+    methods: tuple[str, ...] = tuple(METHODS)
+    seeds: tuple[int, ...] = (0, 1, 2)
+    n_models: int = 5
+    zdt_rounds: int = 1000
+    zdt_lr: float = 5e-3
+    fairness_rounds: int = 300
+    fairness_lrs: tuple[float, ...] = (0.01, 0.05)
+    german_path: Path | None = None
+    progress: bool = True
+
+    def __post_init__(self):
+        unknown = [p for p in self.problems if p not in ZDT_PROBLEMS + FAIRNESS_PROBLEMS]
+        if unknown:
+            raise ValueError(f"Unknown problem(s) {unknown}; choose from {list(ZDT_PROBLEMS + FAIRNESS_PROBLEMS)}.")
+        unknown = [m for m in self.methods if m not in METHODS]
+        if unknown:
+            raise ValueError(f"Unknown method(s) {unknown}; choose from {list(METHODS)}.")
+        if not self.seeds:
+            raise ValueError("Give at least one seed.")
+        if self.n_models < 2:
+            raise ValueError(f"n_models must be at least 2 to trade objectives off; got {self.n_models}.")
+
+
+def _random_init(problem: Problem) -> Problem:
+    # Fairness problems start every model at theta = 0; multi-solution baselines start from
+    # m random initialisations (as in the paper), so all methods get the same random starts.
+    dim = problem.dim
+    return dataclasses.replace(
+        problem, init=lambda m, g: 0.1 * torch.randn(m, dim, generator=g, dtype=torch.get_default_dtype()))
+
+
+def _hv(points: np.ndarray, ref) -> tuple[float, int]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a degenerate set still gets its true hypervolume
+        r = hypervolume(points, ref)
+    return float(r), int(r.outside)
+
+
+def _run_zdt(name: str, config: FewObjectiveConfig, bar) -> dict:
+    problem = zdt(name)
+    ref = problem.metadata["reference_point"]
+    out = {"reference_point": list(ref), "limit": best_hypervolume_2d(problem.metadata["front"], ref, config.n_models),
+           "methods": {}}
+    for method in config.methods:
+        runs = []
+        for seed in config.seeds:
+            fit = METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
+            tic = time.perf_counter()
+            result = fit(problem)
+            seconds = time.perf_counter() - tic
+            F = problem.loss_matrix(result.params).T.double().numpy()  # the original two objectives
+            value, outside = _hv(F, ref)
+            runs.append({"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()})
+            bar.update(1)
+        out["methods"][method] = {"runs": runs}
+    return out
+
+
+def _fairness_data(name: str, config: FewObjectiveConfig):
+    # One data set and one split per problem (seed 0), as in the paper: the seeds vary the
+    # models' initialisation and draws, so that one reference point serves every run.
+    data = zafar_synthetic(2000, seed=0) if name == "synthetic" else load_german_credit(config.german_path)
+    return data.split(seed=0)
+
+
+def _run_fairness(name: str, config: FewObjectiveConfig, bar) -> dict:
+    parts = _fairness_data(name, config)
+    train = _random_init(parts["train"].problem())
+    val, test = parts["val"].problem(), parts["test"].problem()
+    # 1) every candidate (method x lr x variant x seed) is trained once;
+    # 2) the validation reference point is shared by all candidates (upper bounds of their values);
+    # 3) per method and seed, the candidate with the best validation hypervolume is kept;
+    # 4) the test reference point is shared by all kept runs of all methods (the paper's rule).
+    candidates = []
+    for seed in config.seeds:
+        for method in config.methods:
+            spec = METHODS[method]
+            for lr in config.fairness_lrs:
+                for variant in spec.variants:
+                    fit = spec.build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
+                    tic = time.perf_counter()
+                    params = fit(train).params
+                    seconds = time.perf_counter() - tic
+                    candidates.append({
+                        "method": method, "seed": seed, "lr": lr, "variant": variant, "seconds": seconds,
+                        "val": val.loss_matrix(params).T.double().numpy(),
+                        "test": test.loss_matrix(params).T.double().numpy(),
+                        "accuracy": parts["test"].accuracy(params).tolist(),
+                    })
+                    bar.update(1)
+    val_ref = np.max([c["val"].max(0) for c in candidates], 0)
+    for c in candidates:
+        c["val_hv"] = _hv(c["val"], val_ref)[0]
+    chosen = [max((c for c in candidates if c["method"] == m and c["seed"] == seed), key=lambda c: c["val_hv"])
+              for m in config.methods for seed in config.seeds]
+    test_ref = np.max([c["test"].max(0) for c in chosen], 0)
+    out = {"reference_point": test_ref.tolist(), "validation_reference_point": val_ref.tolist(),
+           "methods": {m: {"runs": []} for m in config.methods}}
+    for c in chosen:
+        value, outside = _hv(c["test"], test_ref)
+        out["methods"][c["method"]]["runs"].append({
+            "seed": c["seed"], "hv": value, "outside": outside, "seconds": c["seconds"], "lr": c["lr"],
+            "variant": c["variant"], "val_hv": c["val_hv"], "points": c["test"].tolist(),
+            "test_accuracy": c["accuracy"],
+        })
+    return out
+
+
+def _summarise(results: dict) -> None:
+    for block in results["problems"].values():
+        for entry in block["methods"].values():
+            hv = np.array([r["hv"] for r in entry["runs"]])
+            sec = np.array([r["seconds"] for r in entry["runs"]])
+            entry["hv_mean"], entry["hv_std"] = float(hv.mean()), float(hv.std(ddof=1)) if len(hv) > 1 else 0.0
+            entry["seconds_mean"] = float(sec.mean())
+            entry["outside_total"] = int(sum(r["outside"] for r in entry["runs"]))
+
+
+def table_markdown(results: dict) -> str:
+    """The results as a markdown table: hypervolume mean ± std over seeds (fairness ×100)."""
+    problems = list(results["problems"])
+    methods = list(next(iter(results["problems"].values()))["methods"])
+    scale = {p: (100.0 if p in FAIRNESS_PROBLEMS else 1.0) for p in problems}
+    head = "| method | " + " | ".join(p + (" (HV×100)" if scale[p] != 1 else "") for p in problems) + " | s / run |"
+    lines = [head, "|" + "---|" * (len(problems) + 2)]
+    for m in methods:
+        cells, secs = [], []
+        for p in problems:
+            e = results["problems"][p]["methods"][m]
+            cells.append(f"{e['hv_mean'] * scale[p]:.3f} ± {e['hv_std'] * scale[p]:.3f}"
+                         + (f" ({e['outside_total']} out)" if e["outside_total"] else ""))
+            secs.append(e["seconds_mean"])
+        lines.append(f"| {m} | " + " | ".join(cells) + f" | {np.mean(secs):.2f} |")
+    limits = [f"{results['problems'][p]['limit']:.3f}" if "limit" in results["problems"][p] else "–" for p in problems]
+    lines.append("| *5-point limit* | " + " | ".join(limits) + " | |")
+    return "\n".join(lines)
+
+
+def _figures(results: dict, out: Path) -> list[str]:
+    written = []
+    for name, block in results["problems"].items():
+        first = {m: np.asarray(e["runs"][0]["points"]) for m, e in block["methods"].items()}
+        ref = block["reference_point"]
+        front = zdt(name).metadata["front"] if name in ZDT_PROBLEMS else None
+        plots.pareto_fronts(first, front=front, reference=ref, title=f"{name}: final solutions (seed "
+                            f"{next(iter(block['methods'].values()))['runs'][0]['seed']})",
+                            path=out / f"pareto_{name}.png")
+        plots.hypervolume_areas(first, reference=ref, front=front, title=f"{name}: dominated area",
+                                path=out / f"hv_area_{name}.png")
+        written += [f"pareto_{name}.png", f"hv_area_{name}.png"]
+    return written
+
+
+def run_benchmark(config: FewObjectiveConfig) -> dict:
+    """Runs the benchmark, writes ``results.json``, ``table.md`` and the figures to ``config.out``."""
+    from tqdm.auto import tqdm
+
+    if "german" in config.problems:
+        load_german_credit(config.german_path)  # fail before any work if the data is missing
+    n_zdt = sum(p in ZDT_PROBLEMS for p in config.problems) * len(config.methods) * len(config.seeds)
+    n_fair = sum(p in FAIRNESS_PROBLEMS for p in config.problems) * len(config.seeds) * sum(
+        len(config.fairness_lrs) * len(METHODS[m].variants) for m in config.methods)
+    results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
+               "torch": torch.__version__, "problems": {}}
+    with tqdm(total=n_zdt + n_fair, desc="few-objective", disable=not config.progress) as bar:
+        for name in config.problems:
+            bar.set_postfix(problem=name)
+            runner = _run_zdt if name in ZDT_PROBLEMS else _run_fairness
+            results["problems"][name] = runner(name, config, bar)
+    _summarise(results)
+    out = Path(config.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results["figures"] = _figures(results, out)
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default))
+    (out / "table.md").write_text(table_markdown(results) + "\n")
+    return results
+
+
+def _json_default(v):
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    if isinstance(v, np.ndarray):
+        return v.tolist()
+    if isinstance(v, float) and not math.isfinite(v):
+        return None
+    raise TypeError(f"not JSON serialisable: {type(v).__name__}")

@@ -1,0 +1,93 @@
+"""The few-objective benchmark: the command end to end, its figures, its bad input, and the
+recommended MosT-E setting reaching 99 % of the 5-point hypervolume limit on ZDT1 and ZDT2."""
+
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import most
+from most.bench.few_objective import METHODS, FewObjectiveConfig
+from most.cli import app
+from most.metrics import best_hypervolume_2d, hypervolume
+from most.problems import zdt
+
+runner = CliRunner()
+
+
+def test_bench_command_writes_results_table_and_figures(tmp_path):
+    out = tmp_path / "fo"
+    res = runner.invoke(app, ["bench", "few-objective", "--out", str(out), "--problem", "zdt1", "--problem",
+                              "synthetic", "--method", "MosT-E (Tchebycheff)", "--method", "MGDA", "--seed", "0",
+                              "--seed", "1", "--zdt-rounds", "20", "--fairness-rounds", "10", "--quiet"])
+    assert res.exit_code == 0, res.output
+    results = json.loads((out / "results.json").read_text())
+    assert set(results["problems"]) == {"zdt1", "synthetic"}
+    for block in results["problems"].values():
+        assert set(block["methods"]) == {"MosT-E (Tchebycheff)", "MGDA"}
+        for entry in block["methods"].values():
+            assert [r["seed"] for r in entry["runs"]] == [0, 1]
+            for r in entry["runs"]:
+                pts = np.asarray(r["points"])
+                assert pts.shape == (5, 2)
+                ref = block["reference_point"]
+                assert r["hv"] == pytest.approx(float(hypervolume(pts, ref)), rel=1e-9)
+            assert entry["hv_mean"] == pytest.approx(np.mean([r["hv"] for r in entry["runs"]]))
+    # fairness: one test reference point shared by all methods and seeds = the upper bounds of their points
+    runs = [r for e in results["problems"]["synthetic"]["methods"].values() for r in e["runs"]]
+    upper = np.max([np.asarray(r["points"]).max(0) for r in runs], 0)
+    np.testing.assert_allclose(results["problems"]["synthetic"]["reference_point"], upper)
+    assert all(r["lr"] in (0.01, 0.05) for r in runs)
+    table = (out / "table.md").read_text()
+    assert "MosT-E (Tchebycheff)" in table and "5.900" in table  # the ZDT1 5-point limit
+    for name in ("zdt1", "synthetic"):
+        assert (out / f"pareto_{name}.png").stat().st_size > 1000
+        assert (out / f"hv_area_{name}.png").stat().st_size > 1000
+
+
+def test_bench_bad_input_is_refused_before_any_work(tmp_path):
+    res = runner.invoke(app, ["bench", "few-objective", "--out", str(tmp_path), "--method", "NSGA-II", "--quiet"])
+    assert res.exit_code != 0 and "Unknown method" in res.output
+    res = runner.invoke(app, ["bench", "few-objective", "--out", str(tmp_path), "--problem", "german",
+                              "--german-path", str(tmp_path / "nowhere"), "--quiet"])
+    assert res.exit_code != 0 and "german.data" in res.output
+    assert not (tmp_path / "results.json").exists()
+    with pytest.raises(ValueError, match="Unknown problem"):
+        FewObjectiveConfig(problems=("zdt4",))
+    res = runner.invoke(app, ["bench", "few-objective", "--list-methods"])
+    assert res.exit_code == 0 and all(m in res.output for m in METHODS)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["zdt1", "zdt2"])
+def test_recommended_most_e_reaches_99_percent_of_the_five_point_limit(name):
+    problem = zdt(name)
+    ref = problem.metadata["reference_point"]
+    limit = best_hypervolume_2d(problem.metadata["front"], ref, 5)
+    fit = METHODS["MosT-E (Tchebycheff)"].build(5, 1000, 5e-3, 0, (0.0, 0.0), None)
+    F = problem.loss_matrix(fit(problem).params).T
+    assert float(hypervolume(F, ref)) >= 0.99 * limit
+    # spread along the whole front: both ends and the middle are covered
+    f1 = np.sort(F[:, 0].numpy())
+    assert f1[0] < 0.01 and f1[-1] > 0.8 and np.diff(f1).min() > 0.1, f1
+
+
+def test_min_norm_on_float32_nearly_collinear_gradients_converges_without_stalling():
+    # MosT-E's linear mixtures give rows g_i = w_i a + (1 - w_i) b: collinear up to float32
+    # rounding. The float32 tolerance must stop at the optimum instead of chasing the noise.
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(50, generator=g), torch.randn(50, generator=g) + 2.0
+    w = torch.rand(6, generator=g)
+    jac = (w[:, None] * a + (1 - w[:, None]) * b)[None].float()  # [1, 6, 50]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", most.ConvergenceWarning)
+        direction, lam = most.MinNorm()(jac, torch.ones(1, 6))
+    # exact answer: min-norm point of the segment between the extreme rows
+    lo, hi = jac[0, w.argmin()].double(), jac[0, w.argmax()].double()
+    t = ((lo - hi) @ lo / (lo - hi).square().sum()).clamp(0, 1)
+    expected = lo + t * (hi - lo)
+    torch.testing.assert_close(direction[0].double(), expected, atol=1e-4 * float(expected.norm()), rtol=0)
+    assert float(lam.sum()) == pytest.approx(1.0, abs=1e-6)
