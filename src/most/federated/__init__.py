@@ -1,10 +1,30 @@
 """Federated learning with MosT: each client is one objective.
 
-:mod:`most.federated.data` -- per-client train/validation/test data
-(:class:`FederatedDataset`): FedProx's synthetic(alpha, beta), LEAF FEMNIST and
-Fashion-MNIST with a Dirichlet label skew.
+* :mod:`most.federated.data` -- per-client train/validation/test data
+  (:class:`FederatedDataset`): FedProx's synthetic(alpha, beta), LEAF FEMNIST and
+  Fashion-MNIST with a Dirichlet label skew.
+* :mod:`most.federated.models` -- client models as flat parameter vectors
+  (:func:`logistic_regression`, the paper's :func:`cnn`).
+* :mod:`most.federated.runtime` -- the in-process runtime: pure client steps
+  (:func:`evaluate`, :func:`local_train`) and the round loop (:func:`run_federated`).
+* :mod:`most.federated.methods` -- MosT and the baselines (FedAvg, FedProx, MGDA, w-MGDA,
+  linearization, FedMGDA+, IFCA) as server-side objects.
+* :mod:`most.federated.evaluation` -- per-client model selection on validation, worst-k %,
+  oracle, prediction diversity, Gamma sparsity and drift, paired differences over seeds.
+* :mod:`most.federated.figures` -- radar, curves, worst-k % bars, assignment stack plot,
+  sparsity/drift.
+
+Example:
+    >>> import most.federated as fl
+    >>> data = fl.fedprox_synthetic(0.0, 0.0, n_clients=6, samples_per_client=40, seed=0)
+    >>> model = fl.logistic_regression(60, 10)
+    >>> result = fl.run_federated(data, model, fl.methods.MosT(n_models=2),
+    ...                           fl.FederatedConfig(rounds=3, lr=0.05))
+    >>> result.test_accuracy.shape, result.choice.shape
+    (torch.Size([6, 2]), torch.Size([6]))
 """
 
+from . import evaluation, figures, methods
 from .data import (
     FASHION_MNIST_ENV,
     FEMNIST_ENV,
@@ -15,6 +35,8 @@ from .data import (
     load_fashion_mnist,
     load_femnist,
 )
+from .models import FlatModel, cnn, logistic_regression
+from .runtime import FederatedConfig, FederatedResult, RoundLog, evaluate, local_train, pad_split, run_federated
 
 __all__ = [
     "ClientData",
@@ -25,4 +47,17 @@ __all__ = [
     "load_fashion_mnist",
     "FEMNIST_ENV",
     "FASHION_MNIST_ENV",
+    "FlatModel",
+    "cnn",
+    "logistic_regression",
+    "FederatedConfig",
+    "FederatedResult",
+    "RoundLog",
+    "evaluate",
+    "local_train",
+    "pad_split",
+    "run_federated",
+    "evaluation",
+    "figures",
+    "methods",
 ]

@@ -1,0 +1,113 @@
+"""Client models as flat parameter vectors, so that m models (and many clients) train at once.
+
+A :class:`FlatModel` wraps an ``nn.Module`` architecture: parameters live in one vector
+``theta [d]`` and :meth:`FlatModel.logits` runs the module with ``torch.func.functional_call``,
+so ``torch.func.vmap`` batches any number of (model, client) pairs.
+
+* :func:`logistic_regression` -- multinomial logistic regression (the FedProx synthetic model).
+* :func:`cnn` -- the paper's CNN for 28x28 images: two 5x5 conv layers with ReLU and 2x2
+  max-pooling, then a linear layer to the classes.
+
+Example:
+    >>> import torch
+    >>> model = logistic_regression(60, 10)
+    >>> theta = model.init(3, torch.Generator().manual_seed(0))
+    >>> theta.shape, model.logits(theta[0], torch.zeros(4, 60)).shape
+    (torch.Size([3, 610]), torch.Size([4, 10]))
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from .._random import derive_seed
+
+__all__ = ["FlatModel", "logistic_regression", "cnn"]
+
+
+@dataclass(frozen=True, eq=False)
+class FlatModel:
+    """An architecture whose parameters are handled as flat vectors ``[d]``.
+
+    Args:
+        factory: ``() -> nn.Module``; called once for the template and once per model in
+            :meth:`init` (under a seed derived from the generator).
+        name: a label for reports.
+    """
+
+    factory: Callable[[], nn.Module]
+    name: str = "model"
+
+    def __post_init__(self):
+        template = self.factory()
+        if not isinstance(template, nn.Module):
+            raise ValueError(f"`factory()` must return an nn.Module; got {type(template).__name__}.")
+        named = list(template.named_parameters())
+        if not named:
+            raise ValueError("The module has no parameters to train.")
+        object.__setattr__(self, "_template", template)
+        object.__setattr__(self, "_names", [n for n, _ in named])
+        object.__setattr__(self, "_shapes", [p.shape for _, p in named])
+        object.__setattr__(self, "_sizes", [math.prod(p.shape) for _, p in named])
+        object.__setattr__(self, "_buffers", dict(template.named_buffers()))
+
+    @property
+    def dim(self) -> int:
+        return sum(self._sizes)
+
+    def init(self, m: int, generator: torch.Generator) -> Tensor:
+        """``[m, d]`` initial parameters: the module's own initialisation, m times."""
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(generator))
+            return torch.stack([torch.cat([p.detach().reshape(-1) for p in self.factory().parameters()])
+                                for _ in range(m)])
+
+    def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
+        parts = torch.split(theta, self._sizes)
+        return {n: p.reshape(s) for n, p, s in zip(self._names, parts, self._shapes)}
+
+    def logits(self, theta: Tensor, x: Tensor) -> Tensor:
+        """Runs the module with parameters ``theta [d]`` on inputs ``x [B, ...]``."""
+        return functional_call(self._template, {**self._buffers, **self.unflatten(theta)}, (x,))
+
+    def to_module(self, theta: Tensor) -> nn.Module:
+        """A fresh ``nn.Module`` holding ``theta`` (for deployment)."""
+        module = self.factory()
+        torch.nn.utils.vector_to_parameters(theta.detach().clone(), module.parameters())
+        return module
+
+
+def logistic_regression(dim: int, n_classes: int) -> FlatModel:
+    """Multinomial logistic regression ``x -> W x + b``."""
+    return FlatModel(lambda: nn.Linear(dim, n_classes), name=f"logreg({dim}->{n_classes})")
+
+
+class _CNN(nn.Module):
+    def __init__(self, in_channels: int, n_classes: int, channels: tuple[int, int], side: int):
+        super().__init__()
+        c1, c2 = channels
+        self.conv1 = nn.Conv2d(in_channels, c1, 5, padding=2)
+        self.conv2 = nn.Conv2d(c1, c2, 5, padding=2)
+        self.fc = nn.Linear(c2 * (side // 4) ** 2, n_classes)
+
+    def forward(self, x: Tensor) -> Tensor:
+        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
+        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
+        return self.fc(x.flatten(-3))
+
+
+def cnn(n_classes: int, *, in_channels: int = 1, side: int = 28, channels: tuple[int, int] = (32, 64)) -> FlatModel:
+    """The paper's CNN: conv5x5(c1)-ReLU-maxpool2, conv5x5(c2)-ReLU-maxpool2, linear.
+
+    ``channels=(32, 64)`` is the paper's width; narrower layers (e.g. ``(8, 16)``) keep CPU
+    runs short.
+    """
+    if side % 4:
+        raise ValueError(f"`side` must be a multiple of 4 (two 2x2 poolings); got {side}.")
+    return FlatModel(lambda: _CNN(in_channels, n_classes, channels, side), name=f"cnn{channels}")

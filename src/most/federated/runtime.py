@@ -1,0 +1,300 @@
+r"""The in-process federated runtime: pure client and server steps, and the round loop.
+
+Each round (:func:`run_federated`):
+
+1. **Evaluate** (client side, :func:`evaluate`): every participating client reports the loss
+   of each of the m models on its training data, ``L [n, m]``.
+2. **Plan** (server, the method): which client trains which model, and with what weight,
+   ``W [m, n]`` (for MosT: Gamma from ``L`` by optimal transport, then the weighting).
+3. **Local training** (client side, :func:`local_train`): every pair (client i, model j) with
+   ``W[j, i] > 0`` runs K local epochs of mini-batch SGD from ``theta_j`` (plus FedProx's
+   proximal term when asked) and returns ``theta_ij``. All pairs train at once:
+   ``torch.func.vmap`` over pairs, clients padded to a common size with zero-weight rows.
+4. **Aggregate** (server, the method): from the pseudo-gradients
+   ``Delta_ij = theta_j - theta_ij`` (Eqs. 7-9 for MosT: the min-norm combination of the
+   Gamma-weighted updates of each model's clients), ``theta_j <- theta_j - eta_s d_j``.
+
+The client steps (:func:`evaluate`, :func:`local_train`) and the server steps (the methods
+in :mod:`most.federated.methods`) are pure functions of tensors, so another engine (Flower)
+can run the same steps across machines.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import Tensor
+from torch.func import grad, vmap
+from torch.nn.functional import cross_entropy
+
+from .._random import derive_seed
+from .._validation import check_positive, check_positive_int
+from .data import FederatedDataset
+from .models import FlatModel
+
+__all__ = ["Padded", "pad_split", "evaluate", "local_train", "FederatedConfig", "FederatedResult",
+           "RoundLog", "run_federated"]
+
+
+@dataclass(frozen=True)
+class Padded:
+    """One split of every client, stacked: ``x [n, N, ...]``, ``y [n, N]``, ``w [n, N]``
+    (1 for a real sample, 0 for padding) and ``counts [n]``."""
+
+    x: Tensor
+    y: Tensor
+    w: Tensor
+    counts: Tensor
+
+    @property
+    def n_clients(self) -> int:
+        return int(self.x.shape[0])
+
+
+def pad_split(dataset: FederatedDataset, split: str) -> Padded:
+    """Stacks one split (``"train"``, ``"val"`` or ``"test"``) of all clients, zero-padded."""
+    if split not in ("train", "val", "test"):
+        raise ValueError(f"`split` must be 'train', 'val' or 'test'; got {split!r}.")
+    xs = [getattr(c, f"x_{split}") for c in dataset.clients]
+    ys = [getattr(c, f"y_{split}") for c in dataset.clients]
+    counts = torch.tensor([len(y) for y in ys])
+    N = max(1, int(counts.max()))
+    n = len(xs)
+    x = torch.zeros(n, N, *dataset.input_shape)
+    y = torch.zeros(n, N, dtype=torch.long)
+    w = torch.zeros(n, N)
+    for i, (xi, yi) in enumerate(zip(xs, ys)):
+        x[i, : len(yi)] = xi
+        y[i, : len(yi)] = yi
+        w[i, : len(yi)] = 1.0
+    return Padded(x, y, w, counts)
+
+
+def _chunks(total: int, size: int):
+    for start in range(0, total, size):
+        yield slice(start, min(total, start + size))
+
+
+@torch.no_grad()
+def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor | None = None,
+             max_samples: int = 8192) -> tuple[Tensor, Tensor, Tensor]:
+    """Client side: loss and accuracy of every model on every client's data.
+
+    Returns ``loss [n, m]`` (mean cross-entropy), ``accuracy [n, m]`` and ``probs`` of shape
+    ``[m, n, N, C]`` (the predictive distributions; padding rows are meaningless). Clients with
+    no sample in this split get NaN. Evaluated in chunks of about ``max_samples`` inputs per
+    model, so memory stays bounded.
+    """
+    idx = torch.arange(data.n_clients) if clients is None else clients
+    x, y, w = data.x[idx], data.y[idx], data.w[idx]
+    n, N = y.shape
+    flat_x = x.reshape(n * N, *x.shape[2:])
+    outs = []
+    for sl in _chunks(n * N, max(1, max_samples)):
+        outs.append(vmap(model.logits, in_dims=(0, None))(params, flat_x[sl]))
+    logits = torch.cat(outs, 1).reshape(params.shape[0], n, N, -1)  # [m, n, N, C]
+    ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(params.shape[0], n, N), reduction="none")
+    correct = (logits.argmax(-1) == y).float()
+    denom = w.sum(1)  # [n]
+    loss = ((ce * w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
+    acc = ((correct * w).sum(-1) / denom).T
+    return loss, acc, logits.softmax(-1)
+
+
+def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, *, epochs: int,
+                batch_size: int, lr: float, prox_mu: float = 0.0, generator: torch.Generator | None = None,
+                max_pairs: int = 4096) -> Tensor:
+    """Client side: K epochs of mini-batch SGD for P (client, model) pairs at once.
+
+    Args:
+        params: ``[P, d]`` starting models (also the anchor of the proximal term).
+        x, y, w: ``[P, N, ...]``, ``[P, N]``, ``[P, N]``: each pair's client data, zero-padded
+            (``w`` = 1 for real samples).
+        epochs, batch_size, lr: local SGD. Each epoch visits each client's real samples once in
+            a fresh random order, in ``ceil(n_i / batch_size)`` steps; a pair stops stepping when
+            its samples are used up (padding never makes a step).
+        prox_mu: FedProx's ``mu / 2 ||theta - theta_start||^2``.
+        max_pairs: pairs trained together (memory bound).
+
+    Returns:
+        ``[P, d]`` the locally trained models.
+    """
+    P, N = y.shape
+    generator = torch.Generator().manual_seed(0) if generator is None else generator
+
+    def loss_fn(theta, anchor, xb, yb, wb):
+        logits = model.logits(theta, xb)
+        ce = cross_entropy(logits, yb, reduction="none")
+        loss = (ce * wb).sum() / wb.sum().clamp_min(1.0)
+        if prox_mu:
+            loss = loss + 0.5 * prox_mu * (theta - anchor).square().sum()
+        return loss
+
+    step_grad = vmap(grad(loss_fn))
+    out = []
+    for sl in _chunks(P, max_pairs):
+        theta, anchor = params[sl].clone(), params[sl]
+        xs, ys, ws = x[sl], y[sl], w[sl]
+        rows = torch.arange(theta.shape[0])[:, None]
+        n_steps = math.ceil(int(ws.sum(1).max()) / batch_size)
+        for _ in range(epochs):
+            # real samples first, in random order; padding last
+            keys = torch.rand(ws.shape, generator=generator) + 2.0 * (ws == 0)
+            order = keys.argsort(1)
+            for s in range(n_steps):
+                b = order[:, s * batch_size:(s + 1) * batch_size]
+                wb = ws[rows, b]
+                active = wb.sum(1) > 0
+                if not bool(active.any()):
+                    break
+                g = step_grad(theta, anchor, xs[rows, b], ys[rows, b], wb)
+                theta = torch.where(active[:, None], theta - lr * g, theta)
+        out.append(theta)
+    return torch.cat(out)
+
+
+@dataclass(frozen=True)
+class FederatedConfig:
+    """Settings shared by every method (the same local work for all).
+
+    Args:
+        rounds: communication rounds T.
+        local_epochs: K, local epochs per round.
+        batch_size, lr: local mini-batch SGD.
+        participation: fraction of clients sampled each round (1 = full participation).
+        seed: seeds the initial models, the client sampling and the local batches.
+        eval_every: rounds between validation evaluations recorded in the history (0: never).
+    """
+
+    rounds: int = 100
+    local_epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.05
+    participation: float = 1.0
+    seed: int = 0
+    eval_every: int = 10
+
+    def __post_init__(self):
+        check_positive_int(self.rounds, name="rounds")
+        check_positive_int(self.local_epochs, name="local_epochs")
+        check_positive_int(self.batch_size, name="batch_size")
+        check_positive(self.lr, name="lr")
+        if not (0 < self.participation <= 1):
+            raise ValueError(f"`participation` must be in (0, 1]; got {self.participation}.")
+
+
+@dataclass(frozen=True)
+class RoundLog:
+    """One round: the clients that took part, the plan, mean best-model training loss,
+    validation accuracy (if evaluated this round) and timings."""
+
+    round: int
+    clients: Tensor
+    plan: Tensor | None
+    train_loss: float
+    val_accuracy: float | None
+    seconds: dict
+
+
+@dataclass(frozen=True)
+class FederatedResult:
+    """Final models and their evaluation.
+
+    ``val_accuracy`` / ``test_accuracy`` are ``[n, m]``; ``choice [n]`` is each client's best
+    model on validation; ``history`` one :class:`RoundLog` per round; ``test_probs`` the
+    models' predictive distributions on the test split ``[m, n, N, C]`` (for diversity).
+    """
+
+    params: Tensor
+    val_accuracy: Tensor
+    test_accuracy: Tensor
+    test_loss: Tensor
+    choice: Tensor
+    history: list[RoundLog]
+    test_probs: Tensor = field(repr=False)
+    test_weight: Tensor = field(repr=False)
+
+    @property
+    def client_accuracy(self) -> Tensor:
+        """``[n]`` test accuracy of each client with its validation-chosen model."""
+        return self.test_accuracy.gather(1, self.choice[:, None]).squeeze(1)
+
+    @property
+    def mean_accuracy(self) -> float:
+        return float(self.client_accuracy.mean())
+
+
+def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig, *,
+                  progress: bool = False, callback: Callable[[RoundLog, Tensor], None] | None = None,
+                  description: str | None = None) -> FederatedResult:
+    """Trains ``method.n_models`` models on ``dataset`` with the runtime above.
+
+    ``method`` is one of :mod:`most.federated.methods` (``MosT``, ``FedAvg``, ``IFCA``, ...).
+    """
+    from tqdm.auto import tqdm
+
+    if not isinstance(dataset, FederatedDataset):
+        raise ValueError(f"`dataset` must be a most.federated.FederatedDataset; got {type(dataset).__name__}.")
+    train, val, test = (pad_split(dataset, s) for s in ("train", "val", "test"))
+    n, m = dataset.n_clients, method.n_models
+    method.check(n)
+    gen = torch.Generator().manual_seed(config.seed)
+    params = method.initial_params(model, m, gen)
+    method.reset(n, m, gen)
+    history: list[RoundLog] = []
+    previous = None
+    n_part = max(1, round(config.participation * n))
+    bar = tqdm(range(config.rounds), desc=description or type(method).__name__, disable=not progress, leave=False)
+    for t in bar:
+        tic = time.perf_counter()
+        clients = torch.arange(n) if n_part == n else torch.randperm(n, generator=gen)[:n_part].sort().values
+        losses, _, _ = evaluate(model, params, train, clients=clients)
+        if not torch.isfinite(losses).all():
+            i, j = (int(v) for v in (~torch.isfinite(losses)).nonzero()[0])
+            raise ValueError(
+                f"At round {t}, the training loss of client {dataset.client_ids[int(clients[i])]} on model {j} is "
+                f"{float(losses[i, j])}: training diverged. Try a smaller local `lr`, or a smaller server step."
+            )
+        eval_s = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        plan, weights = method.plan(losses, t, config.rounds, previous, counts=train.counts[clients], clients=clients)
+        previous = plan if n_part == n else None  # a warm start needs the same clients
+        plan_s = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        pair_model, pair_client = weights.nonzero(as_tuple=True)  # pairs (model j, local client index)
+        cidx = clients[pair_client]
+        local = local_train(model, params[pair_model], train.x[cidx], train.y[cidx], train.w[cidx],
+                            epochs=config.local_epochs, batch_size=config.batch_size, lr=config.lr,
+                            prox_mu=method.prox_mu, generator=gen)
+        deltas = params[pair_model] - local
+        train_s = time.perf_counter() - tic
+
+        tic = time.perf_counter()
+        params = method.aggregate(params, deltas, pair_model, pair_client, weights[pair_model, pair_client],
+                                  counts=train.counts[cidx], round=t)
+        agg_s = time.perf_counter() - tic
+
+        val_acc = None
+        if config.eval_every and ((t + 1) % config.eval_every == 0 or t + 1 == config.rounds):
+            _, va, _ = evaluate(model, params, val)
+            val_acc = float(va.max(1).values.nanmean())
+        log = RoundLog(round=t, clients=clients, plan=None if plan is None else plan.detach().cpu(),
+                       train_loss=float(losses.min(1).values.mean()), val_accuracy=val_acc,
+                       seconds={"evaluate": eval_s, "plan": plan_s, "local_training": train_s, "aggregate": agg_s})
+        history.append(log)
+        if progress:
+            bar.set_postfix(loss=f"{log.train_loss:.3f}", refresh=False)
+        if callback is not None:
+            callback(log, params)
+
+    _, val_acc, _ = evaluate(model, params, val)
+    test_loss, test_acc, probs = evaluate(model, params, test)
+    choice = torch.nan_to_num(val_acc, nan=-1.0).argmax(1)
+    return FederatedResult(params=params, val_accuracy=val_acc, test_accuracy=test_acc, test_loss=test_loss,
+                           choice=choice, history=history, test_probs=probs, test_weight=test.w)

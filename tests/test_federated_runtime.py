@@ -1,0 +1,146 @@
+"""The in-process federated runtime and its methods: client steps against plain loops,
+aggregation rules against QP solvers, plans feasible, bad input refused."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.optimize import minimize
+
+import most.federated as fl
+from most.federated import methods as F
+from most.federated.methods import min_norm_box, min_norm_combination, weighted_mean
+from most.federated.runtime import Padded, local_train
+
+
+@pytest.fixture(scope="module")
+def small():
+    return fl.fedprox_synthetic(0.5, 0.5, n_clients=8, samples_per_client=40, seed=3)
+
+
+def test_pad_split_stacks_clients_with_zero_weight_padding(small):
+    data = small.subset([0, 1])
+    uneven = fl.FederatedDataset.from_clients(
+        [data.clients[0], fl.ClientData(data.clients[1].x_train[:5], data.clients[1].y_train[:5],
+                                        data.clients[1].x_val, data.clients[1].y_val,
+                                        data.clients[1].x_test, data.clients[1].y_test)],
+        name="uneven", n_classes=10)
+    p = fl.pad_split(uneven, "train")
+    assert p.x.shape == (2, 24, 60) and p.counts.tolist() == [24, 5]
+    assert p.w.sum(1).tolist() == [24.0, 5.0] and (p.x[1, 5:] == 0).all()
+    with pytest.raises(ValueError, match="split"):
+        fl.pad_split(uneven, "training")
+
+
+def _loop_sgd(model, theta, x, y, order, batch_size, lr, mu):
+    anchor = theta.clone()
+    theta = theta.clone().requires_grad_(True)
+    for s in range(math.ceil(len(order) / batch_size)):
+        b = order[s * batch_size:(s + 1) * batch_size]
+        loss = torch.nn.functional.cross_entropy(model.logits(theta, x[b]), y[b])
+        loss = loss + 0.5 * mu * (theta - anchor).square().sum()
+        (g,) = torch.autograd.grad(loss, theta)
+        theta = (theta - lr * g).detach().requires_grad_(True)
+    return theta.detach()
+
+
+@pytest.mark.parametrize("mu", [0.0, 0.5])
+def test_local_train_matches_a_plain_sgd_loop_and_padding_never_steps(small, mu):
+    model = fl.logistic_regression(60, 10)
+    theta = model.init(2, torch.Generator().manual_seed(0))
+    p = fl.pad_split(small, "train")
+    x, y, w = p.x[:2].clone(), p.y[:2].clone(), p.w[:2].clone()
+    w[1, 7:] = 0.0  # client 1 has only 7 real samples
+    gen = torch.Generator().manual_seed(5)
+    out = local_train(model, theta, x, y, w, epochs=1, batch_size=5, lr=0.1, prox_mu=mu, generator=gen)
+    # replay the same permutation: real samples first, in the order of the random keys
+    keys = torch.rand(w.shape, generator=torch.Generator().manual_seed(5)) + 2.0 * (w == 0)
+    order = keys.argsort(1)
+    for i, n_real in enumerate([24, 7]):
+        expected = _loop_sgd(model, theta[i], x[i], y[i], order[i, :n_real], 5, 0.1, mu)
+        torch.testing.assert_close(out[i], expected, atol=1e-5, rtol=1e-5)
+
+
+def test_weighted_mean_and_min_norm_combination():
+    params = torch.zeros(2, 3)
+    deltas = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [2.0, 2.0, 2.0]])
+    pair_model = torch.tensor([0, 0, 1])
+    new = weighted_mean(params, deltas, pair_model, torch.tensor([1.0, 3.0, 1.0], dtype=torch.float64), 2.0)
+    torch.testing.assert_close(new, torch.tensor([[-0.5, -1.5, 0.0], [-4.0, -4.0, -4.0]]))
+    # min-norm of {e1, e2} is (1/2, 1/2); a model with one client moves by its update
+    new = min_norm_combination(params, deltas, pair_model, torch.ones(3, dtype=torch.float64), 1.0)
+    torch.testing.assert_close(new, torch.tensor([[-0.5, -0.5, 0.0], [-2.0, -2.0, -2.0]]), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("eps", [0.02, 0.05, 0.1, 1.0])
+def test_min_norm_box_matches_an_active_set_qp_solver(eps):
+    quadprog = pytest.importorskip("quadprog")
+    J = torch.randn(8, 20, generator=torch.Generator().manual_seed(1)).double()
+    G = J @ J.T
+    lam = min_norm_box(G, eps)
+    k = 8
+    lo, hi = max(0.0, 1 / k - eps), min(1.0, 1 / k + eps)
+    # quadprog: min 1/2 x^T P x - q^T x  s.t.  C^T x >= b (first meq rows equalities)
+    P = 2 * G.numpy() + 1e-12 * np.eye(k)
+    C = np.concatenate([np.ones((k, 1)), np.eye(k), -np.eye(k)], 1)
+    b = np.concatenate([[1.0], np.full(k, lo), np.full(k, -hi)])
+    ref = quadprog.solve_qp(P, np.zeros(k), C, b, meq=1)[0]
+    assert float(lam.sum()) == pytest.approx(1.0, abs=1e-12)
+    assert ((lam >= lo - 1e-12) & (lam <= hi + 1e-12)).all()
+    f, f_ref = float(lam @ G @ lam), float(ref @ G.numpy() @ ref)
+    assert f <= f_ref + 1e-8 * float(G.diagonal().max())
+
+
+def test_most_plans_are_feasible_transport_plans_and_ifca_is_hard(small):
+    model = fl.logistic_regression(60, 10)
+    cfg = fl.FederatedConfig(rounds=4, lr=0.05, seed=0, eval_every=2)
+    res = fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=0), cfg)
+    for log in res.history:
+        torch.testing.assert_close(log.plan.sum(1), torch.full((8,), 1 / 8, dtype=log.plan.dtype))
+        torch.testing.assert_close(log.plan.sum(0), torch.full((3,), 1 / 3, dtype=log.plan.dtype))
+    assert res.history[1].val_accuracy is not None and res.history[0].val_accuracy is None
+    ifca = fl.run_federated(small, model, F.IFCA(n_models=3), cfg)
+    for log in ifca.history:
+        assert set(log.plan.unique().tolist()) <= {0.0, 1.0} and (log.plan.sum(1) == 1).all()
+    # same seed, same result; partial participation samples a subset of clients
+    again = fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=0), cfg)
+    torch.testing.assert_close(res.params, again.params)
+    part = fl.run_federated(small, model, F.FedAvg(n_models=2), fl.FederatedConfig(rounds=2, participation=0.5))
+    assert all(len(log.clients) == 4 for log in part.history)
+
+
+def test_warm_up_trains_one_shared_model_then_splits(small):
+    model = fl.logistic_regression(60, 10)
+    seen = []
+    fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=2),
+                     fl.FederatedConfig(rounds=4, lr=0.05, seed=0, eval_every=0),
+                     callback=lambda log, params: seen.append((log.plan, params.clone())))
+    for plan, params in seen[:2]:
+        assert plan is None and (params == params[0]).all()
+    assert seen[2][0] is not None and not (seen[3][1] == seen[3][1][0]).all()
+
+
+def test_every_method_trains_on_synthetic_data(small):
+    model = fl.logistic_regression(60, 10)
+    cfg = fl.FederatedConfig(rounds=15, lr=0.05, seed=1, eval_every=0)
+    chance = 0.1
+    for method in [F.MosT(3), F.MosT(3, combine="min_norm", warmup_rounds=0), F.MosT(3, server_lr=2.0), F.FedAvg(3),
+                   F.FedProx(3, mu=0.1), F.MGDA(3), F.WeightedMGDA(3), F.Linearization(3), F.FedMGDAPlus(3),
+                   F.IFCA(3)]:
+        res = fl.run_federated(small, model, method, cfg)
+        assert res.mean_accuracy > chance + 0.2, (type(method).__name__, res.mean_accuracy)
+
+
+def test_bad_input(small):
+    model = fl.logistic_regression(60, 10)
+    with pytest.raises(ValueError, match="at least as many clients"):
+        fl.run_federated(small.subset([0, 1]), model, F.MosT(n_models=3), fl.FederatedConfig(rounds=1))
+    with pytest.raises(ValueError, match="diverged"):
+        fl.run_federated(small, model, F.FedAvg(2, server_lr=1e30), fl.FederatedConfig(rounds=5, lr=1e30))
+    with pytest.raises(ValueError, match="participation"):
+        fl.FederatedConfig(participation=0.0)
+    with pytest.raises(ValueError, match="combine"):
+        F.MosT(2, combine="median")
+    with pytest.raises(ValueError, match="FederatedDataset"):
+        fl.run_federated([1, 2], model, F.FedAvg(2), fl.FederatedConfig(rounds=1))
