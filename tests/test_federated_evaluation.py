@@ -1,0 +1,302 @@
+"""Federated evaluation (most.federated.evaluation) and figures (most.federated.figures)."""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+import torch
+from matplotlib.figure import Figure
+from scipy import stats
+
+from most.federated import figures
+from most.federated.evaluation import (
+    client_accuracy,
+    gamma_drift,
+    gamma_sparsity,
+    oracle_accuracy,
+    paired_difference,
+    pairwise_symmetric_kl,
+    prediction_diversity,
+    select_models,
+    summarise,
+    worst_k_percent,
+)
+
+# --------------------------------------------------------------------------- selection / accuracy
+
+
+def test_select_models_picks_best_and_breaks_ties_to_lowest_index():
+    val = np.array([[0.1, 0.5, 0.5], [0.9, 0.2, 0.9], [0.3, 0.3, 0.3], [0.0, 0.1, 0.8]])
+    assert select_models(val).tolist() == [1, 0, 0, 2]
+
+
+def test_select_models_returns_tensor_for_tensor():
+    out = select_models(torch.tensor([[0.2, 0.4], [0.7, 0.1]]))
+    assert isinstance(out, torch.Tensor) and out.dtype == torch.int64
+    assert out.tolist() == [1, 0]
+
+
+def test_client_accuracy_indexes_chosen_model():
+    test = np.array([[0.5, 0.9, 0.1], [0.8, 0.4, 0.2]])
+    assert client_accuracy(test, [2, 0]).tolist() == [0.1, 0.8]
+    t = client_accuracy(torch.tensor(test), torch.tensor([1, 1]))
+    assert isinstance(t, torch.Tensor) and t.tolist() == [0.9, 0.4]
+
+
+def test_worst_k_percent_known_vector():
+    acc = [0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.8, 0.4, 0.6, 1.0]  # sorted: .1 .2 .3 ... 1.0
+    out = worst_k_percent(acc)
+    assert list(out) == ["worst20", "worst40", "worst60", "worst80"]
+    assert out["worst20"] == pytest.approx(0.15)  # 2 clients: .1, .2
+    assert out["worst40"] == pytest.approx(0.25)  # .1 .. .4
+    assert out["worst60"] == pytest.approx(0.35)
+    assert out["worst80"] == pytest.approx(0.45)
+
+
+def test_worst_k_percent_at_least_one_client_and_rounding():
+    assert worst_k_percent([0.3, 0.9, 0.6], fractions=(0.05,)) == {"worst5": pytest.approx(0.3)}
+    # 3 clients * 0.6 = 1.8 -> 2 clients
+    assert worst_k_percent([0.3, 0.9, 0.6], fractions=(0.6,))["worst60"] == pytest.approx(0.45)
+    with pytest.raises(ValueError, match="fractions"):
+        worst_k_percent([0.3], fractions=(0.0,))
+
+
+def test_oracle_accuracy():
+    test = [[0.5, 0.9], [0.8, 0.4], [0.6, 0.3]]
+    assert oracle_accuracy(test) == pytest.approx((0.9 + 0.8 + 0.6) / 3)
+
+
+def test_summarise_hand_computed():
+    val = [[0.6, 0.8], [0.9, 0.5], [0.7, 0.7], [0.1, 0.2], [0.4, 0.3]]
+    test = [[0.5, 0.9], [0.8, 0.4], [0.6, 0.3], [0.2, 0.1], [0.7, 0.75]]
+    # choice: 1, 0, 0 (tie), 1, 0 -> acc .9 .8 .6 .1 .7
+    s = summarise(val, test)
+    assert s["choice_counts"] == [3, 2]
+    assert s["mean"] == pytest.approx((0.9 + 0.8 + 0.6 + 0.1 + 0.7) / 5)
+    assert s["worst20"] == pytest.approx(0.1)
+    assert s["worst40"] == pytest.approx(0.35)
+    assert s["worst60"] == pytest.approx((0.1 + 0.6 + 0.7) / 3)
+    assert s["worst80"] == pytest.approx((0.1 + 0.6 + 0.7 + 0.8) / 4)
+    assert s["oracle"] == pytest.approx((0.9 + 0.8 + 0.6 + 0.2 + 0.75) / 5)
+    assert s["oracle"] >= s["mean"]
+    t = summarise(torch.tensor(val), torch.tensor(test))
+    assert t["choice_counts"] == s["choice_counts"]
+    assert {k: v for k, v in t.items() if k != "choice_counts"} == pytest.approx(
+        {k: v for k, v in s.items() if k != "choice_counts"})
+    assert isinstance(t["mean"], float)
+
+
+# --------------------------------------------------------------------------- diversity
+
+
+def test_symmetric_kl_of_known_distributions():
+    p, q = np.array([0.5, 0.5]), np.array([0.9, 0.1])
+    expected = (p * np.log(p / q)).sum() + (q * np.log(q / p)).sum()
+    assert expected == pytest.approx(0.4 * math.log(9))
+    d = pairwise_symmetric_kl(np.array([[p], [q]]))
+    assert d.shape == (2, 2)
+    assert d[0, 1] == pytest.approx(expected) and d[1, 0] == pytest.approx(expected)
+    assert d[0, 0] == 0 and d[1, 1] == 0
+
+
+def test_pairwise_kl_averages_over_samples_and_diversity_over_pairs():
+    a = [[0.5, 0.5], [0.2, 0.8]]
+    b = [[0.9, 0.1], [0.2, 0.8]]  # second sample identical -> contributes 0
+    c = [[0.5, 0.5], [0.2, 0.8]]  # same as a
+    probs = torch.tensor([a, b, c], dtype=torch.float64)
+    d = pairwise_symmetric_kl(probs)
+    assert isinstance(d, torch.Tensor) and d.shape == (3, 3)
+    k = 0.4 * math.log(9) / 2
+    assert d[0, 1].item() == pytest.approx(k)
+    assert d[1, 2].item() == pytest.approx(k)
+    assert d[0, 2].item() == pytest.approx(0.0, abs=1e-12)
+    assert torch.allclose(d, d.T)
+    assert prediction_diversity(probs) == pytest.approx(2 * k / 3)
+
+
+def test_diversity_single_model_is_zero_and_identical_models_zero():
+    assert prediction_diversity([[[0.3, 0.7], [1.0, 0.0]]]) == 0.0
+    same = np.tile(np.array([[[0.3, 0.7], [1.0, 0.0]]]), (3, 1, 1))
+    assert prediction_diversity(same) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_diversity_clamps_zero_probabilities():
+    d = prediction_diversity([[[1.0, 0.0]], [[0.0, 1.0]]])
+    # each term: 1 * (log 1 - log 1e-12), twice
+    assert math.isfinite(d)
+    assert d == pytest.approx(2 * (1 - 1e-12) * math.log(1e12), rel=1e-9)
+
+
+# --------------------------------------------------------------------------- plan diagnostics
+
+
+def test_gamma_sparsity():
+    plan = np.array([[0.2, 0.0, 0.0], [0.0, 0.1, 1e-13]])
+    assert gamma_sparsity(plan) == pytest.approx(4 / 6)
+    assert gamma_sparsity(plan, atol=0.0) == pytest.approx(3 / 6)
+    assert gamma_sparsity(torch.ones(2, 2)) == 0.0
+
+
+def test_gamma_drift_zero_for_identical_and_row_rescaled_plans():
+    plan = np.array([[0.3, 0.1, 0.0], [0.0, 0.05, 0.05]])
+    assert gamma_drift(plan, plan) == 0.0
+    assert gamma_drift(plan, plan * np.array([[2.0], [7.0]])) == pytest.approx(0.0, abs=1e-15)
+
+
+def test_gamma_drift_hand_computed_and_positive():
+    prev = np.array([[0.25, 0.25], [0.5, 0.0]])
+    plan = np.array([[0.45, 0.05], [0.5, 0.0]])
+    # row 0: shares (.5,.5) -> (.9,.1): 0.4 ln 9; row 1 unchanged
+    assert gamma_drift(prev, plan) == pytest.approx(0.4 * math.log(9) / 2)
+    assert gamma_drift(plan, prev) == pytest.approx(gamma_drift(prev, plan))
+    moved = np.array([[0.25, 0.25], [0.0, 0.5]])
+    assert gamma_drift(prev, moved) > 10  # mass moved to an unused model: large but finite
+
+
+def test_gamma_drift_rejects_negative_and_empty_rows():
+    with pytest.raises(ValueError, match="`plan`.*non-negative"):
+        gamma_drift([[0.5, 0.5]], [[1.0, -0.1]])
+    with pytest.raises(ValueError, match="`prev`.*all-zero row 1"):
+        gamma_drift([[0.5, 0.5], [0.0, 0.0]], [[0.5, 0.5], [0.5, 0.5]])
+
+
+# --------------------------------------------------------------------------- paired difference
+
+
+def test_paired_difference_matches_scipy_t_interval():
+    rng = np.random.default_rng(0)
+    a = rng.normal(0.8, 0.02, size=6)
+    b = a - 0.01 + rng.normal(0, 0.005, size=6)
+    r = paired_difference(a, b, confidence=0.9)
+    d = a - b
+    low, high = stats.t.interval(0.9, len(d) - 1, loc=d.mean(), scale=stats.sem(d))
+    assert r["n"] == 6
+    assert r["mean"] == pytest.approx(d.mean())
+    assert r["low"] == pytest.approx(low) and r["high"] == pytest.approx(high)
+    assert r["significant"] == (low > 0 or high < 0)
+
+
+def test_paired_difference_significance_requires_interval_to_exclude_zero():
+    assert paired_difference([0.80, 0.82, 0.81], [0.78, 0.79, 0.80])["significant"] is False
+    r = paired_difference([0.80, 0.82, 0.81, 0.83], [0.78, 0.79, 0.79, 0.81])
+    assert r["significant"] is True and r["low"] > 0
+    worse = paired_difference([0.78, 0.79, 0.79, 0.81], [0.80, 0.82, 0.81, 0.83])
+    assert worse["significant"] is True and worse["high"] < 0
+
+
+def test_paired_difference_needs_two_seeds():
+    with pytest.raises(ValueError, match="at least 2"):
+        paired_difference([0.8], [0.7])
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: select_models([0.1, 0.2]), r"`val_accuracy`.*\(2,\)"),
+        (lambda: select_models([[0.1, float("nan")]]), r"`val_accuracy`.*NaN"),
+        (lambda: client_accuracy([[0.1, 0.2]], [0, 1]), r"`choice`.*\(1, 2\).*\(2,\)"),
+        (lambda: client_accuracy([[0.1, 0.2]], [2]), r"`choice`.*0 \.\. 1"),
+        (lambda: summarise([[0.1, 0.2]], [[0.1, 0.2, 0.3]]), r"`val_acc` and `test_acc`.*\(1, 2\).*\(1, 3\)"),
+        (lambda: worst_k_percent([[0.1, 0.2]]), r"`acc`.*\(1, 2\)"),
+        (lambda: oracle_accuracy(np.zeros((0, 2))), r"`test_accuracy`.*\(0, 2\)"),
+        (lambda: pairwise_symmetric_kl([[0.5, 0.5]]), r"`probs`.*\[m, N, C\].*\(1, 2\)"),
+        (lambda: pairwise_symmetric_kl([[[2.0, 3.0]]]), r"`probs`.*sums to 5"),
+        (lambda: prediction_diversity([[[0.5, float("nan")]]]), r"`probs`.*NaN"),
+        (lambda: gamma_sparsity([1.0, 0.0]), r"`plan`.*\(2,\)"),
+        (lambda: gamma_drift([[0.5, 0.5]], [[0.5, 0.5], [0.5, 0.5]]), r"`prev` and `plan`.*\(1, 2\).*\(2, 2\)"),
+        (lambda: gamma_drift([[0.5, float("inf")]], [[0.5, 0.5]]), r"`prev`.*NaN or inf"),
+        (lambda: paired_difference([0.1, 0.2], [0.1, 0.2, 0.3]), r"`a` and `b`.*\(2,\).*\(3,\)"),
+        (lambda: paired_difference([0.1, float("nan")], [0.1, 0.2]), r"`a`.*NaN"),
+        (lambda: paired_difference([0.1, 0.2], [0.1, 0.2], confidence=1.0), r"`confidence`"),
+    ],
+)
+def test_bad_input_raises_value_error_naming_argument(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _png_ok(fig, path):
+    assert isinstance(fig, Figure)
+    assert path.is_file() and path.stat().st_size > 5000
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    plt.close(fig)
+
+
+def test_radar_writes_png(tmp_path):
+    path = tmp_path / "sub" / "radar.png"
+    rng = np.random.default_rng(1)
+    fig = figures.radar({"FedAvg": rng.uniform(0.4, 0.9, 12), "MosT": torch.rand(12)}, title="per client",
+                        path=path)
+    ax = fig.axes[0]
+    assert ax.name == "polar"
+    assert len(ax.get_lines()) == 2 and len(ax.get_lines()[0].get_xdata()) == 13  # closed
+    _png_ok(fig, path)
+
+
+def test_radar_rejects_unequal_lengths():
+    with pytest.raises(ValueError, match="same length"):
+        figures.radar({"a": [0.1, 0.2, 0.3], "b": [0.1, 0.2]})
+
+
+def test_curves_writes_png_with_bands(tmp_path):
+    path = tmp_path / "curves.png"
+    fig = figures.curves({"FedAvg": [0.3, 0.5, 0.6], "MosT": [0.3, 0.6, 0.7]}, ylabel="accuracy",
+                         title="test accuracy", std={"MosT": [0.01, 0.02, 0.02]}, path=path)
+    ax = fig.axes[0]
+    assert len(ax.get_lines()) == 2 and len(ax.collections) == 1
+    _png_ok(fig, path)
+    with pytest.raises(ValueError, match="std"):
+        figures.curves({"a": [1, 2]}, std={"a": [1]})
+
+
+def test_worst_k_bars_writes_png(tmp_path):
+    path = tmp_path / "bars.png"
+    table = {"FedAvg": worst_k_percent(np.linspace(0.2, 0.9, 20)),
+             "MosT": {"worst20": 0.5, "worst40": 0.6, "worst60": 0.65, "worst80": 0.7, "mean": 0.75}}
+    fig = figures.worst_k_bars(table, title="worst k %", path=path)
+    assert len(fig.axes[0].patches) == 8
+    _png_ok(fig, path)
+    with pytest.raises(ValueError, match="worst80"):
+        figures.worst_k_bars({"a": {"worst20": 0.1, "worst40": 0.2, "worst60": 0.3}})
+
+
+def test_assignment_stack_counts_argmax_per_round(tmp_path):
+    path = tmp_path / "stack.png"
+    plans = [
+        torch.tensor([[0.2, 0.1], [0.3, 0.0], [0.1, 0.1]]),  # argmax 0, 0, 0 (tie)
+        np.array([[0.0, 0.2], [0.3, 0.0], [0.0, 0.2]]),  # 1, 0, 1
+        np.array([[0.0, 0.2], [0.0, 0.3], [0.0, 0.2]]),  # 1, 1, 1
+    ]
+    fig = figures.assignment_stack(plans, title="assignment", path=path)
+    polys = fig.axes[0].collections
+    assert len(polys) == 2
+
+    def top(layer):  # upper edge of a stacked layer at rounds 0, 1, 2
+        verts = polys[layer].get_paths()[0].vertices
+        return [max(y for x, y in verts if x == r) for r in (0, 1, 2)]
+
+    assert top(0) == [3, 1, 0]  # clients whose largest share is model 0
+    assert top(1) == [3, 3, 3]  # stacked: all n clients
+    _png_ok(fig, path)
+    with pytest.raises(ValueError, match="same shape"):
+        figures.assignment_stack([np.ones((2, 2)), np.ones((3, 2))])
+
+
+def test_sparsity_drift_writes_two_panels(tmp_path):
+    path = tmp_path / "sd.png"
+    fig = figures.sparsity_drift({"MosT": [0.0, 0.3, 0.5, 0.5], "MosT (no entropy)": [0.0, 0.1, 0.2, 0.2]},
+                                 {"MosT": [0.4, 0.1, 0.0], "MosT (no entropy)": [0.9, 0.5, 0.2]},
+                                 title="Γ dynamics", path=path)
+    ax_s, ax_d = fig.axes
+    assert len(ax_s.get_lines()) == 2 and len(ax_d.get_lines()) == 2
+    assert list(ax_d.get_lines()[0].get_xdata()) == [1, 2, 3]  # drift between successive rounds
+    _png_ok(fig, path)
