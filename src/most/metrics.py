@@ -1,4 +1,5 @@
-"""Metrics: hypervolume (moocore), best-of-k hypervolume on a 2-D front, and per-objective summaries."""
+"""Metrics: hypervolume (moocore), best-of-k hypervolume on a 2-D front, per-objective summaries,
+and many-objective summaries of a loss matrix (worst / average best loss, model recovery)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,15 @@ import warnings
 import numpy as np
 import torch
 
-__all__ = ["HypervolumeResult", "hypervolume", "best_hypervolume_2d", "worst_fraction_mean"]
+__all__ = [
+    "HypervolumeResult",
+    "hypervolume",
+    "best_hypervolume_2d",
+    "worst_fraction_mean",
+    "worst_objective",
+    "average_objective",
+    "recovery_error",
+]
 
 
 class HypervolumeResult(float):
@@ -77,3 +86,80 @@ def worst_fraction_mean(values, fraction: float, *, larger_is_worse: bool = True
         v = v[::-1]
     k = max(1, int(round(fraction * len(v))))
     return float(v[:k].mean())
+
+
+def _best_losses(losses) -> np.ndarray:
+    L = np.asarray(losses.detach().cpu().double().numpy() if isinstance(losses, torch.Tensor) else losses,
+                   dtype=float)
+    if L.ndim != 2 or 0 in L.shape:
+        raise ValueError(
+            f"`losses` must be a loss matrix of shape [n, m] (objectives x models, like Result.losses); "
+            f"got shape {L.shape}."
+        )
+    if not np.isfinite(L).all():
+        raise ValueError("`losses` contains NaN or inf; the metric is undefined.")
+    return L.min(1)
+
+
+def worst_objective(losses) -> float:
+    """``max_i min_j L[i, j]``: the loss of the worst-served objective, each by its best model.
+
+    ``losses`` is ``[n, m]`` (objectives x models, as :attr:`most.Result.losses`).
+
+    >>> import torch
+    >>> worst_objective(torch.tensor([[1.0, 3.0], [4.0, 2.0], [0.5, 0.1]]))
+    2.0
+    """
+    return float(_best_losses(losses).max())
+
+
+def average_objective(losses) -> float:
+    """``mean_i min_j L[i, j]``: the mean loss of the objectives, each by its best model.
+
+    >>> import torch
+    >>> round(average_objective(torch.tensor([[1.0, 3.0], [4.0, 2.0], [0.5, 0.1]])), 6)
+    1.033333
+    """
+    return float(_best_losses(losses).mean())
+
+
+def recovery_error(estimated, true) -> float:
+    """How well m estimated models recover k ground-truth models (e.g. mixed regression).
+
+    Definition: with ``D[j, l] = ||estimated_j - true_l||`` (Euclidean), the estimated
+    models are matched one-to-one to the true ones by the assignment that minimises the
+    total distance (:func:`scipy.optimize.linear_sum_assignment`, so the labels of the
+    estimates do not matter). The error is the mean, over the k true models, of the
+    distance to the matched estimate. If m > k the m - k unmatched estimates are ignored
+    (spare models cost nothing); if m < k the k - m true models left unmatched are charged
+    their distance to the nearest estimate. 0 means every true model is recovered exactly.
+
+    Args:
+        estimated: ``[m, d]`` (e.g. ``Result.params``).
+        true: ``[k, d]`` (e.g. ``MixedRegression.betas``).
+
+    >>> import torch
+    >>> true = torch.tensor([[0.0, 0.0], [10.0, 0.0]])
+    >>> recovery_error(torch.tensor([[10.0, 1.0], [0.0, 0.0], [5.0, 5.0]]), true)
+    0.5
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    def as_array(x, name):
+        a = np.asarray(x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else x, dtype=float)
+        if a.ndim != 2 or 0 in a.shape:
+            raise ValueError(f"`{name}` must be a matrix of models, shape [count, dim]; got shape {a.shape}.")
+        if not np.isfinite(a).all():
+            raise ValueError(f"`{name}` contains NaN or inf.")
+        return a
+
+    est, tru = as_array(estimated, "estimated"), as_array(true, "true")
+    if est.shape[1] != tru.shape[1]:
+        raise ValueError(
+            f"`estimated` and `true` must have the same parameter dimension; got {est.shape[1]} and {tru.shape[1]}."
+        )
+    dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)  # [m, k]
+    rows, cols = linear_sum_assignment(dist)
+    per_true = dist.min(0)  # used only for true models left unmatched (m < k)
+    per_true[cols] = dist[rows, cols]
+    return float(per_true.mean())

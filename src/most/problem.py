@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, jacrev, vmap
+from torch.func import functional_call, jacfwd, jacrev, vmap
 
 from ._random import derive_seed
 from ._validation import check_positive_int
@@ -270,7 +270,9 @@ class Problem:
                 out = self._call(t)
                 return out, out.detach()
 
-            jac, value = jacrev(with_aux, has_aux=True)(theta)
+            # d tangents (forward) or n cotangents (reverse), whichever is fewer
+            jac_fn = jacfwd if self.dim < self.n_objectives else jacrev
+            jac, value = jac_fn(with_aux, has_aux=True)(theta)
             return value, jac
 
         if self.vectorize:

@@ -1,6 +1,7 @@
-r"""Two more multi-solution baselines: EPO and MOO-SVGD.
+r"""More multi-solution baselines: EPO and MOO-SVGD (few objectives), and the few-for-many
+methods TCH-Set, STCH-Set and sum-of-minimum (many objectives).
 
-Both run the same round loop as every other method (:func:`most.solver.run`); each is a
+All run the same round loop as every other method (:func:`most.solver.run`); each is a
 frozen dataclass with the shared fields ``n_models, rounds, inner_steps, lr, seed,
 progress`` and a ``fit(problem)`` that returns a :class:`~most.solver.Result`.
 
@@ -23,6 +24,21 @@ repelled from the others by the gradient of an RBF kernel (``alpha`` sets the st
 the Pareto set instead of landing wherever MGDA from their starts would. Piece:
 :class:`SVGDCombiner`.
 
+**Few for many** (n >> m; details, formulas and the exact seeding in
+:mod:`most.baselines._few_for_many`). Each objective is judged by its best model,
+``min_k f_i(x_k)``, and the methods differ in how they aggregate those n values:
+
+* :class:`TCHSet` -- Tchebycheff set scalarisation, ``max_i lambda_i (min_k f_i(x_k) - z*_i)``
+  (the worst objective), and :class:`STCHSet`, its smooth version with temperature
+  ``smoothing`` (Lin, Liu, Zhang & Zhang, "Few for Many: Tchebycheff Set Scalarization for
+  Many-Objective Optimization", ICLR 2025). Pieces: :class:`TCHSetCombiner`,
+  :class:`STCHSetCombiner` (the (sub)gradient as coefficients on the Jacobian rows).
+* :class:`SumOfMinimum` -- ``sum_i min_k f_i(x_k)`` (Ding, Chen, Wang & Yin, "Efficient
+  Algorithms for Sum-of-Minimum Optimization", ICML 2024), by plain subgradient descent
+  (``algorithm="gradient"``, :class:`SumOfMinimumCombiner`) or by k-means++-style seeding
+  and Lloyd alternation (``algorithm="lloyd"``, :class:`BestModelAssignment` +
+  mean-gradient re-fits), with an optional ridge term.
+
 Tuning notes: EPO's balancing steps are full gradient steps, so a fixed ``lr`` must be small
 enough that one step does not jump across the ray (for quadratics with curvature c,
 ``lr * c`` of a few 1e-2 gives relative losses within a few percent of the ray). The SVGD
@@ -40,6 +56,11 @@ Example:
     torch.Size([3, 2])
     >>> MOOSVGD(n_models=3, rounds=5, lr=0.1).fit(problem).losses.shape
     torch.Size([2, 3])
+    >>> from most.baselines import SumOfMinimum, TCHSet
+    >>> TCHSet(n_models=2, rounds=5, lr=0.1).fit(problem).assignment.shape
+    torch.Size([2, 2])
+    >>> SumOfMinimum(n_models=2, rounds=5, lr=0.1, algorithm="gradient").fit(problem).params.shape
+    torch.Size([2, 2])
 """
 
 from __future__ import annotations
@@ -54,9 +75,39 @@ from .._validation import check_non_negative, check_positive
 from ..methods import EqualAssignment, GammaWeights
 from ..solver import _Method
 from ._epo import EPOCombiner, PreferenceAssignment, check_preferences
+from ._few_for_many import (
+    BestModelAssignment,
+    STCHSet,
+    STCHSetCombiner,
+    SumOfMinimum,
+    SumOfMinimumCombiner,
+    TCHSet,
+    TCHSetCombiner,
+    kmeanspp_seeding,
+    stch_set,
+    sum_of_minimum,
+    tch_set,
+)
 from ._svgd import SVGDCombiner
 
-__all__ = ["EPO", "MOOSVGD", "PreferenceAssignment", "EPOCombiner", "SVGDCombiner"]
+__all__ = [
+    "EPO",
+    "MOOSVGD",
+    "PreferenceAssignment",
+    "EPOCombiner",
+    "SVGDCombiner",
+    "TCHSet",
+    "STCHSet",
+    "SumOfMinimum",
+    "BestModelAssignment",
+    "TCHSetCombiner",
+    "STCHSetCombiner",
+    "SumOfMinimumCombiner",
+    "tch_set",
+    "stch_set",
+    "sum_of_minimum",
+    "kmeanspp_seeding",
+]
 
 
 def _as_nested_tuple(preferences) -> tuple[tuple[float, ...], ...]:
