@@ -9,6 +9,7 @@ import torch
 from scipy.optimize import minimize
 
 import most.federated as fl
+from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
 from most.federated import methods as F
 from most.federated.methods import min_norm_box, min_norm_combination, weighted_mean
 from most.federated.runtime import Padded, local_train
@@ -127,7 +128,9 @@ def test_every_method_trains_on_synthetic_data(small):
     chance = 0.1
     for method in [F.MosT(3), F.MosT(3, combine="min_norm", warmup_rounds=0), F.MosT(3, server_lr=2.0), F.FedAvg(3),
                    F.FedProx(3, mu=0.1), F.MGDA(3), F.WeightedMGDA(3), F.Linearization(3), F.FedMGDAPlus(3),
-                   F.IFCA(3)]:
+                   F.IFCA(3), F.SetScalarization(3, combiner=STCHSetCombiner()),
+                   F.SetScalarization(3, combiner=TCHSetCombiner()),
+                   F.SetScalarization(3, combiner=SumOfMinimumCombiner())]:
         res = fl.run_federated(small, model, method, cfg)
         assert res.mean_accuracy > chance + 0.2, (type(method).__name__, res.mean_accuracy)
 
@@ -144,3 +147,14 @@ def test_bad_input(small):
         F.MosT(2, combine="median")
     with pytest.raises(ValueError, match="FederatedDataset"):
         fl.run_federated([1, 2], model, F.FedAvg(2), fl.FederatedConfig(rounds=1))
+
+
+def test_tch_set_on_clients_moves_only_the_best_model_of_the_worst_client(small):
+    model = fl.logistic_regression(60, 10)
+    res = fl.run_federated(small, model, F.SetScalarization(3, combiner=TCHSetCombiner()),
+                           fl.FederatedConfig(rounds=1, lr=0.05, seed=2, eval_every=0))
+    init = model.init(3, torch.Generator().manual_seed(2))
+    moved = (res.params - init).abs().sum(1) > 0
+    assert int(moved.sum()) == 1
+    with pytest.raises(ValueError, match="coefficients"):
+        F.SetScalarization(3, combiner=None)

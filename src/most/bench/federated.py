@@ -26,6 +26,7 @@ from typing import Callable
 import numpy as np
 import torch
 
+from .. import baselines as _b
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
@@ -64,6 +65,10 @@ METHODS: dict[str, tuple[Callable, tuple]] = {
     "MGDA": (lambda m, eta, x: F.MGDA(m, server_lr=eta), (None,)),
     "w-MGDA": (lambda m, eta, x: F.WeightedMGDA(m, server_lr=eta), (None,)),
     "Linearization": (lambda m, eta, x: F.Linearization(m, server_lr=eta), (None,)),
+    "TCH-Set": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.TCHSetCombiner()), (None,)),
+    "STCH-Set": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.STCHSetCombiner()), (None,)),
+    "SoM (gradient)": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.SumOfMinimumCombiner()),
+                       (None,)),
 }
 DEFAULT_METHODS = ("MosT", "MosT (min-norm)", "MosT (paper)", "IFCA", "FedAvg", "FedProx", "FedMGDA+", "MGDA",
                    "w-MGDA", "Linearization")

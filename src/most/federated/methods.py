@@ -34,7 +34,7 @@ from .._validation import check_non_negative, check_positive, check_positive_int
 from ..methods import MajorityShare, Marginals, TransportAssignment, Uniform, Weighting
 from ..mgda import min_norm
 
-__all__ = ["MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus", "IFCA",
+__all__ = ["MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus", "IFCA", "SetScalarization",
            "weighted_mean", "min_norm_combination", "min_norm_box"]
 
 
@@ -305,3 +305,30 @@ class MosT(_FederatedMethod):
             return weighted_mean(params, deltas, pair_model, pair_weight.double(), self.server_lr)
         w = pair_weight.double()
         return min_norm_combination(params, deltas, pair_model, w, self.server_lr)
+
+
+@dataclass
+class SetScalarization(_FederatedMethod):
+    """Few-for-many set scalarisations on clients: TCH-Set, STCH-Set, sum-of-minimum.
+
+    ``combiner`` is one of :class:`most.baselines.TCHSetCombiner`,
+    :class:`~most.baselines.STCHSetCombiner` or :class:`~most.baselines.SumOfMinimumCombiner`:
+    its ``coefficients(losses [m, n])`` give the weight ``c_ji`` of client i in the gradient of
+    the set objective with respect to model j. Clients with ``c_ji > 0`` train model j; the
+    model moves along ``sum_i c_ji Delta_ij / sum_i c_ji`` (the set gradient's direction for
+    that model, normalised per model so that ``server_lr`` means the same as for FedAvg).
+    Sum-of-minimum's Lloyd algorithm on clients is :class:`IFCA`.
+    """
+
+    combiner: object = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        if not hasattr(self.combiner, "coefficients"):
+            raise ValueError("`combiner` must have coefficients(losses [m, n]), e.g. most.baselines.STCHSetCombiner().")
+
+    def plan(self, losses, round, total, previous, *, counts, clients=None):
+        return None, self.combiner.coefficients(losses.T.double()).double()
+
+    def aggregate(self, params, deltas, pair_model, pair_client, pair_weight, *, counts, round):
+        return weighted_mean(params, deltas, pair_model, pair_weight.double(), self.server_lr)
