@@ -41,6 +41,20 @@ def test_readme_few_objective_example_runs():
     assert namespace["F"].shape == (5, 2)
 
 
+def test_readme_federated_example_runs():
+    code = _python_blocks()[3].replace("rounds=100", "rounds=3")  # the API, not the numbers
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)
+    assert namespace["result"].test_accuracy.shape == (30, 5)
+
+
+def test_readme_few_for_many_example_runs(capsys):
+    namespace: dict = {"most": most}
+    exec(compile(_python_blocks()[4], "README.md", "exec"), namespace)
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split()[0] for line in lines] == ["SumOfMinimum", "STCHSet", "MosT"]
+
+
 def test_demo_command_writes_table_results_and_figures(tmp_path):
     out = tmp_path / "demo"
     res = CliRunner().invoke(app, ["demo", "--out", str(out), "--rounds", "60", "--quiet"])
