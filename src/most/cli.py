@@ -175,6 +175,8 @@ def bench_federated(
     server_lrs: list[float] = typer.Option([1.0, 3.0, 5.0], "--server-lr",
                                            help="Server steps searched on validation (repeat)."),
     data_path: Path = typer.Option(None, help="FEMNIST (LEAF) or Fashion-MNIST directory."),
+    model: str = typer.Option("auto", help="auto, cnn or linear (logistic regression on the pixels)."),
+    loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
@@ -206,7 +208,8 @@ def bench_federated(
                                       seeds=tuple(seeds), n_models=n_models, rounds=rounds,
                                       local_epochs=local_epochs, batch_size=batch_size, lr=lr,
                                       participation=participation, server_lrs=tuple(server_lrs),
-                                      data_path=data_path, out=out, progress=not quiet)
+                                      data_path=data_path, model=model, loss_samples=loss_samples, out=out,
+                                      progress=not quiet)
         results = run_benchmark(config)
     except (ValueError, FileNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from exc

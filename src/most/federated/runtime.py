@@ -168,6 +168,9 @@ class FederatedConfig:
         participation: fraction of clients sampled each round (1 = full participation).
         seed: seeds the initial models, the client sampling and the local batches.
         eval_every: rounds between validation evaluations recorded in the history (0: never).
+        loss_samples: if set, the round-start losses (what the server plans with) are measured
+            on each client's first ``loss_samples`` training samples (the loaders shuffle each
+            client's data), which bounds the evaluation cost on large clients.
     """
 
     rounds: int = 100
@@ -177,12 +180,15 @@ class FederatedConfig:
     participation: float = 1.0
     seed: int = 0
     eval_every: int = 10
+    loss_samples: int | None = None
 
     def __post_init__(self):
         check_positive_int(self.rounds, name="rounds")
         check_positive_int(self.local_epochs, name="local_epochs")
         check_positive_int(self.batch_size, name="batch_size")
         check_positive(self.lr, name="lr")
+        if self.loss_samples is not None:
+            check_positive_int(self.loss_samples, name="loss_samples")
         if not (0 < self.participation <= 1):
             raise ValueError(f"`participation` must be in (0, 1]; got {self.participation}.")
 
@@ -240,6 +246,9 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     if not isinstance(dataset, FederatedDataset):
         raise ValueError(f"`dataset` must be a most.federated.FederatedDataset; got {type(dataset).__name__}.")
     train, val, test = (pad_split(dataset, s) for s in ("train", "val", "test"))
+    probe = train if config.loss_samples is None else Padded(
+        train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
+        train.counts.clamp(max=config.loss_samples))
     n, m = dataset.n_clients, method.n_models
     method.check(n)
     gen = torch.Generator().manual_seed(config.seed)
@@ -252,7 +261,7 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     for t in bar:
         tic = time.perf_counter()
         clients = torch.arange(n) if n_part == n else torch.randperm(n, generator=gen)[:n_part].sort().values
-        losses, _, _ = evaluate(model, params, train, clients=clients)
+        losses, _, _ = evaluate(model, params, probe, clients=clients)
         if not torch.isfinite(losses).all():
             i, j = (int(v) for v in (~torch.isfinite(losses)).nonzero()[0])
             raise ValueError(
