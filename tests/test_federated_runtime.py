@@ -141,12 +141,28 @@ def test_bad_input(small):
         fl.run_federated(small.subset([0, 1]), model, F.MosT(n_models=3), fl.FederatedConfig(rounds=1))
     with pytest.raises(ValueError, match="diverged"):
         fl.run_federated(small, model, F.FedAvg(2, server_lr=1e30), fl.FederatedConfig(rounds=5, lr=1e30))
+    with pytest.raises(ValueError, match="loss_samples"):
+        fl.FederatedConfig(loss_samples=0)
     with pytest.raises(ValueError, match="participation"):
         fl.FederatedConfig(participation=0.0)
     with pytest.raises(ValueError, match="combine"):
         F.MosT(2, combine="median")
     with pytest.raises(ValueError, match="FederatedDataset"):
         fl.run_federated([1, 2], model, F.FedAvg(2), fl.FederatedConfig(rounds=1))
+
+
+def test_loss_probe_on_a_subsample_changes_only_what_the_server_sees(small):
+    model = fl.logistic_regression(60, 10)
+    seen = {}
+    for k in (None, 3):
+        res = fl.run_federated(small, model, F.IFCA(3), fl.FederatedConfig(rounds=1, seed=0, loss_samples=k))
+        seen[k] = res.history[0].train_loss
+    p = fl.pad_split(small, "train")
+    init = model.init(3, torch.Generator().manual_seed(0))
+    full, _, _ = fl.evaluate(model, init, p)
+    part, _, _ = fl.evaluate(model, init, Padded(p.x[:, :3], p.y[:, :3], p.w[:, :3], p.counts.clamp(max=3)))
+    assert seen[None] == pytest.approx(float(full.min(1).values.mean()), rel=1e-5)
+    assert seen[3] == pytest.approx(float(part.min(1).values.mean()), rel=1e-5)
 
 
 def test_tch_set_on_clients_moves_only_the_best_model_of_the_worst_client(small):
