@@ -80,6 +80,15 @@ def _grid(k: int):
     return fig, axes.ravel()
 
 
+def _finish_panels(fig, axes, labels, title, path):
+    axes[0].set_xlabel(labels[0])
+    axes[0].set_ylabel(labels[1])
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None, reference=None,
                   labels=("objective 1", "objective 2"), title: str = "", path=None):
     """One panel per method: its solutions (two objectives) over the true front, if known.
@@ -99,12 +108,7 @@ def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None
         ax.scatter(pts[:, 0], pts[:, 1], s=28, color="C3", zorder=3, label="solutions")
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0].set_xlabel(labels[0])
-    axes[0].set_ylabel(labels[1])
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish_panels(fig, axes, labels, title, path)
 
 
 def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, reference, front=None,
@@ -132,9 +136,4 @@ def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, refere
         ax.set_ylim(min(pts[:, 1].min(), front[:, 1].min() if front is not None else np.inf) - 0.05, r[1])
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-    axes[0].set_xlabel(labels[0])
-    axes[0].set_ylabel(labels[1])
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish_panels(fig, axes, labels, title, path)
