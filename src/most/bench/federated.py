@@ -52,6 +52,7 @@ def _paper(m, eta, **changes):
 METHODS: dict[str, tuple[Callable, tuple]] = {
     "MosT": (lambda m, eta, x: F.MosT(m, server_lr=eta), (None,)),
     "MosT (min-norm)": (lambda m, eta, x: F.MosT(m, server_lr=eta, combine="min_norm"), (None,)),
+    "MosT + R": (lambda m, eta, x: F.MosT(m, server_lr=eta, diversity=_TAU), (None,)),
     "MosT (paper)": (lambda m, eta, x: _paper(m, eta), (None,)),
     "MosT w/o R": (lambda m, eta, x: _paper(m, eta, diversity=0.0), (None,)),
     "MosT w/o curriculum": (lambda m, eta, x: _paper(m, eta, marginals=Uniform()), (None,)),
