@@ -12,7 +12,7 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test data clean
 
 install: $(STAMP)
 
@@ -27,6 +27,13 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+
+# Fashion-MNIST for `most bench federated --dataset fashion`, from Debian's package, without root:
+# extracted to .data/ (then: export MOST_FASHION_MNIST=$$PWD/.data/usr/share/datasets/fashion-mnist).
+# With root, `apt-get install dataset-fashion-mnist` puts it where the loader looks by default.
+data:
+	mkdir -p .data && cd .data && apt-get download dataset-fashion-mnist && dpkg -x dataset-fashion-mnist_*.deb .
+	@echo "export MOST_FASHION_MNIST=$(CURDIR)/.data/usr/share/datasets/fashion-mnist"
 
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache .hypothesis
