@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +178,17 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
                           lr=config.lr, participation=config.participation, seed=seed, eval_every=5,
                           loss_samples=config.loss_samples)
     tic = time.perf_counter()
-    result = run_federated(data, model, method, fed)
+    try:
+        result = run_federated(data, model, method, fed)
+    except ValueError as exc:
+        if "diverged" not in str(exc):
+            raise
+        # a candidate of the search that diverged is recorded and never chosen
+        nan = float("nan")
+        return {"seed": seed, "server_lr": eta, "extra": extra, "seconds": time.perf_counter() - tic,
+                "val_accuracy": -math.inf, "failed": str(exc), **{k: nan for k in _KEYS},
+                "choice_counts": [], "per_client": [], "val_curve": [], "loss_curve": [], "sparsity": [],
+                "drift": [], "plans": [], "timing": {}}
     seconds = time.perf_counter() - tic
     summary = ev.summarise(result.val_accuracy.nan_to_num(-1.0), result.test_accuracy.nan_to_num(0.0))
     plans = [log.plan for log in result.history if log.plan is not None]
@@ -240,8 +251,9 @@ def _summarise(results: dict) -> None:
         most_acc = [r["mean"] for r in results["methods"]["MosT"]["runs"]]
         results["paired_vs_most"] = {}
         for name, entry in results["methods"].items():
-            if name != "MosT" and len(most_acc) >= 2:
-                results["paired_vs_most"][name] = ev.paired_difference(most_acc, [r["mean"] for r in entry["runs"]])
+            other = [r["mean"] for r in entry["runs"]]
+            if name != "MosT" and len(most_acc) >= 2 and np.isfinite(most_acc + other).all():
+                results["paired_vs_most"][name] = ev.paired_difference(most_acc, other)
 
 
 def table_markdown(results: dict) -> str:
@@ -267,7 +279,7 @@ def table_markdown(results: dict) -> str:
 
 def _figures(results: dict, out: Path) -> list[str]:
     methods = results["methods"]
-    first = {name: e["runs"][0] for name, e in methods.items()}
+    first = {name: e["runs"][0] for name, e in methods.items() if "failed" not in e["runs"][0]}
     written = []
     # the radar stays readable with a few methods: the main ones, in table order
     main = [n for n in first if n in _RADAR][:6] or list(first)[:6]
@@ -279,7 +291,7 @@ def _figures(results: dict, out: Path) -> list[str]:
     figures.curves({n: r["loss_curve"] for n, r in first.items()}, ylabel="best-model training loss", log=True,
                    title=f"{results['label']}: training loss", path=out / "loss_curves.png")
     figures.worst_k_bars({n: {k: e[k]["mean"] for k in ("worst20", "worst40", "worst60", "worst80")}
-                          for n, e in methods.items()}, title=f"{results['label']}: worst-k % clients",
+                          for n, e in methods.items() if np.isfinite(e["mean"]["mean"])}, title=f"{results['label']}: worst-k % clients",
                          path=out / "worst_k.png")
     written += ["radar.png", "accuracy_curves.png", "loss_curves.png", "worst_k.png"]
     with_plans = {n: r for n, r in first.items() if r["plans"]}
