@@ -54,8 +54,8 @@ def test_federated_bench_bad_input(tmp_path):
 def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):
     out = tmp_path / "div"
     res = runner.invoke(app, ["bench", "federated", "--seed", "0", "--rounds", "3", "--server-lr", "1",
-                              "--server-lr", "1e30", "--method", "FedAvg", "--out", str(out), "--quiet"])
+                              "--server-lr", "1e38", "--method", "FedAvg", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     run = json.loads((out / "results.json").read_text())["methods"]["FedAvg"]["runs"][0]
     assert run["server_lr"] == 1.0 and "failed" not in run
-    assert [c[0] for c in run["candidates_val"]] == [1.0, 1e30] and run["candidates_val"][1][2] == float("-inf")
+    assert [c[0] for c in run["candidates_val"]] == [1.0, 1e38] and run["candidates_val"][1][2] == float("-inf")
