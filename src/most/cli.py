@@ -112,6 +112,23 @@ def demo(
     typer.echo(f"\n(noise floor: test MSE ≈ 0.25)\nWrote {out}/results.json, curves.png, assignment.png, per_task.png")
 
 
+def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config) -> None:
+    """Shared by the `most bench` commands: list the methods, or build the config (bad input is
+    reported as a parameter error before any work), run, and print the table."""
+    import torch
+
+    if list_methods:
+        typer.echo("\n".join(suite.METHODS))
+        return
+    torch.set_num_threads(threads)
+    try:
+        results = suite.run_benchmark(make_config())
+    except (ValueError, FileNotFoundError) as exc:
+        raise typer.BadParameter(str(exc)) from exc
+    typer.echo(suite.table_markdown(results))
+    typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
+
+
 @bench_app.command("few-objective")
 def bench_few_objective(
     out: Path = typer.Option(Path("bench_out/few_objective"), help="Folder for results.json, table.md, figures."),
@@ -140,23 +157,12 @@ def bench_few_objective(
 
         most bench few-objective --problem zdt2 --method "MosT-E (Tchebycheff)" --method MGDA --seed 0
     """
-    import torch
+    from .bench import few_objective as suite
 
-    from .bench.few_objective import METHODS, FewObjectiveConfig, run_benchmark, table_markdown
-
-    if list_methods:
-        typer.echo("\n".join(METHODS))
-        return
-    torch.set_num_threads(threads)
-    try:
-        config = FewObjectiveConfig(out=out, problems=tuple(problems), methods=tuple(methods or METHODS),
-                                    seeds=tuple(seeds), n_models=n_models, zdt_rounds=zdt_rounds,
-                                    fairness_rounds=fairness_rounds, german_path=german_path, progress=not quiet)
-        results = run_benchmark(config)
-    except (ValueError, FileNotFoundError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    typer.echo(table_markdown(results))
-    typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
+    _run_suite(suite, list_methods, threads, out, lambda: suite.FewObjectiveConfig(
+        out=out, problems=tuple(problems), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds),
+        n_models=n_models, zdt_rounds=zdt_rounds, fairness_rounds=fairness_rounds, german_path=german_path,
+        progress=not quiet))
 
 
 @bench_app.command("federated")
@@ -195,26 +201,13 @@ def bench_federated(
 
         most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 --seed 0
     """
-    import torch
+    from .bench import federated as suite
 
-    from .bench.federated import DEFAULT_METHODS, METHODS, FederatedBenchConfig, run_benchmark, table_markdown
-
-    if list_methods:
-        typer.echo("\n".join(METHODS))
-        return
-    torch.set_num_threads(threads)
-    try:
-        config = FederatedBenchConfig(dataset=dataset, rho=tuple(rho), methods=tuple(methods or DEFAULT_METHODS),
-                                      seeds=tuple(seeds), n_models=n_models, rounds=rounds,
-                                      local_epochs=local_epochs, batch_size=batch_size, lr=lr,
-                                      participation=participation, server_lrs=tuple(server_lrs),
-                                      data_path=data_path, model=model, loss_samples=loss_samples, out=out,
-                                      progress=not quiet)
-        results = run_benchmark(config)
-    except (ValueError, FileNotFoundError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
-    typer.echo(table_markdown(results))
-    typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
+    _run_suite(suite, list_methods, threads, out, lambda: suite.FederatedBenchConfig(
+        dataset=dataset, rho=tuple(rho), methods=tuple(methods or suite.DEFAULT_METHODS), seeds=tuple(seeds),
+        n_models=n_models, rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr,
+        participation=participation, server_lrs=tuple(server_lrs), data_path=data_path, model=model,
+        loss_samples=loss_samples, out=out, progress=not quiet))
 
 
 if __name__ == "__main__":  # pragma: no cover
