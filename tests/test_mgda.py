@@ -599,3 +599,13 @@ def test_property_common_descent(J, seed):
         assert_common_descent(J, w, u)
     else:
         assert torch.equal(u, torch.zeros_like(u))
+
+
+def test_one_allowed_objective_per_problem_returns_that_vertex_without_iterating():
+    J = torch.randn(3, 4, 6, generator=torch.Generator().manual_seed(0), dtype=F64)
+    G = J @ J.mT
+    mask = torch.tensor([[False, True, False, False], [False, False, False, False], [True, False, False, False]])
+    r = min_norm(G, mask=mask)
+    torch.testing.assert_close(r.weights, mask.to(F64))
+    torch.testing.assert_close(r.norm_sq, torch.stack([G[0, 1, 1], torch.zeros((), dtype=F64), G[2, 0, 0]]))
+    assert r.converged and r.n_iter == 0

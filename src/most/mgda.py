@@ -479,7 +479,13 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
     else:
         m = _check_mask(mask, batch=g.shape[0] if batched else None, n=n, device=G64.device)
 
-    lam, norm_sq, n_it, converged = _solve(G64, m, max_iter=max_iter, tol=tol, repair_dtype=out_dtype)
+    if bool((m.sum(-1) <= 1).all()):
+        # at most one allowed objective per problem: the answer is that vertex (no iteration)
+        lam = m.to(torch.float64)
+        norm_sq = (torch.diagonal(G64, dim1=-2, dim2=-1) * lam).sum(-1)
+        n_it, converged = 0, True
+    else:
+        lam, norm_sq, n_it, converged = _solve(G64, m, max_iter=max_iter, tol=tol, repair_dtype=out_dtype)
     lam = lam.to(dtype=out_dtype, device=out_device)
     norm_sq = norm_sq.to(dtype=out_dtype, device=out_device)
     if not batched:
