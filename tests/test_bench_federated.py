@@ -49,6 +49,8 @@ def test_federated_bench_bad_input(tmp_path):
                               str(tmp_path / "missing"), "--out", str(tmp_path), "--quiet"])
     assert res.exit_code != 0 and "missing" in _flat(res.output)
     assert not (tmp_path / "results.json").exists()
+    res = runner.invoke(app, ["bench", "federated", "--sizes", "lognormal", "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code != 0 and "Unknown sizes" in res.output
 
 
 def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):

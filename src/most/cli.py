@@ -169,6 +169,7 @@ def bench_few_objective(
 def bench_federated(
     dataset: str = typer.Option("synthetic", help="synthetic, femnist or fashion."),
     rho: tuple[float, float] = typer.Option((0.0, 0.0), help="rho1 rho2 of the synthetic data."),
+    sizes: str = typer.Option("equal", help="Synthetic client sizes: equal (100 each) or power_law (FedProx)."),
     methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: the main table). "
                                       "See --list-methods."),
     seeds: list[int] = typer.Option([0, 1, 2, 3, 4], "--seed", help="Repeat for several seeds."),
@@ -204,7 +205,7 @@ def bench_federated(
     from .bench import federated as suite
 
     _run_suite(suite, list_methods, threads, out, lambda: suite.FederatedBenchConfig(
-        dataset=dataset, rho=tuple(rho), methods=tuple(methods or suite.DEFAULT_METHODS), seeds=tuple(seeds),
+        dataset=dataset, rho=tuple(rho), sizes=sizes, methods=tuple(methods or suite.DEFAULT_METHODS), seeds=tuple(seeds),
         n_models=n_models, rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr,
         participation=participation, server_lrs=tuple(server_lrs), data_path=data_path, model=model,
         loss_samples=loss_samples, out=out, progress=not quiet))

@@ -84,6 +84,8 @@ class FederatedBenchConfig:
         dataset: ``synthetic`` (FedProx synthetic(rho1, rho2), 30 clients), ``femnist`` (LEAF
             directory) or ``fashion`` (Fashion-MNIST, 100 clients, Dirichlet(0.3) label skew).
         rho: (rho1, rho2) of the synthetic data.
+        sizes: synthetic client sizes: ``equal`` (100 samples each) or ``power_law`` (FedProx's
+            recipe: lognormal(4, 2) + 50 samples).
         methods: names from :data:`METHODS`.
         seeds: one run per seed (data, models and batches).
         n_models, rounds, local_epochs, batch_size, lr, participation: the FL protocol.
@@ -99,6 +101,7 @@ class FederatedBenchConfig:
 
     dataset: str = "synthetic"
     rho: tuple[float, float] = (0.0, 0.0)
+    sizes: str = "equal"
     methods: tuple[str, ...] = DEFAULT_METHODS
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n_models: int = 5
@@ -124,6 +127,8 @@ class FederatedBenchConfig:
             raise ValueError(f"Unknown method(s) {unknown}; choose from {list(METHODS)}.")
         if not self.seeds:
             raise ValueError("Give at least one seed.")
+        if self.sizes not in ("equal", "power_law"):
+            raise ValueError(f"Unknown sizes {self.sizes!r}; choose 'equal' or 'power_law'.")
         if self.model not in ("auto", "cnn", "linear"):
             raise ValueError(f"Unknown model {self.model!r}; choose 'auto', 'cnn' or 'linear'.")
         if not self.server_lrs or min(self.server_lrs) <= 0:
@@ -132,7 +137,7 @@ class FederatedBenchConfig:
     @property
     def label(self) -> str:
         if self.dataset == "synthetic":
-            return f"Syn({self.rho[0]:g},{self.rho[1]:g})"
+            return f"Syn({self.rho[0]:g},{self.rho[1]:g})" + (", power-law sizes" if self.sizes == "power_law" else "")
         return {"femnist": "FEMNIST", "fashion": "Fashion-MNIST"}[self.dataset]
 
 
@@ -146,7 +151,8 @@ def _ink(data):
 
 def _data(config: FederatedBenchConfig, seed: int):
     if config.dataset == "synthetic":
-        data = fedprox_synthetic(config.rho[0], config.rho[1], seed=seed)
+        sizes = dict(size_distribution="power_law", samples_per_client=50) if config.sizes == "power_law" else {}
+        data = fedprox_synthetic(config.rho[0], config.rho[1], seed=seed, **sizes)
         return data, logistic_regression(int(data.input_shape[0]), data.n_classes)
     if config.dataset == "femnist":
         data = _ink(load_femnist(config.data_path, seed=seed))
