@@ -1,6 +1,7 @@
 """Figures (matplotlib, Agg backend; every function returns the Figure and can save it).
 
-* :func:`training_curves` -- a metric per round, one line per method.
+* :func:`curves` -- a metric per round, one line per method, optional ± std bands;
+  :func:`training_curves` is the same on a log scale.
 * :func:`assignment_heatmap` -- the plan Gamma [n, m] as an image.
 * :func:`per_objective_bars` -- per-objective values of several methods, sorted.
 * :func:`pareto_fronts` -- solutions of each method over the true front (one panel each).
@@ -16,6 +17,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -28,19 +30,64 @@ def _save(fig, path: str | Path | None):
     return fig
 
 
-def training_curves(curves: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "",
-                    log: bool = True, path=None):
-    fig, ax = plt.subplots(figsize=(5.5, 3.6))
-    for name, values in curves.items():
-        ax.plot(np.arange(len(values)), np.asarray(values, dtype=float), label=name, lw=1.6)
-    ax.set_xlabel("round")
+def _values(v, name: str) -> np.ndarray:
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().double().numpy()
+    a = np.asarray(v, dtype=float)
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"`{name}` must be a non-empty sequence of numbers; got shape {a.shape}.")
+    return a
+
+
+def _nonempty(mapping: Mapping, name: str) -> None:
+    if not mapping:
+        raise ValueError(f"`{name}` must map at least one method name to its values; got an empty mapping.")
+
+
+def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", title: str = "",
+           std: Mapping[str, Sequence[float]] | None = None, x: Sequence[float] | None = None,
+           xlabel: str = "round", log: bool = False, path=None):
+    """A metric (accuracy or loss) per round, one line per method, with optional ± std bands.
+
+    Args:
+        series: method name -> values per round.
+        std: method name -> standard deviation per round (same length as the series); a band
+            ``mean ± std`` is shaded. Methods missing from ``std`` get no band.
+        x: shared x values (e.g. the rounds at which the metric was evaluated); default
+            ``0 .. len - 1`` per method.
+        log: logarithmic y axis (e.g. for losses).
+    """
+    _nonempty(series, "series")
+    fig, ax = plt.subplots(figsize=(5.8, 3.8))
+    for k, (name, values) in enumerate(series.items()):
+        v = _values(values, f"series[{name!r}]")
+        xs = np.arange(len(v)) if x is None else _values(x, "x")
+        if len(xs) != len(v):
+            raise ValueError(f"`x` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")
+        color = f"C{k % 10}"
+        ax.plot(xs, v, color=color, lw=1.6, label=name)
+        if std is not None and name in std:
+            s = _values(std[name], f"std[{name!r}]")
+            if len(s) != len(v):
+                raise ValueError(f"`std[{name!r}]` has {len(s)} entries but `series[{name!r}]` has {len(v)}.")
+            ax.fill_between(xs, v - s, v + s, color=color, alpha=0.2, lw=0)
+    ax.set_xlabel(xlabel)
+    if x is None:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     if log:
         ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(frameon=False)
+    fig.tight_layout()
     return _save(fig, path)
+
+
+def training_curves(series: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "",
+                    log: bool = True, path=None):
+    """A metric per round, one line per method, on a log scale by default (see :func:`curves`)."""
+    return curves(series, ylabel=ylabel, title=title, log=log, path=path)
 
 
 def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", path=None):
