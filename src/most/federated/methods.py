@@ -70,7 +70,7 @@ def min_norm_combination(params: Tensor, deltas: Tensor, pair_model: Tensor, wei
     m = params.shape[0]
     rows = weight[:, None].to(deltas) * deltas
     G, mask, groups = _per_model_gram(rows, pair_model, m)
-    lam = min_norm(0.5 * (G + G.mT), mask=mask, tol=tol).weights  # [m, k]
+    lam = min_norm(G, mask=mask, tol=tol).weights  # [m, k] (min_norm symmetrises G itself)
     step = torch.zeros_like(params)
     for j, g in enumerate(groups):
         if len(g):

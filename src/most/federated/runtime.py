@@ -81,11 +81,12 @@ def _chunks(total: int, size: int):
 
 @torch.no_grad()
 def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor | None = None,
-             max_samples: int = 8192) -> tuple[Tensor, Tensor, Tensor]:
+             max_samples: int = 8192, return_probs: bool = False) -> tuple[Tensor, Tensor, Tensor | None]:
     """Client side: loss and accuracy of every model on every client's data.
 
-    Returns ``loss [n, m]`` (mean cross-entropy), ``accuracy [n, m]`` and ``probs`` of shape
-    ``[m, n, N, C]`` (the predictive distributions; padding rows are meaningless). Clients with
+    Returns ``loss [n, m]`` (mean cross-entropy), ``accuracy [n, m]`` and, with
+    ``return_probs=True``, ``probs`` of shape ``[m, n, N, C]`` (the predictive distributions;
+    padding rows are meaningless; otherwise ``None``). Clients with
     no sample in this split get NaN. Evaluated in chunks of about ``max_samples`` inputs per
     model, so memory stays bounded.
     """
@@ -102,7 +103,7 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     denom = w.sum(1)  # [n]
     loss = ((ce * w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
     acc = ((correct * w).sum(-1) / denom).T
-    return loss, acc, logits.softmax(-1)
+    return loss, acc, (logits.softmax(-1) if return_probs else None)
 
 
 def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, *, epochs: int,
@@ -303,7 +304,7 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
             callback(log, params)
 
     _, val_acc, _ = evaluate(model, params, val)
-    test_loss, test_acc, probs = evaluate(model, params, test)
+    test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     choice = torch.nan_to_num(val_acc, nan=-1.0).argmax(1)
     return FederatedResult(params=params, val_accuracy=val_acc, test_accuracy=test_acc, test_loss=test_loss,
                            choice=choice, history=history, test_probs=probs, test_weight=test.w)
