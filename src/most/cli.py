@@ -203,12 +203,14 @@ def bench_federated(
         most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 --seed 0
     """
     from .bench import federated as suite
+    from .federated import FederatedConfig
 
     _run_suite(suite, list_methods, threads, out, lambda: suite.FederatedBenchConfig(
         dataset=dataset, rho=tuple(rho), sizes=sizes, methods=tuple(methods or suite.DEFAULT_METHODS), seeds=tuple(seeds),
-        n_models=n_models, rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr,
-        participation=participation, server_lrs=tuple(server_lrs), data_path=data_path, model=model,
-        loss_samples=loss_samples, out=out, progress=not quiet))
+        n_models=n_models, protocol=FederatedConfig(
+            rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
+            eval_every=5, loss_samples=loss_samples),
+        server_lrs=tuple(server_lrs), data_path=data_path, model=model, out=out, progress=not quiet))
 
 
 if __name__ == "__main__":  # pragma: no cover

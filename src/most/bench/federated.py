@@ -20,7 +20,7 @@ import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -88,12 +88,14 @@ class FederatedBenchConfig:
             recipe: lognormal(4, 2) + 50 samples).
         methods: names from :data:`METHODS`.
         seeds: one run per seed (data, models and batches).
-        n_models, rounds, local_epochs, batch_size, lr, participation: the FL protocol.
+        n_models: m, the number of models.
+        protocol: the FL protocol shared by every method (:class:`~most.federated.FederatedConfig`:
+            rounds, local epochs, batch size, local lr, participation, loss probe); its seed is
+            replaced by each run's seed.
         server_lrs: server steps searched on validation for every method.
         model: ``auto`` (logistic regression on synthetic data, the CNN on images), ``cnn`` or
             ``linear`` (multinomial logistic regression on the pixels: a CPU-sized stand-in).
         cnn_channels: width of the CNN (FEMNIST, Fashion-MNIST); the paper's is (32, 64).
-        loss_samples: training samples per client for the round-start losses (None: all).
         samples_per_client: Fashion-MNIST average client size (keeps CPU runs short).
         data_path: FEMNIST / Fashion-MNIST directory (default: their environment variables).
         out: folder for results.json, table.md and the figures.
@@ -105,15 +107,10 @@ class FederatedBenchConfig:
     methods: tuple[str, ...] = DEFAULT_METHODS
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n_models: int = 5
-    rounds: int = 100
-    local_epochs: int = 1
-    batch_size: int = 10
-    lr: float = 0.05
-    participation: float = 1.0
+    protocol: FederatedConfig = field(default_factory=lambda: FederatedConfig(eval_every=5))
     server_lrs: tuple[float, ...] = (1.0, 3.0, 5.0)
     model: str = "auto"
     cnn_channels: tuple[int, int] = (8, 16)
-    loss_samples: int | None = None
     samples_per_client: int = 100
     data_path: Path | None = None
     out: Path = Path("bench_out/federated")
@@ -180,9 +177,7 @@ def _drift(prev, plan) -> float:
 def _run_one(config, data, model, method_name, seed, eta, extra):
     build, _ = METHODS[method_name]
     method = build(config.n_models, eta, extra)
-    fed = FederatedConfig(rounds=config.rounds, local_epochs=config.local_epochs, batch_size=config.batch_size,
-                          lr=config.lr, participation=config.participation, seed=seed, eval_every=5,
-                          loss_samples=config.loss_samples)
+    fed = dataclasses.replace(config.protocol, seed=seed)
     tic = time.perf_counter()
     try:
         result = run_federated(data, model, method, fed)
