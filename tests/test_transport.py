@@ -15,8 +15,9 @@ from scipy.optimize import linprog
 from most._warnings import ConvergenceWarning
 from most.transport import TransportResult, diversity_regularizer, solve
 
-METHODS = ("exact", "sinkhorn", "ipot")
-MARGINAL_TOL = {"exact": 1e-6, "sinkhorn": 1e-4, "ipot": 1e-4}
+METHODS = ("exact", "sinkhorn", "newton", "ipot")
+ITERATIVE = ("sinkhorn", "newton", "ipot")
+MARGINAL_TOL = {"exact": 1e-6, "sinkhorn": 1e-4, "newton": 1e-4, "ipot": 1e-4}
 FAST = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # Iterative solvers may legitimately stop at max_iter on the degenerate inputs below; the
@@ -112,7 +113,7 @@ def test_exact_marginals_and_vertex_support(problem):
 
 
 @quiet
-@pytest.mark.parametrize("method", ["sinkhorn", "ipot"])
+@pytest.mark.parametrize("method", ITERATIVE)
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(problem=problems)
 def test_iterative_marginals(method, problem):
@@ -143,7 +144,7 @@ def test_cost_scale_does_not_matter(method):
         np.testing.assert_allclose(p.numpy(), plans[0].numpy(), atol=1e-6)
 
 
-@pytest.mark.parametrize("method", ["sinkhorn", "ipot"])
+@pytest.mark.parametrize("method", ITERATIVE)
 def test_constant_cost_gives_independent_coupling(method):
     a = np.array([0.2, 0.3, 0.5])
     b = np.array([0.6, 0.4])
@@ -189,14 +190,14 @@ def test_pinned_example():
     np.testing.assert_allclose(res.plan.numpy(), expected, atol=1e-12)
     assert res.cost == pytest.approx(0.1, abs=1e-12)
     assert res.n_iter == 1 and res.converged
-    for method in ("sinkhorn", "ipot"):
+    for method in ITERATIVE:
         approx = solve(c, a, b, method=method)
         np.testing.assert_allclose(approx.plan.numpy(), expected, atol=1e-3)
         assert approx.cost == pytest.approx(0.1, abs=1e-3)
 
 
 @quiet
-@pytest.mark.parametrize("method", ["sinkhorn", "ipot"])
+@pytest.mark.parametrize("method", ITERATIVE)
 @pytest.mark.parametrize("shape,seed", [((30, 5), 0), ((30, 5), 1), ((50, 7), 2), ((50, 7), 3)])
 def test_iterative_cost_close_to_exact(method, shape, seed):
     c, a, b = _random(*shape, seed=seed)
@@ -208,6 +209,44 @@ def test_iterative_cost_close_to_exact(method, shape, seed):
 
 
 @quiet
+@pytest.mark.parametrize("reg", [1e-1, 1e-2, 1e-3])
+@pytest.mark.parametrize("shape,seed", [((30, 5), 0), ((200, 3), 1), ((500, 12), 2)])
+def test_newton_and_sinkhorn_solve_the_same_entropic_problem(reg, shape, seed):
+    # Both return the unique minimiser of <C, G> - eps H(G): the plans agree up to the
+    # marginal tolerance, though one iterates on the semi-dual and the other on the dual.
+    c, a, b = _random(*shape, seed=seed)
+    sink = solve(c, a, b, method="sinkhorn", reg=reg, tol=1e-9, max_iter=200_000)
+    newt = solve(c, a, b, method="newton", reg=reg, tol=1e-9)
+    assert sink.converged and newt.converged
+    if reg <= 1e-2:  # where Sinkhorn slows down (its rate degrades as eps shrinks)
+        assert newt.n_iter < sink.n_iter / 10
+    np.testing.assert_allclose(newt.plan.numpy(), sink.plan.numpy(), atol=1e-8)
+
+
+def test_newton_is_near_exact_on_a_larger_problem():
+    rng = np.random.default_rng(5)
+    n, m = 3000, 10
+    c = (rng.standard_normal((n, 1, 4)) - rng.standard_normal((1, m, 4))).__pow__(2).sum(-1)
+    a, b = np.full(n, 1 / n), rng.dirichlet(np.ones(m))
+    exact = solve(c, a, b).cost
+    res = solve(c, a, b, method="newton")
+    assert res.converged and res.n_iter <= 30
+    _check_marginals(res.plan, a, b, 1e-10)
+    assert exact - 1e-9 <= res.cost <= exact + 2e-3 * (c.max() - c.min())
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_newton_converges_where_its_model_is_poor(seed):
+    # Integer costs with many ties at a tiny eps: the semi-dual is nearly piecewise linear
+    # and some Newton steps fail the line search; the Sinkhorn fallback still converges.
+    c, a, b = _problem(seed, 40, 2 + seed % 3, "integer", 1.0, False)
+    for reg in (1e-3, 1e-4):
+        res = solve(c, a, b, method="newton", reg=reg)
+        assert res.converged
+        _check_marginals(res.plan, a, b, 1e-10)
+        assert res.cost <= solve(c, a, b).cost + 2 * reg * (c.max() - c.min()) * np.log(c.size)
+
+
 def test_ipot_warm_start_does_not_freeze():
     n, m = 30, 5
     rng = np.random.default_rng(7)
@@ -263,7 +302,7 @@ def test_exact_diversity_increases_concentration(seed, tau):
 
 
 @quiet
-@pytest.mark.parametrize("method", ["sinkhorn", "ipot"])
+@pytest.mark.parametrize("method", ITERATIVE)
 @pytest.mark.parametrize("tau", [0.1, 1.0])
 def test_iterative_diversity_never_increases_objective(method, tau):
     c, a, b = _random(20, 4, seed=4)
@@ -325,15 +364,16 @@ def test_relaxed_columns_is_columnwise_argmin(method):
     np.testing.assert_allclose(res.plan.sum(0).numpy(), b, atol=1e-15)
 
 
-def test_relaxed_sinkhorn_is_softmax():
+@pytest.mark.parametrize("method", ["sinkhorn", "newton"])
+def test_relaxed_entropic_is_softmax(method):
     c, a, b = _random(9, 4, seed=23)
     reg = 0.1
     eps = reg * (c.max() - c.min())
     ct = torch.as_tensor(c)
-    rows = solve(c, a, None, method="sinkhorn", reg=reg).plan
+    rows = solve(c, a, None, method=method, reg=reg).plan
     expected = torch.as_tensor(a)[:, None] * torch.softmax(-ct / eps, dim=1)
     torch.testing.assert_close(rows, expected, rtol=1e-12, atol=1e-15)
-    cols = solve(c, None, b, method="sinkhorn", reg=reg).plan
+    cols = solve(c, None, b, method=method, reg=reg).plan
     expected = torch.as_tensor(b)[None, :] * torch.softmax(-ct / eps, dim=0)
     torch.testing.assert_close(cols, expected, rtol=1e-12, atol=1e-15)
 
@@ -416,7 +456,7 @@ GOOD_B = np.array([0.4, 0.6])
         ({"b": np.array([0.2, 0.3, 0.5])}, "length 2"),
         ({"cost": np.array([0.1, 0.2, 0.3])}, "2-D"),
         ({"cost": np.zeros((0, 2))}, "at least one"),
-        ({"method": "emd"}, "must be one of 'exact', 'sinkhorn', 'ipot'"),
+        ({"method": "emd"}, "must be one of 'exact', 'sinkhorn', 'newton', 'ipot'"),
         ({"diversity": -0.1}, "diversity.*non-negative"),
         ({"init": np.full((3, 2), 1 / 6)}, "init is not a feasible plan"),
         ({"init": np.ones((2, 3)) / 6}, "init is not a feasible plan.*shape"),

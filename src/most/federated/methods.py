@@ -257,7 +257,7 @@ class MosT(_FederatedMethod):
     """
 
     diversity: float = 0.0
-    transport: Literal["exact", "sinkhorn", "ipot"] = "exact"
+    transport: Literal["exact", "sinkhorn", "newton", "ipot"] = "exact"
     marginals: Marginals = field(default_factory=Uniform)
     weighting: Weighting = field(default_factory=MajorityShare)
     combine: Literal["min_norm", "mean"] = "mean"

@@ -30,6 +30,9 @@ Choosing a method
   ``n + m - 1`` non-zeros (Proposition 1). Not differentiable; best for small ``m``.
 * ``"sinkhorn"``: entropic OT in the log domain with ε-scaling,
   ``ε = reg · (max C - min C)``, default ``reg = 1e-3``. A smooth, dense plan.
+* ``"newton"``: the same entropic problem as ``"sinkhorn"``, solved by Newton's method on
+  the m-dimensional semi-dual. Far fewer passes over the data when ``m ≪ n`` and ``ε`` is
+  small: the method for large n (n = 10⁵, m = 50 in well under a second on two cores).
 * ``"ipot"``: inexact proximal point (Xie et al. 2020). Converges to the exact plan; warm
   startable with ``init`` (e.g. the previous round's plan).
 
@@ -65,17 +68,18 @@ from .._validation import (
     check_simplex,
 )
 from .._warnings import ConvergenceWarning
-from . import _exact, _ipot, _sinkhorn
+from . import _exact, _ipot, _newton, _sinkhorn
 from ._diversity import diversity_regularizer, minimise_with_diversity, objective
 from ._exact import solve_exact
 from ._ipot import solve_ipot
+from ._newton import solve_newton
 from ._relaxed import solve_relaxed
 from ._result import TransportResult
 from ._sinkhorn import solve_sinkhorn
 
 __all__ = ["solve", "TransportResult", "diversity_regularizer"]
 
-METHODS = ("exact", "sinkhorn", "ipot")
+METHODS = ("exact", "sinkhorn", "newton", "ipot")
 #: Tolerance on the marginals of a user-supplied ``init``.
 INIT_ATOL = 1e-6
 
@@ -83,6 +87,7 @@ _DEFAULTS = {
     # method: (reg, max_iter, tol)
     "exact": (None, _exact.DEFAULT_MAX_ITER, None),
     "sinkhorn": (_sinkhorn.DEFAULT_REG, _sinkhorn.DEFAULT_MAX_ITER, _sinkhorn.DEFAULT_TOL),
+    "newton": (_sinkhorn.DEFAULT_REG, _newton.DEFAULT_MAX_ITER, _newton.DEFAULT_TOL),
     "ipot": (_ipot.DEFAULT_BETA, _ipot.DEFAULT_MAX_ITER, _ipot.DEFAULT_TOL),
 }
 
@@ -120,24 +125,26 @@ def solve(
         column). ``a`` and ``b`` cannot both be ``None``.
     method:
         ``"exact"`` (network simplex, vertex plan), ``"sinkhorn"`` (log-domain entropic OT
-        with ε-scaling) or ``"ipot"`` (inexact proximal point, converges to the exact
-        plan). For a semi-relaxed problem ``"exact"``/``"ipot"`` give the hard argmin plan
-        (ties: first index) and ``"sinkhorn"`` the softmax ``a_i softmax_j(-C_ij / ε)``.
+        with ε-scaling), ``"newton"`` (the same entropic plan by Newton's method on the
+        semi-dual; fastest for large n and few models) or ``"ipot"`` (inexact proximal
+        point, converges to the exact plan). For a semi-relaxed problem
+        ``"exact"``/``"ipot"`` give the hard argmin plan (ties: first index) and
+        ``"sinkhorn"``/``"newton"`` the softmax ``a_i softmax_j(-C_ij / ε)``.
     diversity:
         ``τ ≥ 0``, weight of the diversity regulariser ``R`` (paper Eq. 3). ``τ > 0`` is
         solved by repeated linearisation; see :mod:`most.transport._diversity`.
     reg:
-        Relative regularisation: ``ε = reg · (max C - min C)`` for ``"sinkhorn"``
-        (default ``1e-3``) and the proximal step ``β = reg · (max C - min C)`` for
+        Relative regularisation: ``ε = reg · (max C - min C)`` for ``"sinkhorn"`` and
+        ``"newton"`` (default ``1e-3``) and the proximal step ``β = reg · (max C - min C)`` for
         ``"ipot"`` (default ``0.3``). Ignored by ``"exact"``. Relative to the cost range,
         so one value works for costs of any scale.
     max_iter:
         ``"exact"``: network-simplex pivots (default ``10_000_000``); ``"sinkhorn"``: total
-        iterations over all ε stages (default ``10_000``); ``"ipot"``: proximal steps
-        (default ``5_000``).
+        iterations over all ε stages (default ``10_000``); ``"newton"``: Newton steps over
+        all ε stages (default ``500``); ``"ipot"``: proximal steps (default ``5_000``).
     tol:
-        ``"sinkhorn"``: L1 violation of the row marginal before rounding (default
-        ``1e-5``); ``"ipot"``: L1 change of the plan between steps (default ``1e-6``).
+        ``"sinkhorn"`` / ``"newton"``: L1 violation of the row / column marginal before
+        rounding (default ``1e-5``); ``"ipot"``: L1 change of the plan between steps (default ``1e-6``).
         The returned plan is rounded onto the feasible set either way, so these trade
         optimality (about 1e-4 relative at the defaults), never feasibility.
         Ignored by ``"exact"``.
@@ -283,7 +290,7 @@ def _solve_linear(
     # linearisation loop), falling back to this cost's own range, then to 1.
     scale = user_range if user_range > 0 else (rng if rng > 0 else 1.0)
     if a is None or b is None:
-        return solve_relaxed(cost, a, b, soft=method == "sinkhorn", eps=reg * scale)
+        return solve_relaxed(cost, a, b, soft=method in ("sinkhorn", "newton"), eps=reg * scale)
 
     rows, cols = a > 0, b > 0
     if not (bool(rows.all()) and bool(cols.all())):  # zero-mass rows/columns get nothing
@@ -308,6 +315,8 @@ def _solve_linear(
         return solve_exact(cost, a, b, max_iter=max_iter)
     if n == 1 or m == 1 or rng == 0.0:  # the marginals determine the plan / every plan is optimal
         return torch.outer(a, b) / b.sum(), 1, True
+    if method == "newton":
+        return solve_newton(cost, a, b, scale=scale, reg=reg, max_iter=max_iter, tol=tol)
     if method == "sinkhorn":
         return solve_sinkhorn(cost, a, b, scale=scale, reg=reg, max_iter=max_iter, tol=tol)
     # IPOT's β only sets the speed (its fixed point is the exact optimum whatever β), so it is

@@ -33,16 +33,16 @@ def round_to_feasible(plan: Tensor, a: Tensor, b: Tensor) -> Tensor:
     >>> bool(torch.allclose(P.sum(1), a) and torch.allclose(P.sum(0), b))
     True
     """
-    plan = plan.clamp_min(0.0)
+    plan = plan.clamp_min(0.0)  # a copy: the caller's tensor is never modified
     row = plan.sum(1)
     x = torch.where(row > a, a / torch.where(row > 0, row, torch.ones_like(row)), torch.ones_like(row))
-    plan = plan * x[:, None]
+    plan.mul_(x[:, None])
     col = plan.sum(0)
     y = torch.where(col > b, b / torch.where(col > 0, col, torch.ones_like(col)), torch.ones_like(col))
-    plan = plan * y[None, :]
+    plan.mul_(y[None, :])
     err_a = (a - plan.sum(1)).clamp_min(0.0)
     err_b = (b - plan.sum(0)).clamp_min(0.0)
     total = err_a.sum()
     if float(total) > 0.0:
-        plan = plan + torch.outer(err_a, err_b) / total
+        plan.addr_(err_a, err_b, alpha=1.0 / float(total))
     return plan

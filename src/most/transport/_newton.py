@@ -1,0 +1,123 @@
+r"""Entropic transport by Newton's method on the semi-dual, for ``m ≪ n``.
+
+Solves the same entropic problem as :mod:`most.transport._sinkhorn`::
+
+    min_Γ <C, Γ> - ε H(Γ)   s.t.  Γ ≥ 0,  Γ 1_m = a,  Γᵀ 1_n = b
+
+through its *semi-dual*, a smooth concave function of the ``m`` column potentials only
+(the row potentials have a closed form, Cuturi & Peyré 2018, *Semi-dual regularized
+optimal transport*)::
+
+    F(g) = Σ_j b_j g_j - ε Σ_i a_i log Σ_j exp((g_j - C_ij) / ε)
+
+    ∇F(g)  = b - Pᵀ a,           P_ij = softmax_j((g_j - C_ij) / ε)      (row i of Γ = a_i P_i)
+    -∇²F(g) = (diag(Pᵀ a) - Pᵀ diag(a) P) / ε                              ([m, m], PSD)
+
+The gradient is the violation of the column marginal (rows are exact by construction).
+In MosT the models are few and the objectives many, so the Hessian is a small ``m × m``
+matrix built with one ``[m, n] @ [n, m]`` product, and a Newton step costs about three
+passes over the ``n × m`` matrix -- the same as one Sinkhorn iteration. Where Sinkhorn
+needs hundreds of iterations at small ``ε`` (its rate degrades as ``exp(-1/ε)``), Newton
+with a backtracking line search and ε-scaling needs a few per ε stage (Brauer, Clason,
+Lorenz & Wirth 2017, *A Sinkhorn–Newton method for entropic optimal transport*). Where
+the line search finds no Newton step that increases ``F`` enough (tiny problems at tiny
+``ε``, where ``F`` is nearly piecewise linear), a Sinkhorn update of the columns is taken
+instead, so ``F`` increases at every step either way.
+
+Measured (``benchmarks/results/performance.md``): n = 10⁵, m = 50, ``reg = 1e-3`` on two CPU
+cores -- log-domain Sinkhorn 21 s (170 iterations), this solver well under a second.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+from ._rounding import round_to_feasible
+
+#: Default cap on the total number of Newton steps (all ε stages together).
+DEFAULT_MAX_ITER = 500
+#: Default tolerance on the L1 violation of the column marginal before rounding (as Sinkhorn's).
+DEFAULT_TOL = 1e-5
+#: ε is divided by this factor from one stage to the next.
+EPS_FACTOR = 8.0
+#: Intermediate ε stages stop at this marginal violation (only the last stage uses ``tol``).
+STAGE_TOL = 1e-3
+#: Armijo constant, and the shortest Newton step tried before a Sinkhorn step is taken instead.
+ARMIJO = 1e-4
+MIN_NEWTON_STEP = 2.0**-30
+
+
+def _evaluate(g: Tensor, c: Tensor, a: Tensor, b: Tensor, eps: float) -> tuple[float, Tensor]:
+    """``(F(g), P)``: about four fused passes over ``[n, m]``, no temporary beyond ``P``."""
+    z = torch.sub((g / eps)[None, :], c, alpha=1.0 / eps)  # (g_j - C_ij) / eps
+    logp = torch.log_softmax(z, dim=1)
+    lse = z[:, 0] - logp[:, 0]  # log-sum-exp of each row, exact in the log domain
+    value = float(b @ g - eps * (a @ lse))
+    return value, logp.exp_()
+
+
+def solve_newton(
+    cost: Tensor, a: Tensor, b: Tensor, *, scale: float, reg: float, max_iter: int, tol: float
+) -> tuple[Tensor, int, bool]:
+    """Returns ``(plan, n_iter, converged)``; the plan is rounded onto ``U(a, b)``.
+
+    ``cost`` is float64 ``[n, m]``; ``a`` ``[n]`` and ``b`` ``[m]`` are positive with equal
+    mass; ``ε = reg · scale`` as for Sinkhorn (the cost is measured in units of ``scale``).
+    ``n_iter`` counts Newton steps over all ε stages; ``converged`` means the last stage
+    was reached with a column-marginal L1 violation ``≤ tol`` before the rounding.
+    """
+    c = (cost - cost.min()) / scale
+    m = c.shape[1]
+    top = max(float(c.max()), reg)
+    n_stages = max(1, math.ceil(math.log(top / reg) / math.log(EPS_FACTOR)) + 1) if top > reg else 1
+    eps_list = [max(reg, top / EPS_FACTOR**k) for k in range(n_stages)]
+    eps_list[-1] = reg
+    g = torch.zeros_like(b)
+    eye = torch.eye(m, dtype=c.dtype, device=c.device)
+    uniform = bool((a == a[0]).all())
+    it = 0
+    err = math.inf
+    stage = -1
+    for k, eps in enumerate(eps_list):
+        if it >= max_iter:
+            break
+        stage = k
+        stage_tol = tol if k == len(eps_list) - 1 else max(tol, STAGE_TOL)
+        value, P = _evaluate(g, c, a, b, eps)
+        while True:
+            col = a @ P
+            grad = b - col
+            err = float(grad.abs().sum())
+            if err <= stage_tol or it >= max_iter:
+                break
+            it += 1
+            second = float(a[0]) * (P.T @ P) if uniform else P.T @ (a[:, None] * P)  # Pᵀ diag(a) P
+            hess = (torch.diag(col) - second) / eps  # -∇²F, PSD, null space ⊇ 1
+            # The constant vector is a null direction of F; a tiny ridge fixes the gauge.
+            ridge = 1e-10 * float(hess.diagonal().max()) + 1e-300
+            step = torch.linalg.solve(hess + ridge * eye, grad)
+            slope = float(grad @ step)
+            t = 1.0
+            while True:
+                new_value, new_P = _evaluate(g + t * step, c, a, b, eps)
+                if new_value >= value + ARMIJO * t * slope or t <= MIN_NEWTON_STEP:
+                    break
+                t *= 0.5
+            if not new_value >= value + ARMIJO * t * slope:
+                # Newton's model is poor here (F is nearly piecewise linear at small ε, the
+                # Hessian nearly singular): take a Sinkhorn step on the columns instead, an
+                # exact block maximisation of the dual, which never decreases F.
+                candidate = g + eps * (b.log() - col.clamp_min(torch.finfo(col.dtype).tiny).log())
+                new_value, new_P = _evaluate(candidate, c, a, b, eps)
+                if not new_value > value:  # no ascent left at this precision
+                    break
+                g, value, P = candidate, new_value, new_P
+                continue
+            g, value, P = g + t * step, new_value, new_P
+        if err > stage_tol:
+            break
+    converged = stage == len(eps_list) - 1 and err <= tol
+    return round_to_feasible(P.mul_(a[:, None]), a, b), it, converged
