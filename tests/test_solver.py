@@ -204,6 +204,58 @@ def test_repr_reproduces_the_configuration():
     assert eval(repr(method), {**vars(most), "SGD": most.optim.SGD}) == method
 
 
+# ------------------------------------------------------------------ only the served objectives' gradients
+def test_active_jacobian_equals_the_selected_rows_of_the_full_jacobian():
+    problem = quadratic_clusters(3, 5, dim=4, seed=2)
+    params = torch.randn(3, 4, generator=torch.Generator().manual_seed(0))
+    rows = torch.tensor([[0, 4, 9], [14, 14, 1], [7, 2, 3]])
+    losses, full = problem.jacobian(params)
+    losses2, packed = problem.active_jacobian(params, rows)
+    torch.testing.assert_close(losses2, losses)
+    torch.testing.assert_close(packed, full.gather(1, rows[..., None].expand(-1, -1, 4)))
+    loop = most.Problem.from_function(problem.fn, dim=4, n_objectives=15, vectorize=False)
+    torch.testing.assert_close(loop.active_jacobian(params, rows)[1], packed)
+
+
+class _Recording(most.methods.MinNorm):
+    """MinNorm that records the shape of every Jacobian it is given."""
+
+    def __call__(self, jacobian, weights, **kw):
+        object.__getattribute__(self, "shapes").append(tuple(jacobian.shape))
+        return super().__call__(jacobian, weights, **kw)
+
+
+class _Dense(most.methods.MinNorm):
+    active_only = False
+
+
+def test_models_never_hold_gradients_of_objectives_they_do_not_serve():
+    # 4 clusters x 10 objectives, 4 models: with one owner per objective each model's
+    # min-norm problem has ~10 rows, not 40, and the run equals the dense-Jacobian run.
+    problem = quadratic_clusters(4, 10, dim=3, seed=1)
+    recording = _Recording()
+    object.__setattr__(recording, "shapes", [])
+    packed = most.MosT(n_models=4, rounds=15, inner_steps=2, combiner=recording, seed=3).fit(problem)
+    dense = most.MosT(n_models=4, rounds=15, inner_steps=2, combiner=_Dense(), seed=3).fit(problem)
+    shapes = recording.shapes
+    assert len(shapes) == 30 and all(s[0] == 4 and s[2] == 3 for s in shapes)
+    assert max(s[1] for s in shapes[-10:]) <= 12 < 40  # the groups settle to the 4 clusters
+    torch.testing.assert_close(packed.params, dense.params, rtol=1e-5, atol=1e-6)
+    for a, b in zip(packed.history, dense.history):
+        torch.testing.assert_close(a.weights, b.weights, rtol=1e-5, atol=1e-6)
+
+
+def test_nan_gradient_error_names_the_objective_not_its_packed_position():
+    from most.solver import _check_finite
+
+    problem = quadratic_clusters(2, 3, seed=0)
+    rows = torch.tensor([[0, 1, 2], [3, 5, 5]])
+    jac = torch.zeros(2, 3, 2)
+    jac[1, 1, 0] = float("nan")  # model 1's second served objective is objective 5
+    with pytest.raises(ValueError, match="Gradient of objective 5 for model 1 is not finite at round 4, inner step 1"):
+        _check_finite(torch.zeros(6, 2), jac, problem, 4, 1, rows)
+
+
 # ------------------------------------------------------------------ bad input
 def test_nan_loss_error_names_objective_model_and_round():
     def fn(t):

@@ -47,7 +47,7 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Literal
+from typing import ClassVar, Literal
 
 import torch
 from torch import Tensor
@@ -180,7 +180,7 @@ class TransportAssignment(Assignment):
     """Gamma = argmin over the transport polytope of <L, Gamma> + tau R(Gamma) (Eq. 6).
 
     Args:
-        method: transport solver, ``"exact"``, ``"sinkhorn"`` or ``"ipot"``.
+        method: transport solver, ``"exact"``, ``"sinkhorn"``, ``"newton"`` or ``"ipot"``.
         diversity: tau, the weight of R(Gamma) = -sum_i max_j Gamma_ij (Eq. 3).
         marginals: the (alpha, beta) schedule.
         reg: entropic / proximal strength of the iterative solvers (see
@@ -189,15 +189,17 @@ class TransportAssignment(Assignment):
             freeze the plan (the solvers keep it feasible and able to change).
     """
 
-    method: Literal["exact", "sinkhorn", "ipot"] = "exact"
+    method: Literal["exact", "sinkhorn", "newton", "ipot"] = "exact"
     diversity: float = 0.0
     marginals: Marginals = Uniform()
     reg: float | None = None
     warm_start: bool = False
 
     def __post_init__(self):
-        if self.method not in ("exact", "sinkhorn", "ipot"):
-            raise ValueError(f"transport method must be 'exact', 'sinkhorn' or 'ipot'; got {self.method!r}.")
+        if self.method not in transport.METHODS:
+            raise ValueError(
+                f"transport method must be one of {', '.join(repr(x) for x in transport.METHODS)}; got {self.method!r}."
+            )
         check_non_negative(self.diversity, name="diversity")
 
     def __call__(self, losses, round, total, previous: Tensor | None = None):
@@ -296,7 +298,15 @@ class Combiner(ABC):
     The update is ``theta_j <- theta_j - lr * direction_j``. The loop also passes, as
     keywords, ``losses`` (``[m, n]``, model-major: ``losses[j, i] = L_i(theta_j)``) and
     ``params`` (``[m, d]``), for combiners that need them (EPO, SVGD); others ignore them.
+
+    A combiner with ``active_only = True`` reads only the rows of objectives with a positive
+    weight; the loop then passes just those rows, packed: ``jacobian [m, k, d]`` and
+    ``weights [m, k]`` (padding rows have weight 0), so a model never holds the gradients
+    of objectives it does not serve (memory ``O(m k d)``, ``k`` = most objectives of any
+    model, instead of ``O(m n d)``).
     """
+
+    active_only: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(
@@ -331,6 +341,7 @@ class MinNorm(Combiner):
 
     max_iter: int | None = None
     tol: float | None = None
+    active_only: ClassVar[bool] = True
 
     def __call__(self, jacobian, weights, *, losses=None, params=None):
         # The Gramian is formed in float64: literal Gamma weights can be ~1e-30, which
@@ -368,6 +379,8 @@ class WeightedSum(Combiner):
     With :class:`GammaWeights` this is MosT(L); with :class:`RandomAssignment` it is linear
     scalarisation.
     """
+
+    active_only: ClassVar[bool] = True
 
     def __call__(self, jacobian, weights, *, losses=None, params=None):
         weights = weights.to(jacobian)

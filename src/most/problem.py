@@ -31,7 +31,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, jacfwd, jacrev, vmap
+from torch.func import functional_call, jacfwd, jacrev, vjp, vmap
 
 from ._random import derive_seed
 from ._validation import check_positive_int
@@ -279,6 +279,34 @@ class Problem:
             values, jac = vmap(value_and_jac, randomness="same")(params)
         else:
             pairs = [value_and_jac(p) for p in params]
+            values = torch.stack([v for v, _ in pairs])
+            jac = torch.stack([j for _, j in pairs])
+        return values.T, jac
+
+    def active_jacobian(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Losses ``[n, m]`` and the gradients of selected objectives only, ``[m, k, dim]``.
+
+        ``rows [m, k]`` holds, for each model, the indices of the objectives whose gradients
+        are wanted (row ``j`` of the result's ``[j, r]`` is ``grad L_{rows[j, r]}(theta_j)``).
+        One reverse pass per selected objective (``vjp`` with one-hot cotangents, vectorised),
+        so memory is ``O(m k dim)`` instead of the ``O(m n dim)`` of :meth:`jacobian`: a model
+        never holds the gradients of objectives it does not serve.
+        """
+        params = self._check_params(params)
+        if rows.ndim != 2 or rows.shape[0] != params.shape[0]:
+            raise ValueError(f"rows must have shape [m={params.shape[0]}, k]; got {tuple(rows.shape)}.")
+        n = self.n_objectives
+
+        def value_and_rows(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
+            out, pullback = vjp(self._call, theta)
+            cotangents = torch.nn.functional.one_hot(idx, n).to(out)  # [k, n]
+            (grads,) = vmap(pullback)(cotangents)
+            return out.detach(), grads
+
+        if self.vectorize:
+            values, jac = vmap(value_and_rows, randomness="same")(params, rows)
+        else:
+            pairs = [value_and_rows(p, r) for p, r in zip(params, rows)]
             values = torch.stack([v for v, _ in pairs])
             jac = torch.stack([j for _, j in pairs])
         return values.T, jac

@@ -6,7 +6,8 @@ weighting and combiner (see :mod:`most.methods`). Each round:
 1. evaluate the loss matrix ``L[i, j] = L_i(theta_j)`` of all m models at once;
 2. ``Gamma <- assignment(L)`` (Eq. 6);
 3. ``W <- weighting(Gamma)``;
-4. K times: gradients of every objective at every model (one vectorised Jacobian),
+4. K times: gradients at every model (one vectorised Jacobian; for the min-norm and mean
+   combiners only of the objectives the model serves, ``W_ji > 0``),
    ``d_j <- combiner(J_j, W_j)`` (Eqs. 7-9), ``theta_j <- project(theta_j - lr * d_j)``.
 
 Example:
@@ -112,7 +113,20 @@ class Result:
         }
 
 
-def _check_finite(losses: Tensor, jacobian: Tensor | None, problem: Problem, round: int, step: int | None) -> None:
+def _active_rows(weights: Tensor) -> tuple[Tensor, Tensor]:
+    """``weights [m, n]`` -> ``(rows [m, k], valid [m, k])``: each model's objectives with a
+    positive weight, padded to the longest list with copies of the model's first one."""
+    active = weights > 0
+    k = max(1, int(active.sum(1).max()))
+    # stable sort puts the active objectives first, in index order
+    order = torch.sort((~active).to(torch.uint8), dim=1, stable=True).indices[:, :k]
+    valid = active.gather(1, order)
+    rows = torch.where(valid, order, order[:, :1])
+    return rows, valid
+
+
+def _check_finite(losses: Tensor, jacobian: Tensor | None, problem: Problem, round: int, step: int | None,
+                  rows: Tensor | None = None) -> None:
     bad = ~torch.isfinite(losses)
     where = f"round {round}" + (f", inner step {step}" if step is not None else "")
     if bad.any():
@@ -124,9 +138,10 @@ def _check_finite(losses: Tensor, jacobian: Tensor | None, problem: Problem, rou
             "problem (try a smaller `lr`), or a loss that is undefined at these parameters."
         )
     if jacobian is not None:
-        bad = ~torch.isfinite(jacobian).all(-1)  # [m, n]
+        bad = ~torch.isfinite(jacobian).all(-1)  # [m, n], or [m, k] for packed rows
         if bad.any():
             j, i = (int(v) for v in bad.nonzero()[0])
+            i = i if rows is None else int(rows[j, i])
             raise ValueError(
                 f"Gradient of objective {i} for model {j} is not finite at {where}. "
                 "Try a smaller `lr` or check the loss for operations without a gradient here."
@@ -173,7 +188,10 @@ def run(
     bar = tqdm(range(rounds), desc=description, disable=not progress, leave=False)
     for t in bar:
         tic = time.perf_counter()
-        losses, jac = problem.jacobian(params)
+        if combiner.active_only:  # gradients come after the plan, for the served objectives only
+            losses, jac = problem.loss_matrix(params), None
+        else:
+            losses, jac = problem.jacobian(params)
         _check_finite(losses, jac, problem, t, None)
         grad_s = time.perf_counter() - tic
 
@@ -185,21 +203,29 @@ def run(
         weights = weighting(plan)
         transport_s = time.perf_counter() - tic
 
+        rows = _active_rows(weights) if combiner.active_only else None
+        step_weights = weights if rows is None else weights.gather(1, rows[0]) * rows[1]
         min_norm_s = 0.0
         lam = torch.zeros(m, n, dtype=params.dtype, device=params.device)
         step_losses = losses
         for k in range(inner_steps):
-            if k > 0:
+            if k > 0 or jac is None:
                 tic = time.perf_counter()
-                step_losses, jac = problem.jacobian(params)
-                _check_finite(step_losses, jac, problem, t, k)
+                if rows is None:
+                    step_losses, jac = problem.jacobian(params)
+                else:
+                    step_losses, jac = problem.active_jacobian(params, rows[0])
+                _check_finite(step_losses, jac, problem, t, k, None if rows is None else rows[0])
                 grad_s += time.perf_counter() - tic
             jac = problem.tangent_jacobian(params, jac.detach())
             tic = time.perf_counter()
             try:
-                direction, lam = combiner(jac, weights, losses=step_losses.detach().T, params=params.detach())
+                direction, lam = combiner(jac, step_weights, losses=step_losses.detach().T, params=params.detach())
             except ValueError as exc:
                 raise ValueError(f"At round {t}, inner step {k}: {exc}") from exc
+            if rows is not None:  # back to [m, n]; padding rows carry weight 0
+                lam = torch.zeros(m, n, dtype=lam.dtype, device=lam.device).scatter_add_(
+                    1, rows[0], lam * rows[1].to(lam))
             min_norm_s += time.perf_counter() - tic
             params, opt_state = optimizer.step(params.detach(), direction, opt_state, lr)
             params = problem.apply_projection(params)
@@ -286,7 +312,8 @@ class MosT(_Method):
         inner_steps: K, descent steps per model per round under the same Gamma.
         lr: eta, the step size.
         diversity: tau, the weight of R(Gamma) (Eq. 3).
-        transport: ``"exact"`` (network simplex), ``"sinkhorn"`` or ``"ipot"``.
+        transport: ``"exact"`` (network simplex), ``"sinkhorn"``, ``"newton"`` (entropic, for
+            large n) or ``"ipot"``.
         seed: seeds the initial models and any random draw of the run.
         marginals: the (alpha, beta) schedule: :class:`~most.methods.Uniform` (default),
             :class:`~most.methods.Curriculum`, or a semi-relaxed one (ablations O and M).
@@ -304,7 +331,7 @@ class MosT(_Method):
     """
 
     diversity: float = 0.0
-    transport: Literal["exact", "sinkhorn", "ipot"] = "exact"
+    transport: Literal["exact", "sinkhorn", "newton", "ipot"] = "exact"
     marginals: Marginals = field(default_factory=Uniform)
     weighting: Weighting = field(default_factory=MajorityShare)
     combiner: Combiner = field(default_factory=MinNorm)
