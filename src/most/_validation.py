@@ -6,6 +6,8 @@ Every public entry point validates its inputs once, up front, and raises a
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
@@ -49,14 +51,14 @@ def check_simplex(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL
     """Checks that ``x`` is a length-``size`` probability vector."""
     if x.ndim != 1 or x.shape[0] != size:
         raise ValueError(f"`{name}` must be a vector of length {size}; got shape {tuple(x.shape)}.")
-    if not torch.isfinite(x).all():
+    lo, total = (float(v) for v in torch.stack([x.min(), x.sum()]).tolist())  # one sync
+    if not (math.isfinite(lo) and math.isfinite(total)):
         raise ValueError(f"`{name}` contains NaN or inf; it must be a probability vector.")
-    if (x < 0).any():
+    if lo < 0:
         i = int((x < 0).nonzero()[0])
         raise ValueError(
             f"`{name}` must be non-negative (a probability vector); entry {i} is {float(x[i]):.3g}."
         )
-    total = float(x.sum())
     if abs(total - 1.0) > atol:
         raise ValueError(
             f"`{name}` must sum to 1 (a probability vector); it sums to {total:.8g}. "

@@ -268,15 +268,18 @@ class MajorityShare(Weighting):
 
     def __call__(self, plan):
         n, m = plan.shape
-        mass = plan.sum(1, keepdim=True)
-        share = torch.where(mass > 0, plan / mass.clamp_min(torch.finfo(plan.dtype).tiny), torch.zeros_like(plan))
-        owner = share.argmax(1)
-        member = torch.nn.functional.one_hot(owner, m).bool() & (mass > 0)
-        weights = torch.where(member, share, torch.zeros_like(share))
-        orphan = ~member.any(0)  # models that own nothing fall back to everything they hold
-        if orphan.any():
-            weights[:, orphan] = share[:, orphan]
-        return weights.T.contiguous()
+        mass = plan.sum(1)
+        held = mass > 0
+        owner = plan.argmax(1)  # = argmax of the share: each row is scaled by its own mass > 0
+        own_share = plan.gather(1, owner[:, None]).squeeze(1) / mass.clamp_min(torch.finfo(plan.dtype).tiny)
+        weights = torch.zeros(m, n, dtype=plan.dtype, device=plan.device)
+        weights[owner, torch.arange(n, device=plan.device)] = torch.where(held, own_share, 0.0)
+        owned = torch.zeros(m, dtype=torch.bool, device=plan.device)
+        owned[owner[held]] = True
+        if not bool(owned.all()):  # models that own nothing fall back to everything they hold
+            share = plan / mass.clamp_min(torch.finfo(plan.dtype).tiny)[:, None]
+            weights[~owned] = torch.where(held[None, :], share.T[~owned], 0.0)
+        return weights
 
 
 @dataclass(frozen=True)

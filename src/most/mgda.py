@@ -100,6 +100,10 @@ _REFRESH_EVERY = 50
 #: for a 1e-10 gap, whereas with the correction it stops after tens of iterations.
 _CORRECT_EVERY = 5
 
+#: Face corrections solve by Cholesky when the smallest pivot is at least this fraction of the
+#: largest (condition number below ~1e12), and by the pseudo-inverse otherwise.
+_CHOL_MIN_PIVOT = 1e-6
+
 #: Relative tolerance of the symmetry check on ``gram`` (scaled by the dtype's eps).
 _SYM_RTOL_FLOAT64 = 1e-6
 
@@ -233,11 +237,24 @@ def _face_correction(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tupl
     dg = torch.diagonal(M, dim1=-2, dim2=-1)
     D = torch.where(dg > 0, dg.clamp_min(torch.finfo(dt).tiny).rsqrt(), torch.ones_like(dg))
     Ms = D[:, :, None] * M * D[:, None, :] + torch.diag_embed((~free).to(dt))
-    try:
-        Ms_pinv = torch.linalg.pinv(Ms, hermitian=True, rtol=1e-13)
-    except RuntimeError:  # eigensolver failure (pathological input): skip the correction
-        return lam, Glam, torch.zeros_like(live)
-    t = -D * (Ms_pinv @ (D * c).unsqueeze(-1)).squeeze(-1)
+    rhs = (D * c).unsqueeze(-1)
+    # A Cholesky solve where the face's (scaled) normal matrix is safely positive definite --
+    # an order of magnitude cheaper than the pseudo-inverse on faces of hundreds of vertices --
+    # and the pseudo-inverse where it is (nearly) singular, e.g. more active gradients than d + 1.
+    L, info = torch.linalg.cholesky_ex(Ms)
+    ok = info == 0
+    if bool(ok.any()):
+        dL = torch.diagonal(L, dim1=-2, dim2=-1)
+        ok = ok & (dL.amin(-1) > _CHOL_MIN_PIVOT * dL.amax(-1).clamp_min(torch.finfo(dt).tiny))
+    sol = torch.zeros_like(rhs)
+    if bool(ok.any()):
+        sol[ok] = torch.cholesky_solve(rhs[ok], L[ok])
+    if not bool(ok.all()):
+        try:
+            sol[~ok] = torch.linalg.pinv(Ms[~ok], hermitian=True, rtol=1e-13) @ rhs[~ok]
+        except RuntimeError:  # eigensolver failure (pathological input): skip the correction
+            return lam, Glam, torch.zeros_like(live)
+    t = -D * sol.squeeze(-1)
     t = t * free
     t[:, 0] = 1.0 - t.sum(dim=-1)
     y = torch.zeros_like(lam).scatter_(1, order, t)

@@ -288,20 +288,29 @@ class Problem:
 
         ``rows [m, k]`` holds, for each model, the indices of the objectives whose gradients
         are wanted (row ``j`` of the result's ``[j, r]`` is ``grad L_{rows[j, r]}(theta_j)``).
-        One reverse pass per selected objective (``vjp`` with one-hot cotangents, vectorised),
-        so memory is ``O(m k dim)`` instead of the ``O(m n dim)`` of :meth:`jacobian`: a model
-        never holds the gradients of objectives it does not serve.
+        One reverse pass per selected objective (``vjp`` with one-hot cotangents, vectorised in
+        chunks), so memory is ``O(m k dim)`` instead of the ``O(m n dim)`` of :meth:`jacobian`
+        (and its ``n x n`` identity of cotangents): a model never holds the gradients of
+        objectives it does not serve.
         """
         params = self._check_params(params)
         if rows.ndim != 2 or rows.shape[0] != params.shape[0]:
             raise ValueError(f"rows must have shape [m={params.shape[0]}, k]; got {tuple(rows.shape)}.")
         n = self.n_objectives
 
+        k = int(rows.shape[1])
+        # Each pullback needs a length-n cotangent: built inside the map and processed in chunks
+        # of ``chunk`` rows, so that they never take more memory than the [k, dim] gradients.
+        chunk = max(1, min(k, (k * self.dim) // n))
+        positions = torch.arange(n, device=params.device)
+
         def value_and_rows(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
             out, pullback = vjp(self._call, theta)
-            cotangents = torch.nn.functional.one_hot(idx, n).to(out)  # [k, n]
-            (grads,) = vmap(pullback)(cotangents)
-            return out.detach(), grads
+
+            def row(i: Tensor) -> Tensor:
+                return pullback((positions == i).to(out.dtype))[0]
+
+            return out.detach(), vmap(row, chunk_size=chunk)(idx)
 
         if self.vectorize:
             values, jac = vmap(value_and_rows, randomness="same")(params, rows)
