@@ -44,7 +44,11 @@ DEFAULT_TOL = 1e-5
 #: ε is divided by this factor from one stage to the next.
 EPS_FACTOR = 8.0
 #: Intermediate ε stages stop at this marginal violation (only the last stage uses ``tol``).
-STAGE_TOL = 1e-3
+STAGE_TOL = 1e-5
+#: Longest Newton step, in units of the cost range (the cost is normalised to [0, 1]).
+MAX_STEP = 1.0
+#: Predicted increases of F below this (relative to |F|) are taken without a line search.
+RESOLUTION = 1e-13
 #: Armijo constant, and the shortest Newton step tried before a Sinkhorn step is taken instead.
 ARMIJO = 1e-4
 MIN_NEWTON_STEP = 2.0**-30
@@ -99,22 +103,42 @@ def solve_newton(
             # The constant vector is a null direction of F; a tiny ridge fixes the gauge.
             ridge = 1e-10 * float(hess.diagonal().max()) + 1e-300
             step = torch.linalg.solve(hess + ridge * eye, grad)
+            # No useful step moves a potential by more than the (normalised) cost range; a
+            # nearly flat semi-dual (every row's mass on one column, as when R(Γ) has pushed
+            # the plan to a vertex) would otherwise give steps too long for the line search.
+            step = step / max(1.0, float(step.abs().max()) / MAX_STEP)
             slope = float(grad @ step)
             t = 1.0
-            while True:
+            new_value, new_P = value, P
+            if 0 < slope <= RESOLUTION * max(1.0, abs(value)):
+                # Close to the optimum the increase of F is below what float64 can resolve, so
+                # a line search cannot judge the step; Newton's local quadratic convergence holds.
+                g = g + step
+                value, P = _evaluate(g, c, a, b, eps)
+                continue
+            while slope > 0:
                 new_value, new_P = _evaluate(g + t * step, c, a, b, eps)
                 if new_value >= value + ARMIJO * t * slope or t <= MIN_NEWTON_STEP:
                     break
                 t *= 0.5
-            if not new_value >= value + ARMIJO * t * slope:
-                # Newton's model is poor here (F is nearly piecewise linear at small ε, the
-                # Hessian nearly singular): take a Sinkhorn step on the columns instead, an
-                # exact block maximisation of the dual, which never decreases F.
-                candidate = g + eps * (b.log() - col.clamp_min(torch.finfo(col.dtype).tiny).log())
-                new_value, new_P = _evaluate(candidate, c, a, b, eps)
+            if not (slope > 0 and new_value >= value + ARMIJO * t * slope):
+                # Newton's model is poor here: F is nearly flat (most rows' mass on one column,
+                # as when R(Γ) has pushed the plan to a vertex) and its Hessian nearly zero.
+                # Take the Sinkhorn column update instead -- an exact block maximisation of the
+                # dual, which increases F -- and, since F is close to linear along it, keep
+                # doubling it while F still increases, to cross the flat region quickly.
+                direction = eps * (b.log() - col.clamp_min(torch.finfo(col.dtype).tiny).log())
+                longest = MAX_STEP / max(float(direction.abs().max()), torch.finfo(c.dtype).tiny)
+                new_value, new_P = _evaluate(g + direction, c, a, b, eps)
                 if not new_value > value:  # no ascent left at this precision
                     break
-                g, value, P = candidate, new_value, new_P
+                t = 1.0
+                while 2 * t <= longest:
+                    far_value, far_P = _evaluate(g + 2 * t * direction, c, a, b, eps)
+                    if not far_value > new_value:
+                        break
+                    t, new_value, new_P = 2 * t, far_value, far_P
+                g, value, P = g + t * direction, new_value, new_P
                 continue
             g, value, P = g + t * step, new_value, new_P
         if err > stage_tol:
