@@ -262,8 +262,9 @@ def test_grossly_indefinite_gram_is_rejected():
 
 
 def test_genuinely_iterates():
-    """Regression test against solvers that stop after a single Frank-Wolfe step."""
-    J = CASES["full_rank_shifted"]
+    """Regression test against solvers that stop after a single Frank-Wolfe step (on a problem
+    larger than those the uniform start plus a face correction often solves outright)."""
+    J = CASES["n40_d15"]
     G = J @ J.T
     _, f_qp = qp_reference(G)
     s = scale_of(G)
@@ -273,6 +274,18 @@ def test_genuinely_iterates():
     r = min_norm(G)
     assert r.n_iter > 1
     assert abs(float(r.norm_sq) - f_qp) <= 1e-9 * s
+    assert_kkt(G, r.weights)
+
+
+def test_small_problems_start_uniform_and_solve_by_face_correction():
+    # Full-rank gradients with a common component: the optimum uses every vertex, and the
+    # uniform start's face correction lands on it without a Frank-Wolfe iteration.
+    J = CASES["full_rank_shifted"]
+    G = J @ J.T
+    _, f_qp = qp_reference(G)
+    r = min_norm(G)
+    assert r.n_iter <= 1
+    assert abs(float(r.norm_sq) - f_qp) <= 1e-9 * scale_of(G)
     assert_kkt(G, r.weights)
 
 

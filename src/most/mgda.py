@@ -100,6 +100,10 @@ _REFRESH_EVERY = 50
 #: for a 1e-10 gap, whereas with the correction it stops after tens of iterations.
 _CORRECT_EVERY = 5
 
+#: Problems with at most this many objectives start from the uniform weights and a face
+#: correction (each minor cycle drops one vertex, so larger problems start from a vertex).
+_UNIFORM_START_MAX_N = 32
+
 #: Face corrections solve by Cholesky when the smallest pivot is at least this fraction of the
 #: largest (condition number below ~1e12), and by the pseudo-inverse otherwise.
 _CHOL_MIN_PIVOT = 1e-6
@@ -296,12 +300,26 @@ def _away_step_frank_wolfe(
     scale = diag.masked_fill(~mask, -float("inf")).amax(dim=-1).clamp_min(torch.finfo(dt).tiny)
     thr = tol * scale  # [B]
 
-    # Start at the (allowed) vertex with the smallest G_ii.
-    i0 = diag.masked_fill(~mask, float("inf")).argmin(dim=-1)  # [B]
-    live = has_any.to(dt)
-    lam = torch.zeros(B, n, dtype=dt, device=dev)
-    lam[rows, i0] = live
-    Glam = G[rows, i0] * live[:, None]  # row i0 == column i0 (G symmetric)
+    if n <= _UNIFORM_START_MAX_N and bool(has_any.any()):
+        # Small problems: start from the uniform weights over the allowed objectives and take
+        # the minor cycles of a face correction at once. The minimiser over the affine hull of
+        # all of them, clipped to the simplex, is often the optimum already, where starting
+        # from one vertex costs at least one iteration per vertex of the optimal face.
+        lam = mask.to(dt) / mask.sum(dim=-1, keepdim=True).clamp_min(1).to(dt)
+        Glam = torch.bmm(G, lam.unsqueeze(-1)).squeeze(-1)
+        live = has_any.clone()
+        for _ in range(n):
+            lam, Glam, dropped = _face_correction(G, lam, Glam, live)
+            live = live & dropped
+            if not bool(live.any()):
+                break
+    else:
+        # Start at the (allowed) vertex with the smallest G_ii.
+        i0 = diag.masked_fill(~mask, float("inf")).argmin(dim=-1)  # [B]
+        live = has_any.to(dt)
+        lam = torch.zeros(B, n, dtype=dt, device=dev)
+        lam[rows, i0] = live
+        Glam = G[rows, i0] * live[:, None]  # row i0 == column i0 (G symmetric)
 
     done = ~has_any
     n_iter = torch.zeros(B, dtype=torch.long, device=dev)

@@ -209,7 +209,8 @@ def solve(
     tol_value = (default_tol or 0.0) if tol is None else check_non_negative(tol, name="tol")
     init64 = None if init is None else _feasible_init(init, a64, b64, like=c)
 
-    value_range = float(c.max() - c.min())
+    lo, hi = (float(v) for v in torch.stack([c.min(), c.max()]).tolist())  # one sync
+    value_range = hi - lo
     linear = partial(
         _solve_linear,
         a=a64,
@@ -221,7 +222,7 @@ def solve(
         tol=tol_value,
     )
     if tau == 0.0:
-        plan, n_iter, converged = linear(c, init64)
+        plan, n_iter, converged = linear(c, init64, cost_is_user=True)
     else:
         plan, n_iter, converged = minimise_with_diversity(linear, c, tau, init64)
 
@@ -283,9 +284,11 @@ def _solve_linear(
     reg: float,
     max_iter: int,
     tol: float,
+    cost_is_user: bool = False,
 ) -> tuple[Tensor, int, bool]:
     """The ``τ = 0`` problem with float64 ``cost`` ``[n, m]``: returns ``(plan, n_iter, converged)``."""
-    rng = float(cost.max() - cost.min())
+    # The diversity loop solves shifted costs; the first call gets the user's own cost.
+    rng = user_range if cost_is_user else float(cost.max() - cost.min())
     # Unit of the relative ``reg``: the user's cost range (kept fixed through the
     # linearisation loop), falling back to this cost's own range, then to 1.
     scale = user_range if user_range > 0 else (rng if rng > 0 else 1.0)
@@ -293,7 +296,7 @@ def _solve_linear(
         return solve_relaxed(cost, a, b, soft=method in ("sinkhorn", "newton"), eps=reg * scale)
 
     rows, cols = a > 0, b > 0
-    if not (bool(rows.all()) and bool(cols.all())):  # zero-mass rows/columns get nothing
+    if not bool(torch.cat([rows, cols]).all()):  # zero-mass rows/columns get nothing
         plan = torch.zeros_like(cost)
         sub_init = None if init is None else init[rows][:, cols]
         sub, n_iter, ok = _solve_linear(

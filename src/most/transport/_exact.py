@@ -37,16 +37,16 @@ def solve_exact(cost: Tensor, a: Tensor, b: Tensor, *, max_iter: int) -> tuple[T
     n, m = cost.shape
     if n == 1 or m == 1:  # the marginals determine the plan
         return torch.outer(a, b) / b.sum(), 1, True
-    c = cost.detach().cpu().numpy().astype(np.float64, copy=True)
-    lo, hi = float(c.min()), float(c.max())
-    c = (c - lo) / (hi - lo) if hi > lo else np.zeros_like(c)
-    a_np = a.detach().cpu().numpy().astype(np.float64)
-    b_np = b.detach().cpu().numpy().astype(np.float64)
+    c = cost.detach().cpu().numpy()
+    lo, hi = c.min(), c.max()
+    c = (c - lo) / (hi - lo) if hi > lo else np.zeros_like(c)  # a new float64 array
+    a_np = a.detach().cpu().numpy()
+    b_np = b.detach().cpu().numpy()
     b_np = b_np * (a_np.sum() / b_np.sum())  # POT wants equal masses to ~1e-6; make them exact
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # we raise our own ConvergenceWarning instead
         # The masses are made equal above, and the duals are not used: skip POT's checks.
-        plan, log = ot.emd(a_np, b_np, np.ascontiguousarray(c), numItermax=int(max_iter), log=True,
+        plan, log = ot.emd(a_np, b_np, c, numItermax=int(max_iter), log=True,
                            check_marginals=False, center_dual=False)
     converged = int(log.get("result_code", 0)) == 1
     out = torch.as_tensor(np.asarray(plan), dtype=torch.float64, device=cost.device)
