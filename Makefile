@@ -12,7 +12,7 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test data clean
+.PHONY: install demo test perf data clean
 
 install: $(STAMP)
 
@@ -27,6 +27,11 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
+
+# The performance suite (about 20 minutes; run it on an idle machine):
+# writes benchmarks/results/performance.md and .json.
+perf: $(STAMP)
+	$(PY) benchmarks/performance.py
 
 # Fashion-MNIST for `most bench federated --dataset fashion`, from Debian's package, without root:
 # extracted to .data/ (then: export MOST_FASHION_MNIST=$$PWD/.data/usr/share/datasets/fashion-mnist).

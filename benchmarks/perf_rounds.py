@@ -1,0 +1,247 @@
+"""End-to-end speed of the MosT loop, and its memory on many objectives.
+
+Three measurements, each the median of several runs on this machine:
+
+1. **A 100-round Syn(0,0) run** (FedProx synthetic, 30 clients, logistic regression, the
+   federated benchmark's protocol) for MosT, MosT with the min-norm combination, FedAvg with
+   m models and IFCA: wall time, and the share of each phase of a round (client evaluation,
+   the server's plan = transport, local training, aggregation = min-norm or mean).
+2. **FEMNIST rounds** (105 LEAF writers, m = 5) with the logistic model and the paper's CNN
+   (channels 8/16): seconds per round and the same shares, MosT against FedAvg-with-m-models
+   in the same runtime. Needs ``../shared/data/femnist_leaf_sf005`` (skipped without it).
+3. **Centralised memory**: one MosT round on n = 10,000 least-squares objectives,
+   d = 1,000, m = 10, with the packed Jacobian of the served objectives (the default) and
+   with the dense ``[m, n, d]`` Jacobian, each in a fresh process: peak RSS above the inputs.
+
+Run (about 5 minutes; ``--quick``: about one)::
+
+    .venv/bin/python benchmarks/perf_rounds.py [--quick] [--out benchmarks/results/performance/rounds.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+FEMNIST = ROOT.parent / "shared" / "data" / "femnist_leaf_sf005"
+PHASES = ("evaluate", "plan", "local_training", "aggregate")
+
+
+def _methods(m: int, warmup: int | None = None):
+    from most.federated import methods as F
+
+    most_kw = {} if warmup is None else {"warmup_rounds": warmup}
+    return {
+        "MosT": lambda: F.MosT(m, server_lr=5.0, **most_kw),
+        "MosT (min-norm)": lambda: F.MosT(m, server_lr=5.0, combine="min_norm", **most_kw),
+        "FedAvg (m models)": lambda: F.FedAvg(m, server_lr=1.0),
+        "IFCA": lambda: F.IFCA(m, server_lr=5.0),
+    }
+
+
+def _phase_summary(history, skip: int = 0) -> dict:
+    rounds = history[skip:]
+    per_phase = {p: sum(r.seconds[p] for r in rounds) for p in PHASES}
+    total = sum(per_phase.values())
+    return {
+        "rounds_timed": len(rounds),
+        "round_seconds": total / max(1, len(rounds)),
+        "share": {p: per_phase[p] / total if total else 0.0 for p in PHASES},
+    }
+
+
+def syn_runs(repeats: int, rounds: int = 100) -> list[dict]:
+    """Section 1: 100-round runs on Syn(0,0), seed 0."""
+    from most.federated import FederatedConfig, fedprox_synthetic, logistic_regression, run_federated
+
+    data = fedprox_synthetic(0.0, 0.0, seed=0)
+    model = logistic_regression(int(data.input_shape[0]), data.n_classes)
+    config = FederatedConfig(rounds=rounds, seed=0)
+    rows = []
+    for name, build in _methods(5).items():
+        run_federated(data, model, build(), FederatedConfig(rounds=5, seed=0))  # warm-up
+        walls, results = [], []
+        for _ in range(repeats):
+            tic = time.perf_counter()
+            results.append(run_federated(data, model, build(), config))
+            walls.append(time.perf_counter() - tic)
+        best = results[walls.index(statistics.median_low(walls))]
+        warmup = getattr(build(), "warmup_rounds", 0)
+        rows.append({
+            "method": name,
+            "wall_seconds": {"median": statistics.median(walls), "min": min(walls), "max": max(walls)},
+            "accuracy": best.mean_accuracy,
+            "all_rounds": _phase_summary(best.history),
+            "after_warmup": _phase_summary(best.history, skip=warmup),
+        })
+    return rows
+
+
+def femnist_rounds(model_kind: str, rounds: int, repeats: int) -> list[dict]:
+    """Section 2: seconds per round on FEMNIST (MosT without warm-up, so every timed round
+    is a full MosT round: transport, one owner per client, aggregation)."""
+    from most.bench.federated import FederatedBenchConfig, _data
+    from most.federated import FederatedConfig, run_federated
+
+    bench = FederatedBenchConfig(dataset="femnist", model=model_kind, cnn_channels=(8, 16), data_path=str(FEMNIST))
+    data, model = _data(bench, 0)
+    config = FederatedConfig(rounds=rounds, seed=0)
+    rows = []
+    for name, build in _methods(5, warmup=0).items():
+        if name == "IFCA":
+            continue
+        runs = []
+        for _ in range(repeats):
+            result = run_federated(data, model, build(), config)
+            runs.append(_phase_summary(result.history, skip=1 if rounds > 1 else 0))
+        median = sorted(runs, key=lambda r: r["round_seconds"])[len(runs) // 2]
+        rows.append({"method": name, "model": model_kind, "n_clients": data.n_clients, **median,
+                     "round_seconds_all": [r["round_seconds"] for r in runs]})
+    return rows
+
+
+# ----------------------------------------------------------------------------- memory
+def _current_rss_kib() -> float:
+    with open("/proc/self/statm") as f:
+        resident_pages = int(f.read().split()[1])
+    return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1024
+
+
+def _memory_case(dense: bool, n: int, d: int, m: int) -> dict:
+    import most
+    from most.methods import MinNorm
+
+    g = torch.Generator().manual_seed(0)
+    X = torch.randn(n, d, generator=g) / d**0.5
+    y = torch.randn(n, generator=g)
+    problem = most.Problem.from_function(lambda t: (X @ t - y) ** 2, dim=d, n_objectives=n)
+
+    class Dense(MinNorm):
+        active_only = False
+
+    combiner = Dense() if dense else MinNorm()
+    # Warm up on a tiny problem, so that lazy imports and one-time allocations are not counted.
+    small = most.Problem.from_function(lambda t: (X[:20] @ t - y[:20]) ** 2, dim=d, n_objectives=20)
+    most.MosT(n_models=2, rounds=1, combiner=combiner, seed=0).fit(small)
+    from perf_solvers import _maxrss_kib, reset_peak_rss
+
+    reset_peak_rss()
+    base = _current_rss_kib()
+    tic = time.perf_counter()
+    result = most.MosT(n_models=m, rounds=1, combiner=combiner, seed=0).fit(problem)
+    seconds = time.perf_counter() - tic
+    peak = _maxrss_kib()
+    assert torch.isfinite(result.params).all()
+    served = most.methods.MajorityShare()(result.history[0].plan) > 0  # [m, n]: the rows each model kept
+    rows_per_model = int(served.sum(1).max())
+    return {"jacobian": "dense [m, n, d]" if dense else "served objectives [m, k, d]", "n": n, "d": d, "m": m,
+            "seconds": seconds, "timings": result.timings(), "peak_rss_above_inputs_mb": (peak - base) / 1024,
+            "jacobian_mb": 4 * m * (n if dense else rows_per_model) * d / 2**20, "max_rows_per_model": rows_per_model,
+            "inputs_mb": 4 * n * d / 2**20}
+
+
+def memory_cases(quick: bool) -> list[dict]:
+    """Section 3, each case in a fresh process (peak RSS is per process)."""
+    n, d, m = (2_000, 500, 10) if quick else (10_000, 1_000, 10)
+    rows = []
+    for dense in (False, True):
+        out = subprocess.run([sys.executable, __file__, "--memory-case", json.dumps([dense, n, d, m])],
+                             capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    return rows
+
+
+# ----------------------------------------------------------------------------- report
+def markdown(results: dict) -> str:
+    out = []
+    syn = results.get("syn")
+    if syn:
+        out += ["### A 100-round Syn(0,0) run (30 clients, logistic regression, m = 5, seed 0)", "",
+                "Wall time of `run_federated` (median of the repeats), test accuracy of that run, and the share "
+                "of each phase in a round after MosT's 5 warm-up rounds (plan = transport; aggregate = min-norm "
+                "or mean).", "",
+                "| method | wall s (median, min–max) | accuracy | s / round | evaluate | plan | local training | aggregate |",
+                "|---|---|---|---|---|---|---|---|"]
+        for r in syn:
+            w, s = r["wall_seconds"], r["after_warmup"]
+            sh = s["share"]
+            out.append(f"| {r['method']} | {w['median']:.3f} ({w['min']:.3f}–{w['max']:.3f}) | "
+                       f"{100 * r['accuracy']:.2f} | {1e3 * s['round_seconds']:.2f} ms | "
+                       + " | ".join(f"{100 * sh[p]:.1f} %" for p in PHASES) + " |")
+        out.append("")
+    for key, title in (("femnist_linear", "logistic regression"), ("femnist_cnn", "CNN, channels 8/16")):
+        rows = results.get(key)
+        if not rows:
+            continue
+        out += [f"### FEMNIST rounds ({rows[0]['n_clients']} writers, m = 5, {title})", "",
+                "Seconds per round (median over repeats of the mean over the timed rounds) and phase shares. "
+                "MosT without warm-up, so every timed round is a full MosT round.", "",
+                "| method | s / round | evaluate | plan | local training | aggregate |", "|---|---|---|---|---|---|"]
+        for r in rows:
+            sh = r["share"]
+            out.append(f"| {r['method']} | {r['round_seconds']:.3f} | "
+                       + " | ".join(f"{100 * sh[p]:.2f} %" for p in PHASES) + " |")
+        out.append("")
+    mem = results.get("memory")
+    if mem:
+        out += [f"### Centralised memory: one MosT round, n = {mem[0]['n']:,} objectives, d = {mem[0]['d']:,}, "
+                f"m = {mem[0]['m']}", "",
+                "Peak RSS above the process's resident size just before the round (after the inputs were built and a tiny warm-up run) (the objectives' data is "
+                f"{mem[0]['inputs_mb']:.0f} MB), and the size of the gradients kept for the min-norm step.", "",
+                "| Jacobian | rows per model | Jacobian MB | peak RSS above inputs MB | seconds |", "|---|---|---|---|---|"]
+        for r in mem:
+            rows_txt = f"{r['max_rows_per_model']:,}" if "served" in r["jacobian"] else f"{r['n']:,} (all)"
+            out.append(f"| {r['jacobian']} | {rows_txt} | {r['jacobian_mb']:.0f} | "
+                       f"{r['peak_rss_above_inputs_mb']:.0f} | {r['seconds']:.2f} |")
+        out.append("")
+    return "\n".join(out)
+
+
+def run_all(quick: bool, threads: int) -> dict:
+    from tqdm.auto import tqdm
+
+    torch.set_num_threads(threads)
+    have_femnist = FEMNIST.is_dir()
+    steps = [("syn", lambda: syn_runs(repeats=3 if quick else 7))]
+    if have_femnist:
+        steps.append(("femnist_linear", lambda: femnist_rounds("linear", rounds=2 if quick else 6, repeats=1 if quick else 3)))
+        if not quick:
+            steps.append(("femnist_cnn", lambda: femnist_rounds("cnn", rounds=2, repeats=1)))
+    steps.append(("memory", lambda: memory_cases(quick)))
+    results: dict = {"threads": threads, "quick": quick}
+    if not have_femnist:
+        results["skipped"] = f"FEMNIST: {FEMNIST} not found"
+    for key, fn in tqdm(steps, desc="end-to-end", file=sys.stderr):
+        results[key] = fn()
+    return results
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and smaller problems (about a minute)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: the Syn model is tiny)")
+    parser.add_argument("--out", type=Path, default=ROOT / "benchmarks/results/performance/rounds.json")
+    parser.add_argument("--memory-case", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.memory_case:
+        dense, n, d, m = json.loads(args.memory_case)
+        torch.set_num_threads(1)
+        print(json.dumps(_memory_case(bool(dense), int(n), int(d), int(m))))
+        return
+    results = run_all(args.quick, args.threads)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=1))
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
