@@ -149,6 +149,37 @@ def test_bad_input(small):
         F.MosT(2, combine="median")
     with pytest.raises(ValueError, match="FederatedDataset"):
         fl.run_federated([1, 2], model, F.FedAvg(2), fl.FederatedConfig(rounds=1))
+    with pytest.raises(ValueError, match="must name a torch device"):
+        fl.FederatedConfig(device="gpu please")
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            fl.FederatedConfig(device="cuda")
+
+
+ALL_METHODS = [F.MosT(3), F.MosT(3, combine="min_norm", warmup_rounds=0), F.MGDA(3), F.Linearization(3),
+               F.FedMGDAPlus(3), F.IFCA(3), F.SetScalarization(3, combiner=STCHSetCombiner())]
+
+
+def test_explicit_cpu_device_changes_nothing(small):
+    model = fl.logistic_regression(60, 10)
+    for method in ALL_METHODS[:2]:
+        a = fl.run_federated(small, model, method, fl.FederatedConfig(rounds=8, seed=2, participation=0.75))
+        b = fl.run_federated(small, model, method, fl.FederatedConfig(rounds=8, seed=2, participation=0.75,
+                                                                      device="cpu"))
+        torch.testing.assert_close(a.params, b.params, rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("method", ALL_METHODS, ids=lambda m: type(m).__name__)
+def test_cuda_run_matches_the_cpu_run(small, method):
+    model = fl.logistic_regression(60, 10)
+    cfg = fl.FederatedConfig(rounds=6, seed=2, participation=0.75)
+    cpu = fl.run_federated(small, model, method, cfg)
+    gpu = fl.run_federated(small, model, method, fl.FederatedConfig(rounds=6, seed=2, participation=0.75,
+                                                                    device="cuda"))
+    assert gpu.params.device.type == "cpu"  # results come back to the CPU
+    torch.testing.assert_close(gpu.params, cpu.params, rtol=1e-3, atol=1e-4)
+    assert [h.plan is None for h in gpu.history] == [h.plan is None for h in cpu.history]
 
 
 def test_loss_probe_on_a_subsample_changes_only_what_the_server_sees(small):

@@ -42,7 +42,7 @@ __all__ = ["MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization",
 def weighted_mean(params: Tensor, deltas: Tensor, pair_model: Tensor, weight: Tensor, server_lr: float) -> Tensor:
     """``theta_j <- theta_j - eta_s * sum_i w_ij Delta_ij / sum_i w_ij`` (models with no pair unchanged)."""
     m = params.shape[0]
-    total = torch.zeros(m, dtype=weight.dtype).index_add_(0, pair_model, weight)
+    total = torch.zeros(m, dtype=weight.dtype, device=weight.device).index_add_(0, pair_model, weight)
     step = torch.zeros_like(params).index_add_(0, pair_model, weight[:, None].to(deltas) * deltas)
     has = (total > 0)[:, None]
     step = torch.where(has, step / torch.where(has, total[:, None], 1.0).to(step), torch.zeros_like(step))
@@ -52,8 +52,8 @@ def weighted_mean(params: Tensor, deltas: Tensor, pair_model: Tensor, weight: Te
 def _per_model_gram(rows: Tensor, pair_model: Tensor, m: int) -> tuple[Tensor, Tensor, list[Tensor]]:
     groups = [torch.nonzero(pair_model == j).squeeze(1) for j in range(m)]
     k = max(1, max(len(g) for g in groups))
-    G = torch.zeros(m, k, k, dtype=torch.float64)
-    mask = torch.zeros(m, k, dtype=torch.bool)
+    G = torch.zeros(m, k, k, dtype=torch.float64, device=rows.device)
+    mask = torch.zeros(m, k, dtype=torch.bool, device=rows.device)
     for j, g in enumerate(groups):
         if len(g):
             r = rows[g].double()
@@ -133,7 +133,7 @@ class FedAvg(_FederatedMethod):
     """m independent FedAvg runs: every client trains every model; sample-size-weighted mean."""
 
     def plan(self, losses, round, total, previous, *, counts, clients=None):
-        return None, torch.ones(self.n_models, losses.shape[0])
+        return None, torch.ones(self.n_models, losses.shape[0], device=losses.device)
 
     def aggregate(self, params, deltas, pair_model, pair_client, pair_weight, *, counts, round):
         return weighted_mean(params, deltas, pair_model, counts.double(), self.server_lr)
@@ -192,7 +192,8 @@ class _FixedRandomPlan(_FederatedMethod):
         self._weights = dirichlet(generator, self.concentration, n, m).T.double()  # [n, m] -> columns sum to 1
 
     def plan(self, losses, round, total, previous, *, counts, clients=None):
-        w = self._weights if clients is None else self._weights[clients]
+        w = self._weights.to(losses.device)
+        w = w if clients is None else w[clients]
         return w, w.T.clone()
 
 
@@ -292,7 +293,7 @@ class MosT(_FederatedMethod):
     def plan(self, losses, round, total, previous, *, counts, clients=None):
         n = losses.shape[0]
         if round < self.warmup_rounds:
-            w = torch.zeros(self.n_models, n, dtype=torch.float64)
+            w = torch.zeros(self.n_models, n, dtype=torch.float64, device=losses.device)
             w[0] = 1.0
             return None, w
         gamma = self._assignment(losses.double(), round - self.warmup_rounds, total - self.warmup_rounds,

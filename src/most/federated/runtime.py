@@ -74,6 +74,10 @@ def pad_split(dataset: FederatedDataset, split: str) -> Padded:
     return Padded(x, y, w, counts)
 
 
+def _to(data: Padded, device: torch.device) -> Padded:
+    return Padded(data.x.to(device), data.y.to(device), data.w.to(device), data.counts.to(device))
+
+
 def _chunks(total: int, size: int):
     for start in range(0, total, size):
         yield slice(start, min(total, start + size))
@@ -94,10 +98,16 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     x, y, w = data.x[idx], data.y[idx], data.w[idx]
     n, N = y.shape
     flat_x = x.reshape(n * N, *x.shape[2:])
-    outs = []
-    for sl in _chunks(n * N, max(1, max_samples)):
-        outs.append(vmap(model.logits, in_dims=(0, None))(params, flat_x[sl]))
-    logits = torch.cat(outs, 1).reshape(params.shape[0], n, N, -1)  # [m, n, N, C]
+    # Only real samples go through the models (clients of very different sizes are mostly
+    # padding); at least one, so that an all-empty split still gives logits of the right width.
+    real = w.reshape(-1) > 0
+    real[0] = True
+    xr = flat_x[real]
+    outs = [vmap(model.logits, in_dims=(0, None))(params, xr[sl]) for sl in _chunks(len(xr), max(1, max_samples))]
+    out_real = torch.cat(outs, 1)  # [m, R, C]
+    logits = out_real.new_zeros(params.shape[0], n * N, out_real.shape[-1])
+    logits[:, real] = out_real
+    logits = logits.reshape(params.shape[0], n, N, -1)  # [m, n, N, C]; padding rows are 0
     ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(params.shape[0], n, N), reduction="none")
     correct = (logits.argmax(-1) == y).float()
     denom = w.sum(1)  # [n]
@@ -125,7 +135,7 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
         ``[P, d]`` the locally trained models.
     """
     P, N = y.shape
-    generator = torch.Generator().manual_seed(0) if generator is None else generator
+    generator = torch.Generator().manual_seed(0) if generator is None else generator  # a CPU generator
 
     def loss_fn(theta, anchor, xb, yb, wb):
         logits = model.logits(theta, xb)
@@ -140,11 +150,11 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
     for sl in _chunks(P, max_pairs):
         theta, anchor = params[sl].clone(), params[sl]
         xs, ys, ws = x[sl], y[sl], w[sl]
-        rows = torch.arange(theta.shape[0])[:, None]
+        rows = torch.arange(theta.shape[0], device=theta.device)[:, None]
         n_steps = math.ceil(int(ws.sum(1).max()) / batch_size)
         for _ in range(epochs):
             # real samples first, in random order; padding last
-            keys = torch.rand(ws.shape, generator=generator) + 2.0 * (ws == 0)
+            keys = torch.rand(ws.shape, generator=generator).to(ws.device) + 2.0 * (ws == 0)
             order = keys.argsort(1)
             for s in range(n_steps):
                 b = order[:, s * batch_size:(s + 1) * batch_size]
@@ -170,6 +180,10 @@ class FederatedConfig:
         loss_samples: if set, the round-start losses (what the server plans with) are measured
             on each client's first ``loss_samples`` training samples (the loaders shuffle each
             client's data), which bounds the evaluation cost on large clients.
+        device: where the models and the clients' data live during the run (``"cpu"``,
+            ``"cuda"``, ``"cuda:1"``, ...; default the CPU). Random draws (initial models, client
+            sampling, batch order) come from a CPU generator, so a seed gives the same draws on
+            every device. The returned :class:`FederatedResult` is on the CPU.
     """
 
     rounds: int = 100
@@ -180,6 +194,7 @@ class FederatedConfig:
     seed: int = 0
     eval_every: int = 10
     loss_samples: int | None = None
+    device: str | None = None
 
     def __post_init__(self):
         check_positive_int(self.rounds, name="rounds")
@@ -190,6 +205,13 @@ class FederatedConfig:
             check_positive_int(self.loss_samples, name="loss_samples")
         if not (0 < self.participation <= 1):
             raise ValueError(f"`participation` must be in (0, 1]; got {self.participation}.")
+        if self.device is not None:
+            try:
+                device = torch.device(self.device)
+            except (RuntimeError, TypeError) as exc:
+                raise ValueError(f"`device` must name a torch device such as 'cpu' or 'cuda'; got {self.device!r}.") from exc
+            if device.type == "cuda" and not torch.cuda.is_available():
+                raise ValueError(f"`device` is {self.device!r} but CUDA is not available here; use device='cpu'.")
 
 
 @dataclass(frozen=True)
@@ -244,14 +266,15 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
 
     if not isinstance(dataset, FederatedDataset):
         raise ValueError(f"`dataset` must be a most.federated.FederatedDataset; got {type(dataset).__name__}.")
-    train, val, test = (pad_split(dataset, s) for s in ("train", "val", "test"))
+    device = torch.device(config.device or "cpu")
+    train, val, test = (_to(pad_split(dataset, s), device) for s in ("train", "val", "test"))
     probe = train if config.loss_samples is None else Padded(
         train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
         train.counts.clamp(max=config.loss_samples))
     n, m = dataset.n_clients, method.n_models
     method.check(n)
     gen = torch.Generator().manual_seed(config.seed)
-    params = method.initial_params(model, m, gen)
+    params = method.initial_params(model, m, gen).to(device)
     method.reset(n, m, gen)
     history: list[RoundLog] = []
     previous = None
@@ -260,6 +283,7 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     for t in bar:
         tic = time.perf_counter()
         clients = torch.arange(n) if n_part == n else torch.randperm(n, generator=gen)[:n_part].sort().values
+        clients = clients.to(device)
         losses, _, _ = evaluate(model, params, probe, clients=clients)
         if not torch.isfinite(losses).all():
             i, j = (int(v) for v in (~torch.isfinite(losses)).nonzero()[0])
@@ -292,7 +316,7 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
         if config.eval_every and ((t + 1) % config.eval_every == 0 or t + 1 == config.rounds):
             _, va, _ = evaluate(model, params, val)
             val_acc = float(va.max(1).values.nanmean())
-        log = RoundLog(round=t, clients=clients, plan=None if plan is None else plan.detach().cpu(),
+        log = RoundLog(round=t, clients=clients.cpu(), plan=None if plan is None else plan.detach().cpu(),
                        train_loss=float(losses.min(1).values.mean()), val_accuracy=val_acc,
                        seconds={"evaluate": eval_s, "plan": plan_s, "local_training": train_s, "aggregate": agg_s})
         history.append(log)
@@ -304,5 +328,6 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     _, val_acc, _ = evaluate(model, params, val)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     choice = torch.nan_to_num(val_acc, nan=-1.0).argmax(1)
-    return FederatedResult(params=params, val_accuracy=val_acc, test_accuracy=test_acc, test_loss=test_loss,
-                           choice=choice, history=history, test_probs=probs, test_weight=test.w)
+    return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
+                           test_loss=test_loss.cpu(), choice=choice.cpu(), history=history, test_probs=probs.cpu(),
+                           test_weight=test.w.cpu())
