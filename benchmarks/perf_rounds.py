@@ -9,9 +9,10 @@ Three measurements, each the median of several runs on this machine:
 2. **FEMNIST rounds** (105 LEAF writers, m = 5) with the logistic model and the paper's CNN
    (channels 8/16): seconds per round and the same shares, MosT against FedAvg-with-m-models
    in the same runtime. Needs ``../shared/data/femnist_leaf_sf005`` (skipped without it).
-3. **Centralised memory**: one MosT round on n = 10,000 least-squares objectives,
-   d = 1,000, m = 10, with the packed Jacobian of the served objectives (the default) and
-   with the dense ``[m, n, d]`` Jacobian, each in a fresh process: peak RSS above the inputs.
+3. **Centralised memory**: one MosT round on n = 2,000 least-squares objectives, d = 500,
+   m = 10, with the packed Jacobian of the served objectives (the default) and with the
+   dense ``[m, n, d]`` Jacobian, and the packed one at n = 10,000, d = 1,000, each in a
+   fresh process: peak RSS above the inputs.
 
 Run (about 5 minutes; ``--quick``: about one)::
 
@@ -109,6 +110,31 @@ def femnist_rounds(model_kind: str, rounds: int, repeats: int) -> list[dict]:
     return rows
 
 
+# ----------------------------------------------------------------------------- plan overhead
+def plan_overhead(calls: int = 300) -> dict:
+    """Why the plan step costs more inside a run than alone: the server's MosT plan on a
+    30 x 5 loss matrix called back to back, and with a 2000 x 2000 x 200 matmul between calls
+    (as local training runs between two plan steps), which evicts the caches."""
+    from most.federated import methods as F
+
+    method = F.MosT(5, server_lr=5.0)
+    method.reset(30, 5, torch.Generator().manual_seed(0))
+    losses = torch.rand(30, 5, generator=torch.Generator().manual_seed(1))
+    counts = torch.full((30,), 60)
+    big = torch.randn(2000, 2000)
+    out = {}
+    for label, between in (("alone", False), ("after a matmul", True)):
+        times = []
+        for _ in range(calls):
+            if between:
+                big @ big[:, :200]
+            tic = time.perf_counter()
+            method.plan(losses, 10, 100, None, counts=counts)
+            times.append(time.perf_counter() - tic)
+        out[label] = statistics.median(times)
+    return out
+
+
 # ----------------------------------------------------------------------------- memory
 def _current_rss_kib() -> float:
     with open("/proc/self/statm") as f:
@@ -151,12 +177,21 @@ def _memory_case(dense: bool, n: int, d: int, m: int) -> dict:
 
 def memory_cases(quick: bool) -> list[dict]:
     """Section 3, each case in a fresh process (peak RSS is per process)."""
-    n, d, m = (2_000, 500, 10) if quick else (10_000, 1_000, 10)
+    # Both Jacobians at n = 2,000; the packed one also at n = 10,000, where the dense path's
+    # float64 Gram matrices alone (m n^2 values) would take 7.5 GB: it is not run there.
+    cases = [(False, 2_000, 500, 10), (True, 2_000, 500, 10)] + ([] if quick else [(False, 10_000, 1_000, 10)])
     rows = []
-    for dense in (False, True):
+    for dense, n, d, m in cases:
         out = subprocess.run([sys.executable, __file__, "--memory-case", json.dumps([dense, n, d, m])],
-                             capture_output=True, text=True, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                             capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if out.returncode == 0:
+            rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
+        else:  # e.g. SIGKILL: the dense Gram matrices alone need m n^2 floats
+            rows.append({"jacobian": "dense [m, n, d]" if dense else "served objectives [m, k, d]", "n": n, "d": d,
+                         "m": m, "status": f"failed (exit code {out.returncode}"
+                         + (", killed: out of memory" if out.returncode == -9 else "") + ")",
+                         "jacobian_mb": 4 * m * n * d / 2**20, "gram_mb": 8 * m * n * n / 2**20,
+                         "stderr": out.stderr[-2000:]})
     return rows
 
 
@@ -191,22 +226,36 @@ def markdown(results: dict) -> str:
             out.append(f"| {r['method']} | {r['round_seconds']:.3f} | "
                        + " | ".join(f"{100 * sh[p]:.2f} %" for p in PHASES) + " |")
         out.append("")
+    over = results.get("plan_overhead")
+    if over:
+        out += ["### The plan step alone and between heavier work", "",
+                "The server's MosT plan (exact transport + majority-share weights) on a 30 × 5 loss matrix, "
+                "median of 300 calls: back to back, and with a matrix product between calls as local "
+                "training comes between two plan steps in a run.", "",
+                "| calls | ms per plan |", "|---|---|"]
+        out += [f"| {k} | {1e3 * v:.3f} |" for k, v in over.items()]
+        out.append("")
     mem = results.get("memory")
     if mem:
-        out += [f"### Centralised memory: one MosT round, n = {mem[0]['n']:,} objectives, d = {mem[0]['d']:,}, "
-                f"m = {mem[0]['m']}", "",
-                "Peak RSS above the process's resident size just before the round (after the inputs were built and a tiny warm-up run) (the objectives' data is "
-                f"{mem[0]['inputs_mb']:.0f} MB), and the size of the gradients kept for the min-norm step.", "",
-                "| Jacobian | rows per model | Jacobian MB | peak RSS above inputs MB | seconds |", "|---|---|---|---|---|"]
+        out += ["### Centralised memory: one MosT round on n least-squares objectives, m = 10", "",
+                "Peak RSS above the process's resident size just before the round (after the inputs were built "
+                "and a tiny warm-up run), and the size of the gradients kept for the min-norm step.", "",
+                "| n | d | Jacobian | rows per model | Jacobian MB | peak RSS above inputs MB | seconds |",
+                "|---|---|---|---|---|---|---|"]
         for r in mem:
-            rows_txt = f"{r['max_rows_per_model']:,}" if "served" in r["jacobian"] else f"{r['n']:,} (all)"
-            out.append(f"| {r['jacobian']} | {rows_txt} | {r['jacobian_mb']:.0f} | "
-                       f"{r['peak_rss_above_inputs_mb']:.0f} | {r['seconds']:.2f} |")
+            rows_txt = f"{r['n']:,} (all)" if "dense" in r["jacobian"] else f"{r['max_rows_per_model']:,}"
+            head = f"| {r['n']:,} | {r['d']:,} | {r['jacobian']} | {rows_txt} | {r['jacobian_mb']:.0f} | "
+            if "status" in r:
+                out.append(head + f"{r['status']}; its float64 Gram matrices alone are "
+                           f"{r['gram_mb'] / 1024:.1f} GB | – |")
+            else:
+                out.append(head + f"{r['peak_rss_above_inputs_mb']:.0f} | {r['seconds']:.2f} |")
         out.append("")
     return "\n".join(out)
 
 
-def run_all(quick: bool, threads: int) -> dict:
+def run_all(quick: bool, threads: int, previous: dict | None = None, save=None) -> dict:
+    """Runs the sections missing from ``previous``; ``save(results)`` after each one."""
     from tqdm.auto import tqdm
 
     torch.set_num_threads(threads)
@@ -216,12 +265,16 @@ def run_all(quick: bool, threads: int) -> dict:
         steps.append(("femnist_linear", lambda: femnist_rounds("linear", rounds=2 if quick else 6, repeats=1 if quick else 3)))
         if not quick:
             steps.append(("femnist_cnn", lambda: femnist_rounds("cnn", rounds=2, repeats=1)))
+    steps.append(("plan_overhead", plan_overhead))
     steps.append(("memory", lambda: memory_cases(quick)))
-    results: dict = {"threads": threads, "quick": quick}
+    results: dict = {"threads": threads, "quick": quick} if previous is None else previous
     if not have_femnist:
         results["skipped"] = f"FEMNIST: {FEMNIST} not found"
     for key, fn in tqdm(steps, desc="end-to-end", file=sys.stderr):
-        results[key] = fn()
+        if key not in results:
+            results[key] = fn()
+            if save is not None:
+                save(results)
     return results
 
 
