@@ -196,52 +196,51 @@ def memory_cases(quick: bool) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- report
+def _section(title: str, intro: str, columns: list[str]) -> list[str]:
+    return [f"### {title}", "", intro, "", "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def markdown(results: dict) -> str:
     out = []
-    syn = results.get("syn")
-    if syn:
-        out += ["### A 100-round Syn(0,0) run (30 clients, logistic regression, m = 5, seed 0)", "",
-                "Wall time of `run_federated` (median of the repeats), test accuracy of that run, and the share "
-                "of each phase in a round after MosT's 5 warm-up rounds (plan = transport; aggregate = min-norm "
-                "or mean).", "",
-                "| method | wall s (median, min–max) | accuracy | s / round | evaluate | plan | local training | aggregate |",
-                "|---|---|---|---|---|---|---|---|"]
-        for r in syn:
+    phases = ["evaluate", "plan", "local training", "aggregate"]
+    if results.get("syn"):
+        out += _section("A 100-round Syn(0,0) run (30 clients, logistic regression, m = 5, seed 0)",
+                        "Wall time of `run_federated` (median of the repeats), test accuracy of that run, and the "
+                        "share of each phase in a round after MosT's 5 warm-up rounds (plan = transport; aggregate "
+                        "= min-norm or mean).",
+                        ["method", "wall s (median, min–max)", "accuracy", "s / round", *phases])
+        for r in results["syn"]:
             w, s = r["wall_seconds"], r["after_warmup"]
-            sh = s["share"]
             out.append(f"| {r['method']} | {w['median']:.3f} ({w['min']:.3f}–{w['max']:.3f}) | "
                        f"{100 * r['accuracy']:.2f} | {1e3 * s['round_seconds']:.2f} ms | "
-                       + " | ".join(f"{100 * sh[p]:.1f} %" for p in PHASES) + " |")
+                       + " | ".join(f"{100 * s['share'][p]:.1f} %" for p in PHASES) + " |")
         out.append("")
     for key, title in (("femnist_linear", "logistic regression"), ("femnist_cnn", "CNN, channels 8/16")):
         rows = results.get(key)
         if not rows:
             continue
-        out += [f"### FEMNIST rounds ({rows[0]['n_clients']} writers, m = 5, {title})", "",
-                "Seconds per round (median over repeats of the mean over the timed rounds) and phase shares. "
-                "MosT without warm-up, so every timed round is a full MosT round.", "",
-                "| method | s / round | evaluate | plan | local training | aggregate |", "|---|---|---|---|---|---|"]
+        out += _section(f"FEMNIST rounds ({rows[0]['n_clients']} writers, m = 5, {title})",
+                        "Seconds per round (median over repeats of the mean over the timed rounds) and phase "
+                        "shares. MosT without warm-up, so every timed round is a full MosT round.",
+                        ["method", "s / round", *phases])
         for r in rows:
-            sh = r["share"]
             out.append(f"| {r['method']} | {r['round_seconds']:.3f} | "
-                       + " | ".join(f"{100 * sh[p]:.2f} %" for p in PHASES) + " |")
+                       + " | ".join(f"{100 * r['share'][p]:.2f} %" for p in PHASES) + " |")
         out.append("")
     over = results.get("plan_overhead")
     if over:
-        out += ["### The plan step alone and between heavier work", "",
-                "The server's MosT plan (exact transport + majority-share weights) on a 30 × 5 loss matrix, "
-                "median of 300 calls: back to back, and with a matrix product between calls as local "
-                "training comes between two plan steps in a run.", "",
-                "| calls | ms per plan |", "|---|---|"]
+        out += _section("The plan step alone and between heavier work",
+                        "The server's MosT plan (exact transport + majority-share weights) on a 30 × 5 loss "
+                        "matrix, median of 300 calls: back to back, and with a matrix product between calls as "
+                        "local training comes between two plan steps in a run.", ["calls", "ms per plan"])
         out += [f"| {k} | {1e3 * v:.3f} |" for k, v in over.items()]
         out.append("")
     mem = results.get("memory")
     if mem:
-        out += ["### Centralised memory: one MosT round on n least-squares objectives, m = 10", "",
-                "Peak RSS above the process's resident size just before the round (after the inputs were built "
-                "and a tiny warm-up run), and the size of the gradients kept for the min-norm step.", "",
-                "| n | d | Jacobian | rows per model | Jacobian MB | peak RSS above inputs MB | seconds |",
-                "|---|---|---|---|---|---|---|"]
+        out += _section("Centralised memory: one MosT round on n least-squares objectives, m = 10",
+                        "Peak RSS above the process's resident size just before the round (after the inputs were "
+                        "built and a tiny warm-up run), and the size of the gradients kept for the min-norm step.",
+                        ["n", "d", "Jacobian", "rows per model", "Jacobian MB", "peak RSS above inputs MB", "seconds"])
         for r in mem:
             rows_txt = f"{r['n']:,} (all)" if "dense" in r["jacobian"] else f"{r['max_rows_per_model']:,}"
             head = f"| {r['n']:,} | {r['d']:,} | {r['jacobian']} | {rows_txt} | {r['jacobian_mb']:.0f} | "
