@@ -136,12 +136,6 @@ def plan_overhead(calls: int = 300) -> dict:
 
 
 # ----------------------------------------------------------------------------- memory
-def _current_rss_kib() -> float:
-    with open("/proc/self/statm") as f:
-        resident_pages = int(f.read().split()[1])
-    return resident_pages * os.sysconf("SC_PAGE_SIZE") / 1024
-
-
 def _memory_case(dense: bool, n: int, d: int, m: int) -> dict:
     import most
     from most.methods import MinNorm
@@ -158,10 +152,10 @@ def _memory_case(dense: bool, n: int, d: int, m: int) -> dict:
     # Warm up on a tiny problem, so that lazy imports and one-time allocations are not counted.
     small = most.Problem.from_function(lambda t: (X[:20] @ t - y[:20]) ** 2, dim=d, n_objectives=20)
     most.MosT(n_models=2, rounds=1, combiner=combiner, seed=0).fit(small)
-    from perf_solvers import _maxrss_kib, reset_peak_rss
+    from perf_solvers import _current_rss_mib, _maxrss_kib, reset_peak_rss
 
     reset_peak_rss()
-    base = _current_rss_kib()
+    base = 1024 * _current_rss_mib()
     tic = time.perf_counter()
     result = most.MosT(n_models=m, rounds=1, combiner=combiner, seed=0).fit(problem)
     seconds = time.perf_counter() - tic

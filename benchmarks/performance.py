@@ -210,7 +210,7 @@ def main(argv=None) -> None:
     results.setdefault("machine", perf_solvers.machine_info(args.threads))
     elapsed = results.get("seconds", 0.0)
 
-    def save(partial=None):
+    def save():
         results["seconds"] = elapsed + time.perf_counter() - tic
         path.write_text(json.dumps(results, indent=1, default=str))
 

@@ -281,6 +281,17 @@ def _face_correction(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tupl
     return lam, Glam, drop
 
 
+def _minor_cycles(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
+    """Face corrections of the ``live`` problems, repeated while they drop a vertex (so at
+    most n of them): Wolfe's minor cycle. Returns the new ``(λ, Gλ)``."""
+    for _ in range(G.shape[-1]):
+        lam, Glam, dropped = _face_correction(G, lam, Glam, live)
+        live = live & dropped
+        if not bool(live.any()):
+            break
+    return lam, Glam
+
+
 def _away_step_frank_wolfe(
     G: Tensor, mask: Tensor, *, max_iter: int, tol: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -307,12 +318,7 @@ def _away_step_frank_wolfe(
         # from one vertex costs at least one iteration per vertex of the optimal face.
         lam = mask.to(dt) / mask.sum(dim=-1, keepdim=True).clamp_min(1).to(dt)
         Glam = torch.bmm(G, lam.unsqueeze(-1)).squeeze(-1)
-        live = has_any.clone()
-        for _ in range(n):
-            lam, Glam, dropped = _face_correction(G, lam, Glam, live)
-            live = live & dropped
-            if not bool(live.any()):
-                break
+        lam, Glam = _minor_cycles(G, lam, Glam, has_any)
     else:
         # Start at the (allowed) vertex with the smallest G_ii.
         i0 = diag.masked_fill(~mask, float("inf")).argmin(dim=-1)  # [B]
@@ -371,12 +377,7 @@ def _away_step_frank_wolfe(
         lam = lam.clamp_min(0.0)
         it += 1
         if _CORRECT_EVERY and it % _CORRECT_EVERY == 0:
-            live = ~done
-            for _ in range(n):  # each minor cycle drops a vertex, so at most n of them
-                lam, Glam, dropped = _face_correction(G, lam, Glam, live)
-                live = live & dropped
-                if not bool(live.any()):
-                    break
+            lam, Glam = _minor_cycles(G, lam, Glam, ~done)
 
     lam = lam / lam.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(dt).tiny)
     lam = lam * has_any[:, None].to(dt)

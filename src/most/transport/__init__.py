@@ -222,7 +222,7 @@ def solve(
         tol=tol_value,
     )
     if tau == 0.0:
-        plan, n_iter, converged = linear(c, init64, cost_is_user=True)
+        plan, n_iter, converged = linear(c, init64)
     else:
         plan, n_iter, converged = minimise_with_diversity(linear, c, tau, init64)
 
@@ -284,11 +284,9 @@ def _solve_linear(
     reg: float,
     max_iter: int,
     tol: float,
-    cost_is_user: bool = False,
 ) -> tuple[Tensor, int, bool]:
     """The ``τ = 0`` problem with float64 ``cost`` ``[n, m]``: returns ``(plan, n_iter, converged)``."""
-    # The diversity loop solves shifted costs; the first call gets the user's own cost.
-    rng = user_range if cost_is_user else float(cost.max() - cost.min())
+    rng = float(cost.max() - cost.min())
     # Unit of the relative ``reg``: the user's cost range (kept fixed through the
     # linearisation loop), falling back to this cost's own range, then to 1.
     scale = user_range if user_range > 0 else (rng if rng > 0 else 1.0)
