@@ -2,6 +2,10 @@
 
     most demo                 # MosT vs two baselines on a built-in problem, ~10 s
     most demo --out results/  # where the table (results.json) and the figures go
+    most run EXPERIMENT.toml  # every run of an experiment file into results/NAME/
+    most run EXPERIMENT.toml --resume   # continue runs that were killed, from their checkpoints
+    most report results/NAME  # mean ± std over seeds: report.md, report.csv
+    most plot results/NAME    # figures (PNG and PDF) into results/NAME/figures/
     most bench few-objective  # ZDT1-3 and fairness: MosT-E vs EPO, MOO-SVGD, MGDA, ...
     most bench federated      # FL: MosT vs FedAvg, FedProx, FedMGDA+, IFCA, MGDA, ...
 """
@@ -33,7 +37,9 @@ def _main() -> None:
 
         most demo
 
-        most demo --out demo_out --seed 1
+        most run examples/synthetic.toml && most report results/synthetic && most plot results/synthetic
+
+        most bench federated --rho 0 0
     """
 
 
@@ -110,6 +116,136 @@ def demo(
     for name, mean, worst, rec, sec in rows:
         typer.echo(f"{name:<14} {mean:>14.3f} {worst:>14.3f} {rec:>12.3f} {sec:>8.1f}")
     typer.echo(f"\n(noise floor: test MSE ≈ 0.25)\nWrote {out}/results.json, curves.png, assignment.png, per_task.png")
+
+
+_EXAMPLE = """
+    name = "syn00"
+    seeds = [0, 1, 2]
+
+    [data]
+    name = "fedprox_synthetic"
+    alpha = 0.0
+    beta = 0.0
+
+    [model]
+    name = "logistic_regression"
+
+    [federated]
+    rounds = 100
+
+    [methods.MosT]
+    n_models = 5
+    server_lr = 5.0
+
+    [methods.FedAvg]
+    n_models = 5
+"""
+
+
+_RUN_HELP = """Run every run of an experiment file: methods x sweep values x seeds.
+
+    Each run writes a folder OUT/NAME/runs/GROUP/seedN/ with its resolved configuration,
+    per-round metrics (metrics.jsonl), final models and plan (final.pt) and result.json.
+    Finished runs are skipped when the command is repeated; runs are checkpointed every
+    `checkpoint_every` rounds, and a killed run continues with --resume, ending with the same
+    result as an uninterrupted run. Every value of the file is checked before any run starts.
+
+    An experiment file (federated; a centralised one has a [problem] table instead of [data],
+    [model] and [federated]; see docs/experiments.md and examples/):
+    """ + _EXAMPLE + """
+    Examples:
+
+        most run examples/synthetic.toml
+
+        most run examples/synthetic.toml --resume --quiet
+
+        most run examples/synthetic.toml --dry-run
+    """
+
+
+@app.command("run", help=_RUN_HELP.replace("[", "\\["))  # rich markup would eat [tables]
+def run_cmd(
+    experiment: Path = typer.Argument(..., help="The experiment file (TOML).", show_default=False),
+    out: Path = typer.Option(Path("results"), help="Results root; the runs go to OUT/NAME/."),
+    resume: bool = typer.Option(False, "--resume", help="Continue interrupted runs from their checkpoints."),
+    restart: bool = typer.Option(False, "--restart", help="Start interrupted runs over."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Check the file and list the runs; run nothing."),
+    threads: int = typer.Option(1, min=1, help="torch threads (1 gives the same numbers on every machine)."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bars (for CI and logs)."),
+) -> None:
+    import torch
+
+    from .config import ConfigError
+    from .experiments import InterruptedRunsError, load_experiment, run_experiment
+
+    try:
+        exp = load_experiment(experiment)
+    except (ConfigError, FileNotFoundError) as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if resume and restart:
+        raise typer.BadParameter("--resume and --restart exclude each other; choose one.")
+    if dry_run:
+        typer.echo(f"{exp.name} ({exp.kind}): {len(exp)} runs")
+        for run in exp.runs:
+            typer.echo(f"  {run.folder}")
+        return
+    torch.set_num_threads(threads)
+    try:
+        root = run_experiment(exp, out, resume=resume, restart=restart, progress=not quiet, echo=typer.echo)
+    except (ConfigError, InterruptedRunsError, FileNotFoundError) as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"Done. Table: most report {root}   Figures: most plot {root}")
+
+
+@app.command("report")
+def report_cmd(
+    results: Path = typer.Argument(..., help="A results folder written by `most run` (OUT/NAME).",
+                                   show_default=False),
+) -> None:
+    """Print the table of a results folder (mean ± std over seeds, per method and swept value)
+    and write RESULTS/report.md and RESULTS/report.csv. Nothing is re-run.
+
+    Example:
+
+        most report results/syn00
+    """
+    from .experiments import report
+
+    try:
+        typer.echo(report(results))
+    except FileNotFoundError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+
+@app.command("plot")
+def plot_cmd(
+    results: Path = typer.Argument(..., help="A results folder written by `most run` (OUT/NAME).",
+                                   show_default=False),
+    out: Path = typer.Option(None, help="Folder for the figures (default RESULTS/figures)."),
+    formats: list[str] = typer.Option(["png", "pdf"], "--format", help="Repeat: png, pdf, svg."),
+) -> None:
+    """Draw the figures of a results folder from the stored files: training curves, radar of
+    per-objective accuracy, worst-k % bars, Γ heat map and assignment stack plot per method,
+    Γ sparsity and drift, Pareto fronts (two objectives).
+
+    Example:
+
+        most plot results/syn00
+    """
+    from .experiments import plot
+
+    bad = [f for f in formats if f not in ("png", "pdf", "svg")]
+    if bad:
+        raise typer.BadParameter(f"--format {bad[0]!r}: use png, pdf or svg.")
+    try:
+        files = plot(results, out=out, formats=tuple(formats))
+    except FileNotFoundError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    typer.echo(f"Wrote {len(files)} files:\n  " + "\n  ".join(files))
 
 
 def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config) -> None:

@@ -33,6 +33,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from ._validation import check_positive, check_positive_int
+from .checkpoint import Checkpoint, restore_into
 from .methods import (
     Assignment,
     Combiner,
@@ -163,12 +164,16 @@ def run(
     description: str = "MosT",
     callback: Callable[[RoundRecord, Tensor], None] | None = None,
     optimizer: UpdateRule | None = None,
+    checkpoint: Checkpoint | None = None,
 ) -> Result:
     """Runs the round loop of Algorithm 1 with the given components.
 
     Most users call a method's ``fit`` instead (:class:`MosT`, :class:`Linearization`,
     :class:`MGDA`, :class:`WeightedMGDA`). ``callback(record, params)`` is called after
-    every round.
+    every round. With a :class:`~most.checkpoint.Checkpoint`, the state is saved every
+    ``checkpoint.every`` rounds, and a run that finds a checkpoint continues from it (the
+    final models equal those of an uninterrupted run; the problem's own randomness, if its
+    objectives draw mini-batches, is the problem's to restore).
     """
     check_positive_int(n_models, name="n_models")
     check_positive_int(rounds, name="rounds")
@@ -185,7 +190,14 @@ def run(
 
     history: list[RoundRecord] = []
     plan: Tensor | None = None
-    bar = tqdm(range(rounds), desc=description, disable=not progress, leave=False)
+    start = 0
+    components = {"assignment": assignment, "weighting": weighting, "combiner": combiner}
+    if checkpoint is not None and (state := checkpoint.load(generator)) is not None:
+        checkpoint.check(state, n=n, m=m, rounds=rounds, dim=problem.dim)
+        params, opt_state, plan, history, start = (state[k] for k in ("params", "opt_state", "plan", "history", "round"))
+        for name, obj in components.items():
+            restore_into(obj, state[name])
+    bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start, total=rounds)
     for t in bar:
         tic = time.perf_counter()
         if combiner.active_only:  # gradients come after the plan, for the served objectives only
@@ -246,6 +258,9 @@ def run(
             bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
         if callback is not None:
             callback(record, params)
+        if checkpoint is not None and checkpoint.due(t, rounds):
+            checkpoint.save(dict(round=t + 1, n=n, m=m, rounds=rounds, dim=problem.dim, params=params.detach(),
+                                 opt_state=opt_state, plan=plan.detach(), history=history, **components), generator)
 
     final = problem.loss_matrix(params)
     _check_finite(final, None, problem, rounds, None)
@@ -276,8 +291,12 @@ class _Method:
     def prepare(self, problem: Problem, generator: torch.Generator) -> Problem:
         return problem
 
-    def fit(self, problem: Problem, *, callback=None) -> Result:
-        """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`."""
+    def fit(self, problem: Problem, *, callback=None, checkpoint: Checkpoint | None = None) -> Result:
+        """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`.
+
+        ``callback(record, params)`` is called after every round; with a
+        :class:`~most.checkpoint.Checkpoint` the run saves its state and resumes from it.
+        """
         if not isinstance(problem, Problem):
             raise ValueError(
                 f"fit() takes a most.Problem; got {type(problem).__name__}. Build one with "
@@ -299,6 +318,7 @@ class _Method:
             description=type(self).__name__,
             callback=callback,
             optimizer=self.optimizer,
+            checkpoint=checkpoint,
         )
 
 

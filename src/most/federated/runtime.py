@@ -33,6 +33,7 @@ from torch.nn.functional import cross_entropy
 
 from .._random import derive_seed
 from .._validation import check_positive, check_positive_int
+from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
 from .models import FlatModel
 
@@ -257,10 +258,14 @@ class FederatedResult:
 
 def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig, *,
                   progress: bool = False, callback: Callable[[RoundLog, Tensor], None] | None = None,
-                  description: str | None = None) -> FederatedResult:
+                  description: str | None = None, checkpoint: Checkpoint | None = None) -> FederatedResult:
     """Trains ``method.n_models`` models on ``dataset`` with the runtime above.
 
     ``method`` is one of :mod:`most.federated.methods` (``MosT``, ``FedAvg``, ``IFCA``, ...).
+    ``callback(log, params)`` is called after every round. With a
+    :class:`~most.checkpoint.Checkpoint`, the state (models, method state, random generator,
+    history) is saved every ``checkpoint.every`` rounds, and a run that finds a checkpoint
+    continues from it, ending with the same models as an uninterrupted run.
     """
     from tqdm.auto import tqdm
 
@@ -278,8 +283,15 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     method.reset(n, m, gen)
     history: list[RoundLog] = []
     previous = None
+    start = 0
+    if checkpoint is not None and (state := checkpoint.load(gen)) is not None:
+        checkpoint.check(state, n=n, m=m, rounds=config.rounds, dim=int(params.shape[1]))
+        params, previous, history, start = state["params"].to(device), state["previous"], state["history"], state["round"]
+        previous = None if previous is None else previous.to(device)
+        restore_into(method, state["method"])
     n_part = max(1, round(config.participation * n))
-    bar = tqdm(range(config.rounds), desc=description or type(method).__name__, disable=not progress, leave=False)
+    bar = tqdm(range(start, config.rounds), desc=description or type(method).__name__, disable=not progress,
+               leave=False, initial=start, total=config.rounds)
     for t in bar:
         tic = time.perf_counter()
         clients = torch.arange(n) if n_part == n else torch.randperm(n, generator=gen)[:n_part].sort().values
@@ -321,9 +333,16 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
                        seconds={"evaluate": eval_s, "plan": plan_s, "local_training": train_s, "aggregate": agg_s})
         history.append(log)
         if progress:
-            bar.set_postfix(loss=f"{log.train_loss:.3f}", refresh=False)
+            post = {"loss": f"{log.train_loss:.3f}"}
+            if log.plan is not None:
+                post["gamma_zeros"] = f"{float((log.plan <= 1e-12).double().mean()):.0%}"
+            bar.set_postfix(post, refresh=False)
         if callback is not None:
             callback(log, params)
+        if checkpoint is not None and checkpoint.due(t, config.rounds):
+            checkpoint.save(dict(round=t + 1, n=n, m=m, rounds=config.rounds, dim=int(params.shape[1]),
+                                 params=params.cpu(), previous=None if previous is None else previous.cpu(),
+                                 history=history, method=method), gen)
 
     _, val_acc, _ = evaluate(model, params, val)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)

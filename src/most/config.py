@@ -1,0 +1,289 @@
+"""Typed configuration from plain tables (TOML files, dicts): no second config system.
+
+A table maps onto the library's own dataclasses and functions: its keys are their field or
+parameter names, checked against the type annotations. Unknown keys and wrong types raise
+:class:`ConfigError` naming the key's path and what is allowed, before any work starts.
+
+Components (marginals, weightings, combiners, update rules, extensions) are written as the
+class name, or as a table with a ``type`` key and the class's own fields::
+
+    [methods.MosT]
+    n_models = 5
+    marginals = { type = "Curriculum", warmup = 0.3 }
+    weighting = "GammaWeights"
+
+Example:
+    >>> from most.config import build
+    >>> from most.federated import FederatedConfig
+    >>> build(FederatedConfig, {"rounds": 20, "lr": 0.1}, path="federated")
+    FederatedConfig(rounds=20, local_epochs=1, batch_size=10, lr=0.1, participation=1.0, seed=0, eval_every=10, loss_samples=None, device=None)
+    >>> build(FederatedConfig, {"round": 20}, path="federated")
+    Traceback (most recent call last):
+    ...
+    most.config.ConfigError: federated.round: unknown key (did you mean 'rounds'?). Allowed keys: rounds, local_epochs, batch_size, lr, participation, seed, eval_every, loss_samples, device.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import difflib
+import inspect
+import os
+import types
+import typing
+from pathlib import Path
+from typing import Any, Callable, Literal, Union
+
+__all__ = ["ConfigError", "build", "call", "check_call", "component", "components", "to_plain"]
+
+
+class ConfigError(ValueError):
+    """A configuration value is missing, unknown or of the wrong type; the message names its path."""
+
+
+def _components() -> dict[str, type]:  # imported late: config is imported by the modules it names
+    from . import baselines, methods, optim
+
+    classes = [
+        methods.Uniform, methods.Curriculum, methods.ObjectivesSelectModels, methods.ModelsSelectObjectives,
+        methods.MajorityShare, methods.GammaWeights, methods.MinNorm, methods.WeightedSum,
+        methods.DirichletExtension, methods.TchebycheffExtension,
+        optim.SGD, optim.Adam,
+        baselines.TCHSetCombiner, baselines.STCHSetCombiner, baselines.SumOfMinimumCombiner,
+    ]
+    return {c.__name__: c for c in classes}
+
+
+@functools.lru_cache(maxsize=None)
+def _registry() -> dict[str, type]:
+    return _components()
+
+
+def components() -> dict[str, type]:
+    """The component classes a table may name (``type = "Curriculum"``), by name."""
+    return dict(_registry())
+
+
+def _allowed(names) -> str:
+    return ", ".join(names) if names else "(none)"
+
+
+def _unknown(path: str, key: str, allowed: list[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return ConfigError(f"{_join(path, key)}: unknown key{hint}. Allowed keys: {_allowed(allowed)}.")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _describe(tp) -> str:
+    origin = typing.get_origin(tp)
+    if tp is type(None):
+        return "none"
+    if origin is Literal:
+        return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
+    if origin in (Union, types.UnionType):
+        return " or ".join(_describe(a) for a in typing.get_args(tp) if a is not type(None))
+    if origin in (list, tuple, typing.Sequence, _abc_sequence()):
+        args = [a for a in typing.get_args(tp) if a is not Ellipsis]
+        return f"a list of {_describe(args[0])}" if args else "a list"
+    if tp is float:
+        return "a number"
+    if tp is int:
+        return "an integer"
+    if tp is bool:
+        return "true or false"
+    if tp is str:
+        return "a string"
+    if isinstance(tp, type) and _subclasses(tp):
+        return "one of " + ", ".join(_subclasses(tp))
+    return getattr(tp, "__name__", str(tp))
+
+
+def _abc_sequence():
+    import collections.abc
+
+    return collections.abc.Sequence
+
+
+def _subclasses(tp) -> list[str]:
+    return [name for name, cls in _registry().items() if isinstance(tp, type) and issubclass(cls, tp)]
+
+
+def _wrong(path: str, value, tp) -> ConfigError:
+    return ConfigError(f"{path}: expected {_describe(tp)}; got {value!r}.")
+
+
+def component(value, path: str, allowed: list[str] | None = None):
+    """A component from its name (``"GammaWeights"``) or a table (``{type = "Curriculum", ...}``)."""
+    allowed = list(_registry()) if allowed is None else allowed
+    if isinstance(value, str):
+        name, table = value, {}
+    elif isinstance(value, dict):
+        if "type" not in value:
+            raise ConfigError(f"{path}: a component table needs a `type` key, one of {_allowed(allowed)}.")
+        table = dict(value)
+        name = table.pop("type")
+    else:
+        raise ConfigError(f"{path}: expected a component name or a table with `type`, one of {_allowed(allowed)}; "
+                          f"got {value!r}.")
+    if name not in allowed:
+        close = difflib.get_close_matches(str(name), allowed, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"{path}.type: unknown component {name!r}{hint}. Allowed: {_allowed(allowed)}.")
+    return build(_registry()[name], table, path=path)
+
+
+def _coerce(value, tp, path: str):
+    if tp is Any or tp is object or tp is inspect.Parameter.empty:
+        if isinstance(value, (str, dict)) and (
+                (isinstance(value, str) and value in _registry()) or (isinstance(value, dict) and "type" in value)):
+            return component(value, path)
+        return value
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        if value not in typing.get_args(tp):
+            raise _wrong(path, value, tp)
+        return value
+    if origin in (Union, types.UnionType):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        classes = [a for a in members if isinstance(a, type) and _subclasses(a)]
+        if classes and isinstance(value, (str, dict)) and not (str in members and isinstance(value, str)):
+            names = [n for c in classes for n in _subclasses(c)]
+            return component(value, path, names)
+        errors = []
+        for member in members:
+            try:
+                return _coerce(value, member, path)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise _wrong(path, value, tp)
+    if origin in (list, tuple, _abc_sequence()):
+        if not isinstance(value, (list, tuple)):
+            raise _wrong(path, value, tp)
+        args = typing.get_args(tp)
+        if origin is tuple and args and args[-1] is not Ellipsis:
+            if len(args) != len(value):
+                raise ConfigError(f"{path}: expected a list of {len(args)} values; got {value!r}.")
+            return tuple(_coerce(v, a, f"{path}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        inner = args[0] if args else Any
+        items = [_coerce(v, inner, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _wrong(path, value, tp)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _wrong(path, value, tp)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _wrong(path, value, tp)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise _wrong(path, value, tp)
+        return value
+    if tp in (Path, os.PathLike) or (isinstance(tp, type) and issubclass(tp, os.PathLike)):
+        if not isinstance(value, str):
+            raise _wrong(path, value, tp)
+        return Path(value).expanduser()
+    if isinstance(tp, type) and _subclasses(tp):
+        return component(value, path, _subclasses(tp))
+    if dataclasses.is_dataclass(tp) and isinstance(value, dict):
+        return build(tp, value, path=path)
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise _wrong(path, value, tp)
+    return value
+
+
+def _hints(obj) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(obj)
+    except Exception:  # unresolvable forward references: check nothing rather than fail
+        return {}
+
+
+def _check(kind: str, name: str, path: str, value, fields: dict[str, Any], defaults: set[str]):
+    unknown = [k for k in value if k not in fields]
+    if unknown:
+        raise _unknown(path, unknown[0], list(fields))
+    missing = [k for k in fields if k not in value and k not in defaults]
+    if missing:
+        raise ConfigError(f"{_join(path, missing[0])}: required by {name} and missing.")
+    return {k: _coerce(v, fields[k], _join(path, k)) for k, v in value.items()}
+
+
+def build(cls: type, table: dict, *, path: str = ""):
+    """``cls(**table)`` for a dataclass ``cls``, each value checked against its field's type.
+
+    Raises :class:`ConfigError` for unknown keys, missing required keys, wrong types, and for
+    the errors the class itself raises on bad values (with the path prefixed).
+    """
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path or cls.__name__}: expected a table of {cls.__name__}'s fields; got {table!r}.")
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"build() takes a dataclass; got {cls!r}.")
+    hints = _hints(cls)
+    fields = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
+    defaults = {f.name for f in dataclasses.fields(cls)
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
+    kwargs = _check("class", cls.__name__, path, table, fields, defaults)
+    try:
+        return cls(**kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path or cls.__name__}: {exc}") from exc
+
+
+def _signature(fn: Callable, exclude=()) -> tuple[dict[str, Any], set[str]]:
+    hints = _hints(fn)
+    params = {name: p for name, p in inspect.signature(fn).parameters.items()
+              if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) and name not in exclude}
+    fields = {name: hints.get(name, Any) for name in params}
+    defaults = {name for name, p in params.items() if p.default is not p.empty}
+    return fields, defaults
+
+
+def call(fn: Callable, table: dict, *, path: str = "", fixed: dict | None = None):
+    """``fn(**fixed, **table)``, each key of ``table`` checked against ``fn``'s signature."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: expected a table of {fn.__name__}'s parameters; got {table!r}.")
+    fixed = fixed or {}
+    fields, defaults = _signature(fn, exclude=fixed)
+    kwargs = _check("function", fn.__name__, path, table, fields, defaults)
+    try:
+        return fn(**fixed, **kwargs)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{path or fn.__name__}: {exc}") from exc
+
+
+def check_call(fn: Callable, table: dict, path: str = "", inferred: tuple[str, ...] = ()) -> None:
+    """Checks ``table`` against ``fn``'s signature as :func:`call` would, without calling ``fn``
+    (so nothing is loaded); ``inferred`` names parameters the caller will fill in."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: expected a table of {fn.__name__}'s parameters; got {table!r}.")
+    fields, defaults = _signature(fn)
+    _check("function", fn.__name__, path, table, fields, defaults | set(inferred))
+
+
+def to_plain(obj):
+    """A JSON-ready form of a config object: dataclasses become ``{"type": name, **fields}``."""
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        out = {"type": type(obj).__name__}
+        for f in dataclasses.fields(obj):
+            if f.init and not f.name.startswith("_"):
+                out[f.name] = to_plain(getattr(obj, f.name))
+        return out
+    if isinstance(obj, dict):
+        return {str(k): to_plain(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_plain(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if obj is None or isinstance(obj, (bool, int, float, str)):
+        return obj
+    return repr(obj)

@@ -1,0 +1,238 @@
+"""Runs an experiment's runs into the results store, skipping finished ones and resuming
+interrupted ones from their checkpoints."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import platform
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from ..config import ConfigError, to_plain
+from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec
+from .store import RunFolder, dumps
+
+__all__ = ["run_experiment", "execute", "InterruptedRunsError"]
+
+
+class InterruptedRunsError(RuntimeError):
+    """Some runs have checkpoints from an interrupted run; the caller must choose resume or restart."""
+
+
+def _versions() -> dict:
+    import most
+
+    return {"most": most.__version__, "torch": torch.__version__, "numpy": np.__version__,
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def _owners(plan: torch.Tensor) -> list[int]:
+    # the curriculum can leave an objective without mass in a round: -1
+    owners = plan.argmax(1)
+    return torch.where(plan.sum(1) > 0, owners, torch.full_like(owners, -1)).tolist()
+
+
+def _plan_stats(plan: torch.Tensor | None, previous: torch.Tensor | None) -> dict:
+    from ..federated import evaluation as ev
+
+    if plan is None:
+        return {}
+    out = {"gamma_sparsity": ev.gamma_sparsity(plan), "owners": _owners(plan)}
+    if previous is not None and previous.shape == plan.shape:
+        keep = (previous.sum(1) > 0) & (plan.sum(1) > 0)
+        out["gamma_drift"] = ev.gamma_drift(previous[keep], plan[keep]) if bool(keep.any()) else 0.0
+    return out
+
+
+def execute(run: RunSpec, folder: RunFolder, *, checkpoint_every: int = 10, progress: bool = True,
+            data_cache: dict | None = None) -> dict:
+    """Runs one run into ``folder`` (resuming from its checkpoint if there is one) and returns
+    its result (also written to ``result.json``)."""
+    folder.path.mkdir(parents=True, exist_ok=True)
+    objects = _load(run, data_cache if data_cache is not None else {})
+    checkpoint = folder.checkpoint(checkpoint_every)
+    start = 0
+    if checkpoint.exists():
+        start = int(checkpoint.load(torch.Generator())["round"])
+        folder.keep_metrics_before(start)
+    else:
+        folder.reset()
+    config = dict(run.config, label=run.label, group=run.group, kind=run.kind, sweep=run.sweep,
+                  resolved=to_plain({k: v for k, v in objects.items() if k in ("method", "config")}),
+                  versions=_versions())
+    folder.write_config(config)
+    tic = time.perf_counter()
+    if run.kind == FEDERATED:
+        result = _federated(run, objects, folder, checkpoint, progress)
+    else:
+        result = _centralised(run, objects, folder, checkpoint, progress)
+    result.update(seconds=time.perf_counter() - tic, resumed_from_round=start, label=run.label, group=run.group,
+                  seed=run.seed, sweep=run.sweep)
+    folder.write_result(result)
+    checkpoint.remove()
+    return result
+
+
+def _load(run: RunSpec, cache: dict) -> dict:
+    key = json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
+    objects = run.build_without_data()
+    if key not in cache:
+        cache.clear()  # one data set in memory at a time
+        cache[key] = run.load_data()
+    objects.update(cache[key])
+    return objects
+
+
+def _federated(run, objects, folder, checkpoint, progress) -> dict:
+    from ..federated import evaluation as ev
+    from ..federated.runtime import run_federated
+
+    state = {"previous": None}
+
+    def on_round(log, params):
+        line = {"round": log.round, "train_loss": log.train_loss, "val_accuracy": log.val_accuracy,
+                **_plan_stats(log.plan, state["previous"]), "seconds": log.seconds}
+        state["previous"] = log.plan
+        folder.append_metrics(line)
+
+    data, model = objects["data"], objects["model"]
+    result = run_federated(data, model, objects["method"], objects["config"], progress=progress,
+                           callback=on_round, description=f"{run.group} seed {run.seed}", checkpoint=checkpoint)
+    val, test = result.val_accuracy.nan_to_num(-1.0), result.test_accuracy.nan_to_num(0.0)
+    summary = ev.summarise(val, test)
+    probs, w = result.test_probs, result.test_weight
+    real = w.reshape(-1) > 0
+    diversity = ev.prediction_diversity(probs.reshape(probs.shape[0], -1, probs.shape[-1])[:, real])
+    plans = [log.plan for log in result.history if log.plan is not None]
+    folder.write_final({"params": result.params, "assignment": plans[-1] if plans else None,
+                        "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy,
+                        "choice": result.choice})
+    metrics = {k: summary[k] for k in ("mean", "worst20", "worst40", "worst60", "worst80", "oracle")}
+    metrics["diversity"] = diversity
+    return {"status": "done", "kind": FEDERATED, "metrics": metrics, "choice_counts": summary["choice_counts"],
+            "per_objective": result.client_accuracy.tolist(), "objective_names": list(data.client_ids),
+            "per_objective_metric": "test accuracy (model chosen on validation)",
+            "timings": {k: sum(log.seconds[k] for log in result.history) for k in result.history[0].seconds},
+            "rounds": len(result.history)}
+
+
+def _centralised(run, objects, folder, checkpoint, progress) -> dict:
+    from .. import metrics as M
+    from ..problems import MixedRegression
+
+    source = objects["problem"]
+    splits = isinstance(source, MixedRegression)
+    train = source.problem("train") if splits else source
+    state = {"previous": None}
+
+    def on_round(record, params):
+        best = record.losses.min(1).values
+        line = {"round": record.round, "train_loss": float(best.mean()),
+                "worst20_train_loss": M.worst_fraction_mean(best, 0.2),
+                **_plan_stats(record.plan, state["previous"]),
+                "seconds": {"transport": record.transport_seconds, "min_norm": record.min_norm_seconds,
+                            "gradients": record.gradient_seconds}}
+        state["previous"] = record.plan
+        folder.append_metrics(line)
+
+    method = objects["method"]
+    if progress:
+        method = dataclasses.replace(method, progress=True)
+    result = method.fit(train, callback=on_round, checkpoint=checkpoint)
+    out = {"status": "done", "kind": CENTRALISED, "timings": result.timings(), "rounds": len(result.history)}
+    if splits:
+        val, test = source.problem("val"), source.problem("test")
+        pick = val.loss_matrix(result.params).argmin(1)
+        per = test.loss_matrix(result.params).gather(1, pick[:, None]).squeeze(1)
+        out["metrics"] = {"test_loss": float(per.mean()), "worst20_test_loss": M.worst_fraction_mean(per, 0.2),
+                          "train_loss": float(train.loss_matrix(result.params).min(1).values.mean())}
+        out["per_objective_metric"] = "test loss (model chosen on validation)"
+        names = train.names
+    else:
+        losses = train.loss_matrix(result.params)  # the original objectives (MosT-E trains on mixtures)
+        per = losses.min(1).values
+        out["metrics"] = {"loss": float(per.mean()), "worst20_loss": M.worst_fraction_mean(per, 0.2)}
+        out["per_objective_metric"] = "loss of the best model"
+        names = train.names
+        if train.n_objectives == 2:
+            points = losses.T  # [m, 2]: each model's two objective values
+            out["points"] = points.tolist()
+            ref = train.metadata.get("reference_point") if train.metadata else None
+            if ref is not None:
+                out["metrics"]["hypervolume"] = float(M.hypervolume(points, ref))
+                out["reference_point"] = [float(r) for r in ref]
+    out["per_objective"] = per.tolist()
+    out["objective_names"] = list(names) if names else [str(i) for i in range(len(per))]
+    folder.write_final({"params": result.params, "assignment": result.assignment, "losses": result.losses})
+    return out
+
+
+def _same(stored: dict, run: RunSpec) -> list[str]:
+    """The keys where a stored run's configuration differs from ``run``'s."""
+    new = json.loads(dumps(run.config))
+    diffs = []
+
+    def walk(a, b, path):
+        if isinstance(a, dict) and isinstance(b, dict):
+            for k in sorted(set(a) | set(b)):
+                walk(a.get(k), b.get(k), f"{path}.{k}" if path else k)
+        elif a != b:
+            diffs.append(path)
+
+    walk({k: stored.get(k) for k in new}, new, "")
+    return diffs
+
+
+def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bool = False, restart: bool = False,
+                   progress: bool = True, echo: Callable[[str], None] = print) -> Path:
+    """Runs every unfinished run of ``experiment`` into ``out/NAME`` and returns that folder.
+
+    Finished runs are skipped (their stored configuration must match, else a
+    :class:`~most.config.ConfigError` names the differing keys). Interrupted runs (a
+    checkpoint and no result) continue with ``resume=True`` or start over with
+    ``restart=True``; with neither, :class:`InterruptedRunsError` is raised before any work.
+    """
+    root = Path(out) / experiment.name
+    folders = [(run, RunFolder(root / "runs" / run.folder)) for run in experiment.runs]
+    interrupted = []
+    for run, folder in folders:
+        stored = folder.stored_config()
+        if folder.status == "done" and stored is not None:
+            diffs = _same(stored, run)
+            if diffs:
+                raise ConfigError(
+                    f"{folder.path} holds a finished run made with a different configuration (differs in: "
+                    f"{', '.join(diffs[:5])}). Rename the experiment (`name = ...`), write to another --out, "
+                    "or delete that folder."
+                )
+        if folder.status == "interrupted":
+            interrupted.append(folder)
+    if interrupted and not (resume or restart):
+        names = ", ".join(str(f.path.relative_to(root)) for f in interrupted[:5])
+        raise InterruptedRunsError(
+            f"{len(interrupted)} run(s) of {root} were interrupted ({names}). Continue them from their "
+            "checkpoints with --resume, or start them over with --restart."
+        )
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "experiment.toml").write_text(experiment.source)
+    cache: dict = {}
+    todo = [(run, folder) for run, folder in folders if folder.status != "done"]
+    echo(f"{experiment.name}: {len(folders)} runs, {len(folders) - len(todo)} already done, {len(todo)} to run "
+         f"-> {root}")
+    for k, (run, folder) in enumerate(todo, 1):
+        if restart:
+            folder.checkpoint(1).remove()
+        resumed = folder.status == "interrupted"
+        tic = time.perf_counter()
+        result = execute(run, folder, checkpoint_every=experiment.checkpoint_every, progress=progress,
+                         data_cache=cache)
+        main = next(iter(result["metrics"].items()))
+        echo(f"[{k}/{len(todo)}] {run.group} seed {run.seed}{' (resumed)' if resumed else ''}: "
+             f"{main[0]} = {main[1]:.4g} ({time.perf_counter() - tic:.1f} s)")
+    return root

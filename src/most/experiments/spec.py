@@ -1,0 +1,354 @@
+"""Experiment files: a TOML file -> the runs it stands for, every value checked before any work.
+
+An experiment is either *federated* (tables ``[data]``, ``[model]``, ``[federated]``) or
+*centralised* (a table ``[problem]``), plus one table per method under ``[methods]``::
+
+    name = "synthetic"            # the results folder's name (default: the file's stem)
+    seeds = [0, 1, 2]             # one run per seed and method
+    checkpoint_every = 10         # rounds between checkpoints
+
+    [data]                        # most.federated.fedprox_synthetic(alpha=0, beta=0)
+    name = "fedprox_synthetic"
+    alpha = 0.0
+    beta = 0.0
+
+    [model]                       # most.federated.logistic_regression(dim, n_classes)
+    name = "logistic_regression"  # input and class sizes come from the data
+
+    [federated]                   # most.federated.FederatedConfig
+    rounds = 100
+
+    [methods.MosT]                # most.federated.methods.MosT (the label names the class)
+    n_models = 5
+    server_lr = 5.0
+
+    [methods."MosT paper"]        # any label, with `type` naming the class
+    type = "MosT"
+    n_models = 5
+    combine = "min_norm"
+
+    [sweep]                       # lists of values: every combination is a run
+    "methods.MosT.server_lr" = [2.0, 5.0]
+    "federated.lr" = [0.05, 0.1]
+
+Tables map onto the library's own dataclasses and functions (:mod:`most.config`): unknown
+keys and wrong types are rejected with the key's path and the allowed values. The run seed
+goes to the method (centralised) or to ``FederatedConfig.seed`` (federated), and to the data
+or problem generator unless the file fixes its ``seed``.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import dataclasses
+import difflib
+import itertools
+import os
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..config import ConfigError, build, call, check_call
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+__all__ = ["Experiment", "RunSpec", "load_experiment", "parse_experiment", "FEDERATED", "CENTRALISED"]
+
+
+def _federated_registry():
+    from .. import federated as fl
+    from ..federated import methods as F
+
+    data = {"fedprox_synthetic": fl.fedprox_synthetic, "femnist": fl.load_femnist,
+            "fashion_mnist": fl.load_fashion_mnist}
+    models = {"logistic_regression": fl.logistic_regression, "cnn": fl.cnn}
+    methods = {c.__name__: c for c in (F.MosT, F.FedAvg, F.FedProx, F.MGDA, F.FedMGDAPlus, F.IFCA,
+                                       F.Linearization, F.WeightedMGDA, F.SetScalarization)}
+    return data, models, methods
+
+
+def _centralised_registry():
+    from .. import baselines, problems, solver
+
+    def _zdt(name):
+        def make(n_var: int = 30):
+            return problems.zdt(name, n_var=n_var)
+
+        make.__name__ = name
+        return make
+
+    probs = {"quadratic_clusters": problems.quadratic_clusters, "mixed_regression": problems.mixed_regression,
+             **{name: _zdt(name) for name in ("zdt1", "zdt2", "zdt3")}}
+    methods = {c.__name__: c for c in (solver.MosT, solver.Linearization, solver.MGDA, solver.WeightedMGDA,
+                                       baselines.EPO, baselines.MOOSVGD, baselines.TCHSet, baselines.STCHSet,
+                                       baselines.SumOfMinimum)}
+    return probs, methods
+
+
+FEDERATED = "federated"
+CENTRALISED = "centralised"
+
+_TOP = {"name", "seeds", "checkpoint_every", "data", "model", "federated", "problem", "methods", "sweep"}
+# fields a method table may not set: the experiment sets them
+_RESERVED = {"seed": "set by the experiment's `seeds` list", "progress": "set by `most run` (use --quiet)"}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run: a method, a seed and the values of the swept keys.
+
+    ``config`` is the run's resolved table (what ``config.json`` stores); ``build()`` returns
+    the typed objects the run needs.
+    """
+
+    kind: str
+    label: str
+    seed: int
+    sweep: dict
+    config: dict
+
+    @property
+    def group(self) -> str:
+        """The method label plus the swept values: runs of one group differ only in the seed."""
+        if not self.sweep:
+            return self.label
+        return self.label + " [" + ", ".join(f"{_short(k)}={v}" for k, v in self.sweep.items()) + "]"
+
+    @property
+    def folder(self) -> str:
+        """``group/seedN`` with characters safe in file names."""
+        return f"{_safe(self.group)}/seed{self.seed}"
+
+    def build_without_data(self) -> dict[str, Any]:
+        """The typed objects that need no data: ``method``, and ``config`` (federated)."""
+        return _build(self)
+
+    def load_data(self) -> dict[str, Any]:
+        """``data`` and ``model`` (federated) or ``problem`` (centralised)."""
+        return _load_data(self)
+
+
+def _short(key: str) -> str:
+    parts = key.split(".")
+    return parts[-1] if parts[0] == "methods" else ".".join(parts[-2:]) if len(parts) > 1 else key
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_") or "run"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A parsed experiment file: its name, kind, and the runs it expands to."""
+
+    name: str
+    kind: str
+    runs: tuple[RunSpec, ...]
+    checkpoint_every: int
+    source: str  # the file's text, stored with the results
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+
+def load_experiment(path: str | os.PathLike) -> Experiment:
+    """Reads and checks an experiment file; every run is built once (without data) so that a
+    bad value anywhere is reported before any run starts."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No experiment file at {path}. Write one (see `most run --help` for an example).")
+    text = path.read_text()
+    try:
+        table = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    return parse_experiment(table, default_name=path.stem, source=text)
+
+
+def parse_experiment(table: dict, *, default_name: str = "experiment", source: str = "") -> Experiment:
+    """:func:`load_experiment` for a table already read."""
+    unknown = [k for k in table if k not in _TOP]
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], sorted(_TOP), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"{unknown[0]}: unknown top-level key{hint}. Allowed: {', '.join(sorted(_TOP))}.")
+    if "problem" in table and ("data" in table or "federated" in table or "model" in table):
+        raise ConfigError("An experiment is federated ([data], [model], [federated]) or centralised ([problem]), "
+                          "not both; remove one set of tables.")
+    if "problem" in table:
+        kind = CENTRALISED
+    elif "data" in table:
+        kind = FEDERATED
+        if "model" not in table:
+            raise ConfigError("model: missing. A federated experiment needs a [model] table, e.g. "
+                              "[model] name = \"logistic_regression\".")
+    else:
+        raise ConfigError("An experiment needs a [problem] table (centralised) or [data] and [model] tables "
+                          "(federated).")
+    name = table.get("name", default_name)
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"name: expected a non-empty string; got {name!r}.")
+    seeds = table.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise ConfigError(f"seeds: expected a non-empty list of integers; got {seeds!r}.")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: repeated seeds in {seeds!r}.")
+    every = table.get("checkpoint_every", 10)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ConfigError(f"checkpoint_every: expected a positive integer; got {every!r}.")
+    methods = table.get("methods")
+    if not isinstance(methods, dict) or not methods:
+        raise ConfigError("methods: missing. Add at least one table [methods.LABEL], e.g. [methods.MosT] "
+                          "n_models = 5.")
+    for label, m in methods.items():
+        if not isinstance(m, dict):
+            raise ConfigError(f"methods.{label}: expected a table of the method's fields; got {m!r}.")
+    sweep = table.get("sweep", {})
+    if not isinstance(sweep, dict):
+        raise ConfigError(f"sweep: expected a table of dotted keys to lists of values; got {sweep!r}.")
+    for key, values in sweep.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"sweep.\"{key}\": expected a non-empty list of values; got {values!r}.")
+        head = key.split(".")
+        if head[0] not in ("data", "model", "federated", "problem", "methods") or len(head) < 2:
+            raise ConfigError(f"sweep.\"{key}\": a swept key is a dotted path into the file, such as "
+                              "\"methods.MosT.diversity\" or \"federated.lr\".")
+        if head[0] == "methods" and (len(head) < 3 or head[1] not in methods):
+            raise ConfigError(f"sweep.\"{key}\": no method labelled {head[1]!r}; labels: {', '.join(methods)}.")
+        if head[0] in ("data", "model", "federated", "problem") and head[0] not in table:
+            raise ConfigError(f"sweep.\"{key}\": this experiment has no [{head[0]}] table.")
+
+    runs = []
+    for label, method_table in methods.items():
+        keys = [k for k in sweep if not k.startswith("methods.") or k.split(".")[1] == label]
+        for values in itertools.product(*(sweep[k] for k in keys)):
+            for seed in seeds:
+                resolved = {k: copy.deepcopy(table[k]) for k in ("data", "model", "federated", "problem") if k in table}
+                resolved["method"] = copy.deepcopy(method_table)
+                for key, value in zip(keys, values):
+                    _set(resolved, key, value, label)
+                run = RunSpec(kind=kind, label=label, seed=seed, sweep=dict(zip(keys, values)),
+                              config=_with_seed(kind, resolved, seed))
+                _build(run)  # every value checked now, before any work
+                runs.append(run)
+    folders = [r.folder for r in runs]
+    if len(set(folders)) != len(folders):
+        dup = next(f for f in folders if folders.count(f) > 1)
+        raise ConfigError(f"methods: two runs would share the folder {dup!r}; give the methods distinct labels.")
+    return Experiment(name=name, kind=kind, runs=tuple(runs), checkpoint_every=every, source=source)
+
+
+def _set(resolved: dict, key: str, value, label: str) -> None:
+    parts = key.split(".")
+    if parts[0] == "methods":
+        parts = ["method", *parts[2:]]
+    node = resolved
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"sweep.\"{key}\": {p} is not a table.")
+    node[parts[-1]] = value
+
+
+def _with_seed(kind: str, resolved: dict, seed: int) -> dict:
+    resolved = dict(resolved, seed=seed)
+    source = "problem" if kind == CENTRALISED else "data"
+    if "seed" not in resolved[source]:
+        fn = _source_fn(kind, resolved[source], source)
+        if fn is not None and "seed" in inspect.signature(fn).parameters:
+            resolved[source] = dict(resolved[source], seed=seed)
+    return resolved
+
+
+def _named(registry: dict, table: dict, path: str) -> tuple[Callable, dict]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: expected a table; got {table!r}.")
+    if "name" not in table:
+        raise ConfigError(f"{path}.name: missing; one of {', '.join(registry)}.")
+    name = table["name"]
+    if name not in registry:
+        close = difflib.get_close_matches(str(name), list(registry), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"{path}.name: unknown {path} {name!r}{hint}. Allowed: {', '.join(registry)}.")
+    rest = {k: v for k, v in table.items() if k != "name"}
+    return registry[name], rest
+
+
+def _source_fn(kind: str, table: dict, path: str):
+    registry = _centralised_registry()[0] if kind == CENTRALISED else _federated_registry()[0]
+    if isinstance(table, dict) and table.get("name") in registry:
+        return registry[table["name"]]
+    return None
+
+
+def _method(registry: dict, label: str, table: dict, seed: int | None):
+    table = dict(table)
+    type_name = table.pop("type", label)
+    if type_name not in registry:
+        close = difflib.get_close_matches(str(type_name), list(registry), n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        where = f"methods.{label}.type" if type_name != label else f"methods.{label}"
+        raise ConfigError(f"{where}: unknown method {type_name!r}{hint}. Allowed: {', '.join(registry)}; "
+                          "a table whose label is not a method name needs `type = \"...\"`.")
+    for key, why in _RESERVED.items():
+        if key in table:
+            raise ConfigError(f"methods.{label}.{key}: not allowed here ({why}).")
+    cls = registry[type_name]
+    if seed is not None and any(f.name == "seed" for f in dataclasses.fields(cls)):
+        table["seed"] = seed
+    return build(cls, table, path=f"methods.{label}")
+
+
+def _build(run: RunSpec) -> dict[str, Any]:
+    """The method (and the federated config); checks the data/model/problem tables without loading."""
+    cfg = run.config
+    if run.kind == FEDERATED:
+        from ..federated import FederatedConfig
+
+        data_fns, model_fns, methods = _federated_registry()
+        fed = cfg.get("federated", {})
+        if not isinstance(fed, dict):
+            raise ConfigError(f"federated: expected a table of FederatedConfig's fields; got {fed!r}.")
+        if "seed" in fed:
+            raise ConfigError("federated.seed: not allowed here (set by the experiment's `seeds` list).")
+        out = {"config": build(FederatedConfig, dict(fed, seed=run.seed), path="federated"),
+               "method": _method(methods, run.label, cfg["method"], None)}
+        check_call(*_named(data_fns, cfg["data"], "data"), "data")
+        check_call(*_named(model_fns, cfg["model"], "model"), "model", inferred=("dim", "n_classes"))
+        return out
+    problem_fns, methods = _centralised_registry()
+    check_call(*_named(problem_fns, cfg["problem"], "problem"), "problem")
+    return {"method": _method(methods, run.label, cfg["method"], run.seed)}
+
+
+def _load_data(run: RunSpec) -> dict[str, Any]:
+    """Loads the data and builds the model (federated), or builds the problem (centralised)."""
+    cfg = run.config
+    if run.kind == FEDERATED:
+        data_fns, model_fns, _ = _federated_registry()
+        data = call(*_named(data_fns, cfg["data"], "data"), path="data")
+        model_fn, model_args = _named(model_fns, cfg["model"], "model")
+        return {"data": data, "model": call(model_fn, model_args, path="model",
+                                            fixed=_model_sizes(model_fn, data, model_args))}
+    problem_fns, _ = _centralised_registry()
+    return {"problem": call(*_named(problem_fns, cfg["problem"], "problem"), path="problem")}
+
+
+def _model_sizes(model_fn, data, args: dict) -> dict:
+    """The model's input and output sizes, from the data unless the table sets them."""
+    import math
+
+    sizes = {"dim": math.prod(data.input_shape), "n_classes": data.n_classes}
+    if len(data.input_shape) == 3:  # images: (channels, side, side)
+        sizes.update(in_channels=data.input_shape[0], side=data.input_shape[1])
+    params = inspect.signature(model_fn).parameters
+    return {k: v for k, v in sizes.items() if k in params and k not in args}

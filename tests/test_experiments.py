@@ -1,0 +1,406 @@
+"""Experiment files, the results store, checkpoints and resume, reports and figures."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import most
+import most.federated as fl
+from most.checkpoint import Checkpoint, atomic_write_bytes
+from most.cli import app
+from most.config import ConfigError, build, component
+from most.experiments import (InterruptedRunsError, load_experiment, parse_experiment, plot, report,
+                              run_experiment)
+from most.experiments.store import RunFolder
+
+FED = {
+    "name": "fed",
+    "seeds": [0],
+    "data": {"name": "fedprox_synthetic", "alpha": 0.0, "beta": 0.0, "n_clients": 8, "samples_per_client": 40},
+    "model": {"name": "logistic_regression"},
+    "federated": {"rounds": 6, "eval_every": 3},
+    "methods": {"MosT": {"n_models": 2, "server_lr": 3.0, "warmup_rounds": 1}, "FedAvg": {"n_models": 2}},
+}
+
+CENTRAL = {
+    "name": "central",
+    "seeds": [0, 1],
+    "problem": {"name": "quadratic_clusters", "n_clusters": 3, "per_cluster": 4},
+    "methods": {"MosT": {"n_models": 3, "rounds": 30, "lr": 0.1},
+                "Linearization": {"n_models": 3, "rounds": 30, "lr": 0.1}},
+}
+
+
+def _toml(table: dict) -> str:
+    """A minimal TOML writer for the tables of these tests."""
+    def value(v):
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, str):
+            return json.dumps(v)
+        if isinstance(v, list):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
+        return repr(v)
+
+    lines, tables = [], []
+    for k, v in table.items():
+        if isinstance(v, dict):
+            tables.append((k, v))
+        else:
+            lines.append(f"{k} = {value(v)}")
+    for k, v in tables:
+        if k == "methods":
+            for label, t in v.items():
+                lines.append(f"\n[methods.{json.dumps(label)}]")
+                lines += [f"{kk} = {value(vv)}" for kk, vv in t.items()]
+        else:
+            lines.append(f"\n[{k}]")
+            lines += [f"{json.dumps(kk)} = {value(vv)}" for kk, vv in v.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _with(base: dict, **changes) -> dict:
+    out = json.loads(json.dumps(base))
+    out.update(changes)
+    return out
+
+
+# ----------------------------------------------------------------------------- config validation
+def test_build_rejects_unknown_keys_with_path_and_suggestion():
+    with pytest.raises(ConfigError, match=r"federated\.round: unknown key \(did you mean 'rounds'\?\)\. "
+                                          r"Allowed keys: rounds, local_epochs"):
+        build(fl.FederatedConfig, {"round": 3}, path="federated")
+
+
+@pytest.mark.parametrize("table, message", [
+    ({"rounds": "ten"}, r"federated\.rounds: expected an integer; got 'ten'"),
+    ({"rounds": 2.5}, r"federated\.rounds: expected an integer; got 2\.5"),
+    ({"lr": True}, r"federated\.lr: expected a number; got True"),
+    ({"rounds": 0}, r"federated: `rounds` must be"),  # the class's own check, with the path
+])
+def test_build_rejects_wrong_types_and_values(table, message):
+    with pytest.raises(ConfigError, match=message):
+        build(fl.FederatedConfig, table, path="federated")
+
+
+def test_literal_and_component_fields():
+    method = build(most.MosT, {"n_models": 2, "transport": "sinkhorn", "marginals": {"type": "Curriculum"},
+                               "weighting": "GammaWeights", "optimizer": {"type": "Adam", "beta1": 0.8}})
+    assert method.transport == "sinkhorn"
+    assert isinstance(method.marginals, most.Curriculum) and isinstance(method.weighting, most.GammaWeights)
+    assert method.optimizer == most.optim.Adam(beta1=0.8)
+    with pytest.raises(ConfigError, match=r"m\.transport: expected one of 'exact', 'sinkhorn', 'newton', 'ipot'; "
+                                          r"got 'emd'"):
+        build(most.MosT, {"n_models": 2, "transport": "emd"}, path="m")
+    with pytest.raises(ConfigError, match=r"m\.marginals\.type: unknown component 'Curiculum' \(did you mean "
+                                          r"'Curriculum'\?\)\. Allowed: Uniform, Curriculum"):
+        build(most.MosT, {"n_models": 2, "marginals": "Curiculum"}, path="m")
+    # a weighting where a combiner is expected is refused: only the field's own kinds are allowed
+    with pytest.raises(ConfigError, match=r"m\.combiner\.type: unknown component 'GammaWeights'"):
+        build(most.MosT, {"n_models": 2, "combiner": "GammaWeights"}, path="m")
+    with pytest.raises(ConfigError, match=r"m\.n_models: required by MosT and missing"):
+        build(most.MosT, {}, path="m")
+    with pytest.raises(ConfigError, match=r"x: a component table needs a `type` key"):
+        component({"warmup": 0.3}, "x")
+
+
+def test_experiment_errors_name_the_key():
+    cases = [
+        (_with(FED, federated={"rounds": 5, "lr": "fast"}), r"federated\.lr: expected a number; got 'fast'"),
+        (_with(FED, data={"name": "fedprox_synthetic", "alpha": 0.0, "betta": 0.0}),
+         r"data\.betta: unknown key \(did you mean 'beta'\?\)"),
+        (_with(FED, data={"name": "femnst"}), r"data\.name: unknown data 'femnst' \(did you mean 'femnist'\?\)"),
+        (_with(FED, model={"name": "cnn", "channels": [8]}), r"model\.channels: expected a list of 2 values"),
+        (_with(FED, methods={"MosT": {"n_models": 2, "diversty": 0.1}}),
+         r"methods\.MosT\.diversty: unknown key \(did you mean 'diversity'\?\)"),
+        (_with(FED, methods={"Ours": {"n_models": 2}}), r"methods\.Ours: unknown method 'Ours'.*needs `type"),
+        (_with(FED, methods={"MosT": {"n_models": 2, "seed": 3}}), r"methods\.MosT\.seed: not allowed here"),
+        (_with(FED, sweep={"methods.MosT.server_lr": 3.0}), r"sweep\.\"methods\.MosT\.server_lr\": expected a "
+                                                            r"non-empty list"),
+        (_with(FED, sweep={"methods.Nope.lr": [1.0]}), r"no method labelled 'Nope'"),
+        (_with(FED, sweep={"methods.MosT.server_lr": [1.0, "big"]}), r"methods\.MosT\.server_lr: expected a number"),
+        (_with(FED, seeds=[0, 0]), r"seeds: repeated"),
+        (_with(FED, problem={"name": "zdt"}), r"federated .* or centralised .* not both"),
+        (_with(FED, extra=1), r"extra: unknown top-level key"),
+        (_with(CENTRAL, methods={"MosT": {"n_models": 3, "progress": True}}), r"methods\.MosT\.progress: not "
+                                                                              r"allowed here"),
+    ]
+    for table, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            parse_experiment(table)
+
+
+def test_bad_toml_and_missing_file(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No experiment file"):
+        load_experiment(tmp_path / "nope.toml")
+    (tmp_path / "bad.toml").write_text("name = \n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_experiment(tmp_path / "bad.toml")
+
+
+def test_sweep_expands_to_runs_and_seeds_reach_data_and_method():
+    exp = parse_experiment(_with(FED, seeds=[0, 1], sweep={"methods.MosT.server_lr": [1.0, 2.0],
+                                                           "federated.lr": [0.05, 0.1]}))
+    # MosT: 2 x 2 sweep x 2 seeds; FedAvg: only the global key, 2 x 2 seeds
+    assert len(exp) == 8 + 4
+    groups = {r.group for r in exp.runs}
+    assert "MosT [server_lr=2.0, federated.lr=0.1]" in groups and "FedAvg [federated.lr=0.05]" in groups
+    run = next(r for r in exp.runs if r.label == "MosT" and r.seed == 1 and r.sweep["methods.MosT.server_lr"] == 2.0)
+    built = run.build_without_data()
+    assert built["method"].server_lr == 2.0 and built["config"].seed == 1
+    assert run.config["data"]["seed"] == 1  # the data follow the run seed unless the file fixes it
+    fixed = parse_experiment(_with(FED, data=dict(FED["data"], seed=7)))
+    assert {r.config["data"]["seed"] for r in fixed.runs} == {7}
+    central = parse_experiment(CENTRAL)
+    assert [r.build_without_data()["method"].seed for r in central.runs if r.label == "MosT"] == [0, 1]
+
+
+def test_example_files_parse():
+    for path in sorted(Path(__file__).parents[1].joinpath("examples").glob("*.toml")):
+        exp = load_experiment(path)
+        assert len(exp) >= 1, path
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
+    ckpt = Checkpoint(tmp_path / "c.pkl", every=1)
+    gen = torch.Generator().manual_seed(0)
+    ckpt.save({"round": 1, "x": torch.arange(3)}, gen)
+
+    def crash(*args):  # the process dies after writing the temporary file, before the rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        ckpt.save({"round": 2, "x": torch.arange(5)}, gen)
+    monkeypatch.undo()
+    state = ckpt.load(torch.Generator())
+    assert state["round"] == 1 and torch.equal(state["x"], torch.arange(3))  # the old checkpoint is intact
+    assert list(tmp_path.glob(".c.pkl.*.tmp"))  # the stray temporary file is ignored
+
+    atomic_write_bytes(ckpt.path, ckpt.path.read_bytes()[:20])  # a truncated file: a clear error
+    with pytest.raises(ValueError, match="cannot be read.*delete it to start the run over"):
+        ckpt.load(torch.Generator())
+
+
+def test_checkpoint_restores_generator_and_shared_references(tmp_path):
+    gen = torch.Generator().manual_seed(3)
+    method = fl.methods.Linearization(n_models=2)
+    method.reset(5, 2, gen)
+    ckpt = Checkpoint(tmp_path / "c", every=1)
+    ckpt.save({"method": method}, gen)
+    expected = torch.rand(4, generator=gen)
+    other = torch.Generator().manual_seed(99)
+    state = ckpt.load(other)
+    assert torch.equal(torch.rand(4, generator=other), expected)
+    assert state["method"]._generator is other  # the method's reference points at the live generator
+
+
+class _Kill(Exception):
+    pass
+
+
+def _kill_at(round_):
+    def callback(record, params):
+        if record.round == round_:
+            raise _Kill
+
+    return callback
+
+
+@pytest.mark.parametrize("method", [
+    most.MosT(n_models=3, rounds=25, lr=0.05, optimizer=most.optim.Adam(), marginals=most.Curriculum()),
+    most.WeightedMGDA(n_models=3, rounds=25, lr=0.05),
+])
+def test_resume_equals_uninterrupted_run_centralised(tmp_path, method):
+    problem = most.problems.quadratic_clusters(n_clusters=3, per_cluster=3, seed=0)
+    reference = method.fit(problem)
+    ckpt = Checkpoint(tmp_path / "c", every=4)
+    with pytest.raises(_Kill):
+        method.fit(problem, callback=_kill_at(13), checkpoint=ckpt)
+    assert ckpt.load()["round"] == 12
+    resumed = method.fit(problem, checkpoint=ckpt)
+    assert torch.equal(resumed.params, reference.params)
+    assert torch.equal(resumed.assignment, reference.assignment)
+    assert len(resumed.history) == 25
+    with pytest.raises(ValueError, match="rounds = 25, but this run has rounds = 30"):
+        method.replace(rounds=30).fit(problem, checkpoint=ckpt) if hasattr(method, "replace") else \
+            most.WeightedMGDA(n_models=3, rounds=30, lr=0.05).fit(problem, checkpoint=ckpt)
+
+
+def test_resume_equals_uninterrupted_run_federated(tmp_path):
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=10, samples_per_client=40, seed=0)
+    model = fl.logistic_regression(60, 10)
+    config = fl.FederatedConfig(rounds=12, participation=0.5, seed=0, eval_every=4)
+
+    def make():
+        return fl.methods.MosT(n_models=3, server_lr=3.0, warmup_rounds=2)
+
+    reference = fl.run_federated(data, model, make(), config)
+    ckpt = Checkpoint(tmp_path / "c", every=5)
+    with pytest.raises(_Kill):
+        fl.run_federated(data, model, make(), config, callback=_kill_at(7), checkpoint=ckpt)
+    resumed = fl.run_federated(data, model, make(), config, checkpoint=ckpt)
+    assert torch.equal(resumed.params, reference.params)
+    assert [log.round for log in resumed.history] == list(range(12))
+    assert [log.val_accuracy for log in resumed.history] == [log.val_accuracy for log in reference.history]
+
+
+# ----------------------------------------------------------------------------- runs, store, report, plots
+def test_run_store_report_and_plot_centralised(tmp_path):
+    exp = parse_experiment(CENTRAL, source=_toml(CENTRAL))
+    lines = []
+    root = run_experiment(exp, tmp_path, progress=False, echo=lines.append)
+    assert root == tmp_path / "central" and "4 to run" in lines[0]
+    folder = RunFolder(root / "runs" / "MosT" / "seed1")
+    config, result, metrics = folder.stored_config(), folder.result(), folder.metrics()
+    assert config["seed"] == 1 and config["versions"]["torch"] == torch.__version__
+    assert config["resolved"]["method"]["type"] == "MosT" and config["resolved"]["method"]["seed"] == 1
+    assert [m["round"] for m in metrics] == list(range(30))
+    assert {"train_loss", "gamma_sparsity", "owners"} <= set(metrics[0]) and "gamma_drift" in metrics[1]
+    final = folder.final()
+    assert final["params"].shape == (3, 2) and final["assignment"].shape == (12, 3)
+    assert not (folder.path / "checkpoint.pkl").exists()
+    # the stored result matches the models: MosT finds the 3 clusters (loss ~ within-cluster spread)
+    problem = most.problems.quadratic_clusters(n_clusters=3, per_cluster=4, seed=1)
+    assert result["metrics"]["loss"] == pytest.approx(float(problem.loss_matrix(final["params"]).min(1).values.mean()),
+                                                      rel=1e-5)
+
+    lines.clear()
+    run_experiment(exp, tmp_path, progress=False, echo=lines.append)  # finished runs are skipped
+    assert lines == [f"central: 4 runs, 4 already done, 0 to run -> {root}"]
+
+    text = report(root)
+    losses = [RunFolder(root / "runs" / "MosT" / f"seed{s}").result()["metrics"]["loss"] for s in (0, 1)]
+    row = next(line for line in text.splitlines() if line.startswith("| MosT |"))
+    assert f"{np.mean(losses):.4g} ± {np.std(losses, ddof=1):.4g}" in row
+    with open(root / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["run"] for r in rows] == ["MosT", "Linearization"]
+    assert float(rows[0]["loss_mean"]) == pytest.approx(np.mean(losses))
+    mosT, lin = (float(r["loss_mean"]) for r in rows)
+    assert mosT < lin / 10  # three models on three clusters, against three averages of all of them
+
+    files = plot(root, formats=("png",))
+    names = {Path(f).name for f in files}
+    assert {"training_loss.png", "radar.png", "assignment_MosT.png", "assignment_stack_MosT.png",
+            "sparsity_drift.png"} <= names
+    assert all(Path(f).stat().st_size > 5000 for f in files)
+
+    changed = _with(CENTRAL, methods={"MosT": {"n_models": 3, "rounds": 30, "lr": 0.2}})
+    with pytest.raises(ConfigError, match=r"different configuration \(differs in: method\.lr\)"):
+        run_experiment(parse_experiment(changed), tmp_path, progress=False, echo=lines.append)
+
+
+def test_two_objective_problem_gets_hypervolume_and_pareto_plot(tmp_path):
+    table = {
+        "name": "zdt", "seeds": [0],
+        "problem": {"name": "zdt1", "n_var": 5},
+        "methods": {"MosT": {"n_models": 3, "rounds": 20, "lr": 0.01,
+                             "extension": {"type": "TchebycheffExtension", "n_extra": 3, "spread": "grid",
+                                           "include_original": False}}},
+    }
+    with pytest.raises(ConfigError, match=r"problem\.name: unknown problem"):
+        parse_experiment(_with(table, problem={"name": "zdt9"}))
+    root = run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
+    result = RunFolder(root / "runs" / "MosT" / "seed0").result()
+    assert result["metrics"]["hypervolume"] > 0 and len(result["points"]) == 3
+    assert "pareto.png" in {Path(f).name for f in plot(root, formats=("png",))}
+
+
+def test_federated_run_report_and_interrupted_runs(tmp_path):
+    exp = parse_experiment(FED, source=_toml(FED))
+    root = run_experiment(exp, tmp_path, progress=False, echo=lambda s: None)
+    result = RunFolder(root / "runs" / "MosT" / "seed0").result()
+    assert set(result["metrics"]) == {"mean", "worst20", "worst40", "worst60", "worst80", "oracle", "diversity"}
+    assert len(result["per_objective"]) == 8 and result["objective_names"][0].startswith("f_")
+    metrics = RunFolder(root / "runs" / "MosT" / "seed0").metrics()
+    assert [m["val_accuracy"] is not None for m in metrics] == [False, False, True, False, False, True]
+    assert "| MosT |" in report(root)
+    assert {"worst_k.png", "val_accuracy.png"} <= {Path(f).name for f in plot(root, formats=("png",))}
+
+    # a leftover checkpoint without a result: the run must be resumed or restarted explicitly
+    folder = RunFolder(root / "runs" / "FedAvg" / "seed0")
+    folder.result_file.unlink()
+    Checkpoint(folder.path / "checkpoint.pkl").save({"round": 0})
+    with pytest.raises(InterruptedRunsError, match=r"1 run\(s\) .* interrupted \(runs/FedAvg/seed0\).*--resume"):
+        run_experiment(exp, tmp_path, progress=False, echo=lambda s: None)
+    run_experiment(exp, tmp_path, restart=True, progress=False, echo=lambda s: None)
+    assert folder.result()["resumed_from_round"] == 0
+
+
+# ----------------------------------------------------------------------------- the command line
+def test_cli_run_report_plot_and_errors(tmp_path):
+    runner = CliRunner()
+    path = tmp_path / "exp.toml"
+    path.write_text(_toml(_with(CENTRAL, seeds=[0])))
+    res = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert res.exit_code == 0 and "central (centralised): 2 runs" in res.output and "MosT/seed0" in res.output
+    res = runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "r"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["report", str(tmp_path / "r" / "central")])
+    assert res.exit_code == 0 and "| Linearization |" in res.output
+    res = runner.invoke(app, ["plot", str(tmp_path / "r" / "central"), "--format", "png"])
+    assert res.exit_code == 0 and "training_loss.png" in res.output
+
+    path.write_text(_toml(_with(CENTRAL, methods={"MosT": {"n_models": 3, "lr": -1.0}})))
+    res = runner.invoke(app, ["run", str(path)])
+    assert res.exit_code == 2 and "methods.MosT: `lr` must be a positive number; got -1.0" in res.output
+    res = runner.invoke(app, ["report", str(tmp_path / "nothing")])
+    assert res.exit_code == 2 and "No results folder" in res.output
+    for command in ("run", "report", "plot"):
+        res = runner.invoke(app, [command, "--help"])
+        assert res.exit_code == 0 and "Example" in res.output
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_gives_the_uninterrupted_result(tmp_path):
+    table = _with(FED, name="kill", methods={"MosT": {"n_models": 3, "server_lr": 3.0}},
+                  federated={"rounds": 400, "eval_every": 50}, checkpoint_every=5)
+    path = tmp_path / "kill.toml"
+    path.write_text(_toml(table))
+    command = [sys.executable, "-m", "most.cli", "run", str(path), "--quiet"]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+
+    reference = subprocess.run(command + ["--out", str(tmp_path / "ref")], env=env, capture_output=True, text=True)
+    assert reference.returncode == 0, reference.stderr
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(command + ["--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    ckpt = Checkpoint(out / "kill" / "runs" / "MosT" / "seed0" / "checkpoint.pkl")
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists() and ckpt.load(torch.Generator())["round"] >= 50:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_at = ckpt.load(torch.Generator())["round"]
+    assert 50 <= killed_at < 400
+
+    again = subprocess.run(command + ["--out", str(out)], env=env, capture_output=True, text=True)
+    assert again.returncode == 2 and "--resume" in again.stderr
+    resumed = subprocess.run(command + ["--out", str(out), "--resume"], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr
+
+    a, b = (RunFolder(root / "kill" / "runs" / "MosT" / "seed0") for root in (tmp_path / "ref", out))
+    assert torch.equal(a.final()["params"], b.final()["params"])
+    assert a.result()["metrics"] == b.result()["metrics"]
+    assert b.result()["resumed_from_round"] >= killed_at
+    assert [m["round"] for m in b.metrics()] == list(range(400))  # no round lost or repeated
+    assert [m["train_loss"] for m in a.metrics()] == [m["train_loss"] for m in b.metrics()]
