@@ -19,11 +19,16 @@ def _python_blocks():
     return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
 
 
+def _block(marker: str) -> str:
+    """The README's python block that contains ``marker``."""
+    found = [b for b in _python_blocks() if marker in b]
+    assert len(found) == 1, f"expected one README python block with {marker!r}; found {len(found)}"
+    return found[0]
+
+
 def test_readme_example_runs_and_most_beats_linearization(capsys):
-    blocks = _python_blocks()
-    assert blocks, "README has no python example"
     namespace: dict = {}
-    exec(compile(blocks[0], "README.md", "exec"), namespace)
+    exec(compile(_block("quadratic_clusters"), "README.md", "exec"), namespace)
     result, baseline = namespace["result"], namespace["baseline"]
     assert result.params.shape == (4, 2)
     assert float(result.best_losses().mean()) < 0.2 * float(baseline.best_losses().mean())
@@ -31,18 +36,18 @@ def test_readme_example_runs_and_most_beats_linearization(capsys):
 
 def test_readme_variant_snippets_build_methods():
     namespace: dict = {"most": most}
-    exec(compile(_python_blocks()[1], "README.md", "exec"), namespace)
+    exec(compile(_block("variants.apply"), "README.md", "exec"), namespace)
 
 
 def test_readme_few_objective_example_runs():
     namespace: dict = {"most": most}
-    code = _python_blocks()[2].replace("rounds=1000", "rounds=50")  # the API, not the numbers
+    code = _block("problems.zdt").replace("rounds=1000", "rounds=50")  # the API, not the numbers
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["F"].shape == (5, 2)
 
 
 def test_readme_federated_example_runs():
-    code = _python_blocks()[3].replace("rounds=100", "rounds=3")  # the API, not the numbers
+    code = _block("fedprox_synthetic").replace("rounds=100", "rounds=3")  # the API, not the numbers
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["result"].test_accuracy.shape == (30, 5)
@@ -50,9 +55,19 @@ def test_readme_federated_example_runs():
 
 def test_readme_few_for_many_example_runs(capsys):
     namespace: dict = {"most": most}
-    exec(compile(_python_blocks()[4], "README.md", "exec"), namespace)
+    exec(compile(_block("SumOfMinimum"), "README.md", "exec"), namespace)
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["SumOfMinimum", "STCHSet", "MosT"]
+
+
+def test_readme_sklearn_example_runs(capsys):
+    namespace: dict = {}
+    exec(compile(_block("MosTClassifier"), "README.md", "exec"), namespace)
+    clf, X, y, groups = (namespace[k] for k in ("clf", "X", "y", "groups"))
+    assert clf.score(X, y, groups=groups) > 0.9
+    model = clf.group_model_
+    assert len(set(model[::3].tolist())) == 1 and set(model[::3].tolist()).isdisjoint(
+        set(model[1::3].tolist()) | set(model[2::3].tolist()))  # flipped groups share a model of their own
 
 
 def test_demo_command_writes_table_results_and_figures(tmp_path):

@@ -404,3 +404,16 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(tmp_path):
     assert b.result()["resumed_from_round"] >= killed_at
     assert [m["round"] for m in b.metrics()] == list(range(400))  # no round lost or repeated
     assert [m["train_loss"] for m in a.metrics()] == [m["train_loss"] for m in b.metrics()]
+
+
+def test_readme_experiment_file_parses_and_expands():
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in readme.split("```toml\n")[1:]]
+    assert blocks, "the README shows an experiment file"
+    from most.experiments.spec import tomllib
+
+    for block in blocks:
+        exp = parse_experiment(tomllib.loads(block))
+        groups = {r.group for r in exp.runs}
+        assert {"MosT [server_lr=3.0]", "MosT [server_lr=5.0]", "MosT paper"} <= groups
+        assert len(exp) == 3 * 3
