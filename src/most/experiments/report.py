@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 import os
 from pathlib import Path
 
 import numpy as np
 
-from .spec import FEDERATED, parse_experiment, tomllib
+from .spec import FEDERATED
 from .store import load_runs
 
 __all__ = ["report", "summary_table"]
@@ -19,14 +20,13 @@ _PERCENT = {"mean", "worst20", "worst40", "worst60", "worst80", "oracle"}
 
 
 def _group_order(root: Path, groups: list[str]) -> list[str]:
-    """Groups in the order of the experiment file (methods, then sweep values), else as found."""
-    source = root / "experiment.toml"
+    """Groups in the order of the experiment (methods, then sweep values), else as found."""
     order: list[str] = []
-    if source.is_file():
+    index = root / "experiment.json"
+    if index.is_file():
         try:
-            exp = parse_experiment(tomllib.loads(source.read_text()))
-            order = list(dict.fromkeys(r.group for r in exp.runs))
-        except Exception:  # an edited or foreign file: fall back to the folders' order
+            order = list(json.loads(index.read_text()).get("groups", []))
+        except (json.JSONDecodeError, AttributeError):  # an edited file: fall back to the folders' order
             order = []
     return [g for g in order if g in groups] + [g for g in groups if g not in order]
 

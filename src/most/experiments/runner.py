@@ -220,7 +220,11 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
             "checkpoints with --resume, or start them over with --restart."
         )
     root.mkdir(parents=True, exist_ok=True)
-    (root / "experiment.toml").write_text(experiment.source)
+    if experiment.source:
+        (root / "experiment.toml").write_text(experiment.source)
+    groups = list(dict.fromkeys(run.group for run in experiment.runs))
+    (root / "experiment.json").write_text(dumps({"name": experiment.name, "kind": experiment.kind,
+                                                 "groups": groups}, indent=2) + "\n")
     cache: dict = {}
     todo = [(run, folder) for run, folder in folders if folder.status != "done"]
     echo(f"{experiment.name}: {len(folders)} runs, {len(folders) - len(todo)} already done, {len(todo)} to run "

@@ -4,6 +4,7 @@
 
     RESULTS/NAME/
         experiment.toml            the experiment file as last run
+        experiment.json            its name, kind and run groups in the file's order
         runs/GROUP/seedN/
             config.json            the run's resolved configuration, seed, library and torch versions
             metrics.jsonl          one JSON line per round
