@@ -12,7 +12,7 @@ PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 
-.PHONY: install demo test perf data clean
+.PHONY: install demo test perf data clean docs
 
 install: $(STAMP)
 
@@ -28,6 +28,12 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2
 
+# The documentation site (mkdocs + mkdocstrings, from the docstrings) into site/; offline:
+# open site/index.html. Its examples run in the tests (tests/test_docs.py).
+docs: $(STAMP)
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,docs]"
+	$(VENV)/bin/mkdocs build --strict -d site
+
 # The performance suite (about 20 minutes; run it on an idle machine):
 # writes benchmarks/results/performance.md and .json.
 perf: $(STAMP)
@@ -41,4 +47,4 @@ data:
 	@echo "export MOST_FASHION_MNIST=$(CURDIR)/.data/usr/share/datasets/fashion-mnist"
 
 clean:
-	rm -rf $(VENV) demo_out .pytest_cache .hypothesis
+	rm -rf $(VENV) demo_out site .pytest_cache .hypothesis

@@ -532,10 +532,12 @@ class MosTRegressor(RegressorMixin, _MosTEstimator):
     standardised targets; ``y`` may have several columns. Parameters are those of
     :class:`MosTClassifier`.
 
+    Besides the attributes below, it has those of :class:`MosTClassifier` except
+    ``classes_``: ``n_features_in_``, ``feature_names_in_``, ``mean_``, ``scale_``,
+    ``models_``, ``groups_``, ``assignment_``, ``group_losses_``, ``group_model_``,
+    ``average_model_``, ``dispatcher_`` and ``loss_curve_``.
+
     Attributes:
-        n_features_in_, feature_names_in_, mean_, scale_, models_, groups_, assignment_,
-            group_losses_, group_model_, average_model_, dispatcher_, loss_curve_: as in
-            :class:`MosTClassifier`.
         y_mean_, y_scale_: the target standardisation, ``[n_outputs]``.
         n_outputs_: number of targets.
         coef_, intercept_: for linear models (``hidden_layer_sizes=()``), each model in the

@@ -1,0 +1,123 @@
+"""The documentation site: its examples run, and `mkdocs build --strict` succeeds offline.
+
+Every ```python block of a page under docs/ runs, the blocks of one page in order in one
+namespace (like a notebook). A block that must not run is fenced as ```python skip (or given
+another language tag, e.g. ```text); keep those few.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+_FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^`\n]*)$")
+
+
+def _pages() -> list[Path]:
+    return sorted(p for p in DOCS.rglob("*.md") if "_hooks" not in p.parts)
+
+
+def python_blocks(text: str) -> list[tuple[int, str, bool]]:
+    """``(first line, code, skip)`` for every fenced block whose language is ``python``."""
+    blocks, lines, i = [], text.splitlines(), 0
+    while i < len(lines):
+        m = _FENCE.match(lines[i])
+        if not m:
+            i += 1
+            continue
+        indent, fence, info = m.group("indent"), m.group("fence"), m.group("info").strip()
+        words = info.replace("{", " ").replace("}", " ").split()
+        start, body = i + 1, []
+        i += 1
+        while i < len(lines):
+            close = _FENCE.match(lines[i])
+            if close and close.group("fence")[0] == fence[0] and len(close.group("fence")) >= len(fence) \
+                    and not close.group("info").strip():
+                break
+            body.append(lines[i][len(indent):] if lines[i].startswith(indent) else lines[i].lstrip())
+            i += 1
+        i += 1
+        if words and words[0] in ("python", "py"):
+            blocks.append((start + 1, "\n".join(body) + "\n", "skip" in words[1:]))
+    return blocks
+
+
+def test_block_extraction():
+    text = "x\n```python\na = 1\n```\n\n  ```python skip\n  b = 2\n  ```\n```text\nc\n```\n"
+    assert python_blocks(text) == [(3, "a = 1\n", False), (7, "b = 2\n", True)]
+
+
+PAGES_WITH_CODE = [p for p in _pages() if any(not skip for _, _, skip in python_blocks(p.read_text("utf-8")))]
+
+
+@pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: p.relative_to(DOCS).as_posix())
+def test_page_examples_run(page, tmp_path, monkeypatch):
+    import matplotlib
+    import torch
+
+    matplotlib.use("Agg")
+    monkeypatch.chdir(tmp_path)  # examples that write files write them here
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny tensors: more threads only spin (see conftest.py)
+    try:
+        _run_page(page)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_page(page: Path) -> None:
+    namespace: dict = {"__name__": "__docs__"}
+    tic = time.perf_counter()
+    for line, code, skip in python_blocks(page.read_text("utf-8")):
+        if skip:
+            continue
+        where = f"{page.relative_to(ROOT)}:{line}"
+        try:
+            exec(compile(code, where, "exec"), namespace)
+        except Exception as exc:  # name the block that failed
+            raise AssertionError(f"the example at {where} failed: {type(exc).__name__}: {exc}") from exc
+    seconds = time.perf_counter() - tic
+    # Examples are meant to take a few seconds; a generous bound catches a runaway one.
+    assert seconds < 120, f"{page.name}: examples took {seconds:.0f} s; keep them small"
+
+
+def test_every_page_is_in_the_nav_or_generated():
+    config = (ROOT / "mkdocs.yml").read_text("utf-8")
+    for page in _pages():
+        rel = page.relative_to(DOCS).as_posix()
+        assert rel in config, f"docs/{rel} is not in mkdocs.yml's nav"
+
+
+@pytest.mark.slow
+def test_mkdocs_build_strict_offline(tmp_path):
+    for module in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"):
+        if importlib.util.find_spec(module.split(".")[0]) is None:
+            pytest.skip(f"{module} is not installed (pip install -e '.[docs]')")
+    site = tmp_path / "site"
+    env = {**os.environ, "PYTHONWARNINGS": "ignore", "MPLBACKEND": "Agg"}
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(site)],
+                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+
+    # the benchmark results are pulled in at build time, with their figures
+    for name in ("trap", "few_objective", "few_for_many", "federated", "performance"):
+        assert (site / "benchmarks" / f"{name}.html").exists(), name
+    pages = list(site.rglob("*.html"))
+    remote = re.compile(r"<(?:script|link|img)\b[^>]*(?:src|href)=\"(?:https?:)?//", re.I)
+    images = re.compile(r"<img\b[^>]*src=\"([^\"]+)\"", re.I)
+    for html in pages:
+        text = html.read_text("utf-8")
+        assert not remote.search(text), f"{html.relative_to(site)} loads something from the network"
+        for src in images.findall(text):
+            assert (html.parent / src).resolve().exists(), f"{html.relative_to(site)}: missing image {src}"
+    assert (site / "benchmarks" / "few_objective" / "index.html").exists()
+    assert "<img" in (site / "benchmarks" / "few_objective" / "index.html").read_text("utf-8")
