@@ -1,11 +1,9 @@
 """Test-session settings."""
 
-import os
-
 import torch
 
-# `make test` runs one pytest worker per core (pytest -n 2). Each worker's torch would start
-# a thread per core as well, and the oversubscribed OpenMP threads spin against each other:
-# tiny tensor operations then run many times slower. One thread per worker avoids that.
-if os.environ.get("PYTEST_XDIST_WORKER"):
-    torch.set_num_threads(1)
+# The tests use tiny tensors. `make test` runs one pytest worker per core (pytest -n 2); each
+# worker's torch would start a thread per core as well, and the oversubscribed OpenMP threads
+# spin against each other: tiny operations then run 10-500x slower. One thread per process
+# avoids that, with or without xdist.
+torch.set_num_threads(1)

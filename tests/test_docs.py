@@ -62,16 +62,10 @@ PAGES_WITH_CODE = [p for p in _pages() if any(not skip for _, _, skip in python_
 @pytest.mark.parametrize("page", PAGES_WITH_CODE, ids=lambda p: p.relative_to(DOCS).as_posix())
 def test_page_examples_run(page, tmp_path, monkeypatch):
     import matplotlib
-    import torch
 
     matplotlib.use("Agg")
     monkeypatch.chdir(tmp_path)  # examples that write files write them here
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny tensors: more threads only spin (see conftest.py)
-    try:
-        _run_page(page)
-    finally:
-        torch.set_num_threads(threads)
+    _run_page(page)  # one torch thread (conftest.py): tiny tensors, more threads only spin
 
 
 def _run_page(page: Path) -> None:

@@ -31,13 +31,6 @@ from most.problems import mixed_regression
 D64 = torch.float64
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """The problems are tiny: one torch thread avoids oversubscribing a busy machine (10-30x faster there)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def random_problem(seed: int, n: int = 7, d: int = 4) -> most.Problem:

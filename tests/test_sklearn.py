@@ -5,7 +5,6 @@ import re
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("sklearn")
 
@@ -20,13 +19,6 @@ from most.sklearn import MosTClassifier, MosTRegressor
 CHECK_ROUNDS = 30
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one torch thread avoids oversubscribing a shared machine."""
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
 
 
 # ---------------------------------------------------------------------- synthetic data
