@@ -417,3 +417,11 @@ def test_readme_experiment_file_parses_and_expands():
         groups = {r.group for r in exp.runs}
         assert {"MosT [server_lr=3.0]", "MosT [server_lr=5.0]", "MosT paper"} <= groups
         assert len(exp) == 3 * 3
+
+
+def test_missing_data_folder_fails_before_any_run(tmp_path):
+    table = _with(FED, data={"name": "femnist", "path": str(tmp_path / "no_femnist")})
+    lines = []
+    with pytest.raises(FileNotFoundError, match=r"data\.path: no such folder .*no_femnist"):
+        run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lines.append)
+    assert lines == [] and not (tmp_path / "fed").exists()

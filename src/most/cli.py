@@ -196,6 +196,13 @@ def run_cmd(
     except (ConfigError, InterruptedRunsError, FileNotFoundError) as exc:
         typer.echo(f"Error: {exc}", err=True)
         raise typer.Exit(2) from None
+    except ValueError as exc:  # e.g. a run diverged: finished runs and checkpoints are kept
+        typer.echo(f"Error: {exc}\nFinished runs are kept; fix the file and run the command again.", err=True)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        typer.echo(f"\nInterrupted. Finished runs are kept; continue the others from their last checkpoint "
+                   f"with: most run {experiment} --out {out} --resume", err=True)
+        raise typer.Exit(130) from None
     typer.echo(f"Done. Table: most report {root}   Figures: most plot {root}")
 
 

@@ -213,6 +213,10 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
                 )
         if folder.status == "interrupted":
             interrupted.append(folder)
+    for run, _ in folders:  # a data folder that is not there fails now, not after hours of other runs
+        path = run.config.get("data", {}).get("path")
+        if path is not None and not Path(path).expanduser().exists():
+            raise FileNotFoundError(f"data.path: no such folder {path} (needed by the runs of {run.group}).")
     if interrupted and not (resume or restart):
         names = ", ".join(str(f.path.relative_to(root)) for f in interrupted[:5])
         raise InterruptedRunsError(
