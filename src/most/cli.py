@@ -18,11 +18,7 @@ from pathlib import Path
 
 import typer
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="MosT: train a few models that together serve many objectives.",
-)
+app = typer.Typer(add_completion=False, no_args_is_help=True)  # help: the callback's docstring
 
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
@@ -31,7 +27,7 @@ app.add_typer(bench_app, name="bench")
 
 @app.callback()
 def _main() -> None:
-    """MosT: Many-Objective Multi-Solution Transport.
+    """MosT: train a few models that together serve many objectives.
 
     Examples:
 
