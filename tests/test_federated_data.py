@@ -281,6 +281,11 @@ def test_femnist_tiny_leaf_round_trip(tmp_path, gz):
     messages = [str(w.message) for w in caught]
     assert len(messages) == 2 and "no test data (w4)" in messages[0]
     assert "fewer than 2 training sample(s) and were left out: w3 (train 1, val 1, test 1)" in messages[1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        inked = load_femnist(tmp_path, val_fraction=0.4, seed=0, ink=True)
+    for split in ("train", "val", "test"):  # the same samples in the same order, as 1 - pixel
+        assert torch.equal(getattr(inked.clients[0], f"x_{split}"), 1 - getattr(w1, f"x_{split}"))
 
 
 def test_femnist_env_variable(tmp_path, monkeypatch):

@@ -138,21 +138,14 @@ class FederatedBenchConfig:
         return {"femnist": "FEMNIST", "fashion": "Fashion-MNIST"}[self.dataset]
 
 
-def _ink(data):
-    # LEAF stores FEMNIST with a white background (1.0); models train better on ink = 1 - value
-    # (background 0), the convention of MNIST-style data.
-    clients = [dataclasses.replace(c, x_train=1 - c.x_train, x_val=1 - c.x_val, x_test=1 - c.x_test)
-               for c in data.clients]
-    return dataclasses.replace(data, clients=tuple(clients))
-
-
 def _data(config: FederatedBenchConfig, seed: int):
     if config.dataset == "synthetic":
         sizes = dict(size_distribution="power_law", samples_per_client=50) if config.sizes == "power_law" else {}
         data = fedprox_synthetic(config.rho[0], config.rho[1], seed=seed, **sizes)
         return data, logistic_regression(int(data.input_shape[0]), data.n_classes)
     if config.dataset == "femnist":
-        data = _ink(load_femnist(config.data_path, seed=seed))
+        # LEAF stores a white background (1.0); models train better on ink = 1 - value
+        data = load_femnist(config.data_path, seed=seed, ink=True)
     else:
         data = load_fashion_mnist(config.data_path, n_clients=100, concentration=0.3,
                                   samples_per_client=config.samples_per_client, seed=seed)
