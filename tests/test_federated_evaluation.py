@@ -300,3 +300,13 @@ def test_sparsity_drift_writes_two_panels(tmp_path):
     assert len(ax_s.get_lines()) == 2 and len(ax_d.get_lines()) == 2
     assert list(ax_d.get_lines()[0].get_xdata()) == [1, 2, 3]  # drift between successive rounds
     _png_ok(fig, path)
+
+
+def test_gamma_drift_skip_empty_leaves_out_rows_without_mass():
+    prev = torch.tensor([[0.25, 0.25], [0.0, 0.0], [0.5, 0.0]])
+    plan = torch.tensor([[0.45, 0.05], [0.3, 0.2], [0.0, 0.0]])
+    # only row 0 has mass in both plans: its drift alone
+    assert gamma_drift(prev, plan, skip_empty=True) == pytest.approx(0.4 * math.log(9))
+    assert gamma_drift([[0.0, 0.0]], [[0.5, 0.5]], skip_empty=True) == 0.0
+    with pytest.raises(ValueError, match="`prev`.*all-zero row 1"):
+        gamma_drift(prev, plan)

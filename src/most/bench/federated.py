@@ -155,18 +155,6 @@ def _data(config: FederatedBenchConfig, seed: int):
     return data, cnn(data.n_classes, channels=tuple(config.cnn_channels))
 
 
-def _diversity(result) -> float:
-    probs, w = result.test_probs, result.test_weight  # [m, n, N, C], [n, N]
-    real = w.reshape(-1) > 0
-    return ev.prediction_diversity(probs.reshape(probs.shape[0], -1, probs.shape[-1])[:, real])
-
-
-def _drift(prev, plan) -> float:
-    # the curriculum's marginals can give a client no mass in a round: compare the others
-    keep = (prev.sum(1) > 0) & (plan.sum(1) > 0)
-    return ev.gamma_drift(prev[keep], plan[keep]) if bool(keep.any()) else 0.0
-
-
 def _run_one(config, data, model, method_name, seed, eta, extra):
     build, _ = METHODS[method_name]
     method = build(config.n_models, eta, extra)
@@ -190,14 +178,14 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
     return {
         "seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds, "val_accuracy": val_mean,
         **{k: v for k, v in summary.items()},
-        "diversity": _diversity(result),
+        "diversity": result.prediction_diversity(),
         "per_client": result.client_accuracy.tolist(),
         "val_curve": [(log.round, log.val_accuracy) for log in result.history if log.val_accuracy is not None],
         "loss_curve": [log.train_loss for log in result.history],
         "sparsity": [ev.gamma_sparsity(p) for p in plans],
-        "drift": [_drift(a, b) for a, b in zip(plans[:-1], plans[1:])],
+        "drift": [ev.gamma_drift(a, b, skip_empty=True) for a, b in zip(plans[:-1], plans[1:])],
         "plans": [p.argmax(1).tolist() for p in plans],  # each client's largest-share model per round
-        "timing": {k: sum(log.seconds[k] for log in result.history) for k in result.history[0].seconds},
+        "timing": result.timings(),
     }
 
 

@@ -45,8 +45,7 @@ def _plan_stats(plan: torch.Tensor | None, previous: torch.Tensor | None) -> dic
         return {}
     out = {"gamma_sparsity": ev.gamma_sparsity(plan), "owners": _owners(plan)}
     if previous is not None and previous.shape == plan.shape:
-        keep = (previous.sum(1) > 0) & (plan.sum(1) > 0)
-        out["gamma_drift"] = ev.gamma_drift(previous[keep], plan[keep]) if bool(keep.any()) else 0.0
+        out["gamma_drift"] = ev.gamma_drift(previous, plan, skip_empty=True)
     return out
 
 
@@ -106,19 +105,16 @@ def _federated(run, objects, folder, checkpoint, progress) -> dict:
                            callback=on_round, description=f"{run.group} seed {run.seed}", checkpoint=checkpoint)
     val, test = result.val_accuracy.nan_to_num(-1.0), result.test_accuracy.nan_to_num(0.0)
     summary = ev.summarise(val, test)
-    probs, w = result.test_probs, result.test_weight
-    real = w.reshape(-1) > 0
-    diversity = ev.prediction_diversity(probs.reshape(probs.shape[0], -1, probs.shape[-1])[:, real])
     plans = [log.plan for log in result.history if log.plan is not None]
     folder.write_final({"params": result.params, "assignment": plans[-1] if plans else None,
                         "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy,
                         "choice": result.choice})
     metrics = {k: summary[k] for k in ("mean", "worst20", "worst40", "worst60", "worst80", "oracle")}
-    metrics["diversity"] = diversity
+    metrics["diversity"] = result.prediction_diversity()
     return {"status": "done", "kind": FEDERATED, "metrics": metrics, "choice_counts": summary["choice_counts"],
             "per_objective": result.client_accuracy.tolist(), "objective_names": list(data.client_ids),
             "per_objective_metric": "test accuracy (model chosen on validation)",
-            "timings": {k: sum(log.seconds[k] for log in result.history) for k in result.history[0].seconds},
+            "timings": result.timings(),
             "rounds": len(result.history)}
 
 

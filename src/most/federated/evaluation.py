@@ -288,7 +288,7 @@ def _shares(plan, name: str) -> np.ndarray:
     return a / rows
 
 
-def gamma_drift(prev, plan) -> float:
+def gamma_drift(prev, plan, *, skip_empty: bool = False) -> float:
     """Symmetric KL between two successive plans, per objective, averaged over objectives.
 
     Each row is normalised to the objective's shares over the models (``Gamma_i / alpha_i``),
@@ -296,11 +296,24 @@ def gamma_drift(prev, plan) -> float:
     ``mean_i sum_j (s_ij - s'_ij)(log s_ij - log s'_ij)``. 0 for identical plans, > 0 otherwise
     (large when an objective moves its mass to a model it did not use before).
 
+    An objective without mass in a plan has no shares: an error, or with ``skip_empty=True``
+    (the curriculum's marginals can give an objective no mass in a round) it is left out, and
+    the drift is 0 when no objective has mass in both plans.
+
     >>> gamma_drift([[0.5, 0.0], [0.0, 0.5]], [[1.0, 0.0], [0.0, 2.0]])  # same shares
     0.0
     >>> round(gamma_drift([[0.25, 0.25]], [[0.45, 0.05]]), 6)  # 0.4 ln 9
     0.87889
+    >>> round(gamma_drift([[0.25, 0.25], [0.0, 0.0]], [[0.45, 0.05], [0.3, 0.2]], skip_empty=True), 6)
+    0.87889
     """
+    if skip_empty:
+        a, b = _matrix(prev, "prev"), _matrix(plan, "plan")
+        _same_shape(a, b, "prev", "plan")
+        keep = (a.sum(1) > 0) & (b.sum(1) > 0)
+        if not keep.any():
+            return 0.0
+        prev, plan = a[keep], b[keep]
     p = _shares(prev, "prev")
     q = _shares(plan, "plan")
     _same_shape(p, q, "prev", "plan")

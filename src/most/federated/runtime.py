@@ -255,6 +255,19 @@ class FederatedResult:
     def mean_accuracy(self) -> float:
         return float(self.client_accuracy.mean())
 
+    def prediction_diversity(self) -> float:
+        """Mean pairwise symmetric KL between the models' predictions on the real test inputs
+        (:func:`~most.federated.evaluation.prediction_diversity`; padding rows left out)."""
+        from .evaluation import prediction_diversity
+
+        probs = self.test_probs
+        real = self.test_weight.reshape(-1) > 0
+        return prediction_diversity(probs.reshape(probs.shape[0], -1, probs.shape[-1])[:, real])
+
+    def timings(self) -> dict[str, float]:
+        """Total seconds per phase (evaluate, plan, local_training, aggregate) over the rounds."""
+        return {k: sum(log.seconds[k] for log in self.history) for k in self.history[0].seconds}
+
 
 def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig, *,
                   progress: bool = False, callback: Callable[[RoundLog, Tensor], None] | None = None,
