@@ -425,3 +425,16 @@ def test_missing_data_folder_fails_before_any_run(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"data\.path: no such folder .*no_femnist"):
         run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lines.append)
     assert lines == [] and not (tmp_path / "fed").exists()
+
+
+def test_problem_with_splits_reports_test_loss_of_the_validation_choice(tmp_path):
+    table = {"name": "reg", "seeds": [0],
+             "problem": {"name": "mixed_regression", "n_objectives": 8, "n_groups": 2},
+             "methods": {"MosT": {"n_models": 2, "rounds": 20, "lr": 0.05}}}
+    root = run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
+    folder = RunFolder(root / "runs" / "MosT" / "seed0")
+    result, params = folder.result(), folder.final()["params"]
+    expected = most.problems.mixed_regression(n_objectives=8, n_groups=2, seed=0).test_losses(params)
+    assert result["per_objective"] == pytest.approx(expected.tolist())
+    assert result["metrics"]["test_loss"] == pytest.approx(float(expected.mean()))
+    assert result["objective_names"][:2] == ["task0", "task1"]

@@ -67,7 +67,7 @@ def demo(
     if n_models > n_objectives:
         raise typer.BadParameter(f"--n-models ({n_models}) must not exceed --n-objectives ({n_objectives}).")
     data = mixed_regression(n_objectives=n_objectives, n_groups=n_models, seed=seed)
-    train, val, test = (data.problem(s) for s in ("train", "val", "test"))
+    train = data.problem("train")
     common = dict(n_models=n_models, rounds=rounds, lr=0.05, seed=seed, progress=not quiet)
     methods = {
         "MosT": MosT(**common),
@@ -79,8 +79,7 @@ def demo(
         tic = time.perf_counter()
         result = method.fit(train)
         seconds = time.perf_counter() - tic
-        pick = val.loss_matrix(result.params).argmin(1)  # each task picks its model on validation
-        test_loss = test.loss_matrix(result.params).gather(1, pick[:, None]).squeeze(1)
+        test_loss = data.test_losses(result.params)  # each task picks its model on validation
         worst = test_loss.sort(descending=True).values[: max(1, n_objectives // 5)]
         recovery = torch.cdist(data.betas, result.params).min(1).values
         results[name] = {

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import functools
 import difflib
@@ -87,7 +88,7 @@ def _describe(tp) -> str:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (Union, types.UnionType):
         return " or ".join(_describe(a) for a in typing.get_args(tp) if a is not type(None))
-    if origin in (list, tuple, typing.Sequence, _abc_sequence()):
+    if origin in (list, tuple, collections.abc.Sequence):
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return f"a list of {_describe(args[0])}" if args else "a list"
     if tp is float:
@@ -101,12 +102,6 @@ def _describe(tp) -> str:
     if isinstance(tp, type) and _subclasses(tp):
         return "one of " + ", ".join(_subclasses(tp))
     return getattr(tp, "__name__", str(tp))
-
-
-def _abc_sequence():
-    import collections.abc
-
-    return collections.abc.Sequence
 
 
 def _subclasses(tp) -> list[str]:
@@ -154,14 +149,13 @@ def _coerce(value, tp, path: str):
         if classes and isinstance(value, (str, dict)) and not (str in members and isinstance(value, str)):
             names = [n for c in classes for n in _subclasses(c)]
             return component(value, path, names)
-        errors = []
         for member in members:
             try:
                 return _coerce(value, member, path)
-            except ConfigError as exc:
-                errors.append(exc)
+            except ConfigError:
+                pass
         raise _wrong(path, value, tp)
-    if origin in (list, tuple, _abc_sequence()):
+    if origin in (list, tuple, collections.abc.Sequence):
         if not isinstance(value, (list, tuple)):
             raise _wrong(path, value, tp)
         args = typing.get_args(tp)
@@ -208,7 +202,7 @@ def _hints(obj) -> dict[str, Any]:
         return {}
 
 
-def _check(kind: str, name: str, path: str, value, fields: dict[str, Any], defaults: set[str]):
+def _check(name: str, path: str, value, fields: dict[str, Any], defaults: set[str]):
     unknown = [k for k in value if k not in fields]
     if unknown:
         raise _unknown(path, unknown[0], list(fields))
@@ -232,7 +226,7 @@ def build(cls: type, table: dict, *, path: str = ""):
     fields = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
     defaults = {f.name for f in dataclasses.fields(cls)
                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    kwargs = _check("class", cls.__name__, path, table, fields, defaults)
+    kwargs = _check(cls.__name__, path, table, fields, defaults)
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as exc:
@@ -254,7 +248,7 @@ def call(fn: Callable, table: dict, *, path: str = "", fixed: dict | None = None
         raise ConfigError(f"{path}: expected a table of {fn.__name__}'s parameters; got {table!r}.")
     fixed = fixed or {}
     fields, defaults = _signature(fn, exclude=fixed)
-    kwargs = _check("function", fn.__name__, path, table, fields, defaults)
+    kwargs = _check(fn.__name__, path, table, fields, defaults)
     try:
         return fn(**fixed, **kwargs)
     except (ValueError, TypeError) as exc:
@@ -267,7 +261,7 @@ def check_call(fn: Callable, table: dict, path: str = "", inferred: tuple[str, .
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: expected a table of {fn.__name__}'s parameters; got {table!r}.")
     fields, defaults = _signature(fn)
-    _check("function", fn.__name__, path, table, fields, defaults | set(inferred))
+    _check(fn.__name__, path, table, fields, defaults | set(inferred))
 
 
 def to_plain(obj):

@@ -143,19 +143,15 @@ def _centralised(run, objects, folder, checkpoint, progress) -> dict:
     result = method.fit(train, callback=on_round, checkpoint=checkpoint)
     out = {"status": "done", "kind": CENTRALISED, "timings": result.timings(), "rounds": len(result.history)}
     if splits:
-        val, test = source.problem("val"), source.problem("test")
-        pick = val.loss_matrix(result.params).argmin(1)
-        per = test.loss_matrix(result.params).gather(1, pick[:, None]).squeeze(1)
+        per = source.test_losses(result.params)
         out["metrics"] = {"test_loss": float(per.mean()), "worst20_test_loss": M.worst_fraction_mean(per, 0.2),
                           "train_loss": float(train.loss_matrix(result.params).min(1).values.mean())}
         out["per_objective_metric"] = "test loss (model chosen on validation)"
-        names = train.names
     else:
         losses = train.loss_matrix(result.params)  # the original objectives (MosT-E trains on mixtures)
         per = losses.min(1).values
         out["metrics"] = {"loss": float(per.mean()), "worst20_loss": M.worst_fraction_mean(per, 0.2)}
         out["per_objective_metric"] = "loss of the best model"
-        names = train.names
         if train.n_objectives == 2:
             points = losses.T  # [m, 2]: each model's two objective values
             out["points"] = points.tolist()
@@ -164,7 +160,7 @@ def _centralised(run, objects, folder, checkpoint, progress) -> dict:
                 out["metrics"]["hypervolume"] = float(M.hypervolume(points, ref))
                 out["reference_point"] = [float(r) for r in ref]
     out["per_objective"] = per.tolist()
-    out["objective_names"] = list(names) if names else [str(i) for i in range(len(per))]
+    out["objective_names"] = list(train.names) if train.names else [str(i) for i in range(len(per))]
     folder.write_final({"params": result.params, "assignment": result.assignment, "losses": result.losses})
     return out
 

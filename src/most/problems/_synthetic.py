@@ -91,6 +91,12 @@ class MixedRegression:
             metadata={"groups": self.groups, "betas": self.betas, "split": split},
         )
 
+    def test_losses(self, params: Tensor) -> Tensor:
+        """Each objective's test error with the model it picks on validation, ``[n]``
+        (``params [m, dim]``: the m models)."""
+        pick = self.problem("val").loss_matrix(params).argmin(1)
+        return self.problem("test").loss_matrix(params).gather(1, pick[:, None]).squeeze(1)
+
 
 def mixed_regression(
     n_objectives: int = 40,
