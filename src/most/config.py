@@ -36,7 +36,7 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
-__all__ = ["ConfigError", "build", "call", "check_call", "component", "components", "to_plain"]
+__all__ = ["ConfigError", "build", "call", "check_call", "component", "components", "did_you_mean", "to_plain"]
 
 
 class ConfigError(ValueError):
@@ -70,10 +70,15 @@ def _allowed(names) -> str:
     return ", ".join(names) if names else "(none)"
 
 
+def did_you_mean(word, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ``""``."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""
+
+
 def _unknown(path: str, key: str, allowed: list[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
-    return ConfigError(f"{_join(path, key)}: unknown key{hint}. Allowed keys: {_allowed(allowed)}.")
+    return ConfigError(f"{_join(path, key)}: unknown key{did_you_mean(key, allowed)}. "
+                       f"Allowed keys: {_allowed(allowed)}.")
 
 
 def _join(path: str, key: str) -> str:
@@ -126,9 +131,8 @@ def component(value, path: str, allowed: list[str] | None = None):
         raise ConfigError(f"{path}: expected a component name or a table with `type`, one of {_allowed(allowed)}; "
                           f"got {value!r}.")
     if name not in allowed:
-        close = difflib.get_close_matches(str(name), allowed, n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"{path}.type: unknown component {name!r}{hint}. Allowed: {_allowed(allowed)}.")
+        raise ConfigError(f"{path}.type: unknown component {name!r}{did_you_mean(name, allowed)}. "
+                          f"Allowed: {_allowed(allowed)}.")
     return build(_registry()[name], table, path=path)
 
 

@@ -42,7 +42,6 @@ from __future__ import annotations
 import copy
 import inspect
 import dataclasses
-import difflib
 import itertools
 import os
 import re
@@ -51,7 +50,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from ..config import ConfigError, build, call, check_call
+from ..config import ConfigError, build, call, check_call, did_you_mean
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -103,8 +102,8 @@ _RESERVED = {"seed": "set by the experiment's `seeds` list", "progress": "set by
 class RunSpec:
     """One run: a method, a seed and the values of the swept keys.
 
-    ``config`` is the run's resolved table (what ``config.json`` stores); ``build()`` returns
-    the typed objects the run needs.
+    ``config`` is the run's resolved table (what ``config.json`` stores);
+    :meth:`build_without_data` and :meth:`load_data` return the typed objects the run needs.
     """
 
     kind: str
@@ -175,9 +174,8 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
     """:func:`load_experiment` for a table already read."""
     unknown = [k for k in table if k not in _TOP]
     if unknown:
-        close = difflib.get_close_matches(unknown[0], sorted(_TOP), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"{unknown[0]}: unknown top-level key{hint}. Allowed: {', '.join(sorted(_TOP))}.")
+        raise ConfigError(f"{unknown[0]}: unknown top-level key{did_you_mean(unknown[0], sorted(_TOP))}. "
+                          f"Allowed: {', '.join(sorted(_TOP))}.")
     if "problem" in table and ("data" in table or "federated" in table or "model" in table):
         raise ConfigError("An experiment is federated ([data], [model], [federated]) or centralised ([problem]), "
                           "not both; remove one set of tables.")
@@ -263,7 +261,7 @@ def _with_seed(kind: str, resolved: dict, seed: int) -> dict:
     resolved = dict(resolved, seed=seed)
     source = "problem" if kind == CENTRALISED else "data"
     if "seed" not in resolved[source]:
-        fn = _source_fn(kind, resolved[source], source)
+        fn = _source_fn(kind, resolved[source])
         if fn is not None and "seed" in inspect.signature(fn).parameters:
             resolved[source] = dict(resolved[source], seed=seed)
     return resolved
@@ -276,14 +274,13 @@ def _named(registry: dict, table: dict, path: str) -> tuple[Callable, dict]:
         raise ConfigError(f"{path}.name: missing; one of {', '.join(registry)}.")
     name = table["name"]
     if name not in registry:
-        close = difflib.get_close_matches(str(name), list(registry), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
-        raise ConfigError(f"{path}.name: unknown {path} {name!r}{hint}. Allowed: {', '.join(registry)}.")
+        raise ConfigError(f"{path}.name: unknown {path} {name!r}{did_you_mean(name, registry)}. "
+                          f"Allowed: {', '.join(registry)}.")
     rest = {k: v for k, v in table.items() if k != "name"}
     return registry[name], rest
 
 
-def _source_fn(kind: str, table: dict, path: str):
+def _source_fn(kind: str, table: dict):
     registry = _centralised_registry()[0] if kind == CENTRALISED else _federated_registry()[0]
     if isinstance(table, dict) and table.get("name") in registry:
         return registry[table["name"]]
@@ -294,10 +291,8 @@ def _method(registry: dict, label: str, table: dict, seed: int | None):
     table = dict(table)
     type_name = table.pop("type", label)
     if type_name not in registry:
-        close = difflib.get_close_matches(str(type_name), list(registry), n=1)
-        hint = f" (did you mean '{close[0]}'?)" if close else ""
         where = f"methods.{label}.type" if type_name != label else f"methods.{label}"
-        raise ConfigError(f"{where}: unknown method {type_name!r}{hint}. Allowed: {', '.join(registry)}; "
+        raise ConfigError(f"{where}: unknown method {type_name!r}{did_you_mean(type_name, registry)}. Allowed: {', '.join(registry)}; "
                           "a table whose label is not a method name needs `type = \"...\"`.")
     for key, why in _RESERVED.items():
         if key in table:
