@@ -29,10 +29,11 @@ __all__ = ["plot"]
 def _save(fig, base: Path, formats, written: list[str]) -> None:
     import matplotlib.pyplot as plt
 
-    base.parent.mkdir(parents=True, exist_ok=True)
+    from ..plots import _save as save
+
     for fmt in formats:
         path = base.with_suffix(f".{fmt}")
-        fig.savefig(path, dpi=150 if fmt == "png" else None, bbox_inches="tight")
+        save(fig, path)
         written.append(str(path))
     plt.close(fig)
 

@@ -227,7 +227,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
          f"-> {root}")
     for k, (run, folder) in enumerate(todo, 1):
         if restart:
-            folder.checkpoint(1).remove()
+            folder.reset()
         resumed = folder.status == "interrupted"
         tic = time.perf_counter()
         result = execute(run, folder, checkpoint_every=experiment.checkpoint_every, progress=progress,
