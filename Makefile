@@ -3,7 +3,8 @@
 #   make test   create .venv, install, run the test suite
 #
 # torch is installed first and pinned (constraints.txt) so that resolving the other
-# dependencies can never replace it with a different build.
+# dependencies can never replace it with a different build. The development environment
+# includes the Flower extra (most[flower]), whose tests run in `make test`.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -19,7 +20,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet "$(TORCH)"
-	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,flower]"
 	@touch $(STAMP)
 
 demo: $(STAMP)

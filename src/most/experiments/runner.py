@@ -101,8 +101,15 @@ def _federated(run, objects, folder, checkpoint, progress) -> dict:
         folder.append_metrics(line)
 
     data, model = objects["data"], objects["model"]
-    result = run_federated(data, model, objects["method"], objects["config"], progress=progress,
-                           callback=on_round, description=f"{run.group} seed {run.seed}", checkpoint=checkpoint)
+    description = f"{run.group} seed {run.seed}"
+    if run.config.get("engine") == "flower":  # Flower runs are not checkpointed: an interrupted one starts again
+        from ..flower import run_simulation
+
+        result = run_simulation(data, model, objects["method"], objects["config"], progress=progress,
+                                callback=on_round, description=description)
+    else:
+        result = run_federated(data, model, objects["method"], objects["config"], progress=progress,
+                               callback=on_round, description=description, checkpoint=checkpoint)
     val, test = result.val_accuracy.nan_to_num(-1.0), result.test_accuracy.nan_to_num(0.0)
     summary = ev.summarise(val, test)
     plans = [log.plan for log in result.history if log.plan is not None]

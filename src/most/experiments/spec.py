@@ -93,7 +93,10 @@ def _centralised_registry():
 FEDERATED = "federated"
 CENTRALISED = "centralised"
 
-_TOP = {"name", "seeds", "checkpoint_every", "data", "model", "federated", "problem", "methods", "sweep"}
+_TOP = {"name", "seeds", "checkpoint_every", "engine", "data", "model", "federated", "problem", "methods", "sweep"}
+#: Runtimes of a federated experiment: the in-process loop, or Flower's simulation engine
+#: (``most[flower]``; one virtual SuperNode per client, not checkpointed).
+ENGINES = ("in-process", "flower")
 # fields a method table may not set: the experiment sets them
 _RESERVED = {"seed": "set by the experiment's `seeds` list", "progress": "set by `most run` (use --quiet)"}
 
@@ -189,6 +192,17 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
     else:
         raise ConfigError("An experiment needs a [problem] table (centralised) or [data] and [model] tables "
                           "(federated).")
+    engine = table.get("engine", "in-process")
+    if engine not in ENGINES:
+        raise ConfigError(f"engine: unknown engine {engine!r}{did_you_mean(engine, ENGINES)}; "
+                          f"choose from {', '.join(ENGINES)}.")
+    if "engine" in table and kind != FEDERATED:
+        raise ConfigError("engine: only a federated experiment ([data], [model]) runs on an engine; remove it.")
+    if engine == "flower":
+        import importlib.util
+
+        if importlib.util.find_spec("flwr") is None:
+            raise ConfigError("engine = \"flower\" needs Flower: pip install 'most[flower]'.")
     name = table.get("name", default_name)
     if not isinstance(name, str) or not name:
         raise ConfigError(f"name: expected a non-empty string; got {name!r}.")
@@ -232,6 +246,8 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
             for seed in seeds:
                 resolved = {k: copy.deepcopy(table[k]) for k in ("data", "model", "federated", "problem") if k in table}
                 resolved["method"] = copy.deepcopy(method_table)
+                if "engine" in table:
+                    resolved["engine"] = engine
                 for key, value in zip(keys, values):
                     _set(resolved, key, value, label)
                 run = RunSpec(kind=kind, label=label, seed=seed, sweep=dict(zip(keys, values)),

@@ -37,7 +37,7 @@ from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
 from .models import FlatModel
 
-__all__ = ["Padded", "pad_split", "evaluate", "local_train", "FederatedConfig", "FederatedResult",
+__all__ = ["Padded", "pad_split", "evaluate", "local_train", "pair_seed", "FederatedConfig", "FederatedResult",
            "RoundLog", "run_federated"]
 
 
@@ -117,9 +117,17 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     return loss, acc, (logits.softmax(-1) if return_probs else None)
 
 
+def pair_seed(seed: int, round: int, client: int, model: int) -> int:
+    """The seed of one (round, client, model) pair's batch order under ``pair_seeds=True``:
+    a function of the four integers alone, so any process (a Flower client) can draw it."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, round, client, model]).generate_state(1, np.uint64)[0] >> 1)
+
+
 def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, *, epochs: int,
                 batch_size: int, lr: float, prox_mu: float = 0.0, generator: torch.Generator | None = None,
-                max_pairs: int = 4096) -> Tensor:
+                seeds: list[int] | None = None, max_pairs: int = 4096) -> Tensor:
     """Client side: K epochs of mini-batch SGD for P (client, model) pairs at once.
 
     Args:
@@ -130,6 +138,11 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
             a fresh random order, in ``ceil(n_i / batch_size)`` steps; a pair stops stepping when
             its samples are used up (padding never makes a step).
         prox_mu: FedProx's ``mu / 2 ||theta - theta_start||^2``.
+        generator: draws every pair's batch order (default: seed 0).
+        seeds: instead of ``generator``, one seed per pair (:func:`pair_seed`): pair p's order
+            comes from its own generator and depends only on its seed and its own samples
+            (which must come first in its rows of ``w``), so a client that trains its pairs
+            alone draws the same batches as a runtime that trains all pairs together.
         max_pairs: pairs trained together (memory bound).
 
     Returns:
@@ -137,6 +150,10 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
     """
     P, N = y.shape
     generator = torch.Generator().manual_seed(0) if generator is None else generator  # a CPU generator
+    if seeds is not None and len(seeds) != P:
+        raise ValueError(f"`seeds` must have one seed per pair: {len(seeds)} seeds for {P} pairs.")
+    pair_gens = None if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
+    sizes = w.sum(1).long().tolist() if seeds is not None else None
 
     def loss_fn(theta, anchor, xb, yb, wb):
         logits = model.logits(theta, xb)
@@ -155,7 +172,13 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
         n_steps = math.ceil(int(ws.sum(1).max()) / batch_size)
         for _ in range(epochs):
             # real samples first, in random order; padding last
-            keys = torch.rand(ws.shape, generator=generator).to(ws.device) + 2.0 * (ws == 0)
+            if pair_gens is None:
+                keys = torch.rand(ws.shape, generator=generator).to(ws.device) + 2.0 * (ws == 0)
+            else:
+                keys = torch.full(ws.shape, 3.0)
+                for p, (g, k) in enumerate(zip(pair_gens[sl], sizes[sl])):
+                    keys[p, :k] = torch.rand(k, generator=g)
+                keys = keys.to(ws.device)
             order = keys.argsort(1)
             for s in range(n_steps):
                 b = order[:, s * batch_size:(s + 1) * batch_size]
@@ -185,6 +208,10 @@ class FederatedConfig:
             ``"cuda"``, ``"cuda:1"``, ...; default the CPU). Random draws (initial models, client
             sampling, batch order) come from a CPU generator, so a seed gives the same draws on
             every device. The returned :class:`FederatedResult` is on the CPU.
+        pair_seeds: draw each (round, client, model) pair's batch order from its own seed
+            (:func:`pair_seed`) rather than from the run's generator. A distributed runtime
+            (:mod:`most.flower`) must do so, since each client draws its own batches; set it
+            to compare the two runtimes run for run.
     """
 
     rounds: int = 100
@@ -196,6 +223,7 @@ class FederatedConfig:
     eval_every: int = 10
     loss_samples: int | None = None
     device: str | None = None
+    pair_seeds: bool = False
 
     def __post_init__(self):
         check_positive_int(self.rounds, name="rounds")
@@ -326,9 +354,11 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
         tic = time.perf_counter()
         pair_model, pair_client = weights.nonzero(as_tuple=True)  # pairs (model j, local client index)
         cidx = clients[pair_client]
+        seeds = ([pair_seed(config.seed, t, int(c), int(j)) for c, j in zip(cidx.tolist(), pair_model.tolist())]
+                 if config.pair_seeds else None)
         local = local_train(model, params[pair_model], train.x[cidx], train.y[cidx], train.w[cidx],
                             epochs=config.local_epochs, batch_size=config.batch_size, lr=config.lr,
-                            prox_mu=method.prox_mu, generator=gen)
+                            prox_mu=method.prox_mu, generator=gen, seeds=seeds)
         deltas = params[pair_model] - local
         train_s = time.perf_counter() - tic
 

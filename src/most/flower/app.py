@@ -1,0 +1,162 @@
+"""A ready-made Flower app: MosT (or a baseline) on FedProx's synthetic data.
+
+Reference it from a Flower app's ``pyproject.toml`` (``examples/flower/pyproject.toml``)::
+
+    [tool.flwr.app.components]
+    serverapp = "most.flower.app:server_app"
+    clientapp = "most.flower.app:client_app"
+
+and run it with ``flwr run examples/flower <federation>``, in simulation or on a deployment
+(README, "Deployment with Flower"). Settings come from the run config
+(``[tool.flwr.app.config]``, overridable with ``--run-config``); see :class:`AppSettings`.
+Each SuperNode holds one client: its ``partition-id`` node config (``0 .. num-clients - 1``)
+selects which, and every node builds the same data from ``data-seed``. The ServerApp writes
+``result.json`` and ``final.pt`` into ``out``.
+
+For your own data, build the two objects the same way: a :class:`~most.flower.MostStrategy`
+in a ``ServerApp``'s main, and :func:`~most.flower.make_client_app` with a ``load(context)``
+that returns the node's :class:`~most.flower.ClientSpec`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..config import did_you_mean
+from ..federated import methods as _methods
+from ..federated.data import fedprox_synthetic
+from ..federated.models import logistic_regression
+from ..federated.runtime import FederatedConfig
+from .client import ClientSpec, make_client_app
+from .strategy import MostStrategy
+
+__all__ = ["AppSettings", "server_app", "client_app", "METHODS"]
+
+#: Methods the app can run, by name (``method`` in the run config).
+METHODS = {name: getattr(_methods, name) for name in ("MosT", "FedAvg", "FedProx", "MGDA", "IFCA", "FedMGDAPlus",
+                                                      "Linearization", "WeightedMGDA")}
+
+
+@dataclass(frozen=True)
+class AppSettings:
+    """The run config of the app (Flower's keys use dashes: ``num-clients``, ``server-lr``...).
+
+    Args:
+        method: a name from :data:`METHODS`.
+        n_models: m.
+        server_lr: the server step eta_s.
+        rounds, local_epochs, batch_size, lr, eval_every, seed: the protocol
+            (:class:`~most.federated.FederatedConfig`).
+        num_clients, rho1, rho2, samples_per_client, data_seed: FedProx synthetic(rho1, rho2).
+        timeout: seconds to wait for one step's replies; clients that have not answered by
+            then are left out of that round.
+        wait_for_clients: seconds to wait at the start for all clients to connect.
+        out: folder for ``result.json`` and ``final.pt`` ("" writes nothing).
+    """
+
+    method: str = "MosT"
+    n_models: int = 3
+    server_lr: float = 5.0
+    rounds: int = 20
+    local_epochs: int = 1
+    batch_size: int = 10
+    lr: float = 0.05
+    eval_every: int = 5
+    seed: int = 0
+    num_clients: int = 30
+    rho1: float = 0.0
+    rho2: float = 0.0
+    samples_per_client: int = 100
+    data_seed: int = 0
+    timeout: float = 600.0
+    wait_for_clients: float = 120.0
+    out: str = ""
+
+    @classmethod
+    def from_run_config(cls, run_config) -> "AppSettings":
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {}
+        for key, value in dict(run_config).items():
+            name = key.replace("-", "_")
+            if name not in fields:
+                raise ValueError(f"Unknown run-config key {key!r}{did_you_mean(name, fields)}; "
+                                 f"known: {', '.join(k.replace('_', '-') for k in fields)}.")
+            kind = type(fields[name].default)
+            try:
+                values[name] = kind(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"Run-config key {key!r} must be a {kind.__name__}; got {value!r}.") from None
+        settings = cls(**values)
+        if settings.method not in METHODS:
+            raise ValueError(f"Unknown method {settings.method!r}{did_you_mean(settings.method, METHODS)}; "
+                             f"choose from {', '.join(METHODS)}.")
+        return settings
+
+    def build(self):
+        """``(method, model, FederatedConfig)``."""
+        method = METHODS[self.method](self.n_models, server_lr=self.server_lr)
+        config = FederatedConfig(rounds=self.rounds, local_epochs=self.local_epochs, batch_size=self.batch_size,
+                                 lr=self.lr, eval_every=self.eval_every, seed=self.seed, pair_seeds=True)
+        return method, logistic_regression(60, 10), config
+
+    def data(self):
+        return fedprox_synthetic(self.rho1, self.rho2, n_clients=self.num_clients,
+                                 samples_per_client=self.samples_per_client, seed=self.data_seed)
+
+
+def _load(context) -> ClientSpec:
+    settings = AppSettings.from_run_config(context.run_config)
+    if "partition-id" not in context.node_config:
+        raise ValueError("This SuperNode has no partition-id: start it with "
+                         "--node-config \"partition-id=K num-partitions=N\".")
+    pid = int(context.node_config["partition-id"])
+    if not 0 <= pid < settings.num_clients:
+        raise ValueError(f"partition-id {pid} is outside 0..{settings.num_clients - 1} (num-clients).")
+    _, model, _ = settings.build()
+    return ClientSpec(model=model, data=settings.data().clients[pid], client=pid)
+
+
+def _main(grid, context) -> None:
+    settings = AppSettings.from_run_config(context.run_config)
+    method, model, config = settings.build()
+    strategy = MostStrategy(method, model, config, n_clients=settings.num_clients, timeout=settings.timeout,
+                            wait_for_clients=settings.wait_for_clients)
+    tic = time.perf_counter()
+    result = strategy.run(grid)
+    seconds = time.perf_counter() - tic
+    summary = {
+        "settings": dataclasses.asdict(settings), "seconds": seconds, "rounds": len(result.history),
+        "mean_accuracy": result.mean_accuracy if torch.isfinite(result.client_accuracy).all()
+        else float(result.client_accuracy.nanmean()),
+        "client_accuracy": result.client_accuracy.tolist(), "choice": result.choice.tolist(),
+        "missing": {str(k): v for k, v in result.missing.items()},
+        "diversity": result.prediction_diversity(), "timings": result.timings(),
+        "plans": [None if log.plan is None else log.plan.tolist() for log in result.history],
+        "sent": [list(x) for x in strategy.messages],
+    }
+    print(f"most: {settings.method} finished {len(result.history)} rounds in {seconds:.1f} s; "
+          f"mean client accuracy {summary['mean_accuracy']:.4f}; missing clients: {summary['missing'] or 'none'}",
+          flush=True)
+    if settings.out:
+        out = Path(settings.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "result.json").write_text(json.dumps(summary, indent=1))
+        torch.save({"params": result.params, "val_accuracy": result.val_accuracy,
+                    "test_accuracy": result.test_accuracy, "choice": result.choice}, out / "final.pt")
+
+
+def _apps():
+    from flwr.serverapp import ServerApp
+
+    server = ServerApp()
+    server.main()(_main)
+    return server, make_client_app(_load)
+
+
+server_app, client_app = _apps()

@@ -1,0 +1,187 @@
+r"""The client side of MosT on Flower: three pure steps on one client's data, and the ClientApp.
+
+A Flower client holds one objective (its own data) and answers three kinds of message:
+
+* ``query.describe`` -- its client index, sample count and model size (once, at the start).
+* ``query.losses`` -- the loss of each of the m models on its training data (what the server plans
+  Gamma with): :func:`client_losses`.
+* ``train`` -- K local epochs from each model it is assigned, returning the pseudo-gradients
+  ``Delta_ij = theta_j - theta_ij``: :func:`client_train`. It receives only those models.
+* ``evaluate`` -- validation and test accuracy of every model, and the models' prediction
+  diversity on its test inputs (as sums, so the server's average equals the pooled one):
+  :func:`client_evaluate`.
+
+The steps call the in-process runtime's own :func:`~most.federated.evaluate` and
+:func:`~most.federated.local_train` on a one-client batch, so both runtimes compute the same
+numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..federated.data import ClientData
+from ..federated.evaluation import pairwise_symmetric_kl
+from ..federated.models import FlatModel
+from ..federated.runtime import Padded, evaluate, local_train, pair_seed
+
+__all__ = ["ClientSpec", "client_losses", "client_train", "client_evaluate", "make_client_app"]
+
+
+@dataclass(frozen=True, eq=False)
+class ClientSpec:
+    """What a ClientApp needs to know about its node: the model architecture, the client's
+    data, and its index among the federation's clients (``0 .. n - 1``; the server's Gamma
+    row)."""
+
+    model: FlatModel
+    data: ClientData
+    client: int
+
+    def __post_init__(self):
+        if not isinstance(self.model, FlatModel):
+            raise ValueError(f"`model` must be a most.federated.FlatModel; got {type(self.model).__name__}.")
+        if not isinstance(self.data, ClientData):
+            raise ValueError(f"`data` must be a most.federated.ClientData; got {type(self.data).__name__}.")
+        if not isinstance(self.client, int) or self.client < 0:
+            raise ValueError(f"`client` must be a non-negative int (the client's index); got {self.client!r}.")
+
+
+def _split(data: ClientData, split: str, limit: int | None = None) -> Padded:
+    x, y = getattr(data, f"x_{split}"), getattr(data, f"y_{split}")
+    if limit is not None:
+        x, y = x[:limit], y[:limit]
+    if len(y) == 0:  # as pad_split: one padding row, NaN results
+        return Padded(torch.zeros(1, 1, *x.shape[1:]), torch.zeros(1, 1, dtype=torch.long), torch.zeros(1, 1),
+                      torch.tensor([0]))
+    return Padded(x[None], y[None], torch.ones(1, len(y)), torch.tensor([len(y)]))
+
+
+def _check_params(model: FlatModel, params: Tensor) -> Tensor:
+    params = torch.as_tensor(params, dtype=torch.float32)
+    if params.ndim != 2 or params.shape[1] != model.dim:
+        raise ValueError(f"Expected models of shape [k, {model.dim}] for {model.name}; got {tuple(params.shape)}.")
+    return params
+
+
+def client_losses(model: FlatModel, params: Tensor, data: ClientData, *, loss_samples: int | None = None) -> Tensor:
+    """``[m]``: the mean training cross-entropy of each model (on the first ``loss_samples``
+    training samples if given, as :class:`~most.federated.FederatedConfig` ``loss_samples``)."""
+    loss, _, _ = evaluate(model, _check_params(model, params), _split(data, "train", loss_samples))
+    return loss[0]
+
+
+def client_train(model: FlatModel, params: Tensor, models: list[int], data: ClientData, *, seed: int, round: int,
+                 client: int, epochs: int, batch_size: int, lr: float, prox_mu: float = 0.0) -> Tensor:
+    """``[k, d]`` pseudo-gradients ``theta_j - theta_ij`` of the k assigned models ``models``
+    (their parameters ``params [k, d]``) after local training; each pair draws its batches
+    from :func:`~most.federated.runtime.pair_seed` ``(seed, round, client, j)``."""
+    params = _check_params(model, params)
+    if len(models) != params.shape[0]:
+        raise ValueError(f"{len(models)} model indices for {params.shape[0]} models.")
+    k, x, y = params.shape[0], data.x_train, data.y_train
+    local = local_train(model, params, x[None].expand(k, *x.shape), y[None].expand(k, -1), torch.ones(k, len(y)),
+                        epochs=epochs, batch_size=batch_size, lr=lr, prox_mu=prox_mu,
+                        seeds=[pair_seed(seed, round, client, j) for j in models])
+    return params - local
+
+
+def client_evaluate(model: FlatModel, params: Tensor, data: ClientData) -> dict:
+    """Validation and test results of every model on this client.
+
+    Returns ``val_accuracy``, ``test_accuracy``, ``test_loss`` (lists of m floats; NaN for an
+    empty split), ``test_count`` and ``diversity_sum``: the sum over the client's test inputs of
+    the mean pairwise symmetric KL between the models' predictions (0 for one model).
+    """
+    params = _check_params(model, params)
+    _, val_acc, _ = evaluate(model, params, _split(data, "val"))
+    test = _split(data, "test")
+    test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
+    count = int(test.counts[0])
+    m = params.shape[0]
+    diversity = 0.0
+    if m > 1 and count:
+        kl = torch.as_tensor(pairwise_symmetric_kl(probs[:, 0, :count]))
+        diversity = float(kl[torch.triu_indices(m, m, 1).unbind()].mean()) * count
+    return {"val_accuracy": val_acc[0].tolist(), "test_accuracy": test_acc[0].tolist(),
+            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": diversity}
+
+
+# ----------------------------------------------------------------------------- the ClientApp
+def make_client_app(load: Callable[["object"], ClientSpec]):
+    """A ``flwr.clientapp.ClientApp`` running the three steps above.
+
+    ``load(context) -> ClientSpec`` gives this node's model, data and client index, typically
+    from ``context.node_config`` (e.g. ``partition-id``) and ``context.run_config``. It is
+    called once per run and node in a process and cached.
+
+    Messages (see :class:`most.flower.MostStrategy`): every content has a ``config``
+    ConfigRecord; models travel in the ``models`` ArrayRecord (``params`` ``[m, d]`` for
+    query/evaluate, ``model.<j>`` ``[d]`` for the assigned models of train); replies carry a
+    ``metrics`` MetricRecord with ``client`` and ``num-examples`` and, for train, the
+    ``updates`` ArrayRecord (``delta.<j>``).
+    """
+    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+    from flwr.clientapp import ClientApp
+
+    cache: dict = {}
+
+    def spec(context) -> ClientSpec:
+        key = (context.run_id, context.node_id)
+        if key not in cache:
+            torch.set_num_threads(1)  # many clients share the machine's cores
+            loaded = load(context)
+            if not isinstance(loaded, ClientSpec):
+                raise ValueError(f"`load(context)` must return a most.flower.ClientSpec; got {type(loaded).__name__}.")
+            cache[key] = loaded
+        return cache[key]
+
+    def _reply(message, s: ClientSpec, metrics: dict, arrays: dict | None = None):
+        content = RecordDict({"metrics": MetricRecord({"client": s.client, "num-examples": len(s.data.y_train),
+                                                       **metrics})})
+        if arrays is not None:
+            content["updates"] = ArrayRecord(arrays)
+        return Message(content=content, reply_to=message)
+
+    app = ClientApp()
+
+    @app.query("describe")
+    def describe(message, context):
+        s = spec(context)
+        return _reply(message, s, {"dim": s.model.dim})
+
+    @app.query("losses")
+    def losses(message, context):
+        s = spec(context)
+        cfg = message.content["config"]
+        params = message.content["models"]["params"].numpy()
+        limit = int(cfg.get("loss-samples", 0)) or None
+        return _reply(message, s, {"loss": client_losses(s.model, torch.from_numpy(params), s.data,
+                                                         loss_samples=limit).tolist()})
+
+    @app.train()
+    def train(message, context):
+        s = spec(context)
+        cfg = message.content["config"]
+        record = message.content["models"]
+        models = [int(j) for j in cfg["models"]]
+        params = torch.stack([torch.from_numpy(record[f"model.{j}"].numpy()) for j in models])
+        deltas = client_train(s.model, params, models, s.data, seed=int(cfg["seed"]), round=int(cfg["round"]),
+                              client=s.client, epochs=int(cfg["epochs"]), batch_size=int(cfg["batch-size"]),
+                              lr=float(cfg["lr"]), prox_mu=float(cfg["prox-mu"]))
+        return _reply(message, s, {}, {f"delta.{j}": d for j, d in zip(models, deltas)})
+
+    @app.evaluate()
+    def evaluate_(message, context):
+        s = spec(context)
+        params = torch.from_numpy(message.content["models"]["params"].numpy())
+        out = client_evaluate(s.model, params, s.data)
+        return _reply(message, s, {"val-accuracy": out["val_accuracy"], "test-accuracy": out["test_accuracy"],
+                                   "test-loss": out["test_loss"], "test-count": out["test_count"],
+                                   "diversity-sum": out["diversity_sum"]})
+
+    return app

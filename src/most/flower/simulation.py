@@ -1,0 +1,96 @@
+"""Run a most method on Flower's simulation engine: one virtual SuperNode per client.
+
+The ServerApp runs :class:`~most.flower.MostStrategy`, the ClientApp
+:func:`~most.flower.make_client_app`, and Flower's Ray backend runs the clients'
+messages; the result is the same :class:`~most.flower.FlowerResult` as a deployment.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+from ..federated.data import FederatedDataset
+from ..federated.models import FlatModel
+from ..federated.runtime import FederatedConfig
+from .client import ClientSpec, make_client_app
+from .strategy import FlowerResult, MostStrategy
+
+__all__ = ["run_simulation", "OFFLINE_ENV"]
+
+#: Environment for running Flower without a network and without telemetry.
+OFFLINE_ENV = {
+    "FLWR_TELEMETRY_ENABLED": "0",
+    "FLWR_DISABLE_UPDATE_CHECK": "1",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+}
+
+
+def _client_loader(dataset: FederatedDataset, model: FlatModel):
+    def load(context) -> ClientSpec:
+        pid = int(context.node_config["partition-id"])
+        return ClientSpec(model=model, data=dataset.clients[pid], client=pid)
+
+    return load
+
+
+def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig, *,
+                   num_cpus: int | None = None, timeout: float | None = 600.0, progress: bool = False,
+                   callback=None, description: str | None = None, verbose: bool = False) -> FlowerResult:
+    """Trains ``method.n_models`` models on ``dataset`` through Flower's simulation engine.
+
+    Args:
+        dataset, model, method, config: as for :func:`most.federated.run_federated`.
+        num_cpus: CPUs given to Ray (default: all); each virtual client uses one.
+        timeout: seconds to wait for one step's replies (see :class:`MostStrategy`).
+        progress, callback, description: as for ``run_federated`` (``callback(log, params)``
+            after every round).
+        verbose: keep Flower's and Ray's INFO logs (default: warnings only).
+
+    Returns:
+        the :class:`FlowerResult`; with the same data, seed and settings its Gamma and
+        accuracies match ``run_federated(..., FederatedConfig(pair_seeds=True, ...))``
+        (``tests/test_flower.py`` checks this).
+    """
+    import logging
+
+    from flwr.serverapp import ServerApp
+    from flwr.simulation import run_simulation as flwr_run_simulation
+
+    if not isinstance(dataset, FederatedDataset):
+        raise ValueError(f"`dataset` must be a most.federated.FederatedDataset; got {type(dataset).__name__}.")
+    strategy = MostStrategy(method, model, config, n_clients=dataset.n_clients, client_ids=dataset.client_ids,
+                            timeout=timeout, progress=progress)
+    outcome: dict = {}
+    server_app = ServerApp()
+
+    @server_app.main()
+    def main(grid, context) -> None:
+        try:
+            outcome["result"] = strategy.run(grid, callback=callback, description=description)
+        except BaseException as exc:  # re-raised in the caller's thread below
+            outcome["error"] = exc
+            raise
+
+    client_app = make_client_app(_client_loader(dataset, model))
+    for key, value in OFFLINE_ENV.items():
+        os.environ.setdefault(key, value)
+    cpus = num_cpus or os.cpu_count() or 1
+    backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
+               "init_args": {"num_cpus": cpus, "num_gpus": 0, "include_dashboard": False,
+                             "_temp_dir": os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()}}
+    flwr_logger = logging.getLogger("flwr")
+    level = flwr_logger.level
+    if not verbose:
+        flwr_logger.setLevel(logging.WARNING)
+    try:
+        flwr_run_simulation(server_app, client_app, num_supernodes=dataset.n_clients, backend_config=backend,
+                            verbose_logging=verbose)
+    finally:
+        flwr_logger.setLevel(level)
+    if "error" in outcome:
+        raise outcome["error"]
+    if "result" not in outcome:
+        raise RuntimeError("The Flower simulation ended without a result; run with verbose=True to see its logs.")
+    return outcome["result"]

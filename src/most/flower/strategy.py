@@ -1,0 +1,377 @@
+r"""The server side of MosT on Flower: a ``flwr.serverapp.strategy.Strategy`` for m models.
+
+:class:`MostStrategy` runs any method of :mod:`most.federated.methods` (MosT, FedAvg, FedProx,
+MGDA, IFCA, ...) over a Flower ``Grid``, one round as in the in-process runtime
+(:func:`most.federated.run_federated`):
+
+1. ``query`` every participating client for its losses on the m models (``L [n, m]``);
+2. ``method.plan`` (Gamma and the per-pair weights), with the same pure functions;
+3. ``train``: each client receives **only the models it is assigned** and returns their
+   pseudo-gradients;
+4. ``method.aggregate`` (for MosT: the Gamma-weighted mean or min-norm combination).
+
+**Faults.** A client that errors or does not answer within ``timeout`` is left out of the
+round: without its loss row, Gamma is solved over the clients that answered, whose
+marginals the method renormalises (Uniform alpha is ``1/n'`` over the ``n'`` that
+answered); a missing training update drops its pairs from the aggregation. The run goes on
+and :attr:`FlowerResult.missing` says which clients were missing in which round. A round in
+which fewer clients than MosT's m answered leaves the models unchanged.
+
+Use it through :func:`most.flower.run_simulation` (Flower's simulation engine) or a ServerApp
+(:mod:`most.flower.app`) in a real deployment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from ..federated.methods import MosT
+from ..federated.models import FlatModel
+from ..federated.runtime import FederatedConfig, FederatedResult, RoundLog
+
+__all__ = ["MostStrategy", "FlowerResult"]
+
+log = logging.getLogger("most.flower")
+
+
+@dataclass(frozen=True)
+class FlowerResult(FederatedResult):
+    """:class:`~most.federated.FederatedResult` of a Flower run.
+
+    The clients keep their predictions: ``test_probs`` is empty and
+    :meth:`prediction_diversity` is the pooled mean the clients reported as sums.
+    ``missing`` maps a round to the ids of the clients that did not answer in it
+    (``"final"`` for the last evaluation); ``accuracy`` rows of clients missing at the end
+    are NaN.
+    """
+
+    missing: dict = field(default_factory=dict)
+    diversity: float = float("nan")
+
+    def prediction_diversity(self) -> float:
+        return self.diversity
+
+
+def _strategy_base():
+    from flwr.serverapp.strategy import Strategy
+
+    return Strategy
+
+
+class MostStrategy(_strategy_base()):
+    """A Flower strategy that trains ``method.n_models`` models with a most method.
+
+    Args:
+        method: a :mod:`most.federated.methods` object (``MosT(n_models=5)``, ``FedAvg(5)``, ...).
+        model: the architecture (its ``init`` gives the initial models, from ``config.seed``).
+        config: the protocol (rounds, local epochs, batch size, lr, participation,
+            ``loss_samples``, ``eval_every``, seed), as for the in-process runtime. Batch orders
+            are always per pair (``pair_seeds``).
+        n_clients: n, the number of clients; each ClientApp reports its index ``0 .. n - 1``.
+        client_ids: names for reports (default ``"0" .. "n-1"``).
+        timeout: seconds to wait for the replies of one step (query, train or evaluate);
+            clients not answered by then are missing for that step. ``None`` waits for all.
+        wait_for_clients: seconds to wait at the start for all n clients to connect; the run
+            starts with those that did (at least m for MosT), and fails if none did.
+        progress: a tqdm bar over the rounds.
+    """
+
+    def __init__(self, method, model: FlatModel, config: FederatedConfig, *, n_clients: int,
+                 client_ids: list[str] | None = None, timeout: float | None = 600.0,
+                 wait_for_clients: float = 120.0, progress: bool = False):
+        if not hasattr(method, "plan") or not hasattr(method, "aggregate"):
+            raise ValueError(f"`method` must be a most.federated.methods object; got {type(method).__name__}.")
+        if not isinstance(model, FlatModel):
+            raise ValueError(f"`model` must be a most.federated.FlatModel; got {type(model).__name__}.")
+        if not isinstance(config, FederatedConfig):
+            raise ValueError(f"`config` must be a most.federated.FederatedConfig; got {type(config).__name__}.")
+        if not isinstance(n_clients, int) or n_clients < 1:
+            raise ValueError(f"`n_clients` must be a positive int; got {n_clients!r}.")
+        if client_ids is not None and len(client_ids) != n_clients:
+            raise ValueError(f"{len(client_ids)} client ids for {n_clients} clients.")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"`timeout` must be positive seconds or None; got {timeout}.")
+        method.check(n_clients)
+        self.method, self.model, self.config, self.n = method, model, config, n_clients
+        self.m = method.n_models
+        self.client_ids = list(client_ids) if client_ids is not None else [str(i) for i in range(n_clients)]
+        self.timeout, self.wait_for_clients, self.progress = timeout, wait_for_clients, progress
+        self._gen = torch.Generator().manual_seed(config.seed)
+        self.params = method.initial_params(model, self.m, self._gen).float()
+        method.reset(n_clients, self.m, self._gen)
+        self.history: list[RoundLog] = []
+        self.missing: dict = {}
+        self.messages: list = []  # (round, kind, client, model indices sent) for audits
+        self._node_of: dict[int, int] = {}  # client -> node id
+        self._client_at: dict[int, int] = {}  # node id -> client
+        self._counts = torch.zeros(n_clients, dtype=torch.long)
+        self._previous = None
+        self._round: dict = {}
+        self._final: dict | None = None
+        self._grid = None
+
+    # ------------------------------------------------------------------ helpers
+    def _record(self, round: int, kind: str, client: int, models: list[int]):
+        self.messages.append((round, kind, client, tuple(models)))
+
+    def _models_record(self, params: Tensor):
+        from flwr.app import ArrayRecord
+
+        return ArrayRecord({"params": params.detach().cpu().contiguous()})
+
+    def _message(self, kind: str, node: int, content: dict):
+        from flwr.app import ConfigRecord, Message, RecordDict
+
+        content = dict(content)
+        content["config"] = ConfigRecord(content["config"])
+        return Message(content=RecordDict(content), message_type=kind, dst_node_id=node)
+
+    def _send(self, grid, messages) -> dict[int, object]:
+        """Sends, then returns {client: reply content} of the good replies."""
+        messages = list(messages)
+        wanted = {msg.metadata.dst_node_id: self._client_at.get(msg.metadata.dst_node_id) for msg in messages}
+        replies = grid.send_and_receive(messages, timeout=self.timeout) if messages else []
+        good: dict[int, object] = {}
+        for reply in replies:
+            node = reply.metadata.src_node_id
+            if reply.has_error():
+                log.warning("Client on node %s failed: %s", node, reply.error.reason)
+                continue
+            client = int(reply.content["metrics"]["client"])
+            if wanted.get(node) not in (None, client):
+                raise RuntimeError(f"Node {node} answered as client {client}, but it was client {wanted[node]}.")
+            good[client] = reply.content
+        return good
+
+    def _discover(self, grid) -> None:
+        """Asks every connected node which client it holds (and how many samples)."""
+        from flwr.app import MessageType
+
+        deadline = time.monotonic() + self.wait_for_clients
+        while len(list(grid.get_node_ids())) < self.n and time.monotonic() < deadline:
+            time.sleep(0.5)
+        nodes = list(grid.get_node_ids())
+        msgs = [self._message(f"{MessageType.QUERY}.describe", node, {"config": {}}) for node in nodes]
+        replies = grid.send_and_receive(msgs, timeout=self.timeout) if msgs else []
+        for reply in replies:
+            if reply.has_error():
+                log.warning("Node %s did not describe itself: %s", reply.metadata.src_node_id, reply.error.reason)
+                continue
+            metrics = reply.content["metrics"]
+            client, dim = int(metrics["client"]), int(metrics["dim"])
+            if not 0 <= client < self.n:
+                raise ValueError(f"Node {reply.metadata.src_node_id} holds client {client}, outside 0..{self.n - 1}: "
+                                 f"give every node a distinct partition-id below n_clients={self.n}.")
+            if client in self._node_of:
+                raise ValueError(f"Two nodes hold client {client}: give every node a distinct partition-id.")
+            if dim != self.model.dim:
+                raise ValueError(f"Client {client} has a model of {dim} parameters; the server's has {self.model.dim}.")
+            self._node_of[client] = reply.metadata.src_node_id
+            self._client_at[reply.metadata.src_node_id] = client
+            self._counts[client] = int(metrics["num-examples"])
+        if not self._node_of:
+            raise RuntimeError(f"No client answered within {self.wait_for_clients:g} s (connected nodes: {len(nodes)}).")
+        if len(self._node_of) < self.n:
+            absent = [self.client_ids[c] for c in range(self.n) if c not in self._node_of]
+            log.warning("Starting with %d of %d clients; missing: %s", len(self._node_of), self.n, absent)
+            self.missing["start"] = absent
+
+    # ------------------------------------------------------------------ the Strategy API
+    def summary(self) -> None:
+        log.info("MostStrategy: %s, m=%d models, n=%d clients, %s", type(self.method).__name__, self.m, self.n,
+                 self.config)
+
+    def configure_train(self, server_round, arrays, config, grid):
+        from flwr.app import ArrayRecord, MessageType
+
+        t = server_round - 1
+        if not self._node_of:
+            self._discover(grid)
+        tic = time.perf_counter()
+        n_part = max(1, round(self.config.participation * self.n))
+        sampled = (torch.arange(self.n) if n_part == self.n
+                   else torch.randperm(self.n, generator=self._gen)[:n_part].sort().values)
+        asked = [int(c) for c in sampled if int(c) in self._node_of]
+        probe = {"loss-samples": self.config.loss_samples or 0, "round": t}
+        msgs = []
+        for c in asked:
+            msgs.append(self._message(f"{MessageType.QUERY}.losses", self._node_of[c],
+                                      {"config": probe, "models": self._models_record(self.params)}))
+            self._record(t, "query", c, list(range(self.m)))
+        good = self._send(grid, msgs)
+        missing = sorted(set(int(c) for c in sampled) - set(good))
+        clients = torch.tensor(sorted(good), dtype=torch.long)
+        state = {"t": t, "missing": missing, "clients": clients, "weights": None, "plan": None, "sent": {},
+                 "seconds": {"evaluate": time.perf_counter() - tic}}
+        self._round = state
+        if len(clients) < (self.m if isinstance(self.method, MosT) else 1):
+            log.warning("Round %d: only %d clients answered; the models stay as they are.", t, len(clients))
+            state["seconds"].update(plan=0.0)
+            return []
+        losses = torch.tensor([list(good[int(c)]["metrics"]["loss"]) for c in clients], dtype=torch.float32)
+        if not torch.isfinite(losses).all():
+            i, j = (int(v) for v in (~torch.isfinite(losses)).nonzero()[0])
+            raise ValueError(
+                f"At round {t}, the training loss of client {self.client_ids[int(clients[i])]} on model {j} is "
+                f"{float(losses[i, j])}: training diverged. Try a smaller local `lr`, or a smaller server step.")
+        tic = time.perf_counter()
+        previous = self._previous if self._previous is not None and len(clients) == self.n else None
+        plan, weights = self.method.plan(losses, t, self.config.rounds, previous, counts=self._counts[clients],
+                                         clients=clients)
+        self._previous = plan if len(clients) == self.n else None
+        state.update(plan=plan, weights=weights, losses=losses)
+        state["seconds"]["plan"] = time.perf_counter() - tic
+        state["tic"] = time.perf_counter()
+        msgs = []
+        for a, c in enumerate(clients.tolist()):
+            models = weights[:, a].nonzero().squeeze(1).tolist()
+            if not models:
+                continue
+            record = ArrayRecord({f"model.{j}": self.params[j].contiguous() for j in models})
+            cfg = {"round": t, "seed": self.config.seed, "models": models, "epochs": self.config.local_epochs,
+                   "batch-size": self.config.batch_size, "lr": self.config.lr, "prox-mu": float(self.method.prox_mu)}
+            msgs.append(self._message(MessageType.TRAIN, self._node_of[c], {"config": cfg, "models": record}))
+            state["sent"][c] = models
+            self._record(t, "train", c, models)
+        return msgs
+
+    def aggregate_train(self, server_round, replies):
+        from flwr.app import ArrayRecord, MetricRecord
+
+        state = self._round
+        if state.get("weights") is None:  # a skipped round
+            state["seconds"].update(local_training=0.0, aggregate=0.0)
+            return None, None
+        good: dict[int, object] = {}
+        for reply in replies:
+            if reply.has_error():
+                log.warning("Training on node %s failed: %s", reply.metadata.src_node_id, reply.error.reason)
+                continue
+            good[int(reply.content["metrics"]["client"])] = reply.content
+        failed = sorted(set(state["sent"]) - set(good))
+        state["missing"] = sorted(set(state["missing"]) | set(failed))
+        state["seconds"]["local_training"] = time.perf_counter() - state.pop("tic")
+        tic = time.perf_counter()
+        clients, weights = state["clients"], state["weights"]
+        pair_model, pair_client = weights.nonzero(as_tuple=True)  # the in-process order: by model, then client
+        keep = torch.tensor([int(clients[a]) in good for a in pair_client.tolist()], dtype=torch.bool)
+        pair_model, pair_client = pair_model[keep], pair_client[keep]
+        if len(pair_model):
+            deltas = torch.stack([torch.from_numpy(good[int(clients[a])]["updates"][f"delta.{j}"].numpy())
+                                  for j, a in zip(pair_model.tolist(), pair_client.tolist())])
+            cidx = clients[pair_client]
+            self.params = self.method.aggregate(self.params, deltas, pair_model, pair_client,
+                                                weights[pair_model, pair_client], counts=self._counts[cidx],
+                                                round=state["t"]).float()
+        state["seconds"]["aggregate"] = time.perf_counter() - tic
+        losses = state["losses"]
+        metrics = MetricRecord({"train-loss": float(losses.min(1).values.mean()), "clients": len(clients),
+                                "missing": len(state["missing"])})
+        return ArrayRecord({"params": self.params.contiguous()}), metrics
+
+    def _evaluate_due(self, t: int) -> bool:
+        last = t + 1 == self.config.rounds
+        every = self.config.eval_every
+        return last or bool(every and (t + 1) % every == 0)
+
+    def configure_evaluate(self, server_round, arrays, config, grid):
+        from flwr.app import MessageType
+
+        t = server_round - 1
+        if not self._evaluate_due(t):
+            return []
+        msgs = []
+        for c, node in sorted(self._node_of.items()):
+            msgs.append(self._message(MessageType.EVALUATE, node, {"config": {"round": t},
+                                                                  "models": self._models_record(self.params)}))
+            self._record(t, "evaluate", c, list(range(self.m)))
+        return msgs
+
+    def aggregate_evaluate(self, server_round, replies):
+        from flwr.app import MetricRecord
+
+        state = self._round
+        t = state["t"]
+        val_acc = None
+        out = None
+        if self._evaluate_due(t):
+            nan = float("nan")
+            val = torch.full((self.n, self.m), nan)
+            test = torch.full((self.n, self.m), nan)
+            test_loss = torch.full((self.n, self.m), nan)
+            div_sum, div_count = 0.0, 0
+            answered = set()
+            for reply in replies:
+                if reply.has_error():
+                    log.warning("Evaluation on node %s failed: %s", reply.metadata.src_node_id, reply.error.reason)
+                    continue
+                r = reply.content["metrics"]
+                c = int(r["client"])
+                answered.add(c)
+                val[c] = torch.tensor(list(r["val-accuracy"]))
+                test[c] = torch.tensor(list(r["test-accuracy"]))
+                test_loss[c] = torch.tensor(list(r["test-loss"]))
+                div_sum += float(r["diversity-sum"])
+                div_count += int(r["test-count"])
+            self._final = {"val": val, "test": test, "test_loss": test_loss, "missing": sorted(set(range(self.n)) - answered),
+                           "diversity": div_sum / div_count if div_count else nan}
+            if self.config.eval_every:
+                val_acc = float(val.max(1).values.nanmean())
+            out = MetricRecord({"val-accuracy": float(val.max(1).values.nanmean())})
+        plan = state.get("plan")
+        losses = state.get("losses")
+        self.history.append(RoundLog(
+            round=t, clients=state["clients"], plan=None if plan is None else plan.detach().cpu(),
+            train_loss=float("nan") if losses is None else float(losses.min(1).values.mean()), val_accuracy=val_acc,
+            seconds={k: state["seconds"].get(k, 0.0) for k in ("evaluate", "plan", "local_training", "aggregate")}))
+        if state["missing"]:
+            self.missing[t] = [self.client_ids[c] for c in state["missing"]]
+            log.warning("Round %d: missing clients %s", t, self.missing[t])
+        if self._callback is not None:
+            self._callback(self.history[-1], self.params)
+        if self._bar is not None:
+            self._bar.update(1)
+            self._bar.set_postfix({"loss": f"{self.history[-1].train_loss:.3f}", "missing": len(state["missing"])},
+                                  refresh=False)
+        return out
+
+    # ------------------------------------------------------------------ running
+    _bar = None
+    _callback = None
+
+    def run(self, grid, *, callback: Callable[[RoundLog, Tensor], None] | None = None,
+            description: str | None = None) -> FlowerResult:
+        """Runs ``config.rounds`` rounds over ``grid`` (in a ServerApp's ``main``) and returns
+        the result; ``callback(log, params)`` after every round, as in ``run_federated``."""
+        from tqdm.auto import tqdm
+
+        self._callback = callback
+        self._bar = tqdm(total=self.config.rounds, desc=description or f"{type(self.method).__name__} on Flower",
+                         disable=not self.progress, leave=False)
+        try:
+            self.start(grid, self._models_record(self.params), num_rounds=self.config.rounds,
+                       timeout=self.timeout if self.timeout is not None else 3600.0)
+        finally:
+            self._bar.close()
+            self._bar = None
+        return self.result()
+
+    def result(self) -> FlowerResult:
+        """The result of a finished run."""
+        if self._final is None:
+            raise RuntimeError("The run has not finished: no final evaluation yet.")
+        f = self._final
+        if f["missing"]:
+            self.missing["final"] = [self.client_ids[c] for c in f["missing"]]
+        choice = torch.nan_to_num(f["val"], nan=-1.0).argmax(1)
+        m, C = self.m, 0
+        return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
+                            test_loss=f["test_loss"], choice=choice, history=list(self.history),
+                            test_probs=torch.empty(m, self.n, 0, C), test_weight=torch.empty(self.n, 0),
+                            missing=dict(self.missing), diversity=f["diversity"])

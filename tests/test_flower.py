@@ -1,0 +1,301 @@
+"""MosT on Flower: the strategy and client app against the in-process runtime.
+
+Fast tests deliver messages in this process (``_flower_grid.LocalGrid``); the simulation test
+runs Flower's Ray engine with 30 virtual clients. The multi-process deployment (TLS, SuperNode
+authentication, a killed SuperNode) is in ``test_flower_deployment.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import pytest
+import torch
+
+pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most[flower]'")
+
+import most.federated as fl  # noqa: E402
+from most.federated import methods as F  # noqa: E402
+from most.flower import ClientSpec, MostStrategy, client_losses, client_train, make_client_app  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(__file__))
+from _flower_grid import LocalGrid  # noqa: E402
+
+N = 12
+
+
+@pytest.fixture(scope="module")
+def data():
+    return fl.fedprox_synthetic(0.0, 0.0, n_clients=N, samples_per_client=50, seed=0)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return fl.logistic_regression(60, 10)
+
+
+def _app(data, model):
+    return make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
+                                                  int(ctx.node_config["partition-id"])))
+
+
+def _config(**kw):
+    base = dict(rounds=6, eval_every=3, seed=5, pair_seeds=True)
+    base.update(kw)
+    return fl.FederatedConfig(**base)
+
+
+BUILDERS = {
+    "MosT": lambda: F.MosT(3, server_lr=3.0, warmup_rounds=2),
+    "MosT (paper)": lambda: F.MosT(3, server_lr=2.0, warmup_rounds=0, combine="min_norm", diversity=0.1),
+    "FedAvg": lambda: F.FedAvg(2, server_lr=2.0),
+    "FedProx": lambda: F.FedProx(2, mu=0.1),
+    "MGDA": lambda: F.MGDA(2),
+    "IFCA": lambda: F.IFCA(3),
+}
+
+
+@pytest.mark.parametrize("name", list(BUILDERS))
+def test_strategy_equals_in_process_runtime(name, data, model):
+    """Same data, seed and settings: the same Gamma every round and the same final models."""
+    config = _config()
+    strategy = MostStrategy(BUILDERS[name](), model, config, n_clients=N, client_ids=data.client_ids)
+    result = strategy.run(LocalGrid(_app(data, model), N))
+    reference = fl.run_federated(data, model, BUILDERS[name](), config)
+    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
+    assert len(result.history) == len(reference.history) == config.rounds
+    for ours, theirs in zip(result.history, reference.history):
+        assert (ours.plan is None) == (theirs.plan is None)
+        if ours.plan is not None:
+            torch.testing.assert_close(ours.plan, theirs.plan, rtol=0, atol=1e-9)
+    torch.testing.assert_close(result.test_accuracy, reference.test_accuracy)
+    assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
+    assert result.prediction_diversity() == pytest.approx(reference.prediction_diversity(), rel=1e-6)
+    assert result.missing == {}
+
+
+def test_pair_seeds_make_batches_independent_of_the_other_pairs(data, model):
+    """client_train alone draws the batches the runtime draws for the same pair among others."""
+    params = model.init(3, torch.Generator().manual_seed(0))
+    deltas = client_train(model, params[[0, 2]], [0, 2], data.clients[4], seed=7, round=3, client=4, epochs=2,
+                          batch_size=8, lr=0.1)
+    train = fl.pad_split(data, "train")
+    cidx = torch.tensor([1, 4, 4, 9])
+    pm = torch.tensor([1, 0, 2, 1])
+    seeds = [fl.runtime.pair_seed(7, 3, int(c), int(j)) for c, j in zip(cidx, pm)]
+    local = fl.local_train(model, params[pm], train.x[cidx], train.y[cidx], train.w[cidx], epochs=2, batch_size=8,
+                           lr=0.1, seeds=seeds)
+    torch.testing.assert_close(deltas, params[pm][1:3] - local[1:3], rtol=0, atol=1e-6)
+    other = client_train(model, params[[0, 2]], [0, 2], data.clients[4], seed=8, round=3, client=4, epochs=2,
+                         batch_size=8, lr=0.1)
+    assert not torch.allclose(deltas, other)  # the seed matters
+
+
+def test_clients_receive_only_the_models_they_are_assigned(data, model):
+    grid = LocalGrid(_app(data, model), N)
+    strategy = MostStrategy(F.MosT(3, server_lr=3.0, warmup_rounds=1), model, _config(rounds=4), n_clients=N)
+    result = strategy.run(grid)
+    trained = [(node, msg) for node, msg in grid.delivered if msg.metadata.message_type == "train"]
+    assert trained
+    node_client = {node: k for k, node in enumerate(grid.nodes)}
+    for node, msg in trained:
+        keys = set(msg.content["models"].keys())
+        models = [int(j) for j in msg.content["config"]["models"]]
+        assert keys == {f"model.{j}" for j in models}
+        # nothing of another client: no updates, no data, only the global models it trains
+        assert set(msg.content.keys()) == {"config", "models"}
+        t = int(msg.content["config"]["round"])
+        log = result.history[t]
+        row = log.clients.tolist().index(node_client[node])
+        if log.plan is not None:  # MosT's default weighting: only the model of the largest share
+            assert models == [int(log.plan[row].argmax())]
+    for node, msg in grid.delivered:
+        assert "updates" not in msg.content
+    assert {m[1] for m in strategy.messages} == {"query", "train", "evaluate"}
+
+
+def test_a_client_that_stops_answering_is_left_out_and_reported(data, model):
+    grid = LocalGrid(_app(data, model), N)
+    lost = grid.nodes[5]
+
+    def crash_at_round_2(g, msg):
+        if msg.content["config"].get("round") == 2:
+            g.down.add(lost)
+
+    grid.on_round = crash_at_round_2
+    strategy = MostStrategy(F.MosT(3, server_lr=3.0, warmup_rounds=1), model, _config(rounds=5), n_clients=N,
+                            client_ids=data.client_ids)
+    result = strategy.run(grid)
+    assert len(result.history) == 5
+    name = data.client_ids[5]
+    assert result.missing[2] == [name] and result.missing[4] == [name] and result.missing["final"] == [name]
+    assert 0 not in result.missing and 1 not in result.missing
+    for log in result.history[2:]:
+        assert 5 not in log.clients.tolist() and len(log.clients) == N - 1
+        # Gamma over the clients that answered, alpha renormalised: rows sum to 1 / (n - 1)
+        torch.testing.assert_close(log.plan.sum(1), torch.full((N - 1,), 1.0 / (N - 1), dtype=log.plan.dtype))
+    assert torch.isnan(result.test_accuracy[5]).all() and torch.isfinite(result.test_accuracy[:5]).all()
+    assert torch.isfinite(result.params).all()
+
+
+def test_a_client_whose_training_fails_is_dropped_from_that_aggregation(data, model):
+    grid = LocalGrid(_app(data, model), N)
+    bad = grid.nodes[3]
+    original = grid.client_app
+
+    def flaky(message, context):
+        if context.node_id == bad and message.metadata.message_type == "train":
+            raise RuntimeError("out of memory")
+        return original(message, context)
+
+    grid.client_app = flaky
+    strategy = MostStrategy(F.FedAvg(2), model, _config(rounds=3), n_clients=N, client_ids=data.client_ids)
+    result = strategy.run(grid)
+    assert result.missing == {0: [data.client_ids[3]], 1: [data.client_ids[3]], 2: [data.client_ids[3]]}
+    assert torch.isfinite(result.test_accuracy).all()  # it still evaluates
+
+
+def test_too_few_clients_leave_the_models_unchanged(data, model):
+    grid = LocalGrid(_app(data, model), N)
+    grid.on_round = lambda g, msg: g.down.update(g.nodes[2:]) if msg.content["config"].get("round") == 1 else None
+    strategy = MostStrategy(F.MosT(3, warmup_rounds=0), model, _config(rounds=3), n_clients=N)
+    before = []
+    result = strategy.run(grid, callback=lambda log, params: before.append(params.clone()))
+    torch.testing.assert_close(before[1], before[0])  # round 1: 2 clients < 3 models
+    assert len(result.missing[1]) == N - 2
+
+
+def test_bad_nodes_are_reported_clearly(data, model):
+    same = LocalGrid(_app(data, model), 3, node_config=lambda k: {"partition-id": 0})
+    with pytest.raises(ValueError, match="Two nodes hold client 0"):
+        MostStrategy(F.FedAvg(1), model, _config(), n_clients=3).run(same)
+    outside = LocalGrid(_app(data, model), 3, node_config=lambda k: {"partition-id": k + 5})
+    with pytest.raises(ValueError, match="outside 0..2"):
+        MostStrategy(F.FedAvg(1), model, _config(), n_clients=3).run(outside)
+    other = fl.logistic_regression(60, 3)
+    wrong = LocalGrid(make_client_app(lambda ctx: ClientSpec(other, data.clients[0], int(ctx.node_config["partition-id"]))), 2)
+    with pytest.raises(ValueError, match="model of 183 parameters"):
+        MostStrategy(F.FedAvg(1), model, _config(), n_clients=2).run(wrong)
+    with pytest.raises(ValueError, match="at least as many clients as models"):
+        MostStrategy(F.MosT(5), model, _config(), n_clients=3)
+    with pytest.raises(ValueError, match="FederatedConfig"):
+        MostStrategy(F.FedAvg(1), model, {"rounds": 3}, n_clients=3)
+    with pytest.raises(ValueError, match="shape"):
+        client_losses(model, torch.zeros(2, 7), data.clients[0])
+    with pytest.raises(ValueError, match="must be a most.federated.ClientData"):
+        ClientSpec(model, data, 0)
+
+
+def test_a_nan_loss_stops_the_run_with_advice(data, model):
+    grid = LocalGrid(_app(data, model), N)
+    original = grid.client_app
+
+    def diverged(message, context):
+        reply = original(message, context)
+        if message.metadata.message_type == "query.losses" and context.node_id == grid.nodes[7]:
+            reply.content["metrics"]["loss"] = [float("nan")] * 2
+        return reply
+
+    grid.client_app = diverged
+    strategy = MostStrategy(F.FedAvg(2), model, _config(), n_clients=N, client_ids=data.client_ids)
+    with pytest.raises(ValueError, match=f"client {data.client_ids[7]} on model 0 is nan: training diverged"):
+        strategy.run(grid)
+
+
+def test_app_settings_from_run_config():
+    from most.flower.app import AppSettings
+
+    s = AppSettings.from_run_config({"method": "FedProx", "num-clients": 4, "server-lr": 2, "rounds": 3})
+    method, model, config = s.build()
+    assert type(method).__name__ == "FedProx" and method.server_lr == 2.0 and config.rounds == 3
+    assert len(s.data().clients) == 4
+    with pytest.raises(ValueError, match="did you mean 'num-clients'|num_clients"):
+        AppSettings.from_run_config({"num-client": 4})
+    with pytest.raises(ValueError, match="Unknown method 'MOST'"):
+        AppSettings.from_run_config({"method": "MOST"})
+    with pytest.raises(ValueError, match="must be a int"):
+        AppSettings.from_run_config({"rounds": "many"})
+
+
+def test_the_core_library_does_not_import_flower():
+    code = ("import sys, most, most.federated, most.experiments, most.cli, most.bench.federated; "
+            "assert 'flwr' not in sys.modules, 'flwr imported'; assert 'ray' not in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@pytest.mark.slow
+def test_flower_simulation_matches_the_in_process_runtime(tmp_path, monkeypatch):
+    """30 virtual SuperNodes on Flower's Ray engine: the same Gamma and accuracy as in process."""
+    from most.flower import run_simulation
+
+    monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    data = fl.fedprox_synthetic(0.0, 0.0, n_clients=30, seed=1)
+    model = fl.logistic_regression(60, 10)
+    config = fl.FederatedConfig(rounds=6, eval_every=3, seed=1, pair_seeds=True)
+    result = run_simulation(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=2), config, num_cpus=2)
+    reference = fl.run_federated(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=2), config)
+    plans = [(a.plan, b.plan) for a, b in zip(result.history, reference.history) if a.plan is not None]
+    assert len(plans) == 4
+    for ours, theirs in plans:
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-9)
+    assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
+    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
+    assert result.missing == {}
+
+
+TINY = """
+name = "tiny"
+seeds = [0]
+engine = "flower"
+[data]
+name = "fedprox_synthetic"
+alpha = 0.0
+beta = 0.0
+n_clients = 6
+samples_per_client = 40
+[model]
+name = "logistic_regression"
+[federated]
+rounds = 3
+eval_every = 3
+[methods.MosT]
+n_models = 2
+warmup_rounds = 1
+"""
+
+
+def test_experiment_files_choose_the_engine():
+    import tomllib
+
+    from most.config import ConfigError
+    from most.experiments import parse_experiment
+
+    experiment = parse_experiment(tomllib.loads(TINY))
+    assert experiment.runs[0].config["engine"] == "flower"
+    with pytest.raises(ConfigError, match="unknown engine 'flwr'"):
+        parse_experiment(tomllib.loads(TINY.replace('engine = "flower"', 'engine = "flwr"')))
+    with pytest.raises(ConfigError, match="only a federated experiment"):
+        parse_experiment({"engine": "flower", "problem": {"name": "mixed_regression"},
+                          "methods": {"MosT": {"n_models": 2}}})
+
+
+@pytest.mark.slow
+def test_most_run_on_the_flower_engine(tmp_path, monkeypatch):
+    """`most run` with engine = "flower": the runs go through Flower's simulation engine."""
+    import json
+
+    monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    spec = tmp_path / "tiny.toml"
+    spec.write_text(TINY)
+    out = tmp_path / "results"
+    subprocess.run([sys.executable, "-m", "most.cli", "run", str(spec), "--out", str(out), "--quiet"], check=True,
+                   env={**os.environ, "RAY_TMPDIR": os.environ["RAY_TMPDIR"]})
+    result = json.loads(next(out.rglob("result.json")).read_text())
+    assert result["status"] == "done" and result["rounds"] == 3
+    config = json.loads(next(out.rglob("config.json")).read_text())
+    assert config["engine"] == "flower"
+    lines = next(out.rglob("metrics.jsonl")).read_text().splitlines()
+    assert len(lines) == 3
