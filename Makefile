@@ -27,7 +27,7 @@ demo: $(STAMP)
 	$(VENV)/bin/most demo --out demo_out
 
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # The documentation site (mkdocs + mkdocstrings, from the docstrings) into site/; offline:
 # open site/index.html. Its examples run in the tests (tests/test_docs.py).

@@ -51,6 +51,7 @@ class AppSettings:
         method: a name from :data:`METHODS`.
         n_models: m.
         server_lr: the server step eta_s.
+        warmup_rounds: MosT's shared warm-up rounds (ignored by the other methods).
         rounds, local_epochs, batch_size, lr, eval_every, seed: the protocol
             (:class:`~most.federated.FederatedConfig`).
         num_clients, rho1, rho2, samples_per_client, data_seed: FedProx synthetic(rho1, rho2).
@@ -63,6 +64,7 @@ class AppSettings:
     method: str = "MosT"
     n_models: int = 3
     server_lr: float = 5.0
+    warmup_rounds: int = 5
     rounds: int = 20
     local_epochs: int = 1
     batch_size: int = 10
@@ -100,7 +102,8 @@ class AppSettings:
 
     def build(self):
         """``(method, model, FederatedConfig)``."""
-        method = METHODS[self.method](self.n_models, server_lr=self.server_lr)
+        extra = {"warmup_rounds": self.warmup_rounds} if self.method == "MosT" else {}
+        method = METHODS[self.method](self.n_models, server_lr=self.server_lr, **extra)
         config = FederatedConfig(rounds=self.rounds, local_epochs=self.local_epochs, batch_size=self.batch_size,
                                  lr=self.lr, eval_every=self.eval_every, seed=self.seed, pair_seeds=True)
         return method, logistic_regression(60, 10), config
