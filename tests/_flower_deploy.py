@@ -58,8 +58,6 @@ Run ``python tests/_flower_deploy.py`` for a smoke check with a toy app.
 from __future__ import annotations
 
 import contextlib
-import datetime
-import ipaddress
 import json
 import os
 import re
@@ -75,6 +73,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
+
+from most.flower.credentials import Certificates, NodeKeys, make_certificates, make_node_keys
 
 __all__ = [
     "OFFLINE_ENV",
@@ -154,165 +154,7 @@ def _bin(name: str) -> str:
     return found
 
 
-# --------------------------------------------------------------------------- credentials
-
-
-class Certificates(NamedTuple):
-    """PEM files of a test CA and of a server certificate signed by it."""
-
-    ca_cert: Path
-    server_cert: Path
-    server_key: Path
-
-
-def make_certificates(
-    directory: str | os.PathLike[str],
-    hosts: Sequence[str] = (HOST, "localhost", "::1"),
-    *,
-    valid_days: int = 2,
-) -> Certificates:
-    """Generate a CA and a server certificate for ``hosts`` (IPs or DNS names).
-
-    Pure Python (``cryptography``), no ``openssl`` binary. The files are ``ca.crt``,
-    ``server.pem`` and ``server.key`` (unencrypted PKCS#8) in ``directory``. The SuperLink
-    takes all three (``--ssl-ca-certfile/--ssl-certfile/--ssl-keyfile``); clients (SuperNodes,
-    the ``flwr`` CLI, the SuperExec/ServerApp) need only ``ca.crt``.
-    """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
-    not_before = now - datetime.timedelta(minutes=5)
-    not_after = now + datetime.timedelta(days=valid_days)
-
-    ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "most test CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    sans: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            sans.append(x509.DNSName(host))
-    server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=True,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(server_key.public_key()), critical=False
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    paths = Certificates(out / "ca.crt", out / "server.pem", out / "server.key")
-    paths.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
-    paths.server_cert.write_bytes(server_cert.public_bytes(serialization.Encoding.PEM))
-    paths.server_key.write_bytes(
-        server_key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    paths.server_key.chmod(0o600)
-    return paths
-
-
-class NodeKeys(NamedTuple):
-    """OpenSSH-format key pair of one SuperNode."""
-
-    private_key: Path
-    public_key: Path
-
-
-def make_node_keys(directory: str | os.PathLike[str], k: int) -> NodeKeys:
-    """Generate SuperNode ``k``'s EC P-384 key pair in the format Flower expects.
-
-    Equivalent to ``ssh-keygen -t ecdsa -b 384 -N "" -f supernode_k``: the private key in
-    OpenSSH format (read by ``flower-supernode --auth-supernode-private-key`` through
-    ``load_ssh_private_key``) and the public key as one ``ecdsa-sha2-nistp384 ...`` line
-    (read by ``flwr supernode register`` through ``load_ssh_public_key``).
-    """
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-
-    out = Path(directory)
-    out.mkdir(parents=True, exist_ok=True)
-    key = ec.generate_private_key(ec.SECP384R1())
-    paths = NodeKeys(out / f"supernode_{k}", out / f"supernode_{k}.pub")
-    paths.private_key.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        )
-    )
-    paths.private_key.chmod(0o600)
-    paths.public_key.write_bytes(
-        key.public_key().public_bytes(
-            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-        )
-        + f" supernode_{k}\n".encode()
-    )
-    return paths
-
+# Credentials (a CA, server certificates, SuperNode keys) come from most.flower.credentials.
 
 # --------------------------------------------------------------------------- processes
 
@@ -541,7 +383,7 @@ class Deployment:
         registered = set(range(self.n_supernodes) if self.registered is None else self.registered)
         t0 = time.monotonic()
         try:
-            self.certificates = make_certificates(self._dir / "certs")
+            self.certificates = make_certificates(self._dir / "certs", valid_days=2)
             self._start_superlink()
             self.timings["superlink_up"] = time.monotonic() - t0
             self._write_cli_config()

@@ -299,3 +299,28 @@ def test_most_run_on_the_flower_engine(tmp_path, monkeypatch):
     assert config["engine"] == "flower"
     lines = next(out.rglob("metrics.jsonl")).read_text().splitlines()
     assert len(lines) == 3
+
+
+def test_credentials_command_makes_a_ca_a_server_certificate_and_node_keys(tmp_path):
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import load_ssh_private_key, load_ssh_public_key
+    from typer.testing import CliRunner
+
+    from most.cli import app
+
+    out = tmp_path / "creds"
+    res = CliRunner().invoke(app, ["flower", "credentials", str(out), "--host", "10.0.0.5", "--host", "lab.example",
+                                   "--nodes", "2"])
+    assert res.exit_code == 0, res.output
+    ca = x509.load_pem_x509_certificate((out / "ca.crt").read_bytes())
+    server = x509.load_pem_x509_certificate((out / "server.pem").read_bytes())
+    server.verify_directly_issued_by(ca)
+    sans = server.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert {str(ip) for ip in sans.get_values_for_type(x509.IPAddress)} == {"10.0.0.5"}
+    assert sans.get_values_for_type(x509.DNSName) == ["lab.example"]
+    for k in range(2):  # the formats Flower reads (load_ssh_private_key / load_ssh_public_key)
+        private = load_ssh_private_key((out / f"supernode_{k}").read_bytes(), password=None)
+        public = load_ssh_public_key((out / f"supernode_{k}.pub").read_bytes())
+        assert private.public_key().public_numbers() == public.public_numbers()
+    again = CliRunner().invoke(app, ["flower", "credentials", str(out)])
+    assert again.exit_code == 2 and "already holds credentials" in again.output

@@ -8,6 +8,8 @@
     most plot results/NAME    # figures (PNG and PDF) into results/NAME/figures/
     most bench few-objective  # ZDT1-3 and fairness: MosT-E vs EPO, MOO-SVGD, MGDA, ...
     most bench federated      # FL: MosT vs FedAvg, FedProx, FedMGDA+, IFCA, MGDA, ...
+    most bench mtl            # multi-task learning on Office-Caltech10: MosT vs MGDA, linearization, EPO
+    most flower credentials DIR --host HOST --nodes N   # TLS certificates and SuperNode keys
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True)  # help: the callb
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
 app.add_typer(bench_app, name="bench")
+flower_app = typer.Typer(no_args_is_help=True, help="Deployment on Flower (needs most[flower]).")
+app.add_typer(flower_app, name="flower")
 
 
 @app.callback()
@@ -201,6 +205,38 @@ def run_cmd(
     typer.echo(f"Done. Table: most report {root}   Figures: most plot {root}")
 
 
+@flower_app.command("credentials")
+def flower_credentials(
+    out: Path = typer.Argument(..., help="Folder for the certificates and keys.", show_default=False),
+    host: list[str] = typer.Option(["127.0.0.1", "localhost"], "--host",
+                                   help="Repeat: an IP or DNS name clients use to reach the SuperLink."),
+    nodes: int = typer.Option(1, min=0, help="Number of SuperNode key pairs."),
+    valid_days: int = typer.Option(365, min=1, help="Validity of the certificates."),
+) -> None:
+    """Make what a Flower deployment with TLS and SuperNode authentication needs: a CA and the
+    SuperLink's certificate (ca.crt, server.pem, server.key) and one key pair per SuperNode
+    (supernode_K, supernode_K.pub). Copy ca.crt and supernode_K to SuperNode K's machine; keep
+    server.key on the SuperLink's. The README's deployment section shows the commands.
+
+    Example:
+
+        most flower credentials creds --host 10.0.0.5 --host superlink.lab --nodes 3
+    """
+    try:
+        from .flower.credentials import make_certificates, make_node_keys
+    except ImportError as exc:
+        typer.echo(f"Error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    if (out / "server.key").exists():
+        typer.echo(f"Error: {out} already holds credentials (server.key); choose another folder.", err=True)
+        raise typer.Exit(2)
+    certs = make_certificates(out, hosts=host, valid_days=valid_days)
+    keys = [make_node_keys(out, k) for k in range(nodes)]
+    typer.echo(f"CA: {certs.ca_cert}\nSuperLink: {certs.server_cert}, {certs.server_key} (hosts: {', '.join(host)})")
+    for k in keys:
+        typer.echo(f"SuperNode: {k.private_key} (register {k.public_key} with `flwr supernode register`)")
+
+
 @app.command("report")
 def report_cmd(
     results: Path = typer.Argument(..., help="A results folder written by `most run` (OUT/NAME).",
@@ -301,6 +337,43 @@ def bench_few_objective(
         out=out, problems=tuple(problems), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds),
         n_models=n_models, zdt_rounds=zdt_rounds, fairness_rounds=fairness_rounds, german_path=german_path,
         progress=not quiet))
+
+
+@bench_app.command("mtl")
+def bench_mtl(
+    features: str = typer.Option("surf", help="surf (MLP on the 800-d SURF features) or images (CNN, 32x32)."),
+    methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
+    seeds: list[int] = typer.Option([0, 1, 2], "--seed", help="Repeat for several seeds."),
+    n_models: int = typer.Option(4, min=1, help="Number of models m."),
+    rounds: int = typer.Option(500, min=1, help="Rounds (one Adam step per model each)."),
+    lr: float = typer.Option(1e-3, min=0.0, help="Adam's learning rate, the same for every method."),
+    batch_size: int = typer.Option(64, min=1, help="Samples per domain in each mini-batch."),
+    image_size: int = typer.Option(32, min=4, help="Image side (images)."),
+    channels: tuple[int, int, int] = typer.Option((16, 32, 64), help="The CNN's convolution widths (images)."),
+    data_path: Path = typer.Option(None, help="Office-Caltech10 directory (default: $MOST_OFFICE_CALTECH10)."),
+    out: Path = typer.Option(Path("bench_out/mtl"), help="Folder for results.json, table.md and the figure."),
+    threads: int = typer.Option(1, min=1, help="torch threads."),
+    list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Multi-task learning on Office-Caltech10 (objectives = the 4 domains, m = 4 models): MosT
+    against MGDA, linearization and EPO; each domain uses its best model on validation.
+
+    Writes OUT/results.json (every run: per-domain accuracy, choices, seconds), OUT/table.md
+    (mean ± std over seeds) and OUT/per_domain.png.
+
+    Examples:
+
+        most bench mtl --data-path ../shared/data/office_caltech10 --out bench_out/mtl_surf
+
+        most bench mtl --features images --data-path ../shared/data/office_caltech10
+    """
+    from .bench import mtl as suite
+
+    _run_suite(suite, list_methods, threads, out, lambda: suite.MTLConfig(
+        features=features, methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
+        rounds=rounds, lr=lr, batch_size=batch_size, image_size=image_size, channels=channels, data_path=data_path,
+        out=out, progress=not quiet))
 
 
 @bench_app.command("federated")

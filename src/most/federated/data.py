@@ -44,6 +44,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._paths import resolve_dir as _resolve_dir
 from .._random import derive_seed
 from .._validation import check_positive_int
 
@@ -575,23 +576,6 @@ _FEMNIST_HOW = (
     "\"y\": [ints]}}}), as written by LEAF's data/femnist/preprocess.sh (https://github.com/TalwalkarLab/leaf). "
     f"Pass that directory as `load_femnist(path)` or set the environment variable {FEMNIST_ENV} to it."
 )
-
-
-def _resolve_dir(path, env: str, what: str, how: str, default: str | None = None) -> tuple[Path, str]:
-    if path is None:
-        value = os.environ.get(env, "")
-        if value:
-            path, source = value, f" (from {env})"
-        elif default is not None:
-            path, source = default, " (the default location)"
-        else:
-            raise FileNotFoundError(f"{what}: no path given and {env} is not set. {how}")
-    else:
-        source = ""
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        raise FileNotFoundError(f"{what} not found: the directory {os.path.abspath(p)}{source} does not exist. {how}")
-    return p, source
 
 
 def _leaf_files(directory: Path, split: str, source: str) -> list[Path]:

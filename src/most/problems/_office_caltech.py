@@ -45,6 +45,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_positive_int
+from .._paths import resolve_dir
 from ..config import did_you_mean
 
 __all__ = [
@@ -228,21 +229,7 @@ def _resolve_root(path) -> Path:
         f"The data is the OfficeCaltechDomainAdaptation benchmark repository "
         f"(https://github.com/redhat12345/OfficeCaltechDomainAdaptation)."
     )
-    if path is None:
-        env = os.environ.get(OFFICE_CALTECH10_ENV, "")
-        if not env:
-            raise FileNotFoundError(
-                f"Office-Caltech10 data: no `path` given and {OFFICE_CALTECH10_ENV} is not set, so there is "
-                f"nothing to read. {how}"
-            )
-        path, source = env, f" (from {OFFICE_CALTECH10_ENV})"
-    else:
-        source = " (the `path` argument)"
-    root = Path(path).expanduser()
-    if not root.is_dir():
-        raise FileNotFoundError(
-            f"Office-Caltech10 data not found: the directory {os.path.abspath(root)}{source} does not exist. {how}"
-        )
+    root, _ = resolve_dir(path, OFFICE_CALTECH10_ENV, "Office-Caltech10 data", how)
     return root
 
 

@@ -80,6 +80,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_positive_int
+from .._paths import resolve_dir
 from ..config import did_you_mean
 
 __all__ = ["TextTask", "load_superglue", "SUPERGLUE_ENV"]
@@ -297,19 +298,7 @@ _HOW = (
 
 
 def _resolve_dir(path) -> tuple[Path, str]:
-    if path is None:
-        value = os.environ.get(SUPERGLUE_ENV, "")
-        if not value:
-            raise FileNotFoundError(f"SuperGLUE data: no `path` given and {SUPERGLUE_ENV} is not set. {_HOW}")
-        path, source = value, f" (from {SUPERGLUE_ENV})"
-    else:
-        source = " (the `path` argument)"
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        raise FileNotFoundError(
-            f"SuperGLUE data not found: the directory {os.path.abspath(p)}{source} does not exist. {_HOW}"
-        )
-    return p, source
+    return resolve_dir(path, SUPERGLUE_ENV, "SuperGLUE data", _HOW)
 
 
 def _task_files(task: str, directory: Path, source: str) -> dict[str, list[Path]]:
