@@ -16,11 +16,11 @@ Example:
     >>> from most.config import build
     >>> from most.federated import FederatedConfig
     >>> build(FederatedConfig, {"rounds": 20, "lr": 0.1}, path="federated")
-    FederatedConfig(rounds=20, local_epochs=1, batch_size=10, lr=0.1, participation=1.0, seed=0, eval_every=10, loss_samples=None, device=None)
+    FederatedConfig(rounds=20, local_epochs=1, batch_size=10, lr=0.1, participation=1.0, seed=0, eval_every=10, loss_samples=None, device=None, pair_seeds=False)
     >>> build(FederatedConfig, {"round": 20}, path="federated")
     Traceback (most recent call last):
     ...
-    most.config.ConfigError: federated.round: unknown key (did you mean 'rounds'?). Allowed keys: rounds, local_epochs, batch_size, lr, participation, seed, eval_every, loss_samples, device.
+    most.config.ConfigError: federated.round: unknown key (did you mean 'rounds'?). Allowed keys: rounds, local_epochs, batch_size, lr, participation, seed, eval_every, loss_samples, device, pair_seeds.
 """
 
 from __future__ import annotations
