@@ -3,8 +3,8 @@
 #   make test   create .venv, install, run the test suite
 #
 # torch is installed first and pinned (constraints.txt) so that resolving the other
-# dependencies can never replace it with a different build. The development environment
-# includes the Flower extra (most[flower]), whose tests run in `make test`.
+# dependencies can never replace it with a different build. `make test` adds the Flower
+# extra (most[flower]), whose tests are part of the suite.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -12,21 +12,27 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
+FLOWER := $(VENV)/.installed-flower
 
 .PHONY: install demo test perf data clean docs
 
-install: $(STAMP)
+install: $(FLOWER)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet "$(TORCH)"
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,flower]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
 	@touch $(STAMP)
+
+# The Flower extra (flwr[simulation]: Ray, about 650 MB) for the Flower tests; not needed by the demo.
+$(FLOWER): $(STAMP)
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,flower]"
+	@touch $(FLOWER)
 
 demo: $(STAMP)
 	$(VENV)/bin/most demo --out demo_out
 
-test: $(STAMP)
+test: $(FLOWER)
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # The documentation site (mkdocs + mkdocstrings, from the docstrings) into site/; offline:
