@@ -17,3 +17,23 @@ def dirichlet(generator: torch.Generator, concentration: float, n: int, size: in
     """``size`` draws from Dirichlet(concentration * 1_n), shape ``[size, n]``."""
     w = np.random.default_rng(derive_seed(generator)).dirichlet(np.full(n, concentration), size=size)
     return torch.as_tensor(w, dtype=dtype or torch.get_default_dtype())
+
+
+def stratified_split(labels: np.ndarray, fractions, rng: np.random.Generator) -> list[np.ndarray]:
+    """Train/val/test row indices (each sorted), stratified by class.
+
+    Each class (stratum) is shuffled, the classes are laid end to end, and the rows are dealt
+    out so that every prefix is as close as possible to the fractions (largest deficit first):
+    the part sizes are within 1 of ``N * fraction`` and every class, being a contiguous block,
+    is split in (nearly) the same proportions. Used by the Office-Caltech10 loader and
+    :meth:`~most.problems.FairnessData.split_indices`.
+    """
+    order = np.concatenate([rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)])
+    f = np.asarray(fractions, dtype=np.float64)
+    counts = np.zeros(3)
+    part = np.empty(len(order), dtype=np.int64)
+    for t in range(len(order)):
+        k = int(np.argmax((t + 1) * f - counts))
+        part[t] = k
+        counts[k] += 1
+    return [np.sort(order[part == k]) for k in range(3)]

@@ -55,6 +55,7 @@ import torch
 from torch import Tensor
 from torch.nn.functional import softplus
 
+from .._random import stratified_split
 from .._validation import check_positive_int
 from ..problem import Problem
 
@@ -151,20 +152,9 @@ class FairnessData:
         rng = np.random.default_rng(seed)
         y = self.y.cpu().numpy().astype(np.int64)
         z = self.z.cpu().numpy().astype(np.int64)
-        stratum = 2 * y + z
-        # Each (y, z) stratum shuffled, strata laid end to end ...
-        order = np.concatenate([rng.permutation(np.flatnonzero(stratum == s)) for s in range(4)])
-        # ... then dealt out so every prefix is as close as possible to the fractions
-        # (largest deficit first): totals are within 1 of N * fraction and each stratum,
-        # being a contiguous block, is split in (nearly) the same proportions.
-        f = np.asarray(fractions)
-        counts = np.zeros(3)
-        label = np.empty(len(order), dtype=np.int64)
-        for t in range(len(order)):
-            k = int(np.argmax((t + 1) * f - counts))
-            label[t] = k
-            counts[k] += 1
-        return {name: torch.from_numpy(np.sort(order[label == k])) for k, name in enumerate(_SPLITS)}
+        # strata (y, z) shuffled and dealt out in the fractions (most._random.stratified_split)
+        parts = stratified_split(2 * y + z, fractions, rng)
+        return {name: torch.from_numpy(p) for name, p in zip(_SPLITS, parts)}
 
     def split(self, seed: int = 0, fractions: Sequence[float] = (0.6, 0.2, 0.2)) -> dict[str, "FairnessData"]:
         """Splits the rows into ``train``, ``val`` and ``test``.

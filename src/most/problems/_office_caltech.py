@@ -46,6 +46,7 @@ from torch import Tensor
 
 from .._validation import check_positive_int
 from .._paths import resolve_dir
+from .._random import stratified_split as _stratified_split
 from ..config import did_you_mean
 
 __all__ = [
@@ -344,24 +345,6 @@ def _subsample(labels: np.ndarray, cap: int, rng: np.random.Generator) -> np.nda
     return np.sort(np.concatenate(chosen))
 
 
-def _stratified_split(labels: np.ndarray, fractions: Sequence[float], rng: np.random.Generator) -> list[np.ndarray]:
-    """Train/val/test row indices (each sorted), stratified by class.
-
-    Each class is shuffled, the classes are laid end to end, and the rows are dealt out so
-    that every prefix is as close as possible to the fractions (largest deficit first), as
-    :meth:`~most.problems.FairnessData.split_indices` does: the part sizes are within 1 of
-    ``N * fraction`` and every class, being a contiguous block, is split in (nearly) the same
-    proportions.
-    """
-    order = np.concatenate([rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)])
-    f = np.asarray(fractions, dtype=np.float64)
-    counts = np.zeros(3)
-    part = np.empty(len(order), dtype=np.int64)
-    for t in range(len(order)):
-        k = int(np.argmax((t + 1) * f - counts))
-        part[t] = k
-        counts[k] += 1
-    return [np.sort(order[part == k]) for k in range(3)]
 
 
 def _train_stats(x: np.ndarray, axis: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
