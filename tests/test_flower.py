@@ -324,3 +324,16 @@ def test_credentials_command_makes_a_ca_a_server_certificate_and_node_keys(tmp_p
         assert private.public_key().public_numbers() == public.public_numbers()
     again = CliRunner().invoke(app, ["flower", "credentials", str(out)])
     assert again.exit_code == 2 and "already holds credentials" in again.output
+
+
+def test_partial_participation_samples_the_same_clients_as_in_process(data, model):
+    config = _config(participation=0.5, rounds=5)
+    strategy = MostStrategy(BUILDERS["MosT"](), model, config, n_clients=N, client_ids=data.client_ids)
+    grid = LocalGrid(_app(data, model), N)
+    result = strategy.run(grid)
+    reference = fl.run_federated(data, model, BUILDERS["MosT"](), config)
+    for ours, theirs in zip(result.history, reference.history):
+        assert ours.clients.tolist() == theirs.clients.tolist() and len(ours.clients) == N // 2
+    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
+    asked = {(t, c) for t, kind, c, _ in strategy.messages if kind == "query"}
+    assert asked == {(log.round, c) for log in result.history for c in log.clients.tolist()}  # nobody else
