@@ -337,3 +337,22 @@ def test_partial_participation_samples_the_same_clients_as_in_process(data, mode
     torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
     asked = {(t, c) for t, kind, c, _ in strategy.messages if kind == "query"}
     assert asked == {(log.round, c) for log in result.history for c in log.clients.tolist()}  # nobody else
+
+
+def test_a_client_that_connects_late_joins_the_next_round(data, model):
+    grid = LocalGrid(_app(data, model), N)
+    late = grid.nodes[4]
+    grid.down.add(late)  # not connected at the start
+    grid.on_round = lambda g, msg: g.down.discard(late) if msg.content["config"].get("round") == 1 else None
+    strategy = MostStrategy(F.FedAvg(2), model, _config(rounds=4), n_clients=N, client_ids=data.client_ids,
+                            wait_for_clients=0.0)
+    result = strategy.run(grid)
+    name = data.client_ids[4]
+    assert result.missing["start"] == [name] and result.missing[0] == [name] and result.missing[1] == [name]
+    assert 2 not in result.missing and 3 not in result.missing and "final" not in result.missing
+    assert 4 in result.history[2].clients.tolist()
+    # a client whose node came back under a new id is re-mapped, not refused as a duplicate
+    grid.nodes[4] = 2000
+    grid.contexts[2000] = grid.contexts.pop(late)
+    strategy.configure_train(5, None, None, grid)
+    assert strategy._node_of[4] == 2000 and late not in strategy._client_at

@@ -10,8 +10,9 @@ MGDA, IFCA, ...) over a Flower ``Grid``, one round as in the in-process runtime
    pseudo-gradients;
 4. ``method.aggregate`` (for MosT: the Gamma-weighted mean or min-norm combination).
 
-**Faults.** A client that errors or does not answer within ``timeout`` is left out of the
-round: without its loss row, Gamma is solved over the clients that answered, whose
+**Faults.** Nodes that connect after the start (or come back under a new node id) are
+asked which client they hold and join from the next round. A client that errors or does
+not answer within ``timeout`` is left out of the round: without its loss row, Gamma is solved over the clients that answered, whose
 marginals the method renormalises (Uniform alpha is ``1/n'`` over the ``n'`` that
 answered); a missing training update drops its pairs from the aggregation. The run goes on
 and :attr:`FlowerResult.missing` says which clients were missing in which round. A round in
@@ -149,32 +150,41 @@ class MostStrategy(_strategy_base()):
             good[client] = reply.content
         return good
 
-    def _discover(self, grid) -> None:
-        """Asks every connected node which client it holds (and how many samples)."""
+    def _describe(self, grid, nodes: list[int]) -> None:
+        """Asks ``nodes`` which client each holds (and how many samples) and maps them."""
         from flwr.app import MessageType
 
-        deadline = time.monotonic() + self.wait_for_clients
-        while len(list(grid.get_node_ids())) < self.n and time.monotonic() < deadline:
-            time.sleep(0.5)
-        nodes = list(grid.get_node_ids())
         msgs = [self._message(f"{MessageType.QUERY}.describe", node, {"config": {}}) for node in nodes]
         replies = grid.send_and_receive(msgs, timeout=self.timeout) if msgs else []
+        connected = set(grid.get_node_ids())
         for reply in replies:
+            node = reply.metadata.src_node_id
             if reply.has_error():
-                log.warning("Node %s did not describe itself: %s", reply.metadata.src_node_id, reply.error.reason)
+                log.warning("Node %s did not describe itself: %s", node, reply.error.reason)
                 continue
             metrics = reply.content["metrics"]
             client, dim = int(metrics["client"]), int(metrics["dim"])
             if not 0 <= client < self.n:
-                raise ValueError(f"Node {reply.metadata.src_node_id} holds client {client}, outside 0..{self.n - 1}: "
+                raise ValueError(f"Node {node} holds client {client}, outside 0..{self.n - 1}: "
                                  f"give every node a distinct partition-id below n_clients={self.n}.")
-            if client in self._node_of:
+            old = self._node_of.get(client)
+            if old is not None and old != node and old in connected:
                 raise ValueError(f"Two nodes hold client {client}: give every node a distinct partition-id.")
             if dim != self.model.dim:
                 raise ValueError(f"Client {client} has a model of {dim} parameters; the server's has {self.model.dim}.")
-            self._node_of[client] = reply.metadata.src_node_id
-            self._client_at[reply.metadata.src_node_id] = client
+            if old is not None:  # the client's node left and came back under a new id
+                self._client_at.pop(old, None)
+            self._node_of[client] = node
+            self._client_at[node] = client
             self._counts[client] = int(metrics["num-examples"])
+
+    def _discover(self, grid) -> None:
+        """At the start: waits up to ``wait_for_clients`` for the n clients, then maps them."""
+        deadline = time.monotonic() + self.wait_for_clients
+        while len(list(grid.get_node_ids())) < self.n and time.monotonic() < deadline:
+            time.sleep(0.5)
+        nodes = list(grid.get_node_ids())
+        self._describe(grid, nodes)
         if not self._node_of:
             raise RuntimeError(f"No client answered within {self.wait_for_clients:g} s (connected nodes: {len(nodes)}).")
         if len(self._node_of) < self.n:
@@ -193,6 +203,8 @@ class MostStrategy(_strategy_base()):
         t = server_round - 1
         if not self._node_of:
             self._discover(grid)
+        elif new := [node for node in grid.get_node_ids() if node not in self._client_at]:
+            self._describe(grid, new)  # clients that connected late, or came back under a new node id
         tic = time.perf_counter()
         n_part = max(1, round(self.config.participation * self.n))
         sampled = (torch.arange(self.n) if n_part == self.n
