@@ -74,6 +74,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from most.flower import OFFLINE_ENV as _MOST_OFFLINE_ENV
 from most.flower.credentials import Certificates, NodeKeys, make_certificates, make_node_keys
 
 __all__ = [
@@ -90,14 +91,9 @@ __all__ = [
     "write_toy_app",
 ]
 
-#: Environment every Flower process gets, so that nothing reaches for the network.
-OFFLINE_ENV: dict[str, str] = {
-    "FLWR_TELEMETRY_ENABLED": "0",
-    "FLWR_DISABLE_UPDATE_CHECK": "1",
-    "RAY_USAGE_STATS_ENABLED": "0",
-    "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-    "PYTHONUNBUFFERED": "1",
-}
+#: Environment every Flower process gets, so that nothing reaches for the network: the
+#: library's own offline settings, and unbuffered output so the logs are complete.
+OFFLINE_ENV: dict[str, str] = {**_MOST_OFFLINE_ENV, "PYTHONUNBUFFERED": "1"}
 
 #: Name of the SuperLink connection written to the ``flwr`` CLI config.
 CONNECTION = "deploy"

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
+from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
 from torch import Tensor
 
 from ..federated.data import ClientData
@@ -112,7 +114,7 @@ def client_evaluate(model: FlatModel, params: Tensor, data: ClientData) -> dict:
 
 
 # ----------------------------------------------------------------------------- the ClientApp
-def make_client_app(load: Callable[["object"], ClientSpec]):
+def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
     """A ``flwr.clientapp.ClientApp`` running the three steps above.
 
     ``load(context) -> ClientSpec`` gives this node's model, data and client index, typically
@@ -125,9 +127,6 @@ def make_client_app(load: Callable[["object"], ClientSpec]):
     ``metrics`` MetricRecord with ``client`` and ``num-examples`` and, for train, the
     ``updates`` ArrayRecord (``delta.<j>``).
     """
-    from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
-    from flwr.clientapp import ClientApp
-
     cache: dict = {}
 
     def spec(context) -> ClientSpec:

@@ -7,8 +7,11 @@ messages; the result is the same :class:`~most.flower.FlowerResult` as a deploym
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
+
+from flwr.serverapp import ServerApp
 
 from ..federated.data import FederatedDataset
 from ..federated.models import FlatModel
@@ -53,9 +56,8 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
         accuracies match ``run_federated(..., FederatedConfig(pair_seeds=True, ...))``
         (``tests/test_flower.py`` checks this).
     """
-    import logging
-
-    from flwr.serverapp import ServerApp
+    # imported here: flwr.simulation costs about a second, which every ClientApp process of a
+    # deployment would otherwise pay through `import most.flower`
     from flwr.simulation import run_simulation as flwr_run_simulation
 
     if not isinstance(dataset, FederatedDataset):

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import torch
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.serverapp.strategy import Strategy
 from torch import Tensor
 
 from ..federated.methods import MosT
@@ -59,13 +61,7 @@ class FlowerResult(FederatedResult):
         return self.diversity
 
 
-def _strategy_base():
-    from flwr.serverapp.strategy import Strategy
-
-    return Strategy
-
-
-class MostStrategy(_strategy_base()):
+class MostStrategy(Strategy):
     """A Flower strategy that trains ``method.n_models`` models with a most method.
 
     Args:
@@ -122,13 +118,9 @@ class MostStrategy(_strategy_base()):
         self.messages.append((round, kind, client, tuple(models)))
 
     def _models_record(self, params: Tensor):
-        from flwr.app import ArrayRecord
-
         return ArrayRecord({"params": params.detach().cpu().contiguous()})
 
     def _message(self, kind: str, node: int, content: dict):
-        from flwr.app import ConfigRecord, Message, RecordDict
-
         content = dict(content)
         content["config"] = ConfigRecord(content["config"])
         return Message(content=RecordDict(content), message_type=kind, dst_node_id=node)
@@ -152,8 +144,6 @@ class MostStrategy(_strategy_base()):
 
     def _describe(self, grid, nodes: list[int]) -> None:
         """Asks ``nodes`` which client each holds (and how many samples) and maps them."""
-        from flwr.app import MessageType
-
         msgs = [self._message(f"{MessageType.QUERY}.describe", node, {"config": {}}) for node in nodes]
         replies = grid.send_and_receive(msgs, timeout=self.timeout) if msgs else []
         connected = set(grid.get_node_ids())
@@ -198,8 +188,6 @@ class MostStrategy(_strategy_base()):
                  self.config)
 
     def configure_train(self, server_round, arrays, config, grid):
-        from flwr.app import ArrayRecord, MessageType
-
         t = server_round - 1
         if not self._node_of:
             self._discover(grid)
@@ -254,8 +242,6 @@ class MostStrategy(_strategy_base()):
         return msgs
 
     def aggregate_train(self, server_round, replies):
-        from flwr.app import ArrayRecord, MetricRecord
-
         state = self._round
         if state.get("weights") is None:  # a skipped round
             state["seconds"].update(local_training=0.0, aggregate=0.0)
@@ -293,8 +279,6 @@ class MostStrategy(_strategy_base()):
         return last or bool(every and (t + 1) % every == 0)
 
     def configure_evaluate(self, server_round, arrays, config, grid):
-        from flwr.app import MessageType
-
         t = server_round - 1
         if not self._evaluate_due(t):
             return []
@@ -306,8 +290,6 @@ class MostStrategy(_strategy_base()):
         return msgs
 
     def aggregate_evaluate(self, server_round, replies):
-        from flwr.app import MetricRecord
-
         state = self._round
         t = state["t"]
         val_acc = None
@@ -333,9 +315,10 @@ class MostStrategy(_strategy_base()):
                 div_count += int(r["test-count"])
             self._final = {"val": val, "test": test, "test_loss": test_loss, "missing": sorted(set(range(self.n)) - answered),
                            "diversity": div_sum / div_count if div_count else nan}
+            mean_best = float(val.max(1).values.nanmean())
             if self.config.eval_every:
-                val_acc = float(val.max(1).values.nanmean())
-            out = MetricRecord({"val-accuracy": float(val.max(1).values.nanmean())})
+                val_acc = mean_best
+            out = MetricRecord({"val-accuracy": mean_best})
         plan = state.get("plan")
         losses = state.get("losses")
         self.history.append(RoundLog(
@@ -382,8 +365,7 @@ class MostStrategy(_strategy_base()):
         if f["missing"]:
             self.missing["final"] = [self.client_ids[c] for c in f["missing"]]
         choice = torch.nan_to_num(f["val"], nan=-1.0).argmax(1)
-        m, C = self.m, 0
         return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
-                            test_probs=torch.empty(m, self.n, 0, C), test_weight=torch.empty(self.n, 0),
+                            test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
                             missing=dict(self.missing), diversity=f["diversity"])
