@@ -324,6 +324,10 @@ def test_credentials_command_makes_a_ca_a_server_certificate_and_node_keys(tmp_p
         assert private.public_key().public_numbers() == public.public_numbers()
     again = CliRunner().invoke(app, ["flower", "credentials", str(out)])
     assert again.exit_code == 2 and "already holds credentials" in again.output
+    from most.flower.credentials import make_certificates
+
+    with pytest.raises(ValueError, match="at least one IP or DNS name"):
+        make_certificates(tmp_path / "none", hosts=[])
 
 
 def test_partial_participation_samples_the_same_clients_as_in_process(data, model):

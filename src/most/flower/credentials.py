@@ -50,6 +50,12 @@ def make_certificates(
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+    hosts = [str(h) for h in hosts]
+    if not hosts or not all(hosts):
+        raise ValueError(f"`hosts` must name at least one IP or DNS name the clients use for the SuperLink; "
+                         f"got {hosts!r}.")
+    if valid_days < 1:
+        raise ValueError(f"`valid_days` must be at least 1; got {valid_days}.")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -59,29 +65,25 @@ def make_certificates(
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "most Flower CA")])
     ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-    ca_cert = (
-        x509.CertificateBuilder()
-        .subject_name(ca_name)
-        .issuer_name(ca_name)
-        .public_key(ca_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
+
+    def certificate(subject, public_key, *, ca: bool, usage: dict):
+        flags = dict.fromkeys(("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+                               "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only"), False)
+        return (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(not_before)
+            .not_valid_after(not_after)
+            .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
+            .add_extension(x509.KeyUsage(**{**flags, **usage}), critical=True)
         )
+
+    ca_cert = (
+        certificate(ca_name, ca_key.public_key(), ca=True,
+                    usage=dict(digital_signature=True, key_cert_sign=True, crl_sign=True))
         .add_extension(ca_ski, critical=False)
         .sign(ca_key, hashes.SHA256())
     )
@@ -94,28 +96,8 @@ def make_certificates(
             sans.append(x509.DNSName(host))
     server_key = ec.generate_private_key(ec.SECP256R1())
     server_cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]))
-        .issuer_name(ca_name)
-        .public_key(server_key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(not_before)
-        .not_valid_after(not_after)
-        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=True,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=True,
-                key_cert_sign=False,
-                crl_sign=False,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]), server_key.public_key(), ca=False,
+                    usage=dict(digital_signature=True, key_agreement=True))
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
         .add_extension(x509.SubjectAlternativeName(sans), critical=False)
         .add_extension(
