@@ -28,16 +28,18 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
+
+from most.bench import mean_std
+from most.federated import methods as F
 
 ROOT = Path(__file__).resolve().parents[1]
 
-#: name -> (builder, server step): the library's methods with the steps of examples/synthetic.toml.
+#: name -> builder: the library's methods with the server steps of examples/synthetic.toml.
 METHODS = {
-    "MosT": lambda: __import__("most.federated.methods", fromlist=["MosT"]).MosT(5, server_lr=5.0),
-    "IFCA": lambda: __import__("most.federated.methods", fromlist=["IFCA"]).IFCA(5, server_lr=3.0),
-    "FedAvg": lambda: __import__("most.federated.methods", fromlist=["FedAvg"]).FedAvg(5, server_lr=3.0),
+    "MosT": lambda: F.MosT(5, server_lr=5.0),
+    "IFCA": lambda: F.IFCA(5, server_lr=3.0),
+    "FedAvg": lambda: F.FedAvg(5, server_lr=3.0),
 }
 
 
@@ -88,11 +90,6 @@ def _deployment(rounds: int) -> dict:
             "seconds": run.wall_s, "per_round": result["seconds"] / rounds, "accuracy": result["mean_accuracy"]}
 
 
-def _ms(values) -> str:
-    a = np.asarray(values, dtype=float)
-    return f"{a.mean():.2f} ± {a.std(ddof=1) if len(a) > 1 else 0.0:.2f}"
-
-
 def write(results: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "flower.json").write_text(json.dumps(results, indent=1))
@@ -112,8 +109,8 @@ def write(results: dict, out: Path) -> None:
         ]
         for name in dict.fromkeys(r["method"] for r in runs):
             rs = [r for r in runs if r["method"] == name]
-            lines.append(f"| {name} | {_ms([100 * r['in_process']['accuracy'] for r in rs])} | "
-                         f"{_ms([100 * r['flower']['accuracy'] for r in rs])} | "
+            lines.append(f"| {name} | {mean_std([r['in_process']['accuracy'] for r in rs], 100)} | "
+                         f"{mean_std([r['flower']['accuracy'] for r in rs], 100)} | "
                          f"{max(r['max_gamma_diff'] for r in rs):.1e} | {max(r['max_param_diff'] for r in rs):.1e} |")
         lines += ["", "The accuracies are the same because the runs are: with `pair_seeds=True` both runtimes draw "
                   "the same batches, and Γ and the models agree to float precision. (These runs shared the machine "

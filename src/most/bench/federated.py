@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from .. import baselines as _b
+from . import check_choices
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
@@ -119,11 +120,7 @@ class FederatedBenchConfig:
     def __post_init__(self):
         if self.dataset not in ("synthetic", "femnist", "fashion"):
             raise ValueError(f"Unknown dataset {self.dataset!r}; choose 'synthetic', 'femnist' or 'fashion'.")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"Unknown method(s) {unknown}; choose from {list(METHODS)}.")
-        if not self.seeds:
-            raise ValueError("Give at least one seed.")
+        check_choices(self.methods, METHODS, self.seeds)
         if self.sizes not in ("equal", "power_law"):
             raise ValueError(f"Unknown sizes {self.sizes!r}; choose 'equal' or 'power_law'.")
         if self.model not in ("auto", "cnn", "linear"):

@@ -41,6 +41,7 @@ import numpy as np
 import torch
 
 from .. import plots
+from . import check_choices
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
@@ -158,11 +159,7 @@ class FewObjectiveConfig:
         unknown = [p for p in self.problems if p not in ZDT_PROBLEMS + FAIRNESS_PROBLEMS]
         if unknown:
             raise ValueError(f"Unknown problem(s) {unknown}; choose from {list(ZDT_PROBLEMS + FAIRNESS_PROBLEMS)}.")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"Unknown method(s) {unknown}; choose from {list(METHODS)}.")
-        if not self.seeds:
-            raise ValueError("Give at least one seed.")
+        check_choices(self.methods, METHODS, self.seeds)
         if self.n_models < 2:
             raise ValueError(f"n_models must be at least 2 to trade objectives off; got {self.n_models}.")
 

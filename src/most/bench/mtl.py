@@ -37,6 +37,8 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._validation import check_positive, check_positive_int
+from . import check_choices, mean_std
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem
@@ -92,18 +94,12 @@ class MTLConfig:
     def __post_init__(self):
         if self.features not in ("surf", "images"):
             raise ValueError(f"Unknown features {self.features!r}; choose 'surf' or 'images'.")
-        unknown = [m for m in self.methods if m not in METHODS]
-        if unknown:
-            raise ValueError(f"Unknown method(s) {unknown}; choose from {list(METHODS)}.")
-        if not self.seeds:
-            raise ValueError("Give at least one seed.")
+        check_choices(self.methods, METHODS, self.seeds)
         for name in ("n_models", "rounds", "batch_size", "image_size"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"`{name}` must be a positive integer; got {getattr(self, name)}.")
+            check_positive_int(getattr(self, name), name=name)
         if len(self.channels) != 3 or min(self.channels) < 1:
             raise ValueError(f"`channels` must be three positive widths; got {self.channels}.")
-        if self.lr <= 0:
-            raise ValueError(f"`lr` must be positive; got {self.lr}.")
+        check_positive(self.lr, name="lr")
 
 
 class _CNN(nn.Module):
@@ -199,11 +195,6 @@ def run_benchmark(config: MTLConfig) -> dict:
     return results
 
 
-def _ms(values) -> str:
-    a = 100 * np.asarray(values, dtype=float)
-    return f"{a.mean():.2f} ± {a.std(ddof=1) if len(a) > 1 else 0.0:.2f}"
-
-
 def table_markdown(results: dict) -> str:
     """Mean ± std over seeds of the mean test accuracy (%), per-domain accuracy, oracle, time."""
     domains = results["domains"]
@@ -212,9 +203,9 @@ def table_markdown(results: dict) -> str:
              "|---" * (len(domains) + 5) + "|"]
     for name in names:
         rs = [r for r in results["runs"] if r["method"] == name]
-        cells = [_ms([r["accuracy"] for r in rs])]
-        cells += [_ms([r["per_domain"][i] for r in rs]) for i in range(len(domains))]
-        cells += [_ms([r["oracle"] for r in rs]), f"{np.mean([r['seconds'] for r in rs]):.0f}",
+        cells = [mean_std([r["accuracy"] for r in rs], 100)]
+        cells += [mean_std([r["per_domain"][i] for r in rs], 100) for i in range(len(domains))]
+        cells += [mean_std([r["oracle"] for r in rs], 100), f"{np.mean([r['seconds'] for r in rs]):.0f}",
                   f"{PAPER[name]:.2f}" if name in PAPER else "–"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
