@@ -226,23 +226,25 @@ def _field(record: Mapping, key: str, where: str, *, kind: type = str):
     return value
 
 
-def _read_boolq(file: Path) -> list[_Instance]:
+def _read_pairs(file: Path, pair) -> list[_Instance]:
+    """One labelled instance per line; ``pair(record, where)`` gives its text pair."""
     out = []
     for lineno, r in _records(file):
         where = f"{file}, line {lineno}"
-        text = (_field(r, "question", where).strip(), _field(r, "passage", where).strip())
+        text = pair(r, where)
         out.append(_Instance(text, _field(r, "label", where, kind=int), "\0".join(text)))
     return out
+
+
+def _read_boolq(file: Path) -> list[_Instance]:
+    return _read_pairs(file, lambda r, where: (_field(r, "question", where).strip(),
+                                               _field(r, "passage", where).strip()))
 
 
 def _read_wic(file: Path) -> list[_Instance]:
-    out = []
-    for lineno, r in _records(file):
-        where = f"{file}, line {lineno}"
-        word = _field(r, "word", where).strip()
-        text = (f"{word}: {_field(r, 'sentence1', where).strip()}", _field(r, "sentence2", where).strip())
-        out.append(_Instance(text, _field(r, "label", where, kind=int), "\0".join(text)))
-    return out
+    return _read_pairs(file, lambda r, where: (f"{_field(r, 'word', where).strip()}: "
+                                               f"{_field(r, 'sentence1', where).strip()}",
+                                               _field(r, "sentence2", where).strip()))
 
 
 def _read_multirc(file: Path) -> list[_Instance]:
