@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.func import grad, vmap
@@ -120,8 +121,6 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
 def pair_seed(seed: int, round: int, client: int, model: int) -> int:
     """The seed of one (round, client, model) pair's batch order under ``pair_seeds=True``:
     a function of the four integers alone, so any process (a Flower client) can draw it."""
-    import numpy as np
-
     return int(np.random.SeedSequence([seed, round, client, model]).generate_state(1, np.uint64)[0] >> 1)
 
 
