@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
+from _shared import SHARED_DATA
 import torch
 
 from most.bench import mtl
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "office_caltech10"
+DATA = SHARED_DATA / "office_caltech10"
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"Office-Caltech10 not found at {DATA} (../shared/data)")
 
 

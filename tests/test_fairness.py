@@ -7,11 +7,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import SHARED_DATA
 import torch
 
 from most.problems._fairness import FairnessData, load_german_credit, zafar_synthetic
 
-GERMAN_DIR = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "german_credit"
+GERMAN_DIR = SHARED_DATA / "german_credit"
 needs_german = pytest.mark.skipif(
     not (GERMAN_DIR / "german.data").is_file(), reason="needs ../shared/data/german_credit"
 )

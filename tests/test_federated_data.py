@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import SHARED_DATA
 import torch
 
 from most.federated import (
@@ -23,7 +24,7 @@ from most.federated import (
 )
 from most.federated.data import FASHION_MNIST_DEFAULT_DIR, _split_counts
 
-FEMNIST_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "femnist_leaf_sf005"
+FEMNIST_DIR = SHARED_DATA / "femnist_leaf_sf005"
 needs_femnist = pytest.mark.skipif(
     not (FEMNIST_DIR / "train").is_dir(), reason=f"needs the LEAF FEMNIST subset at {FEMNIST_DIR}"
 )

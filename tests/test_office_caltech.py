@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _shared import SHARED_DATA
 import torch
 
 from most.problems import OFFICE_CALTECH10_ENV, OfficeCaltech10, load_office_caltech10
@@ -22,7 +23,7 @@ from most.problems._office_caltech import (
     _subsample,
 )
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "office_caltech10"
+DATA = SHARED_DATA / "office_caltech10"
 needs_data = pytest.mark.skipif(
     not (DATA / "features" / "surf").is_dir() or not (DATA / "images").is_dir(),
     reason=f"needs the Office-Caltech10 data at {DATA} (features/surf/*.mat and images/); not shipped with the repo",

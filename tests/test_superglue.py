@@ -6,11 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
+from _shared import SHARED_DATA
 import torch
 
 from most.problems import SUPERGLUE_ENV, TextTask, load_superglue
 
-SUPERGLUE_DIR = Path(__file__).resolve().parents[2] / "shared" / "data" / "superglue"
+SUPERGLUE_DIR = SHARED_DATA / "superglue"
 needs_data = pytest.mark.skipif(
     not SUPERGLUE_DIR.is_dir(), reason=f"needs the SuperGLUE jsonl files in {SUPERGLUE_DIR} (not shipped)"
 )
