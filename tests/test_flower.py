@@ -360,3 +360,12 @@ def test_a_client_that_connects_late_joins_the_next_round(data, model):
     grid.contexts[2000] = grid.contexts.pop(late)
     strategy.configure_train(5, None, None, grid)
     assert strategy._node_of[4] == 2000 and late not in strategy._client_at
+
+
+def test_credentials_command_reports_a_bad_host_without_a_traceback(tmp_path):
+    from typer.testing import CliRunner
+
+    from most.cli import app
+
+    res = CliRunner().invoke(app, ["flower", "credentials", str(tmp_path / "c"), "--host", ""])
+    assert res.exit_code == 2 and "at least one IP or DNS name" in res.output

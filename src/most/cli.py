@@ -230,7 +230,10 @@ def flower_credentials(
     if (out / "server.key").exists():
         typer.echo(f"Error: {out} already holds credentials (server.key); choose another folder.", err=True)
         raise typer.Exit(2)
-    certs = make_certificates(out, hosts=host, valid_days=valid_days)
+    try:
+        certs = make_certificates(out, hosts=host, valid_days=valid_days)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--host") from None
     keys = [make_node_keys(out, k) for k in range(nodes)]
     typer.echo(f"CA: {certs.ca_cert}\nSuperLink: {certs.server_cert}, {certs.server_key} (hosts: {', '.join(host)})")
     for k in keys:
