@@ -7,12 +7,15 @@ m models as one ``[m, dim]`` tensor and evaluate all of them at once with
 :func:`torch.func.vmap`, and take per-objective gradients with :func:`torch.func.jacrev`,
 so the m models are advanced together rather than in a Python loop.
 
-Two ways to build one:
+Three ways to build one:
 
 * :meth:`Problem.from_function` -- ``fn(theta[d]) -> losses[n]`` written with torch ops.
 * :meth:`Problem.from_module` -- an ``nn.Module`` factory and one loss callable per
   objective; each callable receives the model (as a function ``x -> output``) and returns
   a scalar loss, drawing its own mini-batch if it wants to.
+* :meth:`Problem.from_instances` -- every objective is one training instance,
+  ``L_i(theta) = loss(theta, x_i, y_i)``; per-instance gradients are taken one instance at a
+  time (vectorised), so a model's step costs one backward pass per instance it serves.
 
 Example:
     >>> import torch, most
@@ -31,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call, jacfwd, jacrev, vjp, vmap
+from torch.func import functional_call, grad_and_value, jacfwd, jacrev, vjp, vmap
 
 from ._random import derive_seed
 from ._validation import check_positive_int
@@ -79,6 +82,8 @@ class Problem:
     metadata: Mapping[str, Any] = field(default_factory=dict)
     unflatten: Callable[[Tensor], dict[str, Tensor]] | None = field(default=None, repr=False)
     template: nn.Module | None = field(default=None, repr=False)
+    instance_loss: Callable[..., Tensor] | None = field(default=None, repr=False)
+    instances: tuple[Tensor, ...] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -199,6 +204,62 @@ class Problem:
             template=template,
         )
 
+    @classmethod
+    def from_instances(
+        cls,
+        loss: Callable[..., Tensor],
+        data: Tensor | Sequence[Tensor],
+        dim: int,
+        init: Tensor | Initializer | None = None,
+        *,
+        names: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> "Problem":
+        """A problem whose objectives are single instances (paper Section 6.4).
+
+        ``L_i(theta) = loss(theta, *row_i)`` where ``row_i`` is the i-th entry of every tensor
+        in ``data`` (all share the leading dimension n). ``loss`` takes one instance, written
+        with torch operations, and returns a scalar. The losses of all instances come from one
+        vectorised call, and the gradients of the instances a model serves from one vectorised
+        backward pass per instance (:func:`torch.func.grad`), instead of the n reverse passes
+        through the whole batch that a generic :meth:`from_function` Jacobian takes.
+
+        Example:
+            >>> import torch, most
+            >>> x = torch.randn(6, 3); y = x @ torch.tensor([1.0, -2.0, 0.5])
+            >>> problem = most.Problem.from_instances(
+            ...     lambda theta, xi, yi: (xi @ theta - yi) ** 2, (x, y), dim=3)
+            >>> problem.n_objectives, problem.loss_matrix(torch.zeros(2, 3)).shape
+            (6, torch.Size([6, 2]))
+        """
+        if not callable(loss):
+            raise ValueError("`loss` must be callable (theta[dim], *instance) -> scalar.")
+        data = (data,) if isinstance(data, Tensor) else tuple(data)
+        if not data or not all(isinstance(t, Tensor) for t in data):
+            raise ValueError("`data` must be a tensor or a sequence of tensors with one row per instance.")
+        sizes = {int(t.shape[0]) if t.ndim else 0 for t in data}
+        if len(sizes) != 1 or 0 in sizes:
+            raise ValueError(
+                f"Every tensor in `data` needs the same leading dimension n >= 1 (one row per instance); "
+                f"got leading sizes {sorted(sizes)}."
+            )
+        (n,) = sizes
+        in_dims = (None,) + (0,) * len(data)
+
+        def fn(theta: Tensor) -> Tensor:
+            return vmap(_scalar_loss(loss), in_dims=in_dims)(theta, *data)
+
+        return cls(
+            fn=fn,
+            dim=dim,
+            n_objectives=n,
+            init=init,
+            names=tuple(names) if names is not None else None,
+            metadata=dict(metadata or {}),
+            instance_loss=loss,
+            instances=data,
+        )
+
     # ------------------------------------------------------------------ evaluation
     def initial_params(self, n_models: int, generator: torch.Generator) -> Tensor:
         """The ``[n_models, dim]`` starting parameters."""
@@ -264,6 +325,10 @@ class Problem:
     def jacobian(self, params: Tensor) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and per-objective gradients ``[m, n, dim]`` at every model."""
         params = self._check_params(params)
+        if self.instances is not None:
+            rows = torch.arange(self.n_objectives, device=params.device).expand(params.shape[0], -1)
+            values, jac = self._instance_gradients(params, rows)
+            return values.T, jac
 
         def value_and_jac(theta: Tensor) -> tuple[Tensor, Tensor]:
             def with_aux(t: Tensor) -> tuple[Tensor, Tensor]:
@@ -294,8 +359,9 @@ class Problem:
         objectives it does not serve.
         """
         params = self._check_params(params)
-        if rows.ndim != 2 or rows.shape[0] != params.shape[0]:
-            raise ValueError(f"rows must have shape [m={params.shape[0]}, k]; got {tuple(rows.shape)}.")
+        self._check_rows(params, rows)
+        if self.instances is not None:
+            return self.loss_matrix(params), self._instance_gradients(params, rows)[1]
         n = self.n_objectives
 
         k = int(rows.shape[1])
@@ -319,6 +385,41 @@ class Problem:
             values = torch.stack([v for v, _ in pairs])
             jac = torch.stack([j for _, j in pairs])
         return values.T, jac
+
+    def active_gradients(self, params: Tensor, rows: Tensor) -> Tensor:
+        """The gradients of :meth:`active_jacobian` without the losses, ``[m, k, dim]``.
+
+        The round loop calls this for a step taken at the parameters where it has just
+        evaluated the loss matrix. For :meth:`from_instances` problems it skips the forward
+        pass over the instances a model does not serve; for the others it equals
+        ``active_jacobian(params, rows)[1]`` (same computation, same random draws).
+        """
+        params = self._check_params(params)
+        self._check_rows(params, rows)
+        if self.instances is not None:
+            return self._instance_gradients(params, rows)[1]
+        return self.active_jacobian(params, rows)[1]
+
+    def _instance_gradients(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """``(losses [m, k], gradients [m, k, dim])`` of the instances ``rows [m, k]``."""
+        data = self.instances
+        per_instance = grad_and_value(_scalar_loss(self.instance_loss))
+        in_dims = (None,) + (0,) * len(data)
+
+        def one_model(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
+            grads, values = vmap(per_instance, in_dims=in_dims)(theta, *(t[idx] for t in data))
+            return values, grads
+
+        if self.vectorize:
+            values, jac = vmap(one_model)(params, rows)
+        else:
+            pairs = [one_model(theta, idx) for theta, idx in zip(params, rows)]
+            values, jac = torch.stack([v for v, _ in pairs]), torch.stack([j for _, j in pairs])
+        return values.detach(), jac.detach()
+
+    def _check_rows(self, params: Tensor, rows: Tensor) -> None:
+        if rows.ndim != 2 or rows.shape[0] != params.shape[0]:
+            raise ValueError(f"rows must have shape [m={params.shape[0]}, k]; got {tuple(rows.shape)}.")
 
     def _call(self, theta: Tensor) -> Tensor:
         out = self.fn(theta)
@@ -381,3 +482,19 @@ class Problem:
             unflatten=self.unflatten,
             template=self.template,
         )
+
+
+def _scalar_loss(loss: Callable[..., Tensor]) -> Callable[..., Tensor]:
+    """``loss`` with a check that it returns one number per instance."""
+
+    def checked(theta: Tensor, *row: Tensor) -> Tensor:
+        out = loss(theta, *row)
+        if not isinstance(out, Tensor) or out.numel() != 1:
+            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
+            raise ValueError(
+                f"The instance loss must return a scalar tensor for one instance; got {shape}. "
+                "Reduce over the instance inside `loss` (e.g. `.sum()` or `.mean()`)."
+            )
+        return out.reshape(())
+
+    return checked

@@ -225,6 +225,8 @@ def run(
                 tic = time.perf_counter()
                 if rows is None:
                     step_losses, jac = problem.jacobian(params)
+                elif k == 0:  # at the parameters of the loss matrix: only the gradients are new
+                    jac = problem.active_gradients(params, rows[0])
                 else:
                     step_losses, jac = problem.active_jacobian(params, rows[0])
                 _check_finite(step_losses, jac, problem, t, k, None if rows is None else rows[0])

@@ -1,0 +1,67 @@
+"""Problem.from_instances: every objective one training instance (paper Section 6.4)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.nn import functional as F
+
+import most
+
+
+def _data(n=40, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 3, generator=g)
+    y = (x @ torch.tensor([1.0, -2.0, 0.5]) > 0).long()
+    return x, y
+
+
+def _both(x, y):
+    def loss(theta, xi, yi):
+        return F.cross_entropy((theta.view(2, 3) @ xi)[None], yi[None])
+
+    instances = most.Problem.from_instances(loss, (x, y), dim=6)
+    batch = most.Problem.from_function(
+        lambda theta: F.cross_entropy(x @ theta.view(2, 3).T, y, reduction="none"), dim=6, n_objectives=len(y))
+    return instances, batch
+
+
+def test_losses_and_jacobian_equal_the_batched_problem():
+    instances, batch = _both(*_data())
+    params = torch.randn(3, 6, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(instances.loss_matrix(params), batch.loss_matrix(params))
+    (l1, j1), (l2, j2) = instances.jacobian(params), batch.jacobian(params)
+    torch.testing.assert_close(l1, l2)
+    torch.testing.assert_close(j1, j2)
+
+
+def test_active_gradients_are_the_selected_rows_for_both_kinds_of_problem():
+    instances, batch = _both(*_data())
+    params = torch.randn(3, 6, generator=torch.Generator().manual_seed(2))
+    rows = torch.tensor([[0, 5, 7], [1, 2, 3], [39, 0, 0]])
+    _, full = batch.jacobian(params)
+    expected = torch.stack([full[j, rows[j]] for j in range(3)])
+    torch.testing.assert_close(instances.active_gradients(params, rows), expected)
+    torch.testing.assert_close(batch.active_gradients(params, rows), expected)
+    torch.testing.assert_close(instances.active_jacobian(params, rows)[1], expected)
+
+
+def test_most_takes_the_same_steps_on_either_form():
+    instances, batch = _both(*_data())
+    fit = most.MosT(n_models=3, rounds=15, lr=0.2, seed=0)
+    a, b = fit.fit(instances), fit.fit(batch)
+    torch.testing.assert_close(a.params, b.params)
+    torch.testing.assert_close(a.assignment, b.assignment)
+    assert a.losses.min(1).values.mean() < instances.loss_matrix(instances.initial_params(
+        3, torch.Generator().manual_seed(0))).min(1).values.mean()
+
+
+def test_bad_instances_are_explained():
+    x, y = _data()
+    with pytest.raises(ValueError, match="same leading dimension"):
+        most.Problem.from_instances(lambda t, a, b: a.sum(), (x, y[:-1]), dim=6)
+    with pytest.raises(ValueError, match="tensor or a sequence of tensors"):
+        most.Problem.from_instances(lambda t, a: a.sum(), [x.tolist()], dim=6)
+    problem = most.Problem.from_instances(lambda t, a, b: t[:3] * a, (x, y), dim=6)
+    with pytest.raises(ValueError, match="must return a scalar"):
+        problem.loss_matrix(torch.zeros(2, 6))
