@@ -11,6 +11,9 @@ output folder, and returns the results as a dict.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 
 
@@ -27,3 +30,14 @@ def mean_std(values, scale: float = 1.0) -> str:
     """``"mean ± std"`` (sample std, 0 for one value) of ``values * scale``, two decimals."""
     a = scale * np.asarray(values, dtype=float)
     return f"{a.mean():.2f} ± {a.std(ddof=1) if len(a) > 1 else 0.0:.2f}"
+
+
+def write_results(results: dict, out, figures, table) -> dict:
+    """Writes a suite's output folder: ``figures(results, out)`` (their paths go into
+    ``results["figures"]``), ``results.json`` and ``table.md`` (``table(results)``)."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results["figures"] = figures(results, out)
+    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "table.md").write_text(table(results) + "\n")
+    return results

@@ -17,7 +17,6 @@ Run with ``most bench federated`` (see ``--help``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -28,7 +27,7 @@ import numpy as np
 import torch
 
 from .. import baselines as _b
-from . import check_choices
+from . import check_choices, write_results
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
@@ -208,12 +207,7 @@ def run_benchmark(config: FederatedBenchConfig) -> dict:
                 best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
                 results["methods"][name]["runs"].append(best)
     _summarise(results)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results["figures"] = _figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "table.md").write_text(table_markdown(results) + "\n")
-    return results
+    return write_results(results, config.out, _figures, table_markdown)
 
 
 _RADAR = ("MosT", "MosT (paper)", "IFCA", "FedAvg", "MGDA", "Linearization")

@@ -27,7 +27,6 @@ Run it with ``most bench mtl --out DIR`` (see ``--help``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,7 +37,7 @@ import torch
 from torch import nn
 
 from .._validation import check_positive, check_positive_int
-from . import check_choices, mean_std
+from . import check_choices, mean_std, write_results
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem
@@ -187,12 +186,7 @@ def run_benchmark(config: MTLConfig) -> dict:
             for seed in config.seeds:
                 results["runs"].append(_run_one(config, datas[seed], name, seed))
                 bar.update(1)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results["figures"] = _figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "table.md").write_text(table_markdown(results) + "\n")
-    return results
+    return write_results(results, config.out, _figures, table_markdown)
 
 
 def table_markdown(results: dict) -> str:

@@ -30,7 +30,6 @@ Run it with ``most bench prompts --data-path ../shared/data/superglue --out DIR`
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,7 +40,7 @@ import torch
 from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
-from . import check_choices, mean_std
+from . import check_choices, mean_std, write_results
 from ..optim import Adam
 from ..solver import MGDA, Linearization, MosT
 
@@ -193,12 +192,7 @@ def run_benchmark(config: PromptsConfig) -> dict:
                     bar.set_postfix(task=name, method=method, seed=seed, refresh=False)
                     results["runs"].append(_run_one(config, model, by_seed[seed], encoded, index, method, seed))
                     bar.update(1)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results["figures"] = _figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
-    (out / "table.md").write_text(table_markdown(results) + "\n")
-    return results
+    return write_results(results, config.out, _figures, table_markdown)
 
 
 def table_markdown(results: dict) -> str:
