@@ -32,12 +32,13 @@ def mean_std(values, scale: float = 1.0) -> str:
     return f"{a.mean():.2f} ± {a.std(ddof=1) if len(a) > 1 else 0.0:.2f}"
 
 
-def write_results(results: dict, out, figures, table) -> dict:
+def write_results(results: dict, out, figures, table, *, json_default=None) -> dict:
     """Writes a suite's output folder: ``figures(results, out)`` (their paths go into
-    ``results["figures"]``), ``results.json`` and ``table.md`` (``table(results)``)."""
+    ``results["figures"]``), ``results.json`` (``json_default`` converts values json cannot)
+    and ``table.md`` (``table(results)``)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results["figures"] = figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1))
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=json_default))
     (out / "table.md").write_text(table(results) + "\n")
     return results

@@ -29,7 +29,6 @@ Run it with ``most bench few-objective --out DIR`` (see ``--help``).
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 import warnings
@@ -41,7 +40,7 @@ import numpy as np
 import torch
 
 from .. import plots
-from . import check_choices
+from . import check_choices, write_results
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
@@ -311,12 +310,7 @@ def run_benchmark(config: FewObjectiveConfig) -> dict:
             runner = _run_zdt if name in ZDT_PROBLEMS else _run_fairness
             results["problems"][name] = runner(name, config, bar)
     _summarise(results)
-    out = Path(config.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results["figures"] = _figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default))
-    (out / "table.md").write_text(table_markdown(results) + "\n")
-    return results
+    return write_results(results, config.out, _figures, table_markdown, json_default=_json_default)
 
 
 def _json_default(v):

@@ -115,20 +115,18 @@ class PromptsConfig:
 
 def _encode_task(encoder, tasks: dict, config: PromptsConfig) -> tuple[dict, dict]:
     """Encodes every distinct text of a task once (all seeds): ``(encoded, index of each pair)``."""
-    from ..prompts import EncodedTexts
-
     pairs = list(dict.fromkeys(p for task in tasks.values() for s in ("train", "val", "test") for p in task.split(s)[0]))
     encoded = encoder.encode(pairs, layer=config.layer, max_length=config.max_length, progress=config.progress)
-    index = {p: i for i, p in enumerate(pairs)}
-    assert isinstance(encoded, EncodedTexts)
-    return encoded, index
+    return encoded, {p: i for i, p in enumerate(pairs)}
 
 
 def _run_one(config: PromptsConfig, model, task, encoded, index, name: str, seed: int) -> dict:
     from ..prompts import fit_dispatcher, prompt_embeddings, prompt_problem
 
-    splits = {s: encoded.subset([index[p] for p in task.split(s)[0]]) for s in ("train", "val", "test")}
-    labels = {s: task.split(s)[1] for s in ("train", "val", "test")}
+    splits, labels = {}, {}
+    for s in ("train", "val", "test"):
+        texts, labels[s] = task.split(s)
+        splits[s] = encoded.subset([index[p] for p in texts])
     problem = prompt_problem(model, splits["train"], labels["train"])
     method = METHODS[name](config.n_models, config.rounds, config.lr, seed)
     tic = time.perf_counter()
@@ -140,11 +138,10 @@ def _run_one(config: PromptsConfig, model, task, encoded, index, name: str, seed
     val_loss = F.cross_entropy(logits["val"].permute(1, 2, 0), labels["val"][:, None].expand(-1, config.n_models),
                                reduction="none")  # [N, m]
     targets = val_loss.argmin(1)
-    prompts = torch.stack([model.split(theta)[0] for theta in result.params])
-    dispatcher = fit_dispatcher(splits["val"].embedding, prompt_embeddings(prompts), targets,
-                                epochs=config.dispatcher_epochs, seed=seed)
+    prompts = prompt_embeddings(torch.stack([model.split(theta)[0] for theta in result.params]))
+    dispatcher = fit_dispatcher(splits["val"].embedding, prompts, targets, epochs=config.dispatcher_epochs, seed=seed)
     with torch.no_grad():
-        choice = dispatcher(splits["test"].embedding, prompt_embeddings(prompts)).argmax(1)
+        choice = dispatcher(splits["test"].embedding, prompts).argmax(1)
     test_correct = correct["test"].float()
     dispatched = test_correct[choice, torch.arange(len(choice))]
     single = int(correct["val"].float().mean(1).argmax())
