@@ -228,17 +228,22 @@ def test_the_core_library_does_not_import_flower():
 
 @pytest.mark.slow
 def test_flower_simulation_matches_the_in_process_runtime(tmp_path, monkeypatch):
-    """30 virtual SuperNodes on Flower's Ray engine: the same Gamma and accuracy as in process."""
+    """30 virtual SuperNodes on Flower's Ray engine: the same Gamma and accuracy as in process.
+
+    From m random starts: after a warm-up the m models are equal, every assignment is optimal
+    and the solver's choice among them turns on the last bits of the losses, which a client
+    training one model and the in-process runtime training all pairs at once need not share.
+    """
     from most.flower import run_simulation
 
     monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray", dir="/tmp"))
     data = fl.fedprox_synthetic(0.0, 0.0, n_clients=30, seed=1)
     model = fl.logistic_regression(60, 10)
     config = fl.FederatedConfig(rounds=6, eval_every=3, seed=1, pair_seeds=True)
-    result = run_simulation(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=2), config, num_cpus=2)
-    reference = fl.run_federated(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=2), config)
+    result = run_simulation(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=0), config, num_cpus=2)
+    reference = fl.run_federated(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=0), config)
     plans = [(a.plan, b.plan) for a, b in zip(result.history, reference.history) if a.plan is not None]
-    assert len(plans) == 4
+    assert len(plans) == 6
     for ours, theirs in plans:
         torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-9)
     assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)

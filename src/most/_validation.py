@@ -32,6 +32,14 @@ def as_tensor(x, *, name: str, like: Tensor | None = None) -> Tensor:
 
 
 def check_matrix(x: Tensor, *, name: str) -> Tensor:
+    """Checks that ``x`` is a finite, non-empty ``[n, m]`` matrix."""
+    matrix_range(x, name=name)
+    return x
+
+
+def matrix_range(x: Tensor, *, name: str) -> tuple[float, float]:
+    """Checks ``x`` as :func:`check_matrix` does and returns ``(min, max)`` (one device sync:
+    a NaN or inf shows in the extremes, so finiteness needs no pass of its own)."""
     if x.ndim != 2:
         raise ValueError(f"`{name}` must be a 2-D matrix of shape [n, m]; got shape {tuple(x.shape)}.")
     if x.shape[0] == 0 or x.shape[1] == 0:
@@ -39,16 +47,23 @@ def check_matrix(x: Tensor, *, name: str) -> Tensor:
             f"`{name}` has shape {tuple(x.shape)}: there must be at least one objective (row) "
             "and one model (column)."
         )
-    if not torch.isfinite(x).all():
+    lo, hi = (float(v) for v in torch.stack(torch.aminmax(x)).tolist())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         bad = (~torch.isfinite(x)).nonzero()[0].tolist()
         raise ValueError(
             f"`{name}` contains a non-finite value (NaN or inf), first at row {bad[0]}, column {bad[1]}."
         )
-    return x
+    return lo, hi
 
 
 def check_simplex(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL) -> Tensor:
     """Checks that ``x`` is a length-``size`` probability vector."""
+    simplex_stats(x, name=name, size=size, atol=atol)
+    return x
+
+
+def simplex_stats(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL) -> tuple[float, float]:
+    """Checks ``x`` as :func:`check_simplex` does and returns ``(min, sum)`` (one device sync)."""
     if x.ndim != 1 or x.shape[0] != size:
         raise ValueError(f"`{name}` must be a vector of length {size}; got shape {tuple(x.shape)}.")
     lo, total = (float(v) for v in torch.stack([x.min(), x.sum()]).tolist())  # one sync
@@ -64,7 +79,7 @@ def check_simplex(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL
             f"`{name}` must sum to 1 (a probability vector); it sums to {total:.8g}. "
             f"Divide it by its sum, e.g. `{name} / {name}.sum()`."
         )
-    return x
+    return lo, total
 
 
 def check_positive_int(value, *, name: str, minimum: int = 1) -> int:

@@ -267,15 +267,15 @@ class MajorityShare(Weighting):
     """
 
     def __call__(self, plan):
+        # A dozen small tensor operations: this runs once per round on the server, where
+        # the federated benchmark's rounds are a few milliseconds (performance.md).
         n, m = plan.shape
         mass = plan.sum(1)
         held = mass > 0
-        owner = plan.argmax(1)  # = argmax of the share: each row is scaled by its own mass > 0
-        own_share = plan.gather(1, owner[:, None]).squeeze(1) / mass.clamp_min(torch.finfo(plan.dtype).tiny)
-        weights = torch.zeros(m, n, dtype=plan.dtype, device=plan.device)
-        weights[owner, torch.arange(n, device=plan.device)] = torch.where(held, own_share, 0.0)
-        owned = torch.zeros(m, dtype=torch.bool, device=plan.device)
-        owned[owner[held]] = True
+        top, owner = plan.max(1)  # the largest share: each row is scaled by its own mass > 0
+        own_share = torch.where(held, top / mass, 0.0)
+        weights = plan.new_zeros(m, n).scatter_(0, owner[None], own_share[None])
+        owned = weights.amax(1) > 0  # a held row's owner has a positive share of it
         if not bool(owned.all()):  # models that own nothing fall back to everything they hold
             share = plan / mass.clamp_min(torch.finfo(plan.dtype).tiny)[:, None]
             weights[~owned] = torch.where(held[None, :], share.T[~owned], 0.0)

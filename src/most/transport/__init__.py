@@ -61,11 +61,11 @@ from torch import Tensor
 
 from .._validation import (
     as_tensor,
-    check_matrix,
     check_non_negative,
     check_positive,
     check_positive_int,
-    check_simplex,
+    matrix_range,
+    simplex_stats,
 )
 from .._warnings import ConvergenceWarning
 from . import _exact, _ipot, _newton, _sinkhorn
@@ -186,7 +186,8 @@ def solve(
     >>> solve(C, [0.5, 0.25, 0.25], None).plan.tolist()   # each objective picks its best model
     [[0.5, 0.0], [0.0, 0.25], [0.25, 0.0]]
     """
-    c_in = check_matrix(as_tensor(cost, name="cost"), name="cost")
+    c_in = as_tensor(cost, name="cost")
+    lo, hi = matrix_range(c_in, name="cost")  # checks shape and finiteness too
     out_dtype, device = c_in.dtype, c_in.device
     c = c_in.detach().to(torch.float64)
     n, m = c.shape
@@ -198,8 +199,8 @@ def solve(
             "`a` and `b` cannot both be None: drop at most one marginal constraint "
             "(a=None: each model selects objectives; b=None: each objective selects a model)."
         )
-    a64 = None if a is None else _marginal(a, name="a", size=n, like=c)
-    b64 = None if b is None else _marginal(b, name="b", size=m, like=c)
+    a64, a_min = (None, 1.0) if a is None else _marginal(a, name="a", size=n, like=c)
+    b64, b_min = (None, 1.0) if b is None else _marginal(b, name="b", size=m, like=c)
     tau = check_non_negative(diversity, name="diversity")
     default_reg, default_max_iter, default_tol = _DEFAULTS[method]
     if default_reg is None:  # "exact" has no regularisation; keep a valid placeholder
@@ -209,7 +210,6 @@ def solve(
     tol_value = (default_tol or 0.0) if tol is None else check_non_negative(tol, name="tol")
     init64 = None if init is None else _feasible_init(init, a64, b64, like=c)
 
-    lo, hi = (float(v) for v in torch.stack([c.min(), c.max()]).tolist())  # one sync
     value_range = hi - lo
     linear = partial(
         _solve_linear,
@@ -220,9 +220,10 @@ def solve(
         reg=reg_value,
         max_iter=iters,
         tol=tol_value,
+        positive=a_min > 0 and b_min > 0,
     )
     if tau == 0.0:
-        plan, n_iter, converged = linear(c, init64)
+        plan, n_iter, converged = linear(c, init64, cost_range=value_range)
     else:
         plan, n_iter, converged = minimise_with_diversity(linear, c, tau, init64)
 
@@ -244,9 +245,11 @@ def solve(
     )
 
 
-def _marginal(x, *, name: str, size: int, like: Tensor) -> Tensor:
-    t = check_simplex(as_tensor(x, name=name, like=like), name=name, size=size)
-    return t / t.sum()
+def _marginal(x, *, name: str, size: int, like: Tensor) -> tuple[Tensor, float]:
+    """The validated marginal, rescaled to sum to 1 exactly, and its smallest entry."""
+    t = as_tensor(x, name=name, like=like)
+    lo, total = simplex_stats(t, name=name, size=size)
+    return (t if total == 1.0 else t / total), lo
 
 
 def _feasible_init(init, a: Tensor | None, b: Tensor | None, *, like: Tensor) -> Tensor:
@@ -284,17 +287,25 @@ def _solve_linear(
     reg: float,
     max_iter: int,
     tol: float,
+    positive: bool = False,
+    cost_range: float | None = None,
 ) -> tuple[Tensor, int, bool]:
-    """The ``τ = 0`` problem with float64 ``cost`` ``[n, m]``: returns ``(plan, n_iter, converged)``."""
-    rng = float(cost.max() - cost.min())
+    """The ``τ = 0`` problem with float64 ``cost`` ``[n, m]``: returns ``(plan, n_iter, converged)``.
+
+    ``positive``: the caller knows that every entry of ``a`` and ``b`` is positive;
+    ``cost_range``: ``max C - min C`` when the caller has it (saves a pass and a sync)."""
+    if cost_range is not None:
+        rng = cost_range
+    else:  # "exact" never uses the range (its relaxed form is the hard argmin)
+        rng = 0.0 if method == "exact" else float(cost.max() - cost.min())
     # Unit of the relative ``reg``: the user's cost range (kept fixed through the
     # linearisation loop), falling back to this cost's own range, then to 1.
     scale = user_range if user_range > 0 else (rng if rng > 0 else 1.0)
     if a is None or b is None:
         return solve_relaxed(cost, a, b, soft=method in ("sinkhorn", "newton"), eps=reg * scale)
 
-    rows, cols = a > 0, b > 0
-    if not bool(torch.cat([rows, cols]).all()):  # zero-mass rows/columns get nothing
+    rows, cols = (None, None) if positive else (a > 0, b > 0)
+    if not positive and not bool(torch.cat([rows, cols]).all()):  # zero-mass rows/columns get nothing
         plan = torch.zeros_like(cost)
         sub_init = None if init is None else init[rows][:, cols]
         sub, n_iter, ok = _solve_linear(
