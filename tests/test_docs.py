@@ -12,7 +12,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -70,7 +69,6 @@ def test_page_examples_run(page, tmp_path, monkeypatch):
 
 def _run_page(page: Path) -> None:
     namespace: dict = {"__name__": "__docs__"}
-    tic = time.perf_counter()
     for line, code, skip in python_blocks(page.read_text("utf-8")):
         if skip:
             continue
@@ -79,9 +77,6 @@ def _run_page(page: Path) -> None:
             exec(compile(code, where, "exec"), namespace)
         except Exception as exc:  # name the block that failed
             raise AssertionError(f"the example at {where} failed: {type(exc).__name__}: {exc}") from exc
-    seconds = time.perf_counter() - tic
-    # Examples are meant to take a few seconds; a generous bound catches a runaway one.
-    assert seconds < 120, f"{page.name}: examples took {seconds:.0f} s; keep them small"
 
 
 def test_every_page_is_in_the_nav_or_generated():
