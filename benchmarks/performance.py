@@ -157,6 +157,16 @@ def machine_line(machine: dict) -> str:
             f"POT {machine.get('pot')}, Python {machine.get('python')}; measured {machine.get('date', '?')}")
 
 
+def _remeasured(results: dict) -> str:
+    """Sections measured again later (``--resume`` after deleting them from the JSON)."""
+    when = results["rounds"].get("measured", {})
+    again = {k: v for k, v in when.items() if v[:16] > str(results["machine"].get("date", ""))[:16]}
+    if not again:
+        return ""
+    names = ", ".join(f"`{k}` at {v}" for k, v in sorted(again.items()))
+    return f" End-to-end sections measured again on the same machine after a code change: {names}."
+
+
 def render(results: dict) -> str:
     m = results["machine"]
     cases = results.get("target_cases", [])
@@ -166,7 +176,8 @@ def render(results: dict) -> str:
            f"Command: `{COMMAND}{' --quick' if results.get('quick') else ''}` "
            f"(about {results['seconds'] / 60:.0f} minutes). Every figure is a median of several runs on an "
            "otherwise idle machine; the solver tables use "
-           f"{results.get('solver_threads')} thread(s), the end-to-end runs {results['rounds'].get('threads')}.", "",
+           f"{results.get('solver_threads')} thread(s), the end-to-end runs {results['rounds'].get('threads')}."
+           + _remeasured(results), "",
            "## Targets", "", targets_markdown(results), "",
            "### The target transport cases", "",
            "| n | m | method | median s | iterations | converged |", "|---|---|---|---|---|---|"]
