@@ -255,6 +255,10 @@ class MosT(_FederatedMethod):
     at its end the models are equal, so the first split of the clients is a tie broken by the
     transport solver, and the specialisation of the following rounds decides the groups (on
     Syn(0,0) they then stayed fixed; on Syn(1,1) owners changed in 29 % of the rounds).
+    Because that tie is decided by the last bits of the losses, the same seed can split the
+    clients differently on another engine or machine (e.g. Flower's clients, which train one
+    model at a time, against this runtime, which trains every pair at once); use
+    ``warmup_rounds=0`` when runs must match across engines.
     """
 
     diversity: float = 0.0
