@@ -266,7 +266,8 @@ def run_all(quick: bool, threads: int, previous: dict | None = None, save=None) 
     for key, fn in tqdm(steps, desc="end-to-end", file=sys.stderr):
         if key not in results:
             results[key] = fn()
-            results.setdefault("measured", {})[key] = time.strftime("%Y-%m-%dT%H:%M:%S")
+            if previous is not None:  # a resumed run: say when this section was measured
+                results.setdefault("remeasured", {})[key] = time.strftime("%Y-%m-%dT%H:%M:%S")
             if save is not None:
                 save(results)
     return results

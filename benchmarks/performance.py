@@ -158,13 +158,13 @@ def machine_line(machine: dict) -> str:
 
 
 def _remeasured(results: dict) -> str:
-    """Sections measured again later (``--resume`` after deleting them from the JSON)."""
-    when = results["rounds"].get("measured", {})
-    again = {k: v for k, v in when.items() if v[:16] > str(results["machine"].get("date", ""))[:16]}
+    """End-to-end sections measured by a later ``--resume`` run (e.g. after deleting them from
+    the JSON to measure a code change), with when."""
+    again = results["rounds"].get("remeasured", {})
     if not again:
         return ""
     names = ", ".join(f"`{k}` at {v}" for k, v in sorted(again.items()))
-    return f" End-to-end sections measured again on the same machine after a code change: {names}."
+    return f" End-to-end sections measured later, by `--resume` on the same machine: {names}."
 
 
 def render(results: dict) -> str:

@@ -31,15 +31,9 @@ def as_tensor(x, *, name: str, like: Tensor | None = None) -> Tensor:
     return t
 
 
-def check_matrix(x: Tensor, *, name: str) -> Tensor:
-    """Checks that ``x`` is a finite, non-empty ``[n, m]`` matrix."""
-    matrix_range(x, name=name)
-    return x
-
-
 def matrix_range(x: Tensor, *, name: str) -> tuple[float, float]:
-    """Checks ``x`` as :func:`check_matrix` does and returns ``(min, max)`` (one device sync:
-    a NaN or inf shows in the extremes, so finiteness needs no pass of its own)."""
+    """Checks that ``x`` is a finite, non-empty ``[n, m]`` matrix and returns ``(min, max)``
+    (one device sync: a NaN or inf shows in the extremes, so finiteness needs no pass of its own)."""
     if x.ndim != 2:
         raise ValueError(f"`{name}` must be a 2-D matrix of shape [n, m]; got shape {tuple(x.shape)}.")
     if x.shape[0] == 0 or x.shape[1] == 0:
@@ -56,14 +50,8 @@ def matrix_range(x: Tensor, *, name: str) -> tuple[float, float]:
     return lo, hi
 
 
-def check_simplex(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL) -> Tensor:
-    """Checks that ``x`` is a length-``size`` probability vector."""
-    simplex_stats(x, name=name, size=size, atol=atol)
-    return x
-
-
 def simplex_stats(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL) -> tuple[float, float]:
-    """Checks ``x`` as :func:`check_simplex` does and returns ``(min, sum)`` (one device sync)."""
+    """Checks that ``x`` is a length-``size`` probability vector and returns ``(min, sum)`` (one device sync)."""
     if x.ndim != 1 or x.shape[0] != size:
         raise ValueError(f"`{name}` must be a vector of length {size}; got shape {tuple(x.shape)}.")
     lo, total = (float(v) for v in torch.stack([x.min(), x.sum()]).tolist())  # one sync

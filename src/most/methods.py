@@ -267,8 +267,8 @@ class MajorityShare(Weighting):
     """
 
     def __call__(self, plan):
-        # A dozen small tensor operations: this runs once per round on the server, where
-        # the federated benchmark's rounds are a few milliseconds (performance.md).
+        # Kept to a few tensor operations: this runs once per round on the server, where the
+        # federated benchmark's rounds take a few milliseconds (performance.md).
         n, m = plan.shape
         mass = plan.sum(1)
         held = mass > 0

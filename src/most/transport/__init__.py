@@ -246,10 +246,10 @@ def solve(
 
 
 def _marginal(x, *, name: str, size: int, like: Tensor) -> tuple[Tensor, float]:
-    """The validated marginal, rescaled to sum to 1 exactly, and its smallest entry."""
+    """The validated marginal, rescaled to sum to 1, and its smallest entry (a new tensor)."""
     t = as_tensor(x, name=name, like=like)
     lo, total = simplex_stats(t, name=name, size=size)
-    return (t if total == 1.0 else t / total), lo
+    return t / total, lo
 
 
 def _feasible_init(init, a: Tensor | None, b: Tensor | None, *, like: Tensor) -> Tensor:
@@ -294,33 +294,32 @@ def _solve_linear(
 
     ``positive``: the caller knows that every entry of ``a`` and ``b`` is positive;
     ``cost_range``: ``max C - min C`` when the caller has it (saves a pass and a sync)."""
-    if cost_range is not None:
-        rng = cost_range
-    else:  # "exact" never uses the range (its relaxed form is the hard argmin)
-        rng = 0.0 if method == "exact" else float(cost.max() - cost.min())
+    rng = float(cost.max() - cost.min()) if cost_range is None else cost_range
     # Unit of the relative ``reg``: the user's cost range (kept fixed through the
     # linearisation loop), falling back to this cost's own range, then to 1.
     scale = user_range if user_range > 0 else (rng if rng > 0 else 1.0)
     if a is None or b is None:
         return solve_relaxed(cost, a, b, soft=method in ("sinkhorn", "newton"), eps=reg * scale)
 
-    rows, cols = (None, None) if positive else (a > 0, b > 0)
-    if not positive and not bool(torch.cat([rows, cols]).all()):  # zero-mass rows/columns get nothing
-        plan = torch.zeros_like(cost)
-        sub_init = None if init is None else init[rows][:, cols]
-        sub, n_iter, ok = _solve_linear(
-            cost[rows][:, cols],
-            sub_init,
-            a=a[rows],
-            b=b[cols],
-            method=method,
-            user_range=user_range,
-            reg=reg,
-            max_iter=max_iter,
-            tol=tol,
-        )
-        plan[rows.nonzero()[:, 0][:, None], cols.nonzero()[:, 0][None, :]] = sub
-        return plan, n_iter, ok
+    if not positive:  # zero-mass rows/columns get nothing
+        rows, cols = a > 0, b > 0
+        if not bool(torch.cat([rows, cols]).all()):
+            plan = torch.zeros_like(cost)
+            sub_init = None if init is None else init[rows][:, cols]
+            sub, n_iter, ok = _solve_linear(
+                cost[rows][:, cols],
+                sub_init,
+                a=a[rows],
+                b=b[cols],
+                method=method,
+                user_range=user_range,
+                reg=reg,
+                max_iter=max_iter,
+                tol=tol,
+                positive=True,
+            )
+            plan[rows.nonzero()[:, 0][:, None], cols.nonzero()[:, 0][None, :]] = sub
+            return plan, n_iter, ok
 
     n, m = cost.shape
     if method == "exact":
