@@ -33,10 +33,14 @@ def test_federated_bench_command_writes_results_and_figures(tmp_path):
             assert 0.0 <= r["worst20"] <= r["worst40"] <= r["worst80"] <= r["mean"] + 1e-12
             assert r["mean"] <= r["oracle"] + 1e-12
             assert np.isclose(np.mean(r["per_client"]), r["mean"])
+            # the loss pick is another choice of the same models: never above the oracle
+            assert 0.0 <= r["worst20_loss_pick"] <= r["mean_loss_pick"] <= r["oracle"] + 1e-12
+            assert sum(r["choice_counts_loss_pick"]) == 30
     most_runs = results["methods"]["MosT"]["runs"]
     assert all(len(r["sparsity"]) == 7 - 5 and len(r["drift"]) == 1 for r in most_runs)  # plans after the 5-round warm-up
-    assert "IFCA" in results["paired_vs_most"]
+    assert "IFCA" in results["paired_vs_most"] and "IFCA" in results["paired_vs_most_loss_pick"]
     assert "MosT − method" in (out / "table.md").read_text()
+    assert "MosT − method, loss pick" in (out / "table.md").read_text()
     for fig in ("radar.png", "accuracy_curves.png", "loss_curves.png", "worst_k.png", "assignment_stack.png",
                 "gamma.png"):
         assert (out / fig).stat().st_size > 1000, fig

@@ -20,6 +20,8 @@ from most.federated.evaluation import (
     paired_difference,
     pairwise_symmetric_kl,
     prediction_diversity,
+    pooled_loss,
+    select_by_loss,
     select_models,
     summarise,
     worst_k_percent,
@@ -87,6 +89,51 @@ def test_summarise_hand_computed():
     assert {k: v for k, v in t.items() if k != "choice_counts"} == pytest.approx(
         {k: v for k, v in s.items() if k != "choice_counts"})
     assert isinstance(t["mean"], float)
+
+
+def test_pooled_loss_is_the_mean_over_both_splits_samples():
+    rng = np.random.default_rng(0)
+    train, val = rng.random((6, 3)), rng.random((6, 3))
+    nt, nv = rng.integers(1, 50, 6), rng.integers(1, 20, 6)
+    pooled = pooled_loss(train, val, nt, nv)
+    # the mean over the samples of both splits, written as sums of per-sample losses
+    expected = (train * nt[:, None] + val * nv[:, None]) / (nt + nv)[:, None]
+    assert np.allclose(pooled, expected)
+    assert ((pooled >= np.minimum(train, val) - 1e-12) & (pooled <= np.maximum(train, val) + 1e-12)).all()
+    t = pooled_loss(torch.tensor(train), torch.tensor(val), torch.tensor(nt), torch.tensor(nv))
+    assert isinstance(t, torch.Tensor) and torch.allclose(t, torch.tensor(expected))
+
+
+def test_pooled_loss_leaves_out_empty_splits_and_refuses_nan_where_there_is_data():
+    nan = float("nan")
+    out = pooled_loss([[1.0, 2.0], [nan, nan], [nan, nan]], [[nan, nan], [3.0, 4.0], [nan, nan]],
+                      [5, 0, 0], [0, 2, 0])
+    assert out[0].tolist() == [1.0, 2.0] and out[1].tolist() == [3.0, 4.0] and np.isnan(out[2]).all()
+    with pytest.raises(ValueError, match="`train_loss`.*NaN"):
+        pooled_loss([[nan, 1.0]], [[1.0, 1.0]], [3], [1])
+    with pytest.raises(ValueError, match="`val_counts`.*shape"):
+        pooled_loss([[1.0, 1.0]], [[1.0, 1.0]], [3], [1, 2])
+    with pytest.raises(ValueError, match="same shape"):
+        pooled_loss([[1.0, 1.0]], [[1.0, 1.0, 1.0]], [3], [1])
+    with pytest.raises(ValueError, match="non-negative"):
+        pooled_loss([[1.0, 1.0]], [[1.0, 1.0]], [-3], [1])
+
+
+def test_select_by_loss_takes_the_lowest_and_breaks_ties_to_the_lowest_index():
+    assert select_by_loss([[0.5, 0.3, 0.3], [0.1, 0.4, 0.1], [float("nan"), 0.2, 0.9]]).tolist() == [1, 0, 1]
+    assert select_by_loss(torch.tensor([[0.4, 0.2]])).dtype == torch.int64
+    with pytest.raises(ValueError, match="`loss`"):
+        select_by_loss([0.1, 0.2])
+
+
+def test_summarise_with_a_given_choice_scores_that_choice():
+    val = [[0.6, 0.8], [0.9, 0.5]]
+    test = [[0.5, 0.9], [0.8, 0.4]]
+    s = summarise(val, test, choice=[0, 1])
+    assert s["mean"] == pytest.approx((0.5 + 0.4) / 2) and s["choice_counts"] == [1, 1]
+    assert s["oracle"] == pytest.approx((0.9 + 0.8) / 2)
+    with pytest.raises(ValueError, match="`choice`"):
+        summarise(val, test, choice=[0, 2])
 
 
 # --------------------------------------------------------------------------- diversity

@@ -111,6 +111,20 @@ def test_most_plans_are_feasible_transport_plans_and_ifca_is_hard(small):
     assert all(len(log.clients) == 4 for log in part.history)
 
 
+def test_loss_choice_picks_the_lowest_loss_on_training_and_validation_data(small):
+    from most.federated.runtime import evaluate
+
+    model = fl.logistic_regression(60, 10)
+    res = fl.run_federated(small, model, F.IFCA(n_models=3), fl.FederatedConfig(rounds=4, seed=1))
+    tr_loss, _, _ = evaluate(model, res.params, fl.pad_split(small, "train"))
+    va_loss, _, _ = evaluate(model, res.params, fl.pad_split(small, "val"))
+    for i, client in enumerate(small.clients):
+        nt, nv = len(client.y_train), len(client.y_val)
+        expected = (tr_loss[i] * nt + va_loss[i] * nv) / (nt + nv)
+        assert torch.allclose(res.selection_loss[i], expected, atol=1e-6)
+        assert int(res.loss_choice[i]) == int(expected.argmin())
+
+
 def test_warm_up_trains_one_shared_model_then_splits(small):
     model = fl.logistic_regression(60, 10)
     seen = []

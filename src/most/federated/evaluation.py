@@ -2,7 +2,9 @@
 
 Protocol of the MosT paper: each client picks the model that is most accurate on its
 *validation* split (:func:`select_models`), and is scored by that model's accuracy on its
-*test* split (:func:`client_accuracy`). The clients' accuracies are summarised by their mean
+*test* split (:func:`client_accuracy`). A second, lower-variance rule picks the model with the
+lowest loss on the client's training and validation data pooled (:func:`pooled_loss`,
+:func:`select_by_loss`); the federated benchmark reports both. The clients' accuracies are summarised by their mean
 and by the mean of the worst k % of clients (:func:`worst_k_percent`); the
 :func:`oracle_accuracy` (each client's best model on test) is an upper bound on the selection.
 
@@ -42,6 +44,8 @@ from ..metrics import worst_fraction_mean
 __all__ = [
     "WORST_FRACTIONS",
     "select_models",
+    "pooled_loss",
+    "select_by_loss",
     "client_accuracy",
     "worst_k_percent",
     "oracle_accuracy",
@@ -136,6 +140,70 @@ def select_models(val_accuracy):
     a = _matrix(val_accuracy, "val_accuracy")
     choice = np.argmax(a, axis=1).astype(np.int64)  # argmax returns the first maximum
     return _like(choice, val_accuracy, dtype=torch.int64)
+
+
+def pooled_loss(train_loss, val_loss, train_counts, val_counts):
+    """Each model's mean loss on each client's training and validation samples together.
+
+    ``(n_t L_train + n_v L_val) / (n_t + n_v)`` per client and model. A split with no sample
+    (count 0) is left out, so its NaN loss does not spread; a client with no sample in either
+    split gets NaN.
+
+    Args:
+        train_loss, val_loss: ``[n_clients, m]`` mean losses of every model on each split.
+        train_counts, val_counts: ``[n_clients]`` samples per client in each split.
+
+    Returns:
+        ``[n_clients, m]``: a tensor when ``train_loss`` is a tensor, else a NumPy array.
+
+    >>> pooled_loss([[1.0, 2.0]], [[3.0, 0.0]], [3], [1]).tolist()
+    [[1.5, 1.5]]
+    >>> pooled_loss([[1.0, 2.0]], [[float("nan"), float("nan")]], [4], [0]).tolist()
+    [[1.0, 2.0]]
+    """
+    t, v = _array(train_loss, "train_loss"), _array(val_loss, "val_loss")
+    nt, nv = _vector(train_counts, "train_counts"), _vector(val_counts, "val_counts")
+    for name, a in (("train_loss", t), ("val_loss", v)):
+        if a.ndim != 2 or 0 in a.shape:
+            raise ValueError(f"`{name}` must be a matrix of shape [n_clients, m_models] (non-empty, 2-D); "
+                             f"got shape {a.shape}.")
+    _same_shape(t, v, "train_loss", "val_loss")
+    for name, c in (("train_counts", nt), ("val_counts", nv)):
+        if c.shape != (t.shape[0],):
+            raise ValueError(f"`{name}` must have shape [n_clients] = ({t.shape[0]},); got shape {c.shape}.")
+        _nonnegative(c, name)
+    for name, a, c in (("train_loss", t, nt), ("val_loss", v, nv)):
+        bad = ~np.isfinite(a[c > 0])
+        if bad.any():
+            raise ValueError(f"`{name}` (shape {a.shape}) is NaN or inf for a client that has samples in that split.")
+    wt, wv = nt[:, None], nv[:, None]
+    total = wt + wv
+    with np.errstate(invalid="ignore", divide="ignore"):
+        pooled = (np.where(wt > 0, t * wt, 0.0) + np.where(wv > 0, v * wv, 0.0)) / total
+    pooled[(total == 0).repeat(t.shape[1], 1)] = np.nan
+    return _like(pooled, train_loss)
+
+
+def select_by_loss(loss):
+    """Index of each client's lowest-loss model (ties go to the lowest index).
+
+    Args:
+        loss: ``[n_clients, m]`` loss of every model on every client, e.g. from
+            :func:`pooled_loss`. A client whose row is all NaN (no data) gets model 0.
+
+    Returns:
+        ``[n_clients]`` integer indices (``int64``): a tensor for a tensor input, else a NumPy array.
+
+    >>> select_by_loss([[0.5, 0.3, 0.3], [0.1, 0.4, 0.1]])
+    array([1, 0])
+    """
+    a = _array(loss, "loss")
+    if a.ndim != 2 or 0 in a.shape:
+        raise ValueError(
+            f"`loss` must be a matrix of shape [n_clients, m_models] (non-empty, 2-D); got shape {a.shape}."
+        )
+    choice = np.argmin(np.nan_to_num(a, nan=np.inf), axis=1).astype(np.int64)
+    return _like(choice, loss, dtype=torch.int64)
 
 
 def client_accuracy(test_accuracy, choice):
@@ -325,12 +393,13 @@ def gamma_drift(prev, plan, *, skip_empty: bool = False) -> float:
 # --------------------------------------------------------------------------- summaries
 
 
-def summarise(val_acc, test_acc) -> dict:
+def summarise(val_acc, test_acc, *, choice=None) -> dict:
     """Per-run summary: select on validation, score on test.
 
     Returns a dict with ``mean`` (mean client accuracy), ``worst20`` .. ``worst80``,
     ``oracle`` (:func:`oracle_accuracy`) and ``choice_counts`` (a list: how many clients chose
-    each model, length m).
+    each model, length m). ``choice`` (``[n_clients]`` model indices, e.g. from
+    :func:`select_by_loss`) replaces the validation pick when given.
 
     >>> s = summarise([[0.1, 0.2], [0.3, 0.2]], [[0.0, 1.0], [0.5, 0.5]])
     >>> s["mean"], s["worst20"], s["oracle"], s["choice_counts"]
@@ -339,7 +408,7 @@ def summarise(val_acc, test_acc) -> dict:
     v = _matrix(val_acc, "val_acc")
     t = _matrix(test_acc, "test_acc")
     _same_shape(v, t, "val_acc", "test_acc")
-    choice = select_models(v)
+    choice = select_models(v) if choice is None else _array(choice, "choice").astype(np.int64)
     acc = client_accuracy(t, choice)
     out: dict = {"mean": float(acc.mean())}
     out.update(worst_k_percent(acc))

@@ -262,6 +262,9 @@ class FederatedResult:
     ``val_accuracy`` / ``test_accuracy`` are ``[n, m]``; ``choice [n]`` is each client's best
     model on validation; ``history`` one :class:`RoundLog` per round; ``test_probs`` the
     models' predictive distributions on the test split ``[m, n, N, C]`` (for diversity).
+    ``selection_loss [n, m]`` is each final model's mean loss on the client's training and
+    validation samples pooled (:func:`~most.federated.evaluation.pooled_loss`; ``None`` when
+    the engine did not measure it); :attr:`loss_choice` picks by it.
     """
 
     params: Tensor
@@ -272,11 +275,22 @@ class FederatedResult:
     history: list[RoundLog]
     test_probs: Tensor = field(repr=False)
     test_weight: Tensor = field(repr=False)
+    selection_loss: Tensor | None = field(default=None, repr=False)
 
     @property
     def client_accuracy(self) -> Tensor:
         """``[n]`` test accuracy of each client with its validation-chosen model."""
         return self.test_accuracy.gather(1, self.choice[:, None]).squeeze(1)
+
+    @property
+    def loss_choice(self) -> Tensor:
+        """``[n]`` each client's model with the lowest loss on its training and validation data."""
+        if self.selection_loss is None:
+            raise ValueError("This result has no `selection_loss` (its engine did not measure the final models' "
+                             "training loss); pick with `choice` (validation accuracy) instead.")
+        from .evaluation import select_by_loss
+
+        return select_by_loss(self.selection_loss)
 
     @property
     def mean_accuracy(self) -> float:
@@ -386,9 +400,13 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
                                  params=params.cpu(), previous=None if previous is None else previous.cpu(),
                                  history=history, method=method), gen)
 
-    _, val_acc, _ = evaluate(model, params, val)
+    from .evaluation import pooled_loss
+
+    val_loss, val_acc, _ = evaluate(model, params, val)
+    train_loss, _, _ = evaluate(model, params, train)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     choice = torch.nan_to_num(val_acc, nan=-1.0).argmax(1)
+    selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
                            test_loss=test_loss.cpu(), choice=choice.cpu(), history=history, test_probs=probs.cpu(),
-                           test_weight=test.w.cpu())
+                           test_weight=test.w.cpu(), selection_loss=selection)
