@@ -134,6 +134,8 @@ def test_summarise_with_a_given_choice_scores_that_choice():
     assert s["oracle"] == pytest.approx((0.9 + 0.8) / 2)
     with pytest.raises(ValueError, match="`choice`"):
         summarise(val, test, choice=[0, 2])
+    with pytest.raises(ValueError, match="`choice`.*integer"):
+        summarise(val, test, choice=[0, 0.5])
 
 
 # --------------------------------------------------------------------------- diversity

@@ -77,17 +77,18 @@ def _array(x, name: str) -> np.ndarray:
         raise ValueError(f"`{name}` must be a tensor or array-like of numbers; got {type(x).__name__}.") from exc
 
 
-def _check(a: np.ndarray, name: str, ndim: int, what: str) -> np.ndarray:
+def _check(a: np.ndarray, name: str, ndim: int, what: str, *, finite: bool = True) -> np.ndarray:
     if a.ndim != ndim or 0 in a.shape:
         raise ValueError(f"`{name}` must be {what} (non-empty, {ndim}-D); got shape {a.shape}.")
-    if not np.isfinite(a).all():
+    if finite and not np.isfinite(a).all():
         first = tuple(int(i) for i in np.argwhere(~np.isfinite(a))[0])
         raise ValueError(f"`{name}` (shape {a.shape}) contains NaN or inf, first at index {first}.")
     return a
 
 
-def _matrix(x, name: str) -> np.ndarray:
-    return _check(_array(x, name), name, 2, "a matrix of shape [n_clients, m_models]")
+def _matrix(x, name: str, *, finite: bool = True) -> np.ndarray:
+    """``[n_clients, m_models]``; ``finite=False`` lets NaN through (a client with no data in a split)."""
+    return _check(_array(x, name), name, 2, "a matrix of shape [n_clients, m_models]", finite=finite)
 
 
 def _vector(x, name: str) -> np.ndarray:
@@ -161,12 +162,8 @@ def pooled_loss(train_loss, val_loss, train_counts, val_counts):
     >>> pooled_loss([[1.0, 2.0]], [[float("nan"), float("nan")]], [4], [0]).tolist()
     [[1.0, 2.0]]
     """
-    t, v = _array(train_loss, "train_loss"), _array(val_loss, "val_loss")
+    t, v = _matrix(train_loss, "train_loss", finite=False), _matrix(val_loss, "val_loss", finite=False)
     nt, nv = _vector(train_counts, "train_counts"), _vector(val_counts, "val_counts")
-    for name, a in (("train_loss", t), ("val_loss", v)):
-        if a.ndim != 2 or 0 in a.shape:
-            raise ValueError(f"`{name}` must be a matrix of shape [n_clients, m_models] (non-empty, 2-D); "
-                             f"got shape {a.shape}.")
     _same_shape(t, v, "train_loss", "val_loss")
     for name, c in (("train_counts", nt), ("val_counts", nv)):
         if c.shape != (t.shape[0],):
@@ -177,10 +174,8 @@ def pooled_loss(train_loss, val_loss, train_counts, val_counts):
         if bad.any():
             raise ValueError(f"`{name}` (shape {a.shape}) is NaN or inf for a client that has samples in that split.")
     wt, wv = nt[:, None], nv[:, None]
-    total = wt + wv
-    with np.errstate(invalid="ignore", divide="ignore"):
-        pooled = (np.where(wt > 0, t * wt, 0.0) + np.where(wv > 0, v * wv, 0.0)) / total
-    pooled[(total == 0).repeat(t.shape[1], 1)] = np.nan
+    with np.errstate(invalid="ignore"):  # 0 / 0 = NaN for a client with no sample in either split
+        pooled = (np.where(wt > 0, t * wt, 0.0) + np.where(wv > 0, v * wv, 0.0)) / (wt + wv)
     return _like(pooled, train_loss)
 
 
@@ -197,11 +192,7 @@ def select_by_loss(loss):
     >>> select_by_loss([[0.5, 0.3, 0.3], [0.1, 0.4, 0.1]])
     array([1, 0])
     """
-    a = _array(loss, "loss")
-    if a.ndim != 2 or 0 in a.shape:
-        raise ValueError(
-            f"`loss` must be a matrix of shape [n_clients, m_models] (non-empty, 2-D); got shape {a.shape}."
-        )
+    a = _matrix(loss, "loss", finite=False)
     choice = np.argmin(np.nan_to_num(a, nan=np.inf), axis=1).astype(np.int64)
     return _like(choice, loss, dtype=torch.int64)
 
@@ -408,8 +399,10 @@ def summarise(val_acc, test_acc, *, choice=None) -> dict:
     v = _matrix(val_acc, "val_acc")
     t = _matrix(test_acc, "test_acc")
     _same_shape(v, t, "val_acc", "test_acc")
-    choice = select_models(v) if choice is None else _array(choice, "choice").astype(np.int64)
-    acc = client_accuracy(t, choice)
+    if choice is None:
+        choice = select_models(v)
+    acc = client_accuracy(t, choice)  # validates a given choice (integer indices in 0 .. m - 1)
+    choice = _array(choice, "choice").astype(np.int64)
     out: dict = {"mean": float(acc.mean())}
     out.update(worst_k_percent(acc))
     out["oracle"] = oracle_accuracy(t)

@@ -36,6 +36,7 @@ from .._random import derive_seed
 from .._validation import check_positive, check_positive_int
 from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
+from .evaluation import pooled_loss, select_by_loss
 from .models import FlatModel
 
 __all__ = ["Padded", "pad_split", "evaluate", "local_train", "pair_seed", "FederatedConfig", "FederatedResult",
@@ -288,8 +289,6 @@ class FederatedResult:
         if self.selection_loss is None:
             raise ValueError("This result has no `selection_loss` (its engine did not measure the final models' "
                              "training loss); pick with `choice` (validation accuracy) instead.")
-        from .evaluation import select_by_loss
-
         return select_by_loss(self.selection_loss)
 
     @property
@@ -399,8 +398,6 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
             checkpoint.save(dict(round=t + 1, n=n, m=m, rounds=config.rounds, dim=int(params.shape[1]),
                                  params=params.cpu(), previous=None if previous is None else previous.cpu(),
                                  history=history, method=method), gen)
-
-    from .evaluation import pooled_loss
 
     val_loss, val_acc, _ = evaluate(model, params, val)
     train_loss, _, _ = evaluate(model, params, train)
