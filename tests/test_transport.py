@@ -163,6 +163,32 @@ def test_zero_mass_rows_and_columns_get_nothing():
         _check_marginals(torch.as_tensor(plan), a, b, MARGINAL_TOL[method])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_exact_host_path_matches_the_general_path(seed):
+    # "exact" with tau = 0, both marginals and no init runs its checks and arithmetic in NumPy;
+    # an init sends the same problem down the general tensor path, which must give the same
+    # plan bit for bit (tied columns, float32 costs and zero-mass rows included: a last-bit
+    # difference in the marginals is enough to change the simplex's pick among tied optima).
+    rng = np.random.default_rng(seed)
+    n, m = [(30, 5), (7, 7), (12, 3)][seed % 3]
+    c = torch.as_tensor(rng.random((n, m)))
+    if seed % 2:
+        c = c[:, :1].repeat(1, m)  # every column equal: many optimal plans
+    if seed >= 3:
+        c = c.float()
+    a = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    if seed == 5:
+        a = torch.as_tensor(rng.random(n))
+        a[[0, 3]] = 0.0
+        a = a / a.sum()
+    b = torch.full((m,), 1.0 / m, dtype=torch.float64)
+    fast = solve(c, a, b)
+    general = solve(c, a, b, init=torch.outer(a, b))
+    assert torch.equal(fast.plan, general.plan) and fast.plan.dtype == c.dtype
+    assert fast.cost == pytest.approx(general.cost, rel=1e-12, abs=1e-15)
+    assert fast.converged and fast.n_iter == 1
+
+
 # -------------------------------------------------------------------------- optimality
 @settings(max_examples=30, deadline=None)
 @given(
@@ -487,6 +513,12 @@ def test_bad_input_raises(kwargs, match):
     args = {"cost": GOOD_C, "a": GOOD_A, "b": GOOD_B, **kwargs}
     with pytest.raises(ValueError, match=match):
         solve(args.pop("cost"), args.pop("a"), args.pop("b"), **args)
+    if "init" not in kwargs and "method" not in kwargs and kwargs.get("a", GOOD_A) is not None:
+        # the same message from the general path ("sinkhorn" takes it) as from the host path
+        # that "exact" takes with both marginals and no init
+        args = {"cost": GOOD_C, "a": GOOD_A, "b": GOOD_B, "method": "sinkhorn", **kwargs}
+        with pytest.raises(ValueError, match=match):
+            solve(args.pop("cost"), args.pop("a"), args.pop("b"), **args)
 
 
 def test_feasible_init_is_accepted_for_every_method():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -31,9 +32,10 @@ def as_tensor(x, *, name: str, like: Tensor | None = None) -> Tensor:
     return t
 
 
-def matrix_range(x: Tensor, *, name: str) -> tuple[float, float]:
+def matrix_range(x: Tensor | np.ndarray, *, name: str) -> tuple[float, float]:
     """Checks that ``x`` is a finite, non-empty ``[n, m]`` matrix and returns ``(min, max)``
-    (one device sync: a NaN or inf shows in the extremes, so finiteness needs no pass of its own)."""
+    (one device sync: a NaN or inf shows in the extremes, so finiteness needs no pass of its own).
+    ``x`` is a tensor or a NumPy array (the exact transport solver checks on the host)."""
     if x.ndim != 2:
         raise ValueError(f"`{name}` must be a 2-D matrix of shape [n, m]; got shape {tuple(x.shape)}.")
     if x.shape[0] == 0 or x.shape[1] == 0:
@@ -41,9 +43,12 @@ def matrix_range(x: Tensor, *, name: str) -> tuple[float, float]:
             f"`{name}` has shape {tuple(x.shape)}: there must be at least one objective (row) "
             "and one model (column)."
         )
-    lo, hi = (float(v) for v in torch.stack(torch.aminmax(x)).tolist())
+    if isinstance(x, np.ndarray):
+        lo, hi = float(x.min()), float(x.max())
+    else:
+        lo, hi = (float(v) for v in torch.stack(torch.aminmax(x)).tolist())
     if not (math.isfinite(lo) and math.isfinite(hi)):
-        bad = (~torch.isfinite(x)).nonzero()[0].tolist()
+        bad = (~torch.isfinite(torch.as_tensor(x))).nonzero()[0].tolist()
         raise ValueError(
             f"`{name}` contains a non-finite value (NaN or inf), first at row {bad[0]}, column {bad[1]}."
         )

@@ -56,6 +56,7 @@ from __future__ import annotations
 import warnings
 from functools import partial
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -70,11 +71,12 @@ from .._validation import (
 from .._warnings import ConvergenceWarning
 from . import _exact, _ipot, _newton, _sinkhorn
 from ._diversity import diversity_regularizer, minimise_with_diversity, objective
-from ._exact import solve_exact
+from ._exact import exact_plan, solve_exact
 from ._ipot import solve_ipot
 from ._newton import solve_newton
 from ._relaxed import solve_relaxed
 from ._result import TransportResult
+from ._rounding import round_to_feasible
 from ._sinkhorn import solve_sinkhorn
 
 __all__ = ["solve", "TransportResult", "diversity_regularizer"]
@@ -187,11 +189,7 @@ def solve(
     [[0.5, 0.0], [0.0, 0.25], [0.25, 0.0]]
     """
     c_in = as_tensor(cost, name="cost")
-    lo, hi = matrix_range(c_in, name="cost")  # checks shape and finiteness too
     out_dtype, device = c_in.dtype, c_in.device
-    c = c_in.detach().to(torch.float64)
-    n, m = c.shape
-
     if not isinstance(method, str) or method not in METHODS:
         raise ValueError(f"`method` must be one of {', '.join(repr(x) for x in METHODS)}; got {method!r}.")
     if a is None and b is None:
@@ -199,8 +197,6 @@ def solve(
             "`a` and `b` cannot both be None: drop at most one marginal constraint "
             "(a=None: each model selects objectives; b=None: each objective selects a model)."
         )
-    a64, a_min = (None, 1.0) if a is None else _marginal(a, name="a", size=n, like=c)
-    b64, b_min = (None, 1.0) if b is None else _marginal(b, name="b", size=m, like=c)
     tau = check_non_negative(diversity, name="diversity")
     default_reg, default_max_iter, default_tol = _DEFAULTS[method]
     if default_reg is None:  # "exact" has no regularisation; keep a valid placeholder
@@ -208,24 +204,35 @@ def solve(
     reg_value = default_reg if reg is None else check_positive(reg, name="reg")
     iters = default_max_iter if max_iter is None else check_positive_int(max_iter, name="max_iter")
     tol_value = (default_tol or 0.0) if tol is None else check_non_negative(tol, name="tol")
-    init64 = None if init is None else _feasible_init(init, a64, b64, like=c)
 
-    value_range = hi - lo
-    linear = partial(
-        _solve_linear,
-        a=a64,
-        b=b64,
-        method=method,
-        user_range=value_range,
-        reg=reg_value,
-        max_iter=iters,
-        tol=tol_value,
-        positive=a_min > 0 and b_min > 0,
-    )
-    if tau == 0.0:
-        plan, n_iter, converged = linear(c, init64, cost_range=value_range)
+    if method == "exact" and tau == 0.0 and a is not None and b is not None and init is None:
+        plan, value, converged = _exact_on_host(c_in, a, b, max_iter=iters)
+        n_iter = 1
     else:
-        plan, n_iter, converged = minimise_with_diversity(linear, c, tau, init64)
+        lo, hi = matrix_range(c_in, name="cost")  # checks shape and finiteness too
+        c = c_in.detach().to(torch.float64)
+        n, m = c.shape
+        a64, a_min = (None, 1.0) if a is None else _marginal(a, name="a", size=n, like=c)
+        b64, b_min = (None, 1.0) if b is None else _marginal(b, name="b", size=m, like=c)
+        init64 = None if init is None else _feasible_init(init, a64, b64, like=c)
+
+        value_range = hi - lo
+        linear = partial(
+            _solve_linear,
+            a=a64,
+            b=b64,
+            method=method,
+            user_range=value_range,
+            reg=reg_value,
+            max_iter=iters,
+            tol=tol_value,
+            positive=a_min > 0 and b_min > 0,
+        )
+        if tau == 0.0:
+            plan, n_iter, converged = linear(c, init64, cost_range=value_range)
+        else:
+            plan, n_iter, converged = minimise_with_diversity(linear, c, tau, init64)
+        value = objective(c, plan, tau)
 
     if not converged:
         settings = f"max_iter={iters}" + ("" if method == "exact" else f", tol={tol_value:g}")
@@ -239,7 +246,7 @@ def solve(
         )
     return TransportResult(
         plan=plan.to(dtype=out_dtype, device=device),
-        cost=objective(c, plan, tau),
+        cost=value,
         n_iter=int(n_iter),
         converged=bool(converged),
     )
@@ -250,6 +257,48 @@ def _marginal(x, *, name: str, size: int, like: Tensor) -> tuple[Tensor, float]:
     t = as_tensor(x, name=name, like=like)
     lo, total = simplex_stats(t, name=name, size=size)
     return t / total, lo
+
+
+def _exact_on_host(cost: Tensor, a, b, *, max_iter: int) -> tuple[Tensor, float, bool]:
+    """``"exact"`` with ``τ = 0``, both marginals and no ``init`` (MosT's plan every round):
+    returns ``(plan, <C, plan>, converged)``, the plan float64 on the CPU.
+
+    The network simplex runs on the host, so the checks and the few array operations around
+    it run there too, in NumPy: one copy of each input in and of the plan out, where the
+    general path's small tensor operations (and, on a GPU, their syncs) cost several times
+    more than the 30 x 5 solve itself (``benchmarks/results/performance.md``). Same checks,
+    same messages and the same plan, bit for bit, as the general path."""
+    c = cost.detach().to("cpu", torch.float64).numpy()
+    bounds = matrix_range(c, name="cost")  # checks shape and finiteness too
+    n, m = c.shape
+    a64, b64 = _host_marginal(a, name="a", size=n), _host_marginal(b, name="b", size=m)
+    rows, cols = a64 > 0, b64 > 0  # zero-mass rows/columns get nothing
+    full = bool(rows.all() and cols.all())
+    sub_a, sub_b = (a64, b64) if full else (a64[rows], b64[cols])
+    sub_c = c if full else c[np.ix_(rows, cols)]
+    if sub_c.shape[0] == 1 or sub_c.shape[1] == 1:  # the marginals determine the plan
+        sub, converged = np.outer(sub_a, sub_b) / sub_b.sum(), True
+    else:
+        sub, converged = exact_plan(sub_c, sub_a, sub_b, max_iter=max_iter, bounds=bounds if full else None)
+    if full:
+        plan = sub
+    else:
+        plan = np.zeros_like(c)
+        plan[np.ix_(rows, cols)] = sub
+    out = torch.from_numpy(plan)
+    if not converged:  # an interrupted simplex may still route mass through artificial arcs
+        out = round_to_feasible(out, torch.from_numpy(a64), torch.from_numpy(b64 * (a64.sum() / b64.sum())))
+    return out, float(np.vdot(c, out.numpy())), converged
+
+
+def _host_marginal(x, *, name: str, size: int) -> np.ndarray:
+    """The validated marginal as a float64 NumPy vector, rescaled to sum to 1 (a new array).
+
+    The sum is torch's, as in :func:`_marginal` (NumPy's pairwise sum can differ in the last
+    bit, which is enough to change the simplex's choice between tied optimal plans)."""
+    t = as_tensor(x, name=name).detach().to("cpu", torch.float64)
+    _, total = simplex_stats(t, name=name, size=size)
+    return t.numpy() / total
 
 
 def _feasible_init(init, a: Tensor | None, b: Tensor | None, *, like: Tensor) -> Tensor:
