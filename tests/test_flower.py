@@ -72,6 +72,8 @@ def test_strategy_equals_in_process_runtime(name, data, model):
         if ours.plan is not None:
             torch.testing.assert_close(ours.plan, theirs.plan, rtol=0, atol=1e-9)
     torch.testing.assert_close(result.test_accuracy, reference.test_accuracy)
+    torch.testing.assert_close(result.selection_loss, reference.selection_loss)
+    assert torch.equal(result.loss_choice, reference.loss_choice)
     assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
     assert result.prediction_diversity() == pytest.approx(reference.prediction_diversity(), rel=1e-6)
     assert result.missing == {}
@@ -138,6 +140,9 @@ def test_a_client_that_stops_answering_is_left_out_and_reported(data, model):
         # Gamma over the clients that answered, alpha renormalised: rows sum to 1 / (n - 1)
         torch.testing.assert_close(log.plan.sum(1), torch.full((N - 1,), 1.0 / (N - 1), dtype=log.plan.dtype))
     assert torch.isnan(result.test_accuracy[5]).all() and torch.isfinite(result.test_accuracy[:5]).all()
+    # the loss pick has no loss for the lost client (model 0, as its accuracy pick) and one for the rest
+    assert torch.isnan(result.selection_loss[5]).all() and torch.isfinite(result.selection_loss[:5]).all()
+    assert int(result.loss_choice[5]) == 0
     assert torch.isfinite(result.params).all()
 
 

@@ -8,8 +8,9 @@ A Flower client holds one objective (its own data) and answers three kinds of me
 * ``train`` -- K local epochs from each model it is assigned, returning the pseudo-gradients
   ``Delta_ij = theta_j - theta_ij``: :func:`client_train`. It receives only those models.
 * ``evaluate`` -- validation and test accuracy of every model, and the models' prediction
-  diversity on its test inputs (as sums, so the server's average equals the pooled one):
-  :func:`client_evaluate`.
+  diversity on its test inputs (as sums, so the server's average equals the pooled one); at the
+  final evaluation also each model's loss on its training and validation data pooled (for
+  ``FederatedResult.loss_choice``): :func:`client_evaluate`.
 
 The steps call the in-process runtime's own :func:`~most.federated.evaluate` and
 :func:`~most.federated.local_train` on a one-client batch, so both runtimes compute the same
@@ -27,7 +28,7 @@ from flwr.clientapp import ClientApp
 from torch import Tensor
 
 from ..federated.data import ClientData
-from ..federated.evaluation import pairwise_symmetric_kl
+from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
 from ..federated.runtime import Padded, evaluate, local_train, pair_seed
 
@@ -92,15 +93,24 @@ def client_train(model: FlatModel, params: Tensor, models: list[int], data: Clie
     return params - local
 
 
-def client_evaluate(model: FlatModel, params: Tensor, data: ClientData) -> dict:
+def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selection: bool = False) -> dict:
     """Validation and test results of every model on this client.
 
     Returns ``val_accuracy``, ``test_accuracy``, ``test_loss`` (lists of m floats; NaN for an
     empty split), ``test_count`` and ``diversity_sum``: the sum over the client's test inputs of
-    the mean pairwise symmetric KL between the models' predictions (0 for one model).
+    the mean pairwise symmetric KL between the models' predictions (0 for one model). With
+    ``selection`` (the final evaluation) also ``selection_loss``: each model's mean loss on the
+    client's training and validation data pooled (:func:`~most.federated.evaluation.pooled_loss`),
+    by which :attr:`~most.federated.FederatedResult.loss_choice` picks a model.
     """
     params = _check_params(model, params)
-    _, val_acc, _ = evaluate(model, params, _split(data, "val"))
+    val = _split(data, "val")
+    val_loss, val_acc, _ = evaluate(model, params, val)
+    out = {}
+    if selection:
+        train = _split(data, "train")
+        train_loss, _, _ = evaluate(model, params, train)
+        out["selection_loss"] = pooled_loss(train_loss, val_loss, train.counts, val.counts)[0].tolist()
     test = _split(data, "test")
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     count = int(test.counts[0])
@@ -110,7 +120,7 @@ def client_evaluate(model: FlatModel, params: Tensor, data: ClientData) -> dict:
         kl = torch.as_tensor(pairwise_symmetric_kl(probs[:, 0, :count]))
         diversity = float(kl[torch.triu_indices(m, m, 1).unbind()].mean()) * count
     return {"val_accuracy": val_acc[0].tolist(), "test_accuracy": test_acc[0].tolist(),
-            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": diversity}
+            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": diversity, **out}
 
 
 # ----------------------------------------------------------------------------- the ClientApp
@@ -178,9 +188,11 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
     def evaluate_(message, context):
         s = spec(context)
         params = torch.from_numpy(message.content["models"]["params"].numpy())
-        out = client_evaluate(s.model, params, s.data)
-        return _reply(message, s, {"val-accuracy": out["val_accuracy"], "test-accuracy": out["test_accuracy"],
-                                   "test-loss": out["test_loss"], "test-count": out["test_count"],
-                                   "diversity-sum": out["diversity_sum"]})
+        out = client_evaluate(s.model, params, s.data, selection=bool(message.content["config"].get("final", False)))
+        metrics = {"val-accuracy": out["val_accuracy"], "test-accuracy": out["test_accuracy"],
+                   "test-loss": out["test_loss"], "test-count": out["test_count"], "diversity-sum": out["diversity_sum"]}
+        if "selection_loss" in out:
+            metrics["selection-loss"] = out["selection_loss"]
+        return _reply(message, s, metrics)
 
     return app

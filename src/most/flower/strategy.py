@@ -51,7 +51,8 @@ class FlowerResult(FederatedResult):
     :meth:`prediction_diversity` is the pooled mean the clients reported as sums.
     ``missing`` maps a round to the ids of the clients that did not answer in it
     (``"final"`` for the last evaluation); ``accuracy`` rows of clients missing at the end
-    are NaN.
+    are NaN. ``selection_loss`` (for :attr:`loss_choice`) is what the clients reported at the
+    final evaluation: NaN rows for the missing ones, who then get model 0, as with ``choice``.
     """
 
     missing: dict = field(default_factory=dict)
@@ -284,7 +285,7 @@ class MostStrategy(Strategy):
             return []
         msgs = []
         for c, node in sorted(self._node_of.items()):
-            msgs.append(self._message(MessageType.EVALUATE, node, {"config": {"round": t},
+            msgs.append(self._message(MessageType.EVALUATE, node, {"config": {"round": t, "final": t + 1 == self.config.rounds},
                                                                   "models": self._models_record(self.params)}))
             self._record(t, "evaluate", c, list(range(self.m)))
         return msgs
@@ -299,6 +300,7 @@ class MostStrategy(Strategy):
             val = torch.full((self.n, self.m), nan)
             test = torch.full((self.n, self.m), nan)
             test_loss = torch.full((self.n, self.m), nan)
+            selection = torch.full((self.n, self.m), nan)
             div_sum, div_count = 0.0, 0
             answered = set()
             for reply in replies:
@@ -311,9 +313,12 @@ class MostStrategy(Strategy):
                 val[c] = torch.tensor(list(r["val-accuracy"]))
                 test[c] = torch.tensor(list(r["test-accuracy"]))
                 test_loss[c] = torch.tensor(list(r["test-loss"]))
+                if "selection-loss" in r:
+                    selection[c] = torch.tensor(list(r["selection-loss"]))
                 div_sum += float(r["diversity-sum"])
                 div_count += int(r["test-count"])
-            self._final = {"val": val, "test": test, "test_loss": test_loss, "missing": sorted(set(range(self.n)) - answered),
+            self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
+                           "missing": sorted(set(range(self.n)) - answered),
                            "diversity": div_sum / div_count if div_count else nan}
             mean_best = float(val.max(1).values.nanmean())
             if self.config.eval_every:
@@ -366,6 +371,6 @@ class MostStrategy(Strategy):
             self.missing["final"] = [self.client_ids[c] for c in f["missing"]]
         choice = torch.nan_to_num(f["val"], nan=-1.0).argmax(1)
         return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
-                            test_loss=f["test_loss"], choice=choice, history=list(self.history),
+                            test_loss=f["test_loss"], choice=choice, history=list(self.history), selection_loss=f["selection"],
                             test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
                             missing=dict(self.missing), diversity=f["diversity"])
