@@ -59,7 +59,10 @@ def simplex_stats(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL
     """Checks that ``x`` is a length-``size`` probability vector and returns ``(min, sum)`` (one device sync)."""
     if x.ndim != 1 or x.shape[0] != size:
         raise ValueError(f"`{name}` must be a vector of length {size}; got shape {tuple(x.shape)}.")
-    lo, total = (float(v) for v in torch.stack([x.min(), x.sum()]).tolist())  # one sync
+    if x.device.type == "cpu":
+        lo, total = float(x.min()), float(x.sum())
+    else:
+        lo, total = (float(v) for v in torch.stack([x.min(), x.sum()]).tolist())  # one sync
     if not (math.isfinite(lo) and math.isfinite(total)):
         raise ValueError(f"`{name}` contains NaN or inf; it must be a probability vector.")
     if lo < 0:

@@ -271,12 +271,12 @@ class MajorityShare(Weighting):
         # federated benchmark's rounds take a few milliseconds (performance.md).
         n, m = plan.shape
         mass = plan.sum(1)
-        held = mass > 0
         top, owner = plan.max(1)  # the largest share: each row is scaled by its own mass > 0
-        own_share = torch.where(held, top / mass, 0.0)
+        own_share = (top / mass).nan_to_num_(0.0)  # a row without mass (0 / 0) gives nothing
         weights = plan.new_zeros(m, n).scatter_(0, owner[None], own_share[None])
-        owned = weights.amax(1) > 0  # a held row's owner has a positive share of it
-        if not bool(owned.all()):  # models that own nothing fall back to everything they hold
+        top_weight = weights.amax(1)
+        if not bool(top_weight.min() > 0):  # models that own nothing fall back to everything they hold
+            owned, held = top_weight > 0, mass > 0  # a held row's owner has a positive share of it
             share = plan / mass.clamp_min(torch.finfo(plan.dtype).tiny)[:, None]
             weights[~owned] = torch.where(held[None, :], share.T[~owned], 0.0)
         return weights
