@@ -65,3 +65,44 @@ def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):
     run = json.loads((out / "results.json").read_text())["methods"]["FedAvg"]["runs"][0]
     assert run["server_lr"] == 1.0 and "failed" not in run
     assert [c[0] for c in run["candidates_val"]] == [1.0, 1e38] and run["candidates_val"][1][2] == float("-inf")
+
+
+def test_methods_run_later_merge_into_a_results_folder(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    merge_federated = pytest.importorskip("merge_federated")
+
+    def bench(out, *args):
+        res = runner.invoke(app, ["bench", "federated", "--rounds", "6", "--server-lr", "3", "--out", str(out),
+                                  "--quiet", *args])
+        assert res.exit_code == 0, res.output
+        return json.loads((out / "results.json").read_text())
+
+    dest = bench(tmp_path / "dest", "--seed", "0", "--seed", "1", "--method", "MosT", "--method", "FedAvg")
+    # IFCA run later, its seeds split over two folders (two cores)
+    parts = [bench(tmp_path / f"part{s}", "--seed", str(s), "--method", "IFCA") for s in (1, 0)]
+    alone = bench(tmp_path / "alone", "--seed", "0", "--seed", "1", "--method", "MosT", "--method", "IFCA")
+
+    merge_federated.main([str(tmp_path / "dest"), str(tmp_path / "part1"), str(tmp_path / "part0")])
+    merged = json.loads((tmp_path / "dest" / "results.json").read_text())
+    assert merged["config"]["methods"] == ["MosT", "FedAvg", "IFCA"]
+    assert [r["seed"] for r in merged["methods"]["IFCA"]["runs"]] == [0, 1]
+    # the same runs as when IFCA is run with the table: the same summary and paired interval
+    assert merged["methods"]["IFCA"]["mean"] == alone["methods"]["IFCA"]["mean"]
+    assert merged["paired_vs_most"]["IFCA"] == alone["paired_vs_most"]["IFCA"]
+    assert "| IFCA |" in (tmp_path / "dest" / "table.md").read_text()
+    assert (tmp_path / "dest" / "radar.png").stat().st_size > 1000
+
+    bad = [
+        (dict(dest, config={**dest["config"], "protocol": {**dest["config"]["protocol"], "rounds": 7}}), [parts[0]],
+         "other settings.*protocol"),
+        (dest, [parts[0]], r"seeds \[1\], the destination \[0, 1\]"),
+        (dest, [bench(tmp_path / "again", "--seed", "0", "--seed", "1", "--method", "FedAvg")], "already in"),
+    ]
+    for target, sources, match in bad:
+        with pytest.raises(merge_federated.MergeError, match=match):
+            merge_federated.merge(json.loads(json.dumps(target)), sources)
