@@ -276,8 +276,9 @@ def _exact_on_host(cost: Tensor, a, b, *, max_iter: int) -> tuple[Tensor, float,
     full = bool(rows.all() and cols.all())
     sub_a, sub_b = (a64, b64) if full else (a64[rows], b64[cols])
     sub_c = c if full else c[np.ix_(rows, cols)]
-    if sub_c.shape[0] == 1 or sub_c.shape[1] == 1:  # the marginals determine the plan
-        sub, converged = np.outer(sub_a, sub_b) / sub_b.sum(), True
+    if sub_c.shape[0] == 1 or sub_c.shape[1] == 1:  # the marginals determine the plan (torch's sum, as above)
+        tb = torch.from_numpy(sub_b)
+        sub, converged = (torch.outer(torch.from_numpy(sub_a), tb) / tb.sum()).numpy(), True
     else:
         sub, converged = exact_plan(sub_c, sub_a, sub_b, max_iter=max_iter, bounds=bounds if full else None)
     if full:
