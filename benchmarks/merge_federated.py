@@ -64,6 +64,9 @@ def main(argv=None) -> None:
     parser.add_argument("dest", type=Path, help="results folder to add the methods to")
     parser.add_argument("sources", type=Path, nargs="+", help="results folders of the same benchmark")
     args = parser.parse_args(argv)
+    missing = [str(f / "results.json") for f in (args.dest, *args.sources) if not (f / "results.json").is_file()]
+    if missing:
+        sys.exit(f"error: no results file at {', '.join(missing)}; pass folders written by `most bench federated`.")
     dest = json.loads((args.dest / "results.json").read_text())
     sources = [json.loads((s / "results.json").read_text()) for s in args.sources]
     try:

@@ -103,6 +103,8 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
         (dest, [parts[0]], r"seeds \[1\], the destination \[0, 1\]"),
         (dest, [bench(tmp_path / "again", "--seed", "0", "--seed", "1", "--method", "FedAvg")], "already in"),
     ]
+    with pytest.raises(SystemExit, match="no results file at .*nowhere"):
+        merge_federated.main([str(tmp_path / "dest"), str(tmp_path / "nowhere")])
     for target, sources, match in bad:
         with pytest.raises(merge_federated.MergeError, match=match):
             merge_federated.merge(json.loads(json.dumps(target)), sources)
