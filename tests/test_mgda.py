@@ -498,6 +498,22 @@ def test_array_like_inputs_and_requires_grad():
     torch.testing.assert_close(u, torch.tensor([0.5, 0.5]))
 
 
+def test_outputs_are_ordinary_tensors_usable_in_autograd_and_in_place():
+    # The solve runs in inference mode; its outputs must not be inference tensors, or
+    # weighting a differentiable loss by them, or updating them in place, would fail.
+    G = torch.tensor([[2.0, 0.5, 0.1], [0.5, 1.0, 0.2], [0.1, 0.2, 3.0]], dtype=F64)
+    r = min_norm(G)
+    rb = min_norm(G.expand(2, 3, 3))
+    u = min_norm_direction(torch.eye(3, dtype=F64))
+    for t in (r.weights, r.norm_sq, rb.weights, u):
+        assert not t.is_inference()
+    losses = torch.tensor([1.0, 2.0, 3.0], dtype=F64, requires_grad=True)
+    (r.weights * losses).sum().backward()
+    torch.testing.assert_close(losses.grad, r.weights)
+    u.mul_(2.0)
+    rb.weights.add_(1.0)
+
+
 def test_result_is_frozen():
     r = min_norm(torch.eye(2, dtype=F64))
     with pytest.raises(dataclasses.FrozenInstanceError):

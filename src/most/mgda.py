@@ -208,7 +208,9 @@ def _resolve_options(max_iter, tol) -> tuple[int, float]:
 # --------------------------------------------------------------------------- #
 
 
-def _face_correction(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+def _face_correction(
+    G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor, rows: Tensor, pos: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
     """One corrective step towards the minimiser of λᵀGλ over the affine hull of the active face.
 
     With ``S = {i: λ_i > 0}`` and a reference vertex ``r ∈ S``, points of the affine hull are
@@ -217,43 +219,48 @@ def _face_correction(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tupl
     The step ``λ + γ (y - λ)`` then uses the exact line search, clipped where a coordinate hits 0
     (which is dropped), so it never increases the objective and keeps ``λ`` on the simplex even
     when the solve is inaccurate. Problems with ``live`` False are left unchanged.
+    ``rows`` and ``pos`` are ``arange(B)`` and ``arange(n)`` on G's device.
     Returns the new ``(λ, Gλ)`` and which problems dropped a vertex (their minor cycle continues).
+
+    At the sizes MosT meets (a few problems of tens of objectives) the cost is the number of
+    tensor operations, not their arithmetic: gathers replace advanced indexing, scalars replace
+    filled tensors, and masks replace data-dependent assignments, with the same arithmetic.
     """
     B, n, _ = G.shape
-    dt, dev = G.dtype, G.device
-    rows = torch.arange(B, device=dev)
+    dt = G.dtype
+    tiny = torch.finfo(dt).tiny
     act = lam > 0
     cnt = act.sum(dim=-1)
-    k = int(cnt[live].max())
+    k = int((cnt * live).max())
     # Gather the active face, reference vertex r = argmax λ first: work on [B, k, k], not [B, n, n].
     r = lam.argmax(dim=-1)
-    pos = torch.arange(n, device=dev)
-    key = torch.where(act, (pos[None, :] != r[:, None]).to(torch.int8), torch.full_like(act, 2, dtype=torch.int8))
+    key = torch.where(act, (pos[None, :] != r[:, None]).to(torch.int8), 2)
     order = torch.argsort(key, dim=-1, stable=True)[:, :k]  # [B, k]
-    slot = torch.arange(k, device=dev)[None, :]
+    slot = pos[None, :k]
     free = (slot < cnt[:, None]) & (slot > 0)  # [B, k]
-    Gs = G[rows[:, None, None], order[:, :, None], order[:, None, :]]  # [B, k, k]
+    Gs = G.reshape(B, n * n).gather(1, (order[:, :, None] * n + order[:, None, :]).reshape(B, k * k))
+    Gs = Gs.reshape(B, k, k)
     Gr = Gs[:, 0, :]  # [B, k]
     Grr = Gr[:, :1]  # [B, 1]
     pair = free[:, :, None] & free[:, None, :]
     M = (Gs - Gr[:, :, None] - Gr[:, None, :] + Grr[:, :, None]) * pair
     c = (Gr - Grr) * free
     dg = torch.diagonal(M, dim1=-2, dim2=-1)
-    D = torch.where(dg > 0, dg.clamp_min(torch.finfo(dt).tiny).rsqrt(), torch.ones_like(dg))
+    D = torch.where(dg > 0, dg.clamp_min(tiny).rsqrt(), 1.0)
     Ms = D[:, :, None] * M * D[:, None, :] + torch.diag_embed((~free).to(dt))
     rhs = (D * c).unsqueeze(-1)
     # A Cholesky solve where the face's (scaled) normal matrix is safely positive definite --
     # an order of magnitude cheaper than the pseudo-inverse on faces of hundreds of vertices --
     # and the pseudo-inverse where it is (nearly) singular, e.g. more active gradients than d + 1.
     L, info = torch.linalg.cholesky_ex(Ms)
-    ok = info == 0
-    if bool(ok.any()):
-        dL = torch.diagonal(L, dim1=-2, dim2=-1)
-        ok = ok & (dL.amin(-1) > _CHOL_MIN_PIVOT * dL.amax(-1).clamp_min(torch.finfo(dt).tiny))
-    sol = torch.zeros_like(rhs)
-    if bool(ok.any()):
-        sol[ok] = torch.cholesky_solve(rhs[ok], L[ok])
-    if not bool(ok.all()):
+    dL = torch.diagonal(L, dim1=-2, dim2=-1)
+    ok = (info == 0) & (dL.amin(-1) > _CHOL_MIN_PIVOT * dL.amax(-1).clamp_min(tiny))
+    if bool(ok.all()):
+        sol = torch.cholesky_solve(rhs, L)
+    else:
+        sol = torch.zeros_like(rhs)
+        if bool(ok.any()):
+            sol[ok] = torch.cholesky_solve(rhs[ok], L[ok])
         try:
             sol[~ok] = torch.linalg.pinv(Ms[~ok], hermitian=True, rtol=1e-13) @ rhs[~ok]
         except RuntimeError:  # eigensolver failure (pathological input): skip the correction
@@ -263,20 +270,19 @@ def _face_correction(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tupl
     t[:, 0] = 1.0 - t.sum(dim=-1)
     y = torch.zeros_like(lam).scatter_(1, order, t)
     d = y - lam
-    ratio = torch.where(d < 0, lam / (-d).clamp_min(torch.finfo(dt).tiny), torch.full_like(d, float("inf")))
+    ratio = torch.where(d < 0, lam / (-d).clamp_min(tiny), float("inf"))
     tmax, j = ratio.min(dim=-1)
     Gd = torch.bmm(G, d.unsqueeze(-1)).squeeze(-1)
     dGl = (d * Glam).sum(dim=-1)
     dGd = (d * Gd).sum(dim=-1)
     gamma = torch.where(dGd > 0, -dGl / dGd, torch.where(dGl < 0, float("inf"), 0.0))
     gamma = torch.minimum(gamma.clamp_min(0.0), tmax.clamp_max(1.0))
-    gamma = torch.where(live & torch.isfinite(gamma), gamma, torch.zeros_like(gamma))
+    gamma = torch.where(live & torch.isfinite(gamma), gamma, 0.0)
     lam = lam + gamma[:, None] * d
     drop = live & (gamma > 0) & (gamma >= tmax)
-    if bool(drop.any()):
-        lam[rows[drop], j[drop]] = 0.0
+    lam = torch.where(drop[:, None] & (pos[None, :] == j[:, None]), 0.0, lam)
     lam = lam.clamp_min(0.0)
-    lam = lam / lam.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(dt).tiny)
+    lam = lam / lam.sum(dim=-1, keepdim=True).clamp_min(tiny)
     Glam = torch.bmm(G, lam.unsqueeze(-1)).squeeze(-1)
     return lam, Glam, drop
 
@@ -284,12 +290,20 @@ def _face_correction(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tupl
 def _minor_cycles(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
     """Face corrections of the ``live`` problems, repeated while they drop a vertex (so at
     most n of them): Wolfe's minor cycle. Returns the new ``(λ, Gλ)``."""
-    for _ in range(G.shape[-1]):
-        lam, Glam, dropped = _face_correction(G, lam, Glam, live)
+    B, n, _ = G.shape
+    rows = torch.arange(B, device=G.device)
+    pos = torch.arange(n, device=G.device)
+    for _ in range(n):
+        lam, Glam, dropped = _face_correction(G, lam, Glam, live, rows, pos)
         live = live & dropped
         if not bool(live.any()):
             break
     return lam, Glam
+
+
+def _pick(x: Tensor, idx: Tensor) -> Tensor:
+    """``x[b, idx[b]]`` for every problem ``b`` (``x``: [B, n], ``idx``: [B]), as one gather."""
+    return x.gather(1, idx[:, None]).squeeze(1)
 
 
 def _away_step_frank_wolfe(
@@ -302,13 +316,14 @@ def _away_step_frank_wolfe(
     """
     B, n, _ = G.shape
     dev, dt = G.device, G.dtype
-    inf = torch.tensor(float("inf"), dtype=dt, device=dev)
-    rows = torch.arange(B, device=dev)
+    inf = float("inf")
+    tiny = torch.finfo(dt).tiny
+    pos = torch.arange(n, device=dev)
 
     diag = torch.diagonal(G, dim1=-2, dim2=-1)  # [B, n]
     has_any = mask.any(dim=-1)  # [B]
     # Tolerance relative to the largest squared gradient norm of the problem.
-    scale = diag.masked_fill(~mask, -float("inf")).amax(dim=-1).clamp_min(torch.finfo(dt).tiny)
+    scale = diag.masked_fill(~mask, -inf).amax(dim=-1).clamp_min(tiny)
     thr = tol * scale  # [B]
 
     if n <= _UNIFORM_START_MAX_N and bool(has_any.any()):
@@ -321,11 +336,11 @@ def _away_step_frank_wolfe(
         lam, Glam = _minor_cycles(G, lam, Glam, has_any)
     else:
         # Start at the (allowed) vertex with the smallest G_ii.
-        i0 = diag.masked_fill(~mask, float("inf")).argmin(dim=-1)  # [B]
+        i0 = diag.masked_fill(~mask, inf).argmin(dim=-1)  # [B]
         live = has_any.to(dt)
         lam = torch.zeros(B, n, dtype=dt, device=dev)
-        lam[rows, i0] = live
-        Glam = G[rows, i0] * live[:, None]  # row i0 == column i0 (G symmetric)
+        lam[torch.arange(B, device=dev), i0] = live
+        Glam = G[torch.arange(B, device=dev), i0] * live[:, None]  # row i0 == column i0 (G symmetric)
 
     done = ~has_any
     n_iter = torch.zeros(B, dtype=torch.long, device=dev)
@@ -333,53 +348,52 @@ def _away_step_frank_wolfe(
     it = 0
     while True:
         if it > 0 and it % _REFRESH_EVERY == 0:
-            lam = lam / lam.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(dt).tiny)
+            lam = lam / lam.sum(dim=-1, keepdim=True).clamp_min(tiny)
             Glam = torch.bmm(G, lam.unsqueeze(-1)).squeeze(-1)
 
         f = (lam * Glam).sum(dim=-1)  # λᵀGλ, [B]
         # Frank-Wolfe vertex: most negative gradient coordinate among allowed objectives.
         s = Glam.masked_fill(~mask, inf).argmin(dim=-1)
-        gs = Glam[rows, s]
+        gs = _pick(Glam, s)
         # Away vertex: largest gradient coordinate among the active set {λ_i > 0}.
         v = Glam.masked_fill(lam <= 0, -inf).argmax(dim=-1)
-        gv = Glam[rows, v]
+        gv = _pick(Glam, v)
         gap_fw = 2.0 * (f - gs)
         gap_aw = 2.0 * (gv - f)
-        gap = torch.where(has_any, torch.maximum(gap_fw, gap_aw), torch.zeros_like(f))
+        gap = torch.where(has_any, torch.maximum(gap_fw, gap_aw), 0.0)
         done = done | (gap <= thr)
-        if bool(done.all()) or it >= max_iter:
+        if it >= max_iter or bool(done.all()):
             break
 
         step = ~done
-        n_iter += step.long()
+        n_iter += step
         fw = gap_fw >= gap_aw
         # FW step:   d = e_s - λ, γ ∈ [0, 1];            -dᵀGλ = f - (Gλ)_s; dᵀGd = G_ss - 2(Gλ)_s + f
         # Away step: d = λ - e_v, γ ∈ [0, λ_v/(1-λ_v)];  -dᵀGλ = (Gλ)_v - f; dᵀGd = G_vv - 2(Gλ)_v + f
         idx = torch.where(fw, s, v)
         g_idx = torch.where(fw, gs, gv)
         num = torch.where(fw, f - gs, gv - f)
-        den = diag[rows, idx] - 2.0 * g_idx + f
-        lam_v = lam[rows, v]
-        gmax = torch.where(fw, torch.ones_like(f), lam_v / (1.0 - lam_v))
+        den = _pick(diag, idx) - 2.0 * g_idx + f
+        lam_v = _pick(lam, v)
+        gmax = torch.where(fw, 1.0, lam_v / (1.0 - lam_v))
         gamma = torch.where(den > 0, num / den, inf)
         gamma = torch.minimum(gamma.clamp_min(0.0), gmax)
-        gamma = torch.where(step, gamma, torch.zeros_like(gamma))
+        gamma = torch.where(step, gamma, 0.0)
 
         a = torch.where(fw, 1.0 - gamma, 1.0 + gamma)  # λ ← a λ + c e_idx
         c = torch.where(fw, gamma, -gamma)
-        lam = a[:, None] * lam
-        lam[rows, idx] += c
-        Glam = a[:, None] * Glam + c[:, None] * G[rows, idx]
+        lam = (a[:, None] * lam).scatter_add_(1, idx[:, None], c[:, None])
+        G_idx = G.gather(1, idx[:, None, None].expand(B, 1, n)).squeeze(1)
+        Glam = a[:, None] * Glam + c[:, None] * G_idx
         # Drop steps remove the away vertex exactly; guard against -0.0-ish round-off.
         drop = step & ~fw & (gamma >= gmax)
-        if bool(drop.any()):
-            lam[rows[drop], v[drop]] = 0.0
+        lam = torch.where(drop[:, None] & (pos[None, :] == v[:, None]), 0.0, lam)
         lam = lam.clamp_min(0.0)
         it += 1
         if _CORRECT_EVERY and it % _CORRECT_EVERY == 0:
             lam, Glam = _minor_cycles(G, lam, Glam, ~done)
 
-    lam = lam / lam.sum(dim=-1, keepdim=True).clamp_min(torch.finfo(dt).tiny)
+    lam = lam / lam.sum(dim=-1, keepdim=True).clamp_min(tiny)
     lam = lam * has_any[:, None].to(dt)
     return lam, n_iter, done, gap / scale
 
@@ -507,23 +521,27 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
     n = g.shape[-1]
     g3 = g if batched else g.unsqueeze(0)
     out_dtype, out_device = g.dtype, g.device
-    G64 = g3.detach().to(device=_compute_device(out_device), dtype=torch.float64)
-    _check_symmetric(G64, out_dtype)
-    G64 = 0.5 * (G64 + G64.transpose(-2, -1))
-    if mask is None:
-        m = torch.ones(G64.shape[0], n, dtype=torch.bool, device=G64.device)
-    else:
-        m = _check_mask(mask, batch=g.shape[0] if batched else None, n=n, device=G64.device)
+    # The solve runs in inference mode (a few hundred tiny operations: autograd's bookkeeping
+    # is a fifth of their cost); the outputs are cloned out of it into ordinary tensors.
+    with torch.inference_mode():
+        G64 = g3.detach().to(device=_compute_device(out_device), dtype=torch.float64)
+        _check_symmetric(G64, out_dtype)
+        G64 = 0.5 * (G64 + G64.transpose(-2, -1))
+        if mask is None:
+            m = torch.ones(G64.shape[0], n, dtype=torch.bool, device=G64.device)
+        else:
+            m = _check_mask(mask, batch=g.shape[0] if batched else None, n=n, device=G64.device)
 
-    if bool((m.sum(-1) <= 1).all()):
-        # at most one allowed objective per problem: the answer is that vertex (no iteration)
-        lam = m.to(torch.float64)
-        norm_sq = (torch.diagonal(G64, dim1=-2, dim2=-1) * lam).sum(-1)
-        n_it, converged = 0, True
-    else:
-        lam, norm_sq, n_it, converged = _solve(G64, m, max_iter=max_iter, tol=tol, repair_dtype=out_dtype)
-    lam = lam.to(dtype=out_dtype, device=out_device)
-    norm_sq = norm_sq.to(dtype=out_dtype, device=out_device)
+        if bool((m.sum(-1) <= 1).all()):
+            # at most one allowed objective per problem: the answer is that vertex (no iteration)
+            lam = m.to(torch.float64)
+            norm_sq = (torch.diagonal(G64, dim1=-2, dim2=-1) * lam).sum(-1)
+            n_it, converged = 0, True
+        else:
+            lam, norm_sq, n_it, converged = _solve(G64, m, max_iter=max_iter, tol=tol, repair_dtype=out_dtype)
+        lam = lam.to(dtype=out_dtype, device=out_device)
+        norm_sq = norm_sq.to(dtype=out_dtype, device=out_device)
+    lam, norm_sq = lam.clone(), norm_sq.clone()
     if not batched:
         lam, norm_sq = lam[0], norm_sq[0]
     return MinNormResult(weights=lam, norm_sq=norm_sq, n_iter=n_it, converged=converged)
@@ -612,10 +630,12 @@ def min_norm_direction(
             )
         w = w.expand(B, n)
 
-    wJ = w.unsqueeze(-1) * J64  # [B, n, d]
-    G = wJ @ wJ.transpose(-2, -1)
-    G = 0.5 * (G + G.transpose(-2, -1))
-    lam, _, _, _ = _solve(G, w > 0, max_iter=max_iter, tol=tol)
-    u = torch.bmm(lam.unsqueeze(1), wJ).squeeze(1)  # [B, d]
-    u = u.to(dtype=out_dtype, device=out_device)
+    with torch.inference_mode():
+        wJ = w.unsqueeze(-1) * J64  # [B, n, d]
+        G = wJ @ wJ.transpose(-2, -1)
+        G = 0.5 * (G + G.transpose(-2, -1))
+        lam, _, _, _ = _solve(G, w > 0, max_iter=max_iter, tol=tol)
+        u = torch.bmm(lam.unsqueeze(1), wJ).squeeze(1)  # [B, d]
+        u = u.to(dtype=out_dtype, device=out_device)
+    u = u.clone()  # out of inference mode
     return u if batched else u[0]

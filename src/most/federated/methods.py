@@ -50,15 +50,17 @@ def weighted_mean(params: Tensor, deltas: Tensor, pair_model: Tensor, weight: Te
 
 
 def _per_model_gram(rows: Tensor, pair_model: Tensor, m: int) -> tuple[Tensor, Tensor, list[Tensor]]:
-    groups = [torch.nonzero(pair_model == j).squeeze(1) for j in range(m)]
+    """Each model's float64 Gramian of its rows (padded to ``[m, k, k]``), the mask of real
+    entries and each model's rows (one gather, reused for the combination)."""
+    groups = [rows[torch.nonzero(pair_model == j).squeeze(1)] for j in range(m)]
     k = max(1, max(len(g) for g in groups))
     G = torch.zeros(m, k, k, dtype=torch.float64, device=rows.device)
     mask = torch.zeros(m, k, dtype=torch.bool, device=rows.device)
-    for j, g in enumerate(groups):
-        if len(g):
-            r = rows[g].double()
-            G[j, : len(g), : len(g)] = r @ r.T
-            mask[j, : len(g)] = True
+    for j, r in enumerate(groups):
+        if len(r):
+            r64 = r.double()
+            G[j, : len(r), : len(r)] = r64 @ r64.T
+            mask[j, : len(r)] = True
     return G, mask, groups
 
 
@@ -72,9 +74,9 @@ def min_norm_combination(params: Tensor, deltas: Tensor, pair_model: Tensor, wei
     G, mask, groups = _per_model_gram(rows, pair_model, m)
     lam = min_norm(G, mask=mask, tol=tol).weights  # [m, k] (min_norm symmetrises G itself)
     step = torch.zeros_like(params)
-    for j, g in enumerate(groups):
-        if len(g):
-            step[j] = (lam[j, : len(g)].to(rows)[:, None] * rows[g]).sum(0)
+    for j, r in enumerate(groups):
+        if len(r):
+            step[j] = (lam[j, : len(r)].to(r)[:, None] * r).sum(0)
     return params - server_lr * step
 
 
