@@ -166,8 +166,8 @@ def test_zero_mass_rows_and_columns_get_nothing():
 @pytest.mark.parametrize("seed", range(10))
 def test_exact_host_path_matches_the_general_path(seed):
     # "exact" with tau = 0, both marginals and no init runs its checks and arithmetic in NumPy;
-    # an init sends the same problem down the general tensor path, which must give the same
-    # plan bit for bit (tied columns, float32 costs and zero-mass rows included: a last-bit
+    # an init sends the same problem down the general tensor path (which the diversity loop
+    # takes), and both call the same host solver, so the plan must be the same bit for bit (tied columns, float32 costs and zero-mass rows included: a last-bit
     # difference in the marginals is enough to change the simplex's pick among tied optima).
     rng = np.random.default_rng(seed)
     n, m = [(30, 5), (7, 7), (12, 3), (1, 9), (9, 1)][seed % 5] if seed < 9 else (6, 2)
@@ -190,6 +190,32 @@ def test_exact_host_path_matches_the_general_path(seed):
     assert torch.equal(fast.plan, general.plan) and fast.plan.dtype == c.dtype
     assert fast.cost == pytest.approx(general.cost, rel=1e-12, abs=1e-15)
     assert fast.converged and fast.n_iter == 1
+    # A simplex stopped by the pivot cap is rounded onto the feasible set, alike on both paths.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        capped = solve(c, a, b, max_iter=2)
+        capped_general = solve(c, a, b, max_iter=2, init=torch.outer(a, b))
+    assert torch.equal(capped.plan, capped_general.plan) and capped.converged == capped_general.converged
+    assert capped.converged == (min(n, m) == 1 or seed == 9)  # seed 9 keeps one column
+
+
+def test_exact_capped_simplex_with_zero_mass_rounds_alike_on_both_paths():
+    # A simplex stopped by the pivot cap leaves the zero-mass row out and rounds the sub-plan
+    # onto its marginals; the host path and the general path share that code.
+    for seed in range(5):
+        rng = np.random.default_rng(seed)
+        c = torch.as_tensor(rng.random((8, 4)))
+        a = torch.as_tensor(rng.random(8))
+        a[0] = 0.0
+        a = a / a.sum()
+        b = torch.as_tensor(rng.dirichlet(np.ones(4)))
+        with pytest.warns(ConvergenceWarning):
+            host = solve(c, a, b, max_iter=2)
+        with pytest.warns(ConvergenceWarning):
+            general = solve(c, a, b, max_iter=2, init=torch.outer(a, b))
+        assert torch.equal(host.plan, general.plan) and not host.converged
+        assert torch.all(host.plan[0] == 0)
+        _check_marginals(host.plan, a.numpy(), b.numpy(), 1e-12)
 
 
 # -------------------------------------------------------------------------- optimality

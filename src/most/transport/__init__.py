@@ -71,7 +71,7 @@ from .._validation import (
 from .._warnings import ConvergenceWarning
 from . import _exact, _ipot, _newton, _sinkhorn
 from ._diversity import diversity_regularizer, minimise_with_diversity, objective
-from ._exact import exact_plan, solve_exact
+from ._exact import exact_transport
 from ._ipot import solve_ipot
 from ._newton import solve_newton
 from ._relaxed import solve_relaxed
@@ -263,33 +263,17 @@ def _exact_on_host(cost: Tensor, a, b, *, max_iter: int) -> tuple[Tensor, float,
     """``"exact"`` with ``τ = 0``, both marginals and no ``init`` (MosT's plan every round):
     returns ``(plan, <C, plan>, converged)``, the plan float64 on the CPU.
 
-    The network simplex runs on the host, so the checks and the few array operations around
-    it run there too, in NumPy: one copy of each input in and of the plan out, where the
-    general path's small tensor operations (and, on a GPU, their syncs) cost several times
-    more than the 30 x 5 solve itself (``benchmarks/results/performance.md``). Same checks,
-    same messages and the same plan, bit for bit, as the general path."""
+    The network simplex runs on the host, so the checks around it run there too, in NumPy:
+    one copy of each input in and of the plan out, where the general path's small tensor
+    operations (and, on a GPU, their syncs) cost several times more than the 30 x 5 solve
+    itself (``benchmarks/results/performance.md``). Same checks, same messages and, through
+    the same :func:`exact_transport`, the same plan bit for bit as the general path."""
     c = cost.detach().to("cpu", torch.float64).numpy()
     bounds = matrix_range(c, name="cost")  # checks shape and finiteness too
     n, m = c.shape
     a64, b64 = _host_marginal(a, name="a", size=n), _host_marginal(b, name="b", size=m)
-    rows, cols = a64 > 0, b64 > 0  # zero-mass rows/columns get nothing
-    full = bool(rows.all() and cols.all())
-    sub_a, sub_b = (a64, b64) if full else (a64[rows], b64[cols])
-    sub_c = c if full else c[np.ix_(rows, cols)]
-    if sub_c.shape[0] == 1 or sub_c.shape[1] == 1:  # the marginals determine the plan (torch's sum, as above)
-        tb = torch.from_numpy(sub_b)
-        sub, converged = (torch.outer(torch.from_numpy(sub_a), tb) / tb.sum()).numpy(), True
-    else:
-        sub, converged = exact_plan(sub_c, sub_a, sub_b, max_iter=max_iter, bounds=bounds if full else None)
-    if full:
-        plan = sub
-    else:
-        plan = np.zeros_like(c)
-        plan[np.ix_(rows, cols)] = sub
-    out = torch.from_numpy(plan)
-    if not converged:  # an interrupted simplex may still route mass through artificial arcs
-        out = round_to_feasible(out, torch.from_numpy(a64), torch.from_numpy(b64 * (a64.sum() / b64.sum())))
-    return out, float(np.vdot(c, out.numpy())), converged
+    plan, converged = exact_transport(c, a64, b64, max_iter=max_iter, bounds=bounds)
+    return torch.from_numpy(plan), float(np.vdot(c, plan)), converged
 
 
 def _host_marginal(x, *, name: str, size: int) -> np.ndarray:
@@ -351,6 +335,10 @@ def _solve_linear(
     if a is None or b is None:
         return solve_relaxed(cost, a, b, soft=method in ("sinkhorn", "newton"), eps=reg * scale)
 
+    if method == "exact":  # the host solver, zero-mass rows/columns included
+        plan, converged = exact_transport(cost.detach().cpu().numpy(), a.detach().cpu().numpy(),
+                                          b.detach().cpu().numpy(), max_iter=max_iter)
+        return torch.from_numpy(plan).to(cost.device), 1, converged
     if not positive:  # zero-mass rows/columns get nothing
         rows, cols = a > 0, b > 0
         if not bool(torch.cat([rows, cols]).all()):
@@ -372,8 +360,6 @@ def _solve_linear(
             return plan, n_iter, ok
 
     n, m = cost.shape
-    if method == "exact":
-        return solve_exact(cost, a, b, max_iter=max_iter)
     if n == 1 or m == 1 or rng == 0.0:  # the marginals determine the plan / every plan is optimal
         return torch.outer(a, b) / b.sum(), 1, True
     if method == "newton":

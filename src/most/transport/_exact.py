@@ -14,7 +14,6 @@ import warnings
 
 import numpy as np
 import torch
-from torch import Tensor
 
 from ._rounding import round_to_feasible
 
@@ -22,22 +21,34 @@ from ._rounding import round_to_feasible
 DEFAULT_MAX_ITER = 10_000_000
 
 
-def solve_exact(cost: Tensor, a: Tensor, b: Tensor, *, max_iter: int) -> tuple[Tensor, int, bool]:
-    """Returns ``(plan, n_iter, converged)`` for float64 ``cost`` ``[n, m]``, ``a`` ``[n]``, ``b`` ``[m]``.
+def exact_transport(cost: np.ndarray, a: np.ndarray, b: np.ndarray, *, max_iter: int,
+                    bounds: tuple[float, float] | None = None) -> tuple[np.ndarray, bool]:
+    """The exact plan of float64 NumPy ``cost`` ``[n, m]`` with validated marginals ``a`` ``[n]``,
+    ``b`` ``[m]`` (non-negative, summing to 1): returns ``(plan, converged)``, a new array.
 
-    ``a`` and ``b`` must be positive (the caller removes zero-mass rows/columns); see
-    :func:`exact_plan`, which this wraps for tensors. When ``converged`` is ``False`` (pivot
-    cap hit) the plan is rounded onto the feasible set.
+    Zero-mass rows and columns get nothing and are left out of the solve; when one row or one
+    column is left, the marginals determine the plan; otherwise :func:`exact_plan` runs the
+    network simplex. When ``converged`` is ``False`` (pivot cap hit) the plan is rounded onto
+    the feasible set. ``bounds``: ``(min, max)`` of ``cost`` when the caller has them.
+    Sums of the marginals are torch's (NumPy's pairwise sum can differ in the last bit, which
+    is enough to change the simplex's choice between tied optimal plans).
     """
-    n, m = cost.shape
-    if n == 1 or m == 1:  # the marginals determine the plan
-        return torch.outer(a, b) / b.sum(), 1, True
-    plan, converged = exact_plan(cost.detach().cpu().numpy(), a.detach().cpu().numpy(),
-                                 b.detach().cpu().numpy(), max_iter=max_iter)
-    out = torch.as_tensor(plan, dtype=torch.float64, device=cost.device)
-    if not converged:  # an interrupted simplex may still route mass through artificial arcs
-        out = round_to_feasible(out, a, b * (a.sum() / b.sum()))
-    return out, 1, converged
+    rows, cols = a > 0, b > 0
+    full = bool(rows.all() and cols.all())
+    sub_a, sub_b = (a, b) if full else (a[rows], b[cols])
+    sub_c = cost if full else cost[np.ix_(rows, cols)]
+    ta, tb = torch.from_numpy(sub_a), torch.from_numpy(sub_b)
+    if sub_c.shape[0] == 1 or sub_c.shape[1] == 1:  # the marginals determine the plan
+        sub, converged = (torch.outer(ta, tb) / tb.sum()).numpy(), True
+    else:
+        sub, converged = exact_plan(sub_c, sub_a, sub_b, max_iter=max_iter, bounds=bounds if full else None)
+        if not converged:  # an interrupted simplex may still route mass through artificial arcs
+            sub = round_to_feasible(torch.from_numpy(sub), ta, tb * (ta.sum() / tb.sum())).numpy()
+    if full:
+        return sub, converged
+    plan = np.zeros_like(cost)
+    plan[np.ix_(rows, cols)] = sub
+    return plan, converged
 
 
 def exact_plan(cost: np.ndarray, a: np.ndarray, b: np.ndarray, *, max_iter: int,
