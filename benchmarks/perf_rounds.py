@@ -135,6 +135,46 @@ def plan_overhead(calls: int = 300) -> dict:
     return out
 
 
+def op_profile(calls: int = 200) -> dict:
+    """What the server's small steps are made of, at Syn(0,0) size: the min-norm combination
+    (5 models, 30 clients, d = 610) and the MosT plan step (30 x 5). The median wall time of
+    ``calls`` back-to-back calls, and the number of tensor operations one call dispatches
+    (top-level ``aten::`` events of ``torch.profiler``; POT's simplex is not one of them)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from most.federated import methods as F
+
+    gen = torch.Generator().manual_seed(0)
+    m, n, d = 5, 30, 610
+    params = torch.randn(m, d, generator=gen)
+    deltas = 0.1 * torch.randn(n, d, generator=gen) + 0.1 * torch.randn(1, d, generator=gen)
+    pair_model = torch.arange(n) % m
+    weight = torch.ones(n, dtype=torch.float64)
+    method = F.MosT(m, server_lr=5.0)
+    method.reset(n, m, torch.Generator().manual_seed(0))
+    losses = torch.rand(n, m, generator=gen)
+    counts = torch.full((n,), 60)
+    cases = {
+        "min-norm combination": lambda: F.min_norm_combination(params, deltas, pair_model, weight, 1.0),
+        "plan step (exact transport + majority share)": lambda: method.plan(losses, 10, 100, None, counts=counts),
+    }
+    out = {}
+    for name, fn in cases.items():
+        for _ in range(20):
+            fn()
+        times = []
+        for _ in range(calls):
+            tic = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - tic)
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            fn()
+        ops = [e for e in prof.events() if e.cpu_parent is None and e.name.startswith("aten::")]
+        seconds = statistics.median(times)
+        out[name] = {"seconds": seconds, "tensor_ops": len(ops), "us_per_op": 1e6 * seconds / max(1, len(ops))}
+    return out
+
+
 # ----------------------------------------------------------------------------- memory
 def _memory_case(dense: bool, n: int, d: int, m: int) -> dict:
     import most
@@ -229,6 +269,16 @@ def markdown(results: dict) -> str:
                         "local training comes between two plan steps in a run.", ["calls", "ms per plan"])
         out += [f"| {k} | {1e3 * v:.3f} |" for k, v in over.items()]
         out.append("")
+    prof = results.get("op_profile")
+    if prof:
+        out += _section("What the small server steps are made of (Syn(0,0) size)",
+                        "Median of back-to-back calls, and the tensor operations one call dispatches (top-level "
+                        "`aten::` events of `torch.profiler`). At these sizes the arithmetic is a few hundred "
+                        "thousand floating-point operations; the time is the operations' fixed cost.",
+                        ["step", "ms per call", "tensor operations", "µs per operation"])
+        out += [f"| {k} | {1e3 * v['seconds']:.3f} | {v['tensor_ops']} | {v['us_per_op']:.1f} |"
+                for k, v in prof.items()]
+        out.append("")
     mem = results.get("memory")
     if mem:
         out += _section("Centralised memory: one MosT round on n least-squares objectives, m = 10",
@@ -259,6 +309,7 @@ def run_all(quick: bool, threads: int, previous: dict | None = None, save=None) 
         if not quick:
             steps.append(("femnist_cnn", lambda: femnist_rounds("cnn", rounds=2, repeats=1)))
     steps.append(("plan_overhead", plan_overhead))
+    steps.append(("op_profile", op_profile))
     steps.append(("memory", lambda: memory_cases(quick)))
     results: dict = {"threads": threads, "quick": quick} if previous is None else previous
     if not have_femnist:

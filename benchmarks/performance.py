@@ -101,6 +101,15 @@ def targets_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def _profile_text(rounds: dict, prefix: str) -> str:
+    """A sentence from the op-profile section for the step whose name starts with ``prefix``."""
+    for name, v in rounds.get("op_profile", {}).items():
+        if name.startswith(prefix):
+            return (f" Profile ({name}, back to back): {v['tensor_ops']} tensor operations in "
+                    f"{1e3 * v['seconds']:.2f} ms, {v['us_per_op']:.1f} µs each (table below).")
+    return ""
+
+
 def notes(results: dict) -> str:
     rounds = results.get("rounds", {})
     syn = {r["method"]: r for r in rounds.get("syn", [])}
@@ -124,7 +133,8 @@ def notes(results: dict) -> str:
                  "host cut a warm `transport.solve` call on 30 × 5 from about 125 to 76 µs but moved the plan "
                  "step inside a run by less than the run-to-run noise (measured against the previous commit, "
                  "alternating, on one core): the share is bounded by that cold start, not by the number of "
-                 "operations. On FEMNIST, where a round does real work, transport is about 0.1 % of it.")
+                 "operations. On FEMNIST, where a round does real work, transport is about 0.1 % of it."
+                 + _profile_text(rounds, "plan step"))
         lines.append(text)
     if "MosT (min-norm)" in syn:
         r = syn["MosT (min-norm)"]["after_warmup"]
@@ -143,7 +153,7 @@ def notes(results: dict) -> str:
                 "bit-identical), but each face correction is still about fifty small tensor operations, which "
                 "cost more than the arithmetic at these sizes. Fewer corrections (dropping several vertices "
                 "at once, or an exact active-set solve on the host) would change the weights in their last "
-                "bits and with them every table that uses MGDA.")
+                "bits and with them every table that uses MGDA." + _profile_text(rounds, "min-norm combination"))
     cnn = {x["method"]: x for x in rounds.get("femnist_cnn", [])}.get("MosT")
     if cnn:
         lines.append(f"* **Where a CNN round goes.** On FEMNIST with the CNN, evaluating the loss matrix (every "
