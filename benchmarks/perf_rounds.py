@@ -175,6 +175,39 @@ def op_profile(calls: int = 200) -> dict:
     return out
 
 
+def aggregate_profile(rounds: int = 4) -> dict:
+    """Where the min-norm aggregation of a FEMNIST round goes (logistic model, 105 writers,
+    m = 5, d = 48,670): ``cProfile`` over ``rounds`` rounds of MosT with the min-norm
+    combination, the cumulative time per round of the combination, of its float64 Gram
+    matrices of the client updates and of the min-norm solve."""
+    import cProfile
+    import pstats
+
+    from most.bench.federated import FederatedBenchConfig, _data
+    from most.federated import FederatedConfig, run_federated
+    from most.federated import methods as F
+
+    bench = FederatedBenchConfig(dataset="femnist", model="linear", data_path=str(FEMNIST))
+    data, model = _data(bench, 0)
+    build = lambda: F.MosT(5, server_lr=5.0, combine="min_norm", warmup_rounds=0)  # noqa: E731
+    run_federated(data, model, build(), FederatedConfig(rounds=1, seed=0))  # warm-up
+    prof = cProfile.Profile()
+    prof.enable()
+    result = run_federated(data, model, build(), FederatedConfig(rounds=rounds, seed=0))
+    prof.disable()
+    stats = pstats.Stats(prof).stats  # {(file, line, name): (cc, nc, tottime, cumtime, callers)}
+    cum = {}
+    for (file, _, name), (_, _, _, cumtime, _) in stats.items():
+        if file.endswith(("federated/methods.py", "most/mgda.py")):
+            cum[name] = cum.get(name, 0.0) + cumtime
+    per_round = {"min_norm_combination": cum.get("min_norm_combination", 0.0) / rounds,
+                 "gram": cum.get("_per_model_gram", 0.0) / rounds,
+                 "min_norm": cum.get("min_norm", 0.0) / rounds}
+    return {"rounds": rounds, "dim": int(model.dim),
+            "round_seconds": sum(sum(h.seconds.values()) for h in result.history) / rounds,
+            "seconds_per_round": per_round}
+
+
 # ----------------------------------------------------------------------------- memory
 def _memory_case(dense: bool, n: int, d: int, m: int) -> dict:
     import most
@@ -279,6 +312,18 @@ def markdown(results: dict) -> str:
         out += [f"| {k} | {1e3 * v['seconds']:.3f} | {v['tensor_ops']} | {v['us_per_op']:.1f} |"
                 for k, v in prof.items()]
         out.append("")
+    agg = results.get("aggregate_profile")
+    if agg:
+        t = agg["seconds_per_round"]
+        out += _section("Where FEMNIST's min-norm aggregation goes (logistic model, m = 5)",
+                        f"`cProfile` over {agg['rounds']} rounds of MosT with the min-norm combination (a round: "
+                        f"{agg['round_seconds']:.3f} s under the profiler); milliseconds per round.",
+                        ["min-norm combination", "of which: float64 Gram matrices", "of which: min-norm solve",
+                         "of which: the rest"])
+        rest = t["min_norm_combination"] - t["gram"] - t["min_norm"]
+        out.append(f"| {1e3 * t['min_norm_combination']:.1f} | {1e3 * t['gram']:.1f} | {1e3 * t['min_norm']:.1f} | "
+                   f"{1e3 * rest:.1f} |")
+        out.append("")
     mem = results.get("memory")
     if mem:
         out += _section("Centralised memory: one MosT round on n least-squares objectives, m = 10",
@@ -308,6 +353,7 @@ def run_all(quick: bool, threads: int, previous: dict | None = None, save=None) 
         steps.append(("femnist_linear", lambda: femnist_rounds("linear", rounds=2 if quick else 6, repeats=1 if quick else 3)))
         if not quick:
             steps.append(("femnist_cnn", lambda: femnist_rounds("cnn", rounds=2, repeats=1)))
+        steps.append(("aggregate_profile", lambda: aggregate_profile(rounds=2 if quick else 4)))
     steps.append(("plan_overhead", plan_overhead))
     steps.append(("op_profile", op_profile))
     steps.append(("memory", lambda: memory_cases(quick)))
