@@ -44,6 +44,8 @@ def _methods(m: int, warmup: int | None = None):
     return {
         "MosT": lambda: F.MosT(m, server_lr=5.0, **most_kw),
         "MosT (min-norm)": lambda: F.MosT(m, server_lr=5.0, combine="min_norm", **most_kw),
+        "MosT (min-norm, last-layer bias)": lambda: F.MosT(m, server_lr=5.0, combine="min_norm", gram_on="last",
+                                                           **most_kw),
         "FedAvg (m models)": lambda: F.FedAvg(m, server_lr=1.0),
         "IFCA": lambda: F.IFCA(m, server_lr=5.0),
     }

@@ -74,6 +74,55 @@ def test_weighted_mean_and_min_norm_combination():
     torch.testing.assert_close(new, torch.tensor([[-0.5, -0.5, 0.0], [-2.0, -2.0, -2.0]]), atol=1e-6, rtol=0)
 
 
+def test_min_norm_combination_on_a_subset_of_coordinates():
+    # Coordinate 2 plays the "final layer's bias": the weights come from the min-norm problem on
+    # it alone, then combine the full updates.
+    params = torch.zeros(2, 3)
+    deltas = torch.tensor([[1.0, 0.0, 4.0], [0.0, 3.0, 1.0], [2.0, 2.0, 2.0]])
+    pair_model = torch.tensor([0, 0, 1])
+    ones = torch.ones(3, dtype=torch.float64)
+    # on coordinate 2 alone, {4, 1}: the min-norm point is the vertex 1 (weight 1 on client 1)
+    new = min_norm_combination(params, deltas, pair_model, ones, 1.0, coordinates=slice(2, 3))
+    torch.testing.assert_close(new, torch.tensor([[0.0, -3.0, -1.0], [-2.0, -2.0, -2.0]]), atol=1e-6, rtol=0)
+    # with every coordinate, {(1,0,4), (0,3,1)}: <g_0, g_1> = 4 < |g_1|^2 = 10, so the vertex is
+    # not optimal there and the weights mix: λ = (6, 13) / 19
+    full = min_norm_combination(params, deltas, pair_model, ones, 1.0)
+    torch.testing.assert_close(full[0], -torch.tensor([6.0, 39.0, 37.0]) / 19, atol=1e-5, rtol=0)
+    # the whole vector as a slice is exactly the default
+    rng = torch.Generator().manual_seed(0)
+    p, dl = torch.randn(3, 40, generator=rng), torch.randn(12, 40, generator=rng)
+    pm, w = torch.arange(12) % 3, torch.rand(12, generator=rng).double()
+    assert torch.equal(min_norm_combination(p, dl, pm, w, 2.0, coordinates=slice(0, 40)),
+                       min_norm_combination(p, dl, pm, w, 2.0))
+    # KKT on the subset: every client's update on those coordinates has <g_i, u> >= |u|^2
+    sub = slice(30, 40)
+    step = p - min_norm_combination(p, dl, pm, w, 1.0, coordinates=sub)
+    for j in range(3):
+        u = step[j, sub].double()
+        g = (w[pm == j, None] * dl[pm == j].double())[:, sub]
+        assert (g @ u >= u @ u - 1e-5 * (g.norm(dim=1).max() ** 2)).all()
+
+
+def test_most_gram_on_resolves_the_parameter_before_training(small):
+    model = fl.logistic_regression(60, 10)
+    assert model.coordinates("bias") == slice(600, 610) == model.coordinates("last")
+    assert fl.cnn(62, channels=(8, 16)).coordinates("last") == fl.cnn(62, channels=(8, 16)).coordinates("fc.bias")
+    with pytest.raises(ValueError, match="combine='min_norm'"):
+        F.MosT(2, gram_on="bias")
+    with pytest.raises(ValueError, match="a string"):
+        F.MosT(2, combine="min_norm", gram_on=3)
+    rounds = []
+    with pytest.raises(ValueError, match=r"no parameter 'fc.bias'; its parameters are 'weight', 'bias'"):
+        fl.run_federated(small, model, F.MosT(2, combine="min_norm", gram_on="fc.bias"),
+                         fl.FederatedConfig(rounds=3, seed=0), callback=lambda log, params: rounds.append(log))
+    assert rounds == []  # refused before any round
+    cfg = fl.FederatedConfig(rounds=4, seed=0)
+    on_bias = fl.run_federated(small, model, F.MosT(2, combine="min_norm", gram_on="bias", warmup_rounds=1), cfg)
+    default = fl.run_federated(small, model, F.MosT(2, combine="min_norm", warmup_rounds=1), cfg)
+    assert not torch.equal(on_bias.params, default.params)
+    assert torch.isfinite(on_bias.params).all() and on_bias.mean_accuracy > 0.2
+
+
 @pytest.mark.parametrize("eps", [0.02, 0.05, 0.1, 1.0])
 def test_min_norm_box_matches_an_active_set_qp_solver(eps):
     quadprog = pytest.importorskip("quadprog")

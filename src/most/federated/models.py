@@ -61,6 +61,28 @@ class FlatModel:
     def dim(self) -> int:
         return sum(self._sizes)
 
+    @property
+    def parameter_names(self) -> list[str]:
+        """The module's parameter names, in the order of the flat vector."""
+        return list(self._names)
+
+    def coordinates(self, name: str) -> slice:
+        """The slice of the flat vector ``theta [d]`` holding parameter ``name``; ``"last"`` is the
+        module's last parameter (e.g. the final layer's bias).
+
+        >>> logistic_regression(60, 10).coordinates("bias")
+        slice(600, 610, None)
+        """
+        names = self._names
+        if name == "last":
+            name = names[-1]
+        if name not in names:
+            raise ValueError(f"{self.name} has no parameter {name!r}; its parameters are "
+                             f"{', '.join(repr(n) for n in names)} (or 'last').")
+        i = names.index(name)
+        start = sum(self._sizes[:i])
+        return slice(start, start + self._sizes[i])
+
     def init(self, m: int, generator: torch.Generator) -> Tensor:
         """``[m, d]`` initial parameters: the module's own initialisation, m times."""
         with torch.random.fork_rng(devices=[]):
