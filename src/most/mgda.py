@@ -209,7 +209,7 @@ def _resolve_options(max_iter, tol) -> tuple[int, float]:
 
 
 def _face_correction(
-    G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor, rows: Tensor, pos: Tensor
+    G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor, pos: Tensor
 ) -> tuple[Tensor, Tensor, Tensor]:
     """One corrective step towards the minimiser of λᵀGλ over the affine hull of the active face.
 
@@ -219,7 +219,7 @@ def _face_correction(
     The step ``λ + γ (y - λ)`` then uses the exact line search, clipped where a coordinate hits 0
     (which is dropped), so it never increases the objective and keeps ``λ`` on the simplex even
     when the solve is inaccurate. Problems with ``live`` False are left unchanged.
-    ``rows`` and ``pos`` are ``arange(B)`` and ``arange(n)`` on G's device.
+    ``pos`` is ``arange(n)`` on G's device.
     Returns the new ``(λ, Gλ)`` and which problems dropped a vertex (their minor cycle continues).
 
     At the sizes MosT meets (a few problems of tens of objectives) the cost is the number of
@@ -290,11 +290,10 @@ def _face_correction(
 def _minor_cycles(G: Tensor, lam: Tensor, Glam: Tensor, live: Tensor) -> tuple[Tensor, Tensor]:
     """Face corrections of the ``live`` problems, repeated while they drop a vertex (so at
     most n of them): Wolfe's minor cycle. Returns the new ``(λ, Gλ)``."""
-    B, n, _ = G.shape
-    rows = torch.arange(B, device=G.device)
+    n = G.shape[-1]
     pos = torch.arange(n, device=G.device)
     for _ in range(n):
-        lam, Glam, dropped = _face_correction(G, lam, Glam, live, rows, pos)
+        lam, Glam, dropped = _face_correction(G, lam, Glam, live, pos)
         live = live & dropped
         if not bool(live.any()):
             break
