@@ -169,19 +169,21 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
         # a candidate of the search that diverged is recorded and never chosen
         nan = float("nan")
         return {"seed": seed, "server_lr": eta, "extra": extra, "seconds": time.perf_counter() - tic,
-                "val_accuracy": -math.inf, "failed": str(exc), **{k: nan for k in _KEYS + _LOSS_PICK_KEYS},
+                "val_accuracy": -math.inf, "failed": str(exc),
+                **{k: nan for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS},
                 "choice_counts": [], "per_client": [], "val_curve": [], "loss_curve": [], "sparsity": [],
                 "drift": [], "plans": [], "timing": {}}
     seconds = time.perf_counter() - tic
     val_acc, test_acc = result.val_accuracy.nan_to_num(-1.0), result.test_accuracy.nan_to_num(0.0)
-    summary = ev.summarise(val_acc, test_acc)
-    by_loss = ev.summarise(val_acc, test_acc, choice=result.loss_choice)
+    sizes = [len(c.y_test) for c in data.clients]
+    summary = ev.summarise(val_acc, test_acc, sizes=sizes)
+    by_loss = ev.summarise(val_acc, test_acc, choice=result.loss_choice, sizes=sizes)
     plans = [log.plan for log in result.history if log.plan is not None]
     val_mean = float(val_acc.max(1).values.mean())
     return {
         "seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds, "val_accuracy": val_mean,
         **{k: v for k, v in summary.items()},
-        **{f"{k}_loss_pick": by_loss[k] for k in _KEYS[:5]},
+        **{f"{k}_loss_pick": by_loss[k] for k in _KEYS[:5] + ("pooled",)},
         "choice_counts_loss_pick": by_loss["choice_counts"],
         "diversity": result.prediction_diversity(),
         "per_client": result.client_accuracy.tolist(),
@@ -224,12 +226,14 @@ _KEYS = ("mean", "worst20", "worst40", "worst60", "worst80", "oracle", "diversit
 #: the same accuracies when each client picks the model with the lowest loss on its training and
 #: validation data pooled (``FederatedResult.loss_choice``) instead of the best on validation
 _LOSS_PICK_KEYS = tuple(f"{k}_loss_pick" for k in _KEYS[:5])
+#: accuracy over all test samples (FedProx's metric), with either pick
+_POOLED_KEYS = ("pooled", "pooled_loss_pick")
 
 
 def _summarise(results: dict) -> None:
     for entry in results["methods"].values():
         runs = entry["runs"]
-        for k in _KEYS + _LOSS_PICK_KEYS + ("seconds",):
+        for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS + ("seconds",):
             if not all(k in r for r in runs):  # results written before the loss pick existed
                 continue
             v = np.array([r[k] for r in runs], dtype=float)
@@ -252,12 +256,19 @@ def table_markdown(results: dict) -> str:
     """Accuracy (%) mean ± std over seeds, each client on its best model on validation (the
     paper's protocol), with MosT minus the method as a paired 95 % interval; then, where the
     results have them, the mean and the paired difference when each client picks its model by
-    the lowest loss on its training and validation data (``FederatedResult.loss_choice``)."""
+    the lowest loss on its training and validation data (``FederatedResult.loss_choice``); and,
+    for clients of unequal sizes, the accuracy over all test samples (FedProx's metric) with either
+    pick."""
     loss_pick = any("mean_loss_pick" in e for e in results["methods"].values())
+    # Accuracy over all test samples, where it differs from the mean over clients (unequal sizes).
+    pooled = any("pooled" in r and abs(r["pooled"] - r["mean"]) > 1e-9
+                 for e in results["methods"].values() for r in e["runs"] if math.isfinite(r.get("mean", math.nan)))
     head = ("| method | mean | worst 20 % | worst 40 % | worst 60 % | worst 80 % | oracle | diversity | "
             "MosT − method (95 % CI) |")
     if loss_pick:
         head += " mean, loss pick | MosT − method, loss pick |"
+    if pooled:
+        head += " per sample | per sample, loss pick |"
     lines = [f"**{results['label']}**", "", head + " s / run |", "|---" * head.count("|") + "|"]
     for name, e in results["methods"].items():
         cells = [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" for k in _KEYS[:-1]]
@@ -267,6 +278,8 @@ def table_markdown(results: dict) -> str:
             cells.append(f"{100 * e['mean_loss_pick']['mean']:.2f} ± {100 * e['mean_loss_pick']['std']:.2f}"
                          if "mean_loss_pick" in e else "–")
             cells.append(_paired_cell(results.get("paired_vs_most_loss_pick", {}).get(name)))
+        if pooled:
+            cells += [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if k in e else "–" for k in _POOLED_KEYS]
         cells.append(f"{e['seconds']['mean']:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -384,17 +384,20 @@ def gamma_drift(prev, plan, *, skip_empty: bool = False) -> float:
 # --------------------------------------------------------------------------- summaries
 
 
-def summarise(val_acc, test_acc, *, choice=None) -> dict:
+def summarise(val_acc, test_acc, *, choice=None, sizes=None) -> dict:
     """Per-run summary: select on validation, score on test.
 
     Returns a dict with ``mean`` (mean client accuracy), ``worst20`` .. ``worst80``,
     ``oracle`` (:func:`oracle_accuracy`) and ``choice_counts`` (a list: how many clients chose
     each model, length m). ``choice`` (``[n_clients]`` model indices, e.g. from
-    :func:`select_by_loss`) replaces the validation pick when given.
+    :func:`select_by_loss`) replaces the validation pick when given. With ``sizes``
+    (``[n_clients]`` test-set sizes) it also has ``pooled``: the accuracy over all test samples,
+    ``sum_i sizes_i acc_i / sum_i sizes_i``, the metric FedProx reports (equal to ``mean`` when
+    the clients are of equal size).
 
-    >>> s = summarise([[0.1, 0.2], [0.3, 0.2]], [[0.0, 1.0], [0.5, 0.5]])
-    >>> s["mean"], s["worst20"], s["oracle"], s["choice_counts"]
-    (0.75, 0.5, 0.75, [1, 1])
+    >>> s = summarise([[0.1, 0.2], [0.3, 0.2]], [[0.0, 1.0], [0.5, 0.5]], sizes=[10, 30])
+    >>> s["mean"], s["worst20"], s["oracle"], s["choice_counts"], s["pooled"]
+    (0.75, 0.5, 0.75, [1, 1], 0.625)
     """
     v = _matrix(val_acc, "val_acc")
     t = _matrix(test_acc, "test_acc")
@@ -407,6 +410,12 @@ def summarise(val_acc, test_acc, *, choice=None) -> dict:
     out.update(worst_k_percent(acc))
     out["oracle"] = oracle_accuracy(t)
     out["choice_counts"] = np.bincount(choice, minlength=v.shape[1]).astype(int).tolist()
+    if sizes is not None:
+        n = _array(sizes, "sizes").astype(np.float64)
+        if n.shape != acc.shape or not np.isfinite(n).all() or (n < 0).any() or n.sum() <= 0:
+            raise ValueError(f"`sizes` must hold one non-negative test-set size per client ({acc.shape[0]}), not all "
+                             f"zero; got shape {n.shape}.")
+        out["pooled"] = float((n * acc).sum() / n.sum())
     return out
 
 
