@@ -36,6 +36,9 @@ def test_federated_bench_command_writes_results_and_figures(tmp_path):
             # the loss pick is another choice of the same models: never above the oracle
             assert 0.0 <= r["worst20_loss_pick"] <= r["mean_loss_pick"] <= r["oracle"] + 1e-12
             assert sum(r["choice_counts_loss_pick"]) == 30
+            # equal client sizes: the accuracy over all test samples is the mean over clients
+            assert np.isclose(r["pooled"], r["mean"]) and np.isclose(r["pooled_loss_pick"], r["mean_loss_pick"])
+    assert "per sample" not in (out / "table.md").read_text()
     most_runs = results["methods"]["MosT"]["runs"]
     assert all(len(r["sparsity"]) == 7 - 5 and len(r["drift"]) == 1 for r in most_runs)  # plans after the 5-round warm-up
     assert "IFCA" in results["paired_vs_most"] and "IFCA" in results["paired_vs_most_loss_pick"]

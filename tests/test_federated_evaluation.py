@@ -126,6 +126,18 @@ def test_select_by_loss_takes_the_lowest_and_breaks_ties_to_the_lowest_index():
         select_by_loss([0.1, 0.2])
 
 
+def test_summarise_pooled_weights_clients_by_their_test_size():
+    val = [[0.9, 0.1], [0.1, 0.9], [0.5, 0.6]]
+    test = [[0.8, 0.0], [0.0, 0.4], [0.3, 0.7]]  # picks: 0.8, 0.4, 0.7
+    s = summarise(val, test, sizes=[100, 10, 50])
+    assert s["pooled"] == pytest.approx((0.8 * 100 + 0.4 * 10 + 0.7 * 50) / 160)
+    assert summarise(val, test, sizes=[7, 7, 7])["pooled"] == pytest.approx(s["mean"])
+    assert "pooled" not in summarise(val, test)
+    for bad in ([1, 2], [1, -2, 3], [0, 0, 0], [1, float("nan"), 1]):
+        with pytest.raises(ValueError, match="sizes"):
+            summarise(val, test, sizes=bad)
+
+
 def test_summarise_with_a_given_choice_scores_that_choice():
     val = [[0.6, 0.8], [0.9, 0.5]]
     test = [[0.5, 0.9], [0.8, 0.4]]
