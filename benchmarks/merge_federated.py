@@ -1,12 +1,14 @@
-"""Adds methods run separately to a federated results folder.
+"""Adds methods, or seeds, run separately to a federated results folder.
 
 A method missing from a table (FedProx on FEMNIST, say) is run later with the same settings,
-possibly split over seeds into several folders to use several cores, then merged here. The
-script checks that every source was run with the destination's settings (dataset, model, data,
-protocol, server steps, m; only the methods, seeds and output folder may differ), that the
-sources' seeds of each new method are exactly the destination's, and that a method is not
-already in the destination; it then appends the runs, recomputes the summaries and the paired
-intervals against MosT, and rewrites ``results.json``, ``table.md`` and the figures.
+possibly split over seeds into several folders to use several cores, then merged here. A whole
+table can also be split over seeds: a source with exactly the destination's methods and other
+seeds adds those seeds. The script checks that every source was run with the destination's
+settings (dataset, model, data, protocol, server steps, m; only the methods, seeds and output
+folder may differ), that the sources' seeds of each new method are exactly the destination's,
+that a method is not already in the destination (unless the source adds seeds) and that no seed
+is run twice; it then appends the runs, recomputes the summaries and the paired intervals
+against MosT, and rewrites ``results.json``, ``table.md`` and the figures.
 
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
         /tmp/fedprox/seeds_0_2 /tmp/fedprox/seeds_3_4
@@ -44,11 +46,23 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         if src.get("torch") != dest.get("torch"):
             print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
                   file=sys.stderr)
+        if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
+            again = sorted(set(src["config"]["seeds"]) & set(seeds))
+            if again:
+                raise MergeError(f"source {i + 1} has seeds {again}, which the destination already has.")
+            for name, entry in src["methods"].items():
+                dest["methods"][name]["runs"].extend(entry["runs"])
+            seeds += list(src["config"]["seeds"])
+            dest["config"]["seeds"] = list(seeds)
+            runs.setdefault(f"seeds {list(src['config']['seeds'])}", [])
+            continue
         for name, entry in src["methods"].items():
             if name in dest["methods"]:
                 raise MergeError(f"{name} is already in the destination; merge only methods it lacks.")
             runs.setdefault(name, []).extend(entry["runs"])
     for name, got in runs.items():
+        if name.startswith("seeds "):
+            continue
         have = sorted(r["seed"] for r in got)
         if have != sorted(seeds):
             raise MergeError(f"{name}: the sources have seeds {have}, the destination {sorted(seeds)}; "

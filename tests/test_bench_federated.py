@@ -100,6 +100,17 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     assert "| IFCA |" in (tmp_path / "dest" / "table.md").read_text()
     assert (tmp_path / "dest" / "radar.png").stat().st_size > 1000
 
+    # a whole table split over seeds: the second half adds its seeds
+    bench(tmp_path / "first", "--seed", "0", "--method", "MosT", "--method", "IFCA")
+    second = bench(tmp_path / "second", "--seed", "1", "--method", "MosT", "--method", "IFCA")
+    merge_federated.main([str(tmp_path / "first"), str(tmp_path / "second")])
+    joined = json.loads((tmp_path / "first" / "results.json").read_text())
+    assert joined["config"]["seeds"] == [0, 1]
+    assert joined["methods"]["IFCA"]["mean"] == alone["methods"]["IFCA"]["mean"]
+    assert joined["paired_vs_most"]["IFCA"] == alone["paired_vs_most"]["IFCA"]
+    with pytest.raises(merge_federated.MergeError, match=r"seeds \[1\], which the destination already has"):
+        merge_federated.merge(json.loads(json.dumps(joined)), [second])
+
     bad = [
         (dict(dest, config={**dest["config"], "protocol": {**dest["config"]["protocol"], "rounds": 7}}), [parts[0]],
          "other settings.*protocol"),
