@@ -33,10 +33,12 @@ class MergeError(ValueError):
 
 
 def merge(dest: dict, sources: list[dict]) -> list[str]:
-    """Appends the methods of ``sources`` to ``dest`` (results dicts) in place; returns their names."""
+    """Appends the methods (or seeds) of ``sources`` to ``dest`` (results dicts) in place; returns
+    what was added: method names and ``"seeds [...]"``."""
     fixed = {k: v for k, v in dest["config"].items() if k not in FREE}
     seeds = list(dest["config"]["seeds"])
     runs: dict[str, list] = {}
+    added_seeds: list[str] = []
     for i, src in enumerate(sources):
         other = {k: v for k, v in src["config"].items() if k not in FREE}
         differ = sorted(k for k in fixed.keys() | other.keys() if fixed.get(k) != other.get(k))
@@ -54,15 +56,13 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                 dest["methods"][name]["runs"].extend(entry["runs"])
             seeds += list(src["config"]["seeds"])
             dest["config"]["seeds"] = list(seeds)
-            runs.setdefault(f"seeds {list(src['config']['seeds'])}", [])
+            added_seeds.append(f"seeds {list(src['config']['seeds'])}")
             continue
         for name, entry in src["methods"].items():
             if name in dest["methods"]:
                 raise MergeError(f"{name} is already in the destination; merge only methods it lacks.")
             runs.setdefault(name, []).extend(entry["runs"])
     for name, got in runs.items():
-        if name.startswith("seeds "):
-            continue
         have = sorted(r["seed"] for r in got)
         if have != sorted(seeds):
             raise MergeError(f"{name}: the sources have seeds {have}, the destination {sorted(seeds)}; "
@@ -70,7 +70,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
         dest["config"]["methods"].append(name)
     fb._summarise(dest)
-    return list(runs)
+    return list(runs) + added_seeds
 
 
 def main(argv=None) -> None:
