@@ -69,6 +69,14 @@ def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):
     assert run["server_lr"] == 1.0 and "failed" not in run
     assert [c[0] for c in run["candidates_val"]] == [1.0, 1e38] and run["candidates_val"][1][2] == float("-inf")
 
+    # a run whose every candidate failed: nan cells, the reason under the table, no figures to draw
+    res = runner.invoke(app, ["bench", "federated", "--seed", "0", "--rounds", "3", "--server-lr", "1e38",
+                              "--method", "FedAvg", "--out", str(tmp_path / "all"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    table = (tmp_path / "all" / "table.md").read_text()
+    assert "| FedAvg | nan" in table and "- FedAvg, seed 0: At round 1" in table and "diverged" in table
+    assert not list((tmp_path / "all").glob("*.png"))
+
 
 def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     import sys

@@ -282,6 +282,10 @@ def table_markdown(results: dict) -> str:
             cells += [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if k in e else "–" for k in _POOLED_KEYS]
         cells.append(f"{e['seconds']['mean']:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    failed = [(name, r) for name, e in results["methods"].items() for r in e["runs"] if "failed" in r]
+    if failed:  # every candidate of these runs failed: say why their cells are nan
+        lines += ["", "Runs where every candidate failed (nan above):"]
+        lines += [f"- {name}, seed {r['seed']}: {r['failed']}" for name, r in failed]
     return "\n".join(lines)
 
 
@@ -295,6 +299,8 @@ def _paired_cell(p: dict | None) -> str:
 def _figures(results: dict, out: Path) -> list[str]:
     methods = results["methods"]
     first = {name: e["runs"][0] for name, e in methods.items() if "failed" not in e["runs"][0]}
+    if not first:  # every method diverged on seed 0: the table says so, there is nothing to draw
+        return []
     written = []
     # the radar stays readable with a few methods: the main ones, in table order
     main = [n for n in first if n in _RADAR][:6] or list(first)[:6]
