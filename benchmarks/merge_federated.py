@@ -12,6 +12,14 @@ against MosT, and rewrites ``results.json``, ``table.md`` and the figures.
 
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
         /tmp/fedprox/seeds_0_2 /tmp/fedprox/seeds_3_4
+
+A source with the destination's methods and seeds but other server steps extends the grid the
+server step is chosen from (``--server-lr``), when the chosen value sat at the grid's edge: for
+every method and seed the run with the best validation accuracy over both grids is kept, the
+destination's on a tie, exactly as a single run over the joined grid would choose.
+
+    .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
+        /tmp/femnist_server_lr_5
 """
 
 from __future__ import annotations
@@ -33,21 +41,26 @@ class MergeError(ValueError):
 
 
 def merge(dest: dict, sources: list[dict]) -> list[str]:
-    """Appends the methods (or seeds) of ``sources`` to ``dest`` (results dicts) in place; returns
-    what was added: method names and ``"seeds [...]"``."""
+    """Appends the methods (or seeds, or server steps) of ``sources`` to ``dest`` (results dicts) in
+    place; returns what was added: method names, ``"seeds [...]"`` and ``"server steps [...]"``."""
     fixed = {k: v for k, v in dest["config"].items() if k not in FREE}
     seeds = list(dest["config"]["seeds"])
     runs: dict[str, list] = {}
-    added_seeds: list[str] = []
+    added_more: list[str] = []
     for i, src in enumerate(sources):
         other = {k: v for k, v in src["config"].items() if k not in FREE}
+        if src.get("torch") != dest.get("torch"):
+            print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
+                  file=sys.stderr)
+        if other.get("server_lrs") != fixed.get("server_lrs") and {**other, "server_lrs": fixed["server_lrs"]} == fixed:
+            _extend_grid(dest, src, i)
+            fixed["server_lrs"] = list(dest["config"]["server_lrs"])
+            added_more.append(f"server steps {list(src['config']['server_lrs'])}")
+            continue
         differ = sorted(k for k in fixed.keys() | other.keys() if fixed.get(k) != other.get(k))
         if differ:
             detail = "; ".join(f"{k}: {fixed.get(k)!r} vs {other.get(k)!r}" for k in differ)
             raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).")
-        if src.get("torch") != dest.get("torch"):
-            print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
-                  file=sys.stderr)
         if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
             again = sorted(set(src["config"]["seeds"]) & set(seeds))
             if again:
@@ -56,7 +69,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                 dest["methods"][name]["runs"].extend(entry["runs"])
             seeds += list(src["config"]["seeds"])
             dest["config"]["seeds"] = list(seeds)
-            added_seeds.append(f"seeds {list(src['config']['seeds'])}")
+            added_more.append(f"seeds {list(src['config']['seeds'])}")
             continue
         for name, entry in src["methods"].items():
             if name in dest["methods"]:
@@ -70,7 +83,29 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
         dest["config"]["methods"].append(name)
     fb._summarise(dest)
-    return list(runs) + added_seeds
+    return list(runs) + added_more
+
+
+def _extend_grid(dest: dict, src: dict, i: int) -> None:
+    """Joins ``src``'s server steps to ``dest``'s grid: per method and seed, the better run on
+    validation (``dest``'s on a tie, as its steps come first in the joined grid)."""
+    again = sorted(set(src["config"]["server_lrs"]) & set(dest["config"]["server_lrs"]))
+    if again:
+        raise MergeError(f"source {i + 1} has server steps {again}, which the destination already has; "
+                         "a grid extension needs new values only.")
+    if set(src["methods"]) != set(dest["methods"]) or sorted(src["config"]["seeds"]) != sorted(dest["config"]["seeds"]):
+        raise MergeError(f"source {i + 1} was run with other server steps ({src['config']['server_lrs']}), which "
+                         "extends the destination's grid only with the destination's methods "
+                         f"({sorted(dest['methods'])}) and seeds ({sorted(dest['config']['seeds'])}); it has "
+                         f"{sorted(src['methods'])} and {sorted(src['config']['seeds'])}.")
+    for name, entry in dest["methods"].items():
+        new = {r["seed"]: r for r in src["methods"][name]["runs"]}
+        for k, old in enumerate(entry["runs"]):
+            run = new[old["seed"]]
+            joined = [tuple(c) for c in old["candidates_val"]] + [tuple(c) for c in run["candidates_val"]]
+            best = run if run["val_accuracy"] > old["val_accuracy"] else old
+            entry["runs"][k] = {**best, "candidates_val": joined}
+    dest["config"]["server_lrs"] = list(dest["config"]["server_lrs"]) + list(src["config"]["server_lrs"])
 
 
 def main(argv=None) -> None:

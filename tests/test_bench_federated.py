@@ -130,3 +130,43 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     for target, sources, match in bad:
         with pytest.raises(merge_federated.MergeError, match=match):
             merge_federated.merge(json.loads(json.dumps(target)), sources)
+
+
+def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_grid(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    merge_federated = pytest.importorskip("merge_federated")
+
+    def bench(out, *lrs, methods=("MosT", "FedProx")):
+        args = [a for lr in lrs for a in ("--server-lr", str(lr))] + [a for m in methods for a in ("--method", m)]
+        res = runner.invoke(app, ["bench", "federated", "--rounds", "6", "--seed", "0", "--seed", "1",
+                                  "--out", str(out), "--quiet", *args])
+        assert res.exit_code == 0, res.output
+        return json.loads((out / "results.json").read_text())
+
+    bench(tmp_path / "dest", 1)
+    extra = bench(tmp_path / "extra", 5)  # wins over 1 in these short runs
+    bench(tmp_path / "diverging", 1e38)  # loses to the destination's grid
+    alone = bench(tmp_path / "alone", 1, 5, 1e38)
+    merge_federated.main([str(tmp_path / "dest"), str(tmp_path / "extra"), str(tmp_path / "diverging")])
+    merged = json.loads((tmp_path / "dest" / "results.json").read_text())
+    assert merged["config"]["server_lrs"] == [1.0, 5.0, 1e38]
+    assert {r["server_lr"] for e in merged["methods"].values() for r in e["runs"]} == {5.0}
+    for name in ("MosT", "FedProx"):
+        for got, want in zip(merged["methods"][name]["runs"], alone["methods"][name]["runs"]):
+            assert [tuple(c) for c in got["candidates_val"]] == [tuple(c) for c in want["candidates_val"]]
+            for k in ("server_lr", "extra", "val_accuracy", "mean", "mean_loss_pick", "per_client"):
+                assert got[k] == want[k], (name, k)
+    assert merged["paired_vs_most"] == alone["paired_vs_most"]
+    assert "| FedProx |" in (tmp_path / "dest" / "table.md").read_text()
+
+    again = json.loads((tmp_path / "dest" / "results.json").read_text())
+    with pytest.raises(merge_federated.MergeError, match=r"server steps \[5.0\], which the destination already"):
+        merge_federated.merge(again, [extra])
+    fewer = bench(tmp_path / "fewer", 3, methods=("MosT",))
+    with pytest.raises(merge_federated.MergeError, match="only with the destination's methods"):
+        merge_federated.merge(json.loads((tmp_path / "dest" / "results.json").read_text()), [fewer])
