@@ -170,3 +170,41 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     fewer = bench(tmp_path / "fewer", 3, methods=("MosT",))
     with pytest.raises(merge_federated.MergeError, match="only with the destination's methods"):
         merge_federated.merge(json.loads((tmp_path / "dest" / "results.json").read_text()), [fewer])
+
+
+def test_per_sample_accuracy_added_to_older_results_equals_the_benchmarks(tmp_path):
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    add_pooled = pytest.importorskip("add_pooled")
+    out = tmp_path / "pl"
+    res = runner.invoke(app, ["bench", "federated", "--sizes", "power_law", "--rounds", "3", "--seed", "0",
+                              "--seed", "1", "--server-lr", "1", "--method", "MosT", "--method", "FedAvg",
+                              "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    written = json.loads((out / "results.json").read_text())
+    older = json.loads(json.dumps(written))
+    for entry in older["methods"].values():
+        for run in entry["runs"]:
+            del run["pooled"], run["pooled_loss_pick"]
+        for k in ("pooled", "pooled_loss_pick"):
+            entry.pop(k, None)
+    (out / "results.json").write_text(json.dumps(older))
+    add_pooled.main([str(out)])
+    filled = json.loads((out / "results.json").read_text())
+    for name, entry in written["methods"].items():
+        got = [r["pooled"] for r in filled["methods"][name]["runs"]]
+        assert np.allclose(got, [r["pooled"] for r in entry["runs"]], rtol=0, atol=1e-12)
+        assert not np.allclose(got, [r["mean"] for r in entry["runs"]])  # unequal sizes: not the mean
+        assert "pooled_loss_pick" not in filled["methods"][name]  # needs the per-client choices
+    table = (out / "table.md").read_text()
+    assert "| per sample | per sample, loss pick |" in table and "| – |" in table
+
+    # a stored value the data does not give back is refused
+    filled["methods"]["MosT"]["runs"][0]["pooled"] += 0.01
+    (out / "results.json").write_text(json.dumps(filled))
+    with pytest.raises(SystemExit, match="MosT, seed 0: stored per-sample accuracy"):
+        add_pooled.main([str(out)])
