@@ -208,3 +208,25 @@ def test_per_sample_accuracy_added_to_older_results_equals_the_benchmarks(tmp_pa
     (out / "results.json").write_text(json.dumps(filled))
     with pytest.raises(SystemExit, match="MosT, seed 0: stored per-sample accuracy"):
         add_pooled.main([str(out)])
+
+
+def test_the_table_says_when_the_chosen_server_step_is_the_grids_edge():
+    from most.bench.federated import _grid_edge_note
+
+    def results(chosen, grid=(1.0, 3.0, 5.0)):
+        return {"config": {"server_lrs": list(grid)},
+                "methods": {name: {"runs": [{"seed": s, "server_lr": lr} for s, lr in enumerate(lrs)]}
+                            for name, lrs in chosen.items()}}
+
+    inside = {"MosT": [3.0, 5.0, 1.0], "FedAvg": [3.0, 3.0, 5.0]}
+    assert _grid_edge_note(results(inside)) == []
+    note = " ".join(_grid_edge_note(results({"MosT": [3.0, 5.0, 1.0], "FedAvg": [5.0, 5.0, 5.0]})))
+    assert "largest (5 of 1, 3, 5) in 4 of 6 runs (every run of FedAvg)" in note and "--server-lr" in note
+    # a method always at the edge is named even when most runs are inside the grid
+    note = " ".join(_grid_edge_note(results({**inside, "IFCA": [1.0, 1.0, 1.0], "FedProx": [5.0, 5.0, 5.0]})))
+    assert "in 5 of 12 runs (every run of FedProx)" in note
+    # a run whose candidates all failed does not count; one server step is not a grid
+    failed = results({"MosT": [5.0, 5.0], "FedAvg": [1.0, 1.0]})
+    failed["methods"]["FedAvg"]["runs"] = [{**r, "failed": "diverged"} for r in failed["methods"]["FedAvg"]["runs"]]
+    assert "in 2 of 2 runs (every run of MosT)" in " ".join(_grid_edge_note(failed))
+    assert _grid_edge_note(results({"MosT": [5.0]}, grid=(5.0,))) == []

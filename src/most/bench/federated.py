@@ -282,11 +282,32 @@ def table_markdown(results: dict) -> str:
             cells += [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if k in e else "–" for k in _POOLED_KEYS]
         cells.append(f"{e['seconds']['mean']:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += _grid_edge_note(results)
     failed = [(name, r) for name, e in results["methods"].items() for r in e["runs"] if "failed" in r]
     if failed:  # every candidate of these runs failed: say why their cells are nan
         lines += ["", "Runs where every candidate failed (nan above):"]
         lines += [f"- {name}, seed {r['seed']}: {r['failed']}" for name, r in failed]
     return "\n".join(lines)
+
+
+def _grid_edge_note(results: dict) -> list[str]:
+    """A note when the server step chosen on validation is the grid's largest in half the runs or
+    more, or in every run of a method: the best step may lie beyond the grid (extend it;
+    ``benchmarks/merge_federated.py`` joins a later run)."""
+    grid = results["config"].get("server_lrs") or []
+    runs = [(name, r) for name, e in results["methods"].items() for r in e["runs"] if "failed" not in r]
+    if len(grid) < 2 or not runs:
+        return []
+    at_edge = [(name, r) for name, r in runs if r["server_lr"] == max(grid)]
+    methods = [n for n in results["methods"]  # methods whose every finished run chose the largest step
+               if any(m == n for m, _ in runs) and all(r["server_lr"] == max(grid) for m, r in runs if m == n)]
+    if 2 * len(at_edge) < len(runs) and not methods:
+        return []
+    return ["", f"The server step chosen on validation is the grid's largest ({max(grid):g} of "
+            f"{', '.join(f'{v:g}' for v in grid)}) in {len(at_edge)} of {len(runs)} runs"
+            + (f" (every run of {', '.join(methods)})" if methods else "")
+            + ": the best step may lie beyond the grid. Extend it with `--server-lr`; "
+            "`benchmarks/merge_federated.py` joins a run over the new steps to these results."]
 
 
 def _paired_cell(p: dict | None) -> str:
