@@ -22,12 +22,7 @@ import numpy as np
 
 from add_loss_pick import _config
 from most.bench import federated as fb
-
-
-def pooled(per_client, sizes) -> float:
-    """``sum_i sizes_i acc_i / sum_i sizes_i``, as ``evaluation.summarise`` computes it."""
-    n = np.asarray(sizes, dtype=np.float64)
-    return float((n * np.asarray(per_client, dtype=np.float64)).sum() / n.sum())
+from most.federated import evaluation as ev
 
 
 def add_pooled(results: dict) -> int:
@@ -44,7 +39,7 @@ def add_pooled(results: dict) -> int:
                 if len(run["per_client"]) != len(sizes):
                     sys.exit(f"{name}, seed {seed}: {len(run['per_client'])} clients stored, the data has "
                              f"{len(sizes)}; the data changed, so re-run the benchmark instead.")
-                value = pooled(run["per_client"], sizes)
+                value = ev.pooled_accuracy(run["per_client"], sizes)
                 if "pooled" in run:
                     if not np.isclose(run["pooled"], value, rtol=0, atol=1e-12):
                         sys.exit(f"{name}, seed {seed}: stored per-sample accuracy {run['pooled']!r}, recomputed "

@@ -49,6 +49,7 @@ __all__ = [
     "client_accuracy",
     "worst_k_percent",
     "oracle_accuracy",
+    "pooled_accuracy",
     "pairwise_symmetric_kl",
     "prediction_diversity",
     "gamma_sparsity",
@@ -260,6 +261,22 @@ def oracle_accuracy(test_accuracy) -> float:
     return float(_matrix(test_accuracy, "test_accuracy").max(axis=1).mean())
 
 
+def pooled_accuracy(client_accuracy, sizes) -> float:
+    """Accuracy over all test samples, ``sum_i sizes_i acc_i / sum_i sizes_i``: the metric FedProx
+    reports, where a client counts for its test-set size (the mean over clients when the sizes are
+    equal).
+
+    >>> pooled_accuracy([1.0, 0.5], sizes=[10, 30])
+    0.625
+    """
+    acc = _array(client_accuracy, "client_accuracy").astype(np.float64)
+    n = _array(sizes, "sizes").astype(np.float64)
+    if n.shape != acc.shape or not np.isfinite(n).all() or (n < 0).any() or n.sum() <= 0:
+        raise ValueError(f"`sizes` must hold one non-negative test-set size per client ({acc.shape[0]}), not all "
+                         f"zero; got shape {n.shape}.")
+    return float((n * acc).sum() / n.sum())
+
+
 # --------------------------------------------------------------------------- diversity
 
 
@@ -391,9 +408,8 @@ def summarise(val_acc, test_acc, *, choice=None, sizes=None) -> dict:
     ``oracle`` (:func:`oracle_accuracy`) and ``choice_counts`` (a list: how many clients chose
     each model, length m). ``choice`` (``[n_clients]`` model indices, e.g. from
     :func:`select_by_loss`) replaces the validation pick when given. With ``sizes``
-    (``[n_clients]`` test-set sizes) it also has ``pooled``: the accuracy over all test samples,
-    ``sum_i sizes_i acc_i / sum_i sizes_i``, the metric FedProx reports (equal to ``mean`` when
-    the clients are of equal size).
+    (``[n_clients]`` test-set sizes) it also has ``pooled``: the accuracy over all test samples
+    (:func:`pooled_accuracy`, equal to ``mean`` when the clients are of equal size).
 
     >>> s = summarise([[0.1, 0.2], [0.3, 0.2]], [[0.0, 1.0], [0.5, 0.5]], sizes=[10, 30])
     >>> s["mean"], s["worst20"], s["oracle"], s["choice_counts"], s["pooled"]
@@ -411,11 +427,7 @@ def summarise(val_acc, test_acc, *, choice=None, sizes=None) -> dict:
     out["oracle"] = oracle_accuracy(t)
     out["choice_counts"] = np.bincount(choice, minlength=v.shape[1]).astype(int).tolist()
     if sizes is not None:
-        n = _array(sizes, "sizes").astype(np.float64)
-        if n.shape != acc.shape or not np.isfinite(n).all() or (n < 0).any() or n.sum() <= 0:
-            raise ValueError(f"`sizes` must hold one non-negative test-set size per client ({acc.shape[0]}), not all "
-                             f"zero; got shape {n.shape}.")
-        out["pooled"] = float((n * acc).sum() / n.sum())
+        out["pooled"] = pooled_accuracy(acc, sizes)
     return out
 
 
