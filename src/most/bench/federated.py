@@ -295,16 +295,18 @@ def _grid_edge_note(results: dict) -> list[str]:
     more, or in every run of a method: the best step may lie beyond the grid (extend it;
     ``benchmarks/merge_federated.py`` joins a later run)."""
     grid = results["config"].get("server_lrs") or []
-    runs = [(name, r) for name, e in results["methods"].items() for r in e["runs"] if "failed" not in r]
-    if len(grid) < 2 or not runs:
+    chosen = {name: [r["server_lr"] for r in e["runs"] if "failed" not in r] for name, e in results["methods"].items()}
+    chosen = {name: steps for name, steps in chosen.items() if steps}  # methods with a finished run
+    if len(grid) < 2 or not chosen:
         return []
-    at_edge = [(name, r) for name, r in runs if r["server_lr"] == max(grid)]
-    methods = [n for n in results["methods"]  # methods whose every finished run chose the largest step
-               if any(m == n for m, _ in runs) and all(r["server_lr"] == max(grid) for m, r in runs if m == n)]
-    if 2 * len(at_edge) < len(runs) and not methods:
+    top = max(grid)
+    runs = sum(len(steps) for steps in chosen.values())
+    at_edge = sum(steps.count(top) for steps in chosen.values())
+    methods = [name for name, steps in chosen.items() if steps.count(top) == len(steps)]
+    if 2 * at_edge < runs and not methods:
         return []
-    return ["", f"The server step chosen on validation is the grid's largest ({max(grid):g} of "
-            f"{', '.join(f'{v:g}' for v in grid)}) in {len(at_edge)} of {len(runs)} runs"
+    return ["", f"The server step chosen on validation is the grid's largest ({top:g} of "
+            f"{', '.join(f'{v:g}' for v in grid)}) in {at_edge} of {runs} runs"
             + (f" (every run of {', '.join(methods)})" if methods else "")
             + ": the best step may lie beyond the grid. Extend it with `--server-lr`; "
             "`benchmarks/merge_federated.py` joins a run over the new steps to these results."]
