@@ -324,31 +324,37 @@ def _figures(results: dict, out: Path) -> list[str]:
     first = {name: e["runs"][0] for name, e in methods.items() if "failed" not in e["runs"][0]}
     if not first:  # every method diverged on seed 0: the table says so, there is nothing to draw
         return []
-    written = []
+    written, made = [], []
     # the radar stays readable with a few methods: the main ones, in table order
     main = [n for n in first if n in _RADAR][:6] or list(first)[:6]
-    figures.radar({n: first[n]["per_client"] for n in main}, title=f"{results['label']}: per-client test "
-                  "accuracy (seed 0)", path=out / "radar.png")
-    figures.curves({n: [v for _, v in r["val_curve"]] for n, r in first.items()}, ylabel="validation accuracy",
-                   x=[t + 1 for t, _ in next(iter(first.values()))["val_curve"]],
-                   title=f"{results['label']}: best-model validation accuracy", path=out / "accuracy_curves.png")
-    figures.curves({n: r["loss_curve"] for n, r in first.items()}, ylabel="best-model training loss", log=True,
-                   title=f"{results['label']}: training loss", path=out / "loss_curves.png")
-    figures.worst_k_bars({n: {k: e[k]["mean"] for k in ("worst20", "worst40", "worst60", "worst80")}
-                          for n, e in methods.items() if np.isfinite(e["mean"]["mean"])}, title=f"{results['label']}: worst-k % clients",
-                         path=out / "worst_k.png")
+    label = results["label"]
+    made.append(figures.radar({n: first[n]["per_client"] for n in main},
+                              title=f"{label}: per-client test accuracy (seed 0)", path=out / "radar.png"))
+    made.append(figures.curves({n: [v for _, v in r["val_curve"]] for n, r in first.items()},
+                               ylabel="validation accuracy",
+                               x=[t + 1 for t, _ in next(iter(first.values()))["val_curve"]],
+                               title=f"{label}: best-model validation accuracy", path=out / "accuracy_curves.png"))
+    made.append(figures.curves({n: r["loss_curve"] for n, r in first.items()}, ylabel="best-model training loss",
+                               log=True, title=f"{label}: training loss", path=out / "loss_curves.png"))
+    made.append(figures.worst_k_bars({n: {k: e[k]["mean"] for k in ("worst20", "worst40", "worst60", "worst80")}
+                                      for n, e in methods.items() if np.isfinite(e["mean"]["mean"])},
+                                     title=f"{label}: worst-k % clients", path=out / "worst_k.png"))
     written += ["radar.png", "accuracy_curves.png", "loss_curves.png", "worst_k.png"]
     with_plans = {n: r for n, r in first.items() if r["plans"]}
     if "MosT" in with_plans:
         m = results["config"]["n_models"]
         one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans["MosT"]["plans"]]
-        figures.assignment_stack(one_hot, title=f"{results['label']}: MosT, clients per model",
-                                 path=out / "assignment_stack.png")
+        made.append(figures.assignment_stack(one_hot, title=f"{results['label']}: MosT, clients per model",
+                                             path=out / "assignment_stack.png"))
         written.append("assignment_stack.png")
     with_plans = {n: r for n, r in with_plans.items() if len(r["plans"]) >= 2}
     if with_plans:
-        figures.sparsity_drift({n: r["sparsity"] for n, r in with_plans.items()},
-                               {n: r["drift"] for n, r in with_plans.items()},
-                               title=f"{results['label']}: Γ sparsity and drift", path=out / "gamma.png")
+        made.append(figures.sparsity_drift({n: r["sparsity"] for n, r in with_plans.items()},
+                                           {n: r["drift"] for n, r in with_plans.items()},
+                                           title=f"{results['label']}: Γ sparsity and drift", path=out / "gamma.png"))
         written.append("gamma.png")
+    import matplotlib.pyplot as plt  # after `figures`, which sets the Agg backend
+
+    for fig in made:  # a long-lived process (a notebook, a merge of many folders) keeps no figure open
+        plt.close(fig)
     return written
