@@ -13,10 +13,13 @@ against MosT, and rewrites ``results.json``, ``table.md`` and the figures.
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
         /tmp/fedprox/seeds_0_2 /tmp/fedprox/seeds_3_4
 
-A source with the destination's methods and seeds but other server steps extends the grid the
-server step is chosen from (``--server-lr``), when the chosen value sat at the grid's edge: for
-every method and seed the run with the best validation accuracy over both grids is kept, the
-destination's on a tie, exactly as a single run over the joined grid would choose.
+A source with the destination's seeds but other server steps extends the grid the server step is
+chosen from (``--server-lr``), when the chosen value sat at the grid's edge: for every method and
+seed the run with the best validation accuracy over both grids is kept, the destination's on a
+tie, exactly as a single run over the joined grid would choose. The source may run only some of
+the destination's methods (where the others cost too much to extend); their grids then differ,
+``config["server_lrs_by_method"]`` records each method's, and the table says so. A later source
+with the missing steps for the other methods makes the grids equal again.
 
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
         /tmp/femnist_server_lr_5
@@ -32,8 +35,9 @@ from pathlib import Path
 from most.bench import write_results
 from most.bench import federated as fb
 
-#: Settings that may differ between the destination and a source.
-FREE = ("methods", "seeds", "out", "progress")
+#: Settings that may differ between the destination and a source (the per-method grids are
+#: recorded by a partial grid extension here, never by the benchmark).
+FREE = ("methods", "seeds", "out", "progress", "server_lrs_by_method")
 
 
 class MergeError(ValueError):
@@ -62,6 +66,10 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             detail = "; ".join(f"{k}: {fixed.get(k)!r} vs {other.get(k)!r}" for k in differ)
             raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).")
         if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
+            if dest["config"].get("server_lrs_by_method"):
+                raise MergeError(f"source {i + 1} adds seeds, but the destination's methods were tuned over different "
+                                 "server-step grids (a partial extension), which one run over the same grid cannot "
+                                 "match; run the destination's missing steps for its other methods first.")
             again = sorted(set(src["config"]["seeds"]) & set(seeds))
             if again:
                 raise MergeError(f"source {i + 1} has seeds {again}, which the destination already has.")
@@ -82,30 +90,46 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                              "every seed must be run exactly once.")
         dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
         dest["config"]["methods"].append(name)
+        if dest["config"].get("server_lrs_by_method"):
+            dest["config"]["server_lrs_by_method"][name] = list(dest["config"]["server_lrs"])
     fb._summarise(dest)
     return list(runs) + added_more
 
 
 def _extend_grid(dest: dict, src: dict, i: int) -> None:
-    """Joins ``src``'s server steps to ``dest``'s grid: per method and seed, the better run on
-    validation (``dest``'s on a tie, as its steps come first in the joined grid)."""
-    again = sorted(set(src["config"]["server_lrs"]) & set(dest["config"]["server_lrs"]))
-    if again:
-        raise MergeError(f"source {i + 1} has server steps {again}, which the destination already has; "
-                         "a grid extension needs new values only.")
-    if set(src["methods"]) != set(dest["methods"]) or sorted(src["config"]["seeds"]) != sorted(dest["config"]["seeds"]):
-        raise MergeError(f"source {i + 1} was run with other server steps ({src['config']['server_lrs']}), which "
-                         "extends the destination's grid only with the destination's methods "
-                         f"({sorted(dest['methods'])}) and seeds ({sorted(dest['config']['seeds'])}); it has "
+    """Joins ``src``'s server steps to the grids of ``dest``'s methods that ``src`` ran (all of
+    them, or some, with the destination's seeds): per method and seed, the better run on
+    validation (``dest``'s on a tie, as its steps come first in the joined grid). Methods left
+    out keep their grid, and ``config["server_lrs_by_method"]`` then records every method's."""
+    grids = fb.method_grids(dest)
+    new_steps = list(src["config"]["server_lrs"])
+    unknown = sorted(set(src["methods"]) - set(dest["methods"]))
+    if unknown or sorted(src["config"]["seeds"]) != sorted(dest["config"]["seeds"]):
+        raise MergeError(f"source {i + 1} was run with other server steps ({new_steps}), which extends the "
+                         "destination's grid only with methods it has "
+                         f"({sorted(dest['methods'])}) and its seeds ({sorted(dest['config']['seeds'])}); it has "
                          f"{sorted(src['methods'])} and {sorted(src['config']['seeds'])}.")
+    for name in src["methods"]:
+        again = sorted(set(new_steps) & set(grids[name]))
+        if again:
+            raise MergeError(f"source {i + 1} has server steps {again} for {name}, which the destination already "
+                             "has; a grid extension needs new values only.")
     for name, entry in dest["methods"].items():
+        if name not in src["methods"]:
+            continue
         new = {r["seed"]: r for r in src["methods"][name]["runs"]}
         for k, old in enumerate(entry["runs"]):
             run = new[old["seed"]]
             joined = [tuple(c) for c in old["candidates_val"]] + [tuple(c) for c in run["candidates_val"]]
             best = run if run["val_accuracy"] > old["val_accuracy"] else old
             entry["runs"][k] = {**best, "candidates_val": joined}
-    dest["config"]["server_lrs"] = list(dest["config"]["server_lrs"]) + list(src["config"]["server_lrs"])
+        grids[name] = grids[name] + new_steps
+    union = list(dict.fromkeys(step for grid in grids.values() for step in grid))
+    dest["config"]["server_lrs"] = union
+    if len({tuple(grid) for grid in grids.values()}) > 1:
+        dest["config"]["server_lrs_by_method"] = grids
+    else:
+        dest["config"].pop("server_lrs_by_method", None)
 
 
 def main(argv=None) -> None:

@@ -138,13 +138,15 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
 
     import pytest
 
+    from most.bench import federated as fb
+
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
     merge_federated = pytest.importorskip("merge_federated")
 
-    def bench(out, *lrs, methods=("MosT", "FedProx")):
+    def bench(out, *lrs, methods=("MosT", "FedProx"), seeds=(0, 1)):
         args = [a for lr in lrs for a in ("--server-lr", str(lr))] + [a for m in methods for a in ("--method", m)]
-        res = runner.invoke(app, ["bench", "federated", "--rounds", "6", "--seed", "0", "--seed", "1",
-                                  "--out", str(out), "--quiet", *args])
+        args += [a for s in seeds for a in ("--seed", str(s))]
+        res = runner.invoke(app, ["bench", "federated", "--rounds", "6", "--out", str(out), "--quiet", *args])
         assert res.exit_code == 0, res.output
         return json.loads((out / "results.json").read_text())
 
@@ -165,11 +167,33 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     assert "| FedProx |" in (tmp_path / "dest" / "table.md").read_text()
 
     again = json.loads((tmp_path / "dest" / "results.json").read_text())
-    with pytest.raises(merge_federated.MergeError, match=r"server steps \[5.0\], which the destination already"):
+    with pytest.raises(merge_federated.MergeError, match=r"steps \[5.0\] for MosT, which the destination already"):
         merge_federated.merge(again, [extra])
-    fewer = bench(tmp_path / "fewer", 3, methods=("MosT",))
-    with pytest.raises(merge_federated.MergeError, match="only with the destination's methods"):
-        merge_federated.merge(json.loads((tmp_path / "dest" / "results.json").read_text()), [fewer])
+    with pytest.raises(merge_federated.MergeError, match="only with methods it has"):
+        merge_federated.merge(again, [bench(tmp_path / "other", 3, methods=("IFCA",))])
+
+    # an extension of some methods only: theirs choose over the joined grid, the others keep theirs
+    most_3 = bench(tmp_path / "most_3", 3, methods=("MosT",))
+    partial = json.loads(json.dumps(again))
+    assert merge_federated.merge(partial, [most_3]) == ["server steps [3.0]"]
+    assert partial["config"]["server_lrs_by_method"] == {"MosT": [1.0, 5.0, 1e38, 3.0], "FedProx": [1.0, 5.0, 1e38]}
+    assert partial["config"]["server_lrs"] == [1.0, 5.0, 1e38, 3.0]
+    assert partial["methods"]["FedProx"] == again["methods"]["FedProx"]
+    for got, old, new in zip(partial["methods"]["MosT"]["runs"], again["methods"]["MosT"]["runs"],
+                             most_3["methods"]["MosT"]["runs"]):
+        assert [c[0] for c in got["candidates_val"]] == [1.0, 5.0, 1e38, 3.0]
+        want = new if new["val_accuracy"] > old["val_accuracy"] else old
+        assert got["server_lr"] == want["server_lr"] and got["per_client"] == want["per_client"]
+    note = fb.table_markdown(partial)
+    assert "MosT over 1, 5, 1e+38, 3; FedProx over 1, 5, 1e+38" in note
+    with pytest.raises(merge_federated.MergeError, match="server steps \\[3.0\\] for MosT"):
+        merge_federated.merge(json.loads(json.dumps(partial)), [most_3])
+    with pytest.raises(merge_federated.MergeError, match="tuned over different server-step grids"):
+        merge_federated.merge(json.loads(json.dumps(partial)), [bench(tmp_path / "seed_2", 1, 5, 1e38, 3, seeds=(2,))])
+    # the other methods' missing steps make the grids equal again
+    merge_federated.merge(partial, [bench(tmp_path / "fedprox_3", 3, methods=("FedProx",))])
+    assert "server_lrs_by_method" not in partial["config"]
+    assert "grids differ" not in fb.table_markdown(partial)
 
 
 def test_per_sample_accuracy_added_to_older_results_equals_the_benchmarks(tmp_path):
@@ -230,3 +254,14 @@ def test_the_table_says_when_the_chosen_server_step_is_the_grids_edge():
     failed["methods"]["FedAvg"]["runs"] = [{**r, "failed": "diverged"} for r in failed["methods"]["FedAvg"]["runs"]]
     assert "in 2 of 2 runs (every run of MosT)" in " ".join(_grid_edge_note(failed))
     assert _grid_edge_note(results({"MosT": [5.0]}, grid=(5.0,))) == []
+
+    # per-method grids (a partial extension): each run is measured against its own method's grid
+    partial = results({"MosT": [10.0, 10.0, 5.0], "FedAvg": [5.0, 5.0, 3.0]})
+    partial["config"]["server_lrs_by_method"] = {"MosT": [1.0, 3.0, 5.0, 10.0], "FedAvg": [1.0, 3.0, 5.0]}
+    note = " ".join(_grid_edge_note(partial))
+    assert "MosT over 1, 3, 5, 10; FedAvg over 1, 3, 5." in note
+    assert "the largest of its method's grid in 4 of 6 runs:" in note
+    partial["methods"]["FedAvg"]["runs"][1]["server_lr"] = 1.0
+    partial["methods"]["MosT"]["runs"][1]["server_lr"] = 3.0
+    note = _grid_edge_note(partial)
+    assert len(note) == 2 and "grids differ" in note[1]  # 2 of 6 at the edge: only the grids are named

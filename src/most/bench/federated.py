@@ -39,7 +39,7 @@ from ..federated.models import FlatModel, cnn, logistic_regression
 from ..federated.runtime import FederatedConfig, run_federated
 from ..methods import Curriculum, GammaWeights, ModelsSelectObjectives, ObjectivesSelectModels, Uniform
 
-__all__ = ["FederatedBenchConfig", "METHODS", "run_benchmark", "table_markdown"]
+__all__ = ["FederatedBenchConfig", "METHODS", "method_grids", "run_benchmark", "table_markdown"]
 
 #: tau of R(Gamma) in the paper-style variants (losses are cross-entropies of order 1).
 _TAU = 0.1
@@ -290,26 +290,49 @@ def table_markdown(results: dict) -> str:
     return "\n".join(lines)
 
 
+def method_grids(results: dict) -> dict[str, list[float]]:
+    """The server steps each method's runs were chosen from: the table's grid
+    (``config["server_lrs"]``), unless a later extension covered only some methods
+    (``benchmarks/merge_federated.py``), which records each method's grid in
+    ``config["server_lrs_by_method"]``."""
+    config = results["config"]
+    by_method = config.get("server_lrs_by_method") or {}
+    return {name: list(by_method.get(name, config.get("server_lrs") or [])) for name in results["methods"]}
+
+
 def _grid_edge_note(results: dict) -> list[str]:
-    """A note when the server step chosen on validation is the grid's largest in half the runs or
-    more, or in every run of a method: the best step may lie beyond the grid (extend it;
-    ``benchmarks/merge_federated.py`` joins a later run)."""
-    grid = results["config"].get("server_lrs") or []
+    """A note when the server step chosen on validation is the largest of its method's grid in half
+    the runs or more, or in every run of a method: the best step may lie beyond the grid (extend
+    it; ``benchmarks/merge_federated.py`` joins a later run). Where the methods' grids differ, a
+    line first says which method was tuned over which steps."""
+    grids = method_grids(results)
+    lines = []
+    if len({tuple(g) for g in grids.values()}) > 1:
+        groups: dict[tuple, list[str]] = {}
+        for name, grid in grids.items():
+            groups.setdefault(tuple(grid), []).append(name)
+        lines += ["", "The server-step grids differ by method (a later extension ran only some methods): "
+                  + "; ".join(f"{', '.join(names)} over {', '.join(f'{v:g}' for v in grid)}"
+                              for grid, names in groups.items()) + "."]
     chosen = {name: [r["server_lr"] for r in e["runs"] if "failed" not in r] for name, e in results["methods"].items()}
-    chosen = {name: steps for name, steps in chosen.items() if steps}  # methods with a finished run
-    if len(grid) < 2 or not chosen:
-        return []
-    top = max(grid)
+    chosen = {name: steps for name, steps in chosen.items() if steps and len(grids[name]) > 1}
+    if not chosen:
+        return lines
+    tops = {name: max(grids[name]) for name in chosen}
     runs = sum(len(steps) for steps in chosen.values())
-    at_edge = sum(steps.count(top) for steps in chosen.values())
-    methods = [name for name, steps in chosen.items() if steps.count(top) == len(steps)]
+    at_edge = sum(steps.count(tops[name]) for name, steps in chosen.items())
+    methods = [name for name, steps in chosen.items() if steps.count(tops[name]) == len(steps)]
     if 2 * at_edge < runs and not methods:
-        return []
-    return ["", f"The server step chosen on validation is the grid's largest ({top:g} of "
-            f"{', '.join(f'{v:g}' for v in grid)}) in {at_edge} of {runs} runs"
-            + (f" (every run of {', '.join(methods)})" if methods else "")
-            + ": the best step may lie beyond the grid. Extend it with `--server-lr`; "
-            "`benchmarks/merge_federated.py` joins a run over the new steps to these results."]
+        return lines
+    if len({tuple(grids[name]) for name in chosen}) == 1:
+        grid = grids[next(iter(chosen))]
+        where = f"the grid's largest ({max(grid):g} of {', '.join(f'{v:g}' for v in grid)})"
+    else:
+        where = "the largest of its method's grid"
+    return lines + ["", f"The server step chosen on validation is {where} in {at_edge} of {runs} runs"
+                    + (f" (every run of {', '.join(methods)})" if methods else "")
+                    + ": the best step may lie beyond the grid. Extend it with `--server-lr`; "
+                    "`benchmarks/merge_federated.py` joins a run over the new steps to these results."]
 
 
 def _paired_cell(p: dict | None) -> str:
