@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
 import struct
 import warnings
@@ -28,9 +29,11 @@ FEMNIST_DIR = SHARED_DATA / "femnist_leaf_sf005"
 needs_femnist = pytest.mark.skipif(
     not (FEMNIST_DIR / "train").is_dir(), reason=f"needs the LEAF FEMNIST subset at {FEMNIST_DIR}"
 )
+_FASHION_DIR = os.environ.get("MOST_FASHION_MNIST") or FASHION_MNIST_DEFAULT_DIR  # where the loader looks
 needs_fashion = pytest.mark.skipif(
-    not (Path(FASHION_MNIST_DEFAULT_DIR) / "train-images-idx3-ubyte.gz").is_file(),
-    reason=f"needs Fashion-MNIST in {FASHION_MNIST_DEFAULT_DIR} (apt-get install dataset-fashion-mnist)",
+    not (Path(_FASHION_DIR) / "train-images-idx3-ubyte.gz").is_file(),
+    reason=f"needs Fashion-MNIST in {_FASHION_DIR} (apt-get install dataset-fashion-mnist, or `make data` and "
+           "MOST_FASHION_MNIST)",
 )
 
 
