@@ -23,13 +23,13 @@ from most.federated import (
     load_fashion_mnist,
     load_femnist,
 )
-from most.federated.data import FASHION_MNIST_DEFAULT_DIR, _split_counts
+from most.federated.data import FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, _split_counts
 
 FEMNIST_DIR = SHARED_DATA / "femnist_leaf_sf005"
 needs_femnist = pytest.mark.skipif(
     not (FEMNIST_DIR / "train").is_dir(), reason=f"needs the LEAF FEMNIST subset at {FEMNIST_DIR}"
 )
-_FASHION_DIR = os.environ.get("MOST_FASHION_MNIST") or FASHION_MNIST_DEFAULT_DIR  # where the loader looks
+_FASHION_DIR = os.environ.get(FASHION_MNIST_ENV) or FASHION_MNIST_DEFAULT_DIR  # where the loader looks
 needs_fashion = pytest.mark.skipif(
     not (Path(_FASHION_DIR) / "train-images-idx3-ubyte.gz").is_file(),
     reason=f"needs Fashion-MNIST in {_FASHION_DIR} (apt-get install dataset-fashion-mnist, or `make data` and "
