@@ -367,14 +367,14 @@ def _figures(results: dict, out: Path) -> list[str]:
     if "MosT" in with_plans:
         m = results["config"]["n_models"]
         one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans["MosT"]["plans"]]
-        made.append(figures.assignment_stack(one_hot, title=f"{results['label']}: MosT, clients per model",
+        made.append(figures.assignment_stack(one_hot, title=f"{label}: MosT, clients per model",
                                              path=out / "assignment_stack.png"))
         written.append("assignment_stack.png")
     with_plans = {n: r for n, r in with_plans.items() if len(r["plans"]) >= 2}
     if with_plans:
         made.append(figures.sparsity_drift({n: r["sparsity"] for n, r in with_plans.items()},
                                            {n: r["drift"] for n, r in with_plans.items()},
-                                           title=f"{results['label']}: Γ sparsity and drift", path=out / "gamma.png"))
+                                           title=f"{label}: Γ sparsity and drift", path=out / "gamma.png"))
         written.append("gamma.png")
     import matplotlib.pyplot as plt  # after `figures`, which sets the Agg backend
 
