@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import re
 import struct
 import warnings
@@ -23,18 +22,24 @@ from most.federated import (
     load_fashion_mnist,
     load_femnist,
 )
+from most._paths import resolve_dir
 from most.federated.data import FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, _split_counts
 
 FEMNIST_DIR = SHARED_DATA / "femnist_leaf_sf005"
 needs_femnist = pytest.mark.skipif(
     not (FEMNIST_DIR / "train").is_dir(), reason=f"needs the LEAF FEMNIST subset at {FEMNIST_DIR}"
 )
-_FASHION_DIR = os.environ.get(FASHION_MNIST_ENV) or FASHION_MNIST_DEFAULT_DIR  # where the loader looks
-needs_fashion = pytest.mark.skipif(
-    not (Path(_FASHION_DIR) / "train-images-idx3-ubyte.gz").is_file(),
-    reason=f"needs Fashion-MNIST in {_FASHION_DIR} (apt-get install dataset-fashion-mnist, or `make data` and "
-           "MOST_FASHION_MNIST)",
-)
+
+
+_FASHION_HOW = "apt-get install dataset-fashion-mnist, or `make data` and MOST_FASHION_MNIST"
+try:  # the loader's own lookup: MOST_FASHION_MNIST, then the default directory
+    _FASHION_DIR = resolve_dir(None, FASHION_MNIST_ENV, "Fashion-MNIST data", _FASHION_HOW,
+                               default=FASHION_MNIST_DEFAULT_DIR)[0]
+    _FASHION_MISSING = (None if (_FASHION_DIR / "train-images-idx3-ubyte.gz").is_file()
+                        else f"needs Fashion-MNIST in {_FASHION_DIR} ({_FASHION_HOW})")
+except FileNotFoundError as exc:
+    _FASHION_MISSING = str(exc)
+needs_fashion = pytest.mark.skipif(_FASHION_MISSING is not None, reason=str(_FASHION_MISSING))
 
 
 def _all_y(client: ClientData) -> torch.Tensor:
