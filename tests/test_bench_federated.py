@@ -265,3 +265,13 @@ def test_the_table_says_when_the_chosen_server_step_is_the_grids_edge():
     partial["methods"]["MosT"]["runs"][1]["server_lr"] = 3.0
     note = _grid_edge_note(partial)
     assert len(note) == 2 and "grids differ" in note[1]  # 2 of 6 at the edge: only the grids are named
+
+
+def test_radar_draws_main_methods_first_then_the_tables_others():
+    from most.bench.federated import _radar_methods
+
+    # a table of mostly non-main methods still compares MosT with them (not MosT alone)
+    assert _radar_methods(["MosT", "TCH-Set", "STCH-Set"]) == ["MosT", "TCH-Set", "STCH-Set"]
+    # the main methods come first and the total stays at six
+    names = ["MosT", "MosT (min-norm)", "IFCA", "FedAvg", "FedProx", "MGDA", "Linearization", "FedMGDA+"]
+    assert _radar_methods(names) == ["MosT", "IFCA", "FedAvg", "MGDA", "Linearization", "MosT (min-norm)"]

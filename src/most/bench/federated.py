@@ -342,14 +342,20 @@ def _paired_cell(p: dict | None) -> str:
     return f"{100 * p['mean']:+.2f} [{100 * p['low']:+.2f}, {100 * p['high']:+.2f}]{mark}"
 
 
+def _radar_methods(names: list[str], k: int = 6) -> list[str]:
+    """The at most ``k`` methods the radar draws, so that it stays readable: the main ones
+    (``_RADAR``) first, then the table's others in table order, so that a table of mostly other
+    methods (the few-for-many ones, say) still compares MosT with them."""
+    return ([n for n in names if n in _RADAR] + [n for n in names if n not in _RADAR])[:k]
+
+
 def _figures(results: dict, out: Path) -> list[str]:
     methods = results["methods"]
     first = {name: e["runs"][0] for name, e in methods.items() if "failed" not in e["runs"][0]}
     if not first:  # every method diverged on seed 0: the table says so, there is nothing to draw
         return []
     written, made = [], []
-    # the radar stays readable with a few methods: the main ones, in table order
-    main = [n for n in first if n in _RADAR][:6] or list(first)[:6]
+    main = _radar_methods(list(first))
     label = results["label"]
     made.append(figures.radar({n: first[n]["per_client"] for n in main},
                               title=f"{label}: per-client test accuracy (seed 0)", path=out / "radar.png"))
