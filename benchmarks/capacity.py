@@ -16,7 +16,7 @@ steps for the paired interval.
         --server-lr 10 --server-lr 20 --server-lr 30 --seed 0 --seed 1 \\
         --out benchmarks/results/federated/capacity_femnist_s01
     .venv/bin/python benchmarks/merge_federated.py DEST PART...   # seeds run in parts, then
-    .venv/bin/python benchmarks/capacity.py --report DEST          # rewrites DEST/capacity.md
+    .venv/bin/python benchmarks/capacity.py --report DEST --against benchmarks/results/federated/femnist_linear
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import torch
 
 from most import transport
 from most.bench import federated as fb
+from most.federated import evaluation as ev
 from most.federated import methods as F
 
 CAPACITIES = (1.0, 1.5, 2.0, 5.0)
@@ -82,8 +83,38 @@ def per_capacity(results: dict) -> list[str]:
     return lines + ["", f"Capacity chosen on validation, by seed: {chosen}."]
 
 
-def _write_report(results: dict, out: Path) -> str:
-    text = "\n".join([f"Best validation accuracy (%) of {NAME} per capacity", ""] + per_capacity(results)) + "\n"
+def against(results: dict, main: dict) -> list[str]:
+    """Lines of a table: MosT (capacity) minus each method of a main federated table (same data
+    and seeds), seed by seed, under both picks. MosT must be the same in both folders: its runs
+    are compared bit for bit first, so that a table from other code or data is refused."""
+    seeds = [r["seed"] for r in results["methods"][NAME]["runs"]]
+    mine = {r["seed"]: r for r in results["methods"]["MosT"]["runs"]}
+    theirs = {r["seed"]: r for r in main["methods"]["MosT"]["runs"]}
+    if any(s not in theirs or theirs[s]["mean"] != mine[s]["mean"] for s in seeds):
+        raise SystemExit("the main table's MosT runs differ from this probe's (other code, data or seeds): "
+                         "its methods cannot be compared seed by seed")
+    lines = [f"| {NAME} − method | paper's pick (95 % CI) | loss pick (95 % CI) |", "|---|---|---|"]
+    cap = {r["seed"]: r for r in results["methods"][NAME]["runs"]}
+    for name, entry in main["methods"].items():
+        runs = {r["seed"]: r for r in entry["runs"]}
+        if not all(s in runs for s in seeds):
+            continue
+        cells = []
+        for key in ("mean", "mean_loss_pick"):
+            if len(seeds) < 2 or not all(key in runs[s] for s in seeds):  # no interval from one seed
+                cells.append("–")
+                continue
+            cells.append(fb._paired_cell(ev.paired_difference([cap[s][key] for s in seeds],
+                                                              [runs[s][key] for s in seeds])))
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _write_report(results: dict, out: Path, main: Path | None = None) -> str:
+    lines = [f"Best validation accuracy (%) of {NAME} per capacity", ""] + per_capacity(results)
+    if main is not None:
+        lines += ["", f"Against `{main}` (same seeds):", ""] + against(results, json.loads((main / "results.json").read_text()))
+    text = "\n".join(lines) + "\n"
     (out / "capacity.md").write_text(text)
     return text
 
@@ -91,18 +122,22 @@ def _write_report(results: dict, out: Path) -> str:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--report", type=Path, default=None, help="only rewrite capacity.md from DIR/results.json")
+    p.add_argument("--against", type=Path, default=None,
+                   help="a main federated results folder (same data and seeds) to compare with, seed by seed")
     p.add_argument("--dataset", choices=("femnist", "fashion", "synthetic"))
     p.add_argument("--data-path", type=Path, default=None)
+    p.add_argument("--rho", type=float, nargs=2, default=(0.0, 0.0), help="synthetic(rho1, rho2)")
     p.add_argument("--seed", type=int, action="append")
     p.add_argument("--server-lr", type=float, action="append")
     p.add_argument("--capacity", type=float, action="append", default=None,
                    help=f"capacities searched on validation (default {', '.join(map(str, CAPACITIES))})")
+    p.add_argument("--model", default="linear", help="as `most bench federated --model` (auto for synthetic)")
     p.add_argument("--rounds", type=int, default=50)
     p.add_argument("--batch-size", type=int, default=20)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     if args.report is not None:
-        print(_write_report(json.loads((args.report / "results.json").read_text()), args.report))
+        print(_write_report(json.loads((args.report / "results.json").read_text()), args.report, args.against))
         return 0
     if not (args.dataset and args.seed and args.server_lr and args.out):
         p.error("--dataset, --seed, --server-lr and --out are required (or --report DIR)")
@@ -111,12 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         capacity_plan(torch.zeros(2, 1), c)  # a bad capacity fails here, before any training
     fb.METHODS[NAME] = (lambda m, eta, c: CapacityMosT(m, server_lr=eta, capacity=c), caps)
     protocol = dataclasses.replace(fb.FederatedBenchConfig().protocol, rounds=args.rounds, batch_size=args.batch_size)
-    config = fb.FederatedBenchConfig(dataset=args.dataset, data_path=args.data_path, model="linear",
+    config = fb.FederatedBenchConfig(dataset=args.dataset, data_path=args.data_path, model=args.model, rho=tuple(args.rho),
                                      seeds=tuple(args.seed), methods=("MosT", NAME), server_lrs=tuple(args.server_lr),
                                      protocol=protocol, out=args.out, progress=sys.stderr.isatty())
     results = fb.run_benchmark(config)
     print((args.out / "table.md").read_text())
-    print(_write_report(results, args.out))
+    print(_write_report(results, args.out, args.against))
     print(f"Wrote {args.out}/results.json, table.md, capacity.md and figures.")
     return 0
 

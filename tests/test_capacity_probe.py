@@ -1,6 +1,7 @@
 """The capacity-constrained transport of ``benchmarks/capacity.py`` (a probe of the federated tables)."""
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def test_capacity_below_one_is_refused():
 
 def test_capacity_probe_runs_end_to_end_and_reports_per_capacity(tmp_path):
     out = tmp_path / "cap"
-    assert capacity.main(["--dataset", "synthetic", "--seed", "0", "--server-lr", "1", "--capacity", "1",
+    assert capacity.main(["--dataset", "synthetic", "--seed", "0", "--seed", "1", "--server-lr", "1", "--capacity", "1",
                           "--capacity", "2", "--rounds", "8", "--out", str(out)]) == 0
     results = json.loads((out / "results.json").read_text())
     assert set(results["methods"]) == {"MosT", capacity.NAME}
@@ -66,3 +67,14 @@ def test_capacity_probe_runs_end_to_end_and_reports_per_capacity(tmp_path):
     assert "| 1 |" in report and "| 2 |" in report and "chosen on validation" in report
     assert capacity.main(["--report", str(out)]) == 0
     assert (out / "capacity.md").read_text() == report
+
+    # compared seed by seed with a main table: here the probe's own folder, whose MosT is the same
+    assert capacity.main(["--report", str(out), "--against", str(out)]) == 0
+    compared = (out / "capacity.md").read_text()
+    assert re.search(r"\| MosT \| [+-]\d+\.\d\d \[", compared) and f"| {capacity.NAME} |" in compared
+    other = tmp_path / "other"
+    other.mkdir()
+    results["methods"]["MosT"]["runs"][0]["mean"] += 0.01  # a table from other code or data
+    (other / "results.json").write_text(json.dumps(results))
+    with pytest.raises(SystemExit, match="MosT runs differ"):
+        capacity.main(["--report", str(out), "--against", str(other)])
