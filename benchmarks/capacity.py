@@ -13,10 +13,13 @@ validation, like every other setting of the federated tables; MosT runs alongsid
 steps for the paired interval.
 
     .venv/bin/python benchmarks/capacity.py --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 \\
-        --server-lr 10 --server-lr 20 --server-lr 30 --seed 0 --seed 1 \\
-        --out benchmarks/results/federated/capacity_femnist_s01
-    .venv/bin/python benchmarks/merge_federated.py DEST PART...   # seeds run in parts, then
-    .venv/bin/python benchmarks/capacity.py --report DEST --against benchmarks/results/federated/femnist_linear
+        --server-lr 10 --server-lr 20 --server-lr 30 --seed 0 --seed 1 --out /tmp/cap/femnist \\
+        --against benchmarks/results/federated/femnist_linear
+    # seeds run in parts: join them, then rewrite the report of the joined folder
+    .venv/bin/python benchmarks/merge_federated.py /tmp/cap/femnist /tmp/cap/femnist_s234
+    .venv/bin/python benchmarks/capacity.py --report /tmp/cap/femnist --against benchmarks/results/federated/femnist_linear
+
+``federated.md`` ("A capacity instead of a balance") has the commands and results.
 """
 
 from __future__ import annotations
