@@ -139,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch-size", type=int, default=20)
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
+    if args.against is not None and not (args.against / "results.json").is_file():
+        p.error(f"--against {args.against}: no results.json there (a folder written by `most bench federated`)")
     if args.report is not None:
         print(_write_report(json.loads((args.report / "results.json").read_text()), args.report, args.against))
         return 0

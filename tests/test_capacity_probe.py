@@ -48,6 +48,14 @@ def test_capacity_one_is_mosts_balanced_plan_and_m_is_each_rows_best_column():
     torch.testing.assert_close(free.max(1).values, torch.full((12,), 1 / 12, dtype=torch.float64))
 
 
+def test_a_missing_comparison_table_is_refused_before_any_run(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        capacity.main(["--dataset", "synthetic", "--seed", "0", "--server-lr", "1", "--out", str(tmp_path / "o"),
+                       "--against", str(tmp_path / "nowhere")])
+    assert "no results.json there" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
 def test_capacity_below_one_is_refused():
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         capacity.capacity_plan(torch.zeros(3, 2), 0.5)
