@@ -38,6 +38,7 @@ from most import transport
 from most.bench import federated as fb
 from most.federated import evaluation as ev
 from most.federated import methods as F
+from most.methods import Uniform
 
 CAPACITIES = (1.0, 1.5, 2.0, 5.0)
 NAME = "MosT (capacity)"
@@ -48,16 +49,19 @@ def capacity_plan(losses: torch.Tensor, capacity: float) -> torch.Tensor:
 
     ``capacity`` = 1 is the balanced plan (MosT's, solved the same way); ``capacity`` >= m puts
     every row on its lowest-cost column."""
+    _check_capacity(capacity)
     n, m = losses.shape
-    if not capacity >= 1.0:
-        raise ValueError(f"capacity must be >= 1 (1 is MosT's balance, m drops the constraint); got {capacity!r}.")
-    uniform = torch.full((m,), 1.0 / m, dtype=losses.dtype, device=losses.device)
+    alpha, beta = Uniform()(losses, 0, 1)  # MosT's marginals
     if capacity == 1.0:
-        return transport.solve(losses, torch.full((n,), 1.0 / n, dtype=losses.dtype, device=losses.device),
-                               uniform, method="exact").plan
+        return transport.solve(losses, alpha, beta, method="exact").plan
     cost = torch.cat([losses, losses.new_zeros(1, m)])  # the dummy objective takes the spare capacity
     a = torch.cat([losses.new_full((n,), 1.0 / (n * capacity)), losses.new_tensor([1.0 - 1.0 / capacity])])
-    return transport.solve(cost, a, uniform, method="exact").plan[:n] * capacity
+    return transport.solve(cost, a, beta, method="exact").plan[:n] * capacity
+
+
+def _check_capacity(capacity: float) -> None:
+    if not capacity >= 1.0:
+        raise ValueError(f"capacity must be >= 1 (1 is MosT's balance, m drops the constraint); got {capacity!r}.")
 
 
 @dataclass
@@ -142,13 +146,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.against is not None and not (args.against / "results.json").is_file():
         p.error(f"--against {args.against}: no results.json there (a folder written by `most bench federated`)")
     if args.report is not None:
-        print(_write_report(json.loads((args.report / "results.json").read_text()), args.report, args.against))
+        results_file = args.report / "results.json"
+        if not results_file.is_file() or NAME not in json.loads(results_file.read_text())["methods"]:
+            p.error(f"--report {args.report}: no results.json with {NAME!r} there (a folder this script wrote)")
+        print(_write_report(json.loads(results_file.read_text()), args.report, args.against))
         return 0
     if not (args.dataset and args.seed and args.server_lr and args.out):
         p.error("--dataset, --seed, --server-lr and --out are required (or --report DIR)")
     caps = tuple(args.capacity or CAPACITIES)
-    for c in caps:
-        capacity_plan(torch.zeros(2, 1), c)  # a bad capacity fails here, before any training
+    try:  # a bad capacity fails here, before any training
+        for c in caps:
+            _check_capacity(c)
+    except ValueError as exc:
+        p.error(f"--capacity: {exc}")
     fb.METHODS[NAME] = (lambda m, eta, c: CapacityMosT(m, server_lr=eta, capacity=c), caps)
     protocol = dataclasses.replace(fb.FederatedBenchConfig().protocol, rounds=args.rounds, batch_size=args.batch_size)
     config = fb.FederatedBenchConfig(dataset=args.dataset, data_path=args.data_path, model=args.model, rho=tuple(args.rho),

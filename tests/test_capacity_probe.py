@@ -56,9 +56,20 @@ def test_a_missing_comparison_table_is_refused_before_any_run(tmp_path, capsys):
     assert not (tmp_path / "o").exists()
 
 
-def test_capacity_below_one_is_refused():
+def test_capacity_below_one_is_refused(tmp_path, capsys):
     with pytest.raises(ValueError, match="capacity must be >= 1"):
         capacity.capacity_plan(torch.zeros(3, 2), 0.5)
+    with pytest.raises(SystemExit):  # on the command line: a usage error before any run
+        capacity.main(["--dataset", "synthetic", "--seed", "0", "--server-lr", "1", "--capacity", "0.5",
+                       "--out", str(tmp_path / "o")])
+    assert "capacity must be >= 1" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()
+
+
+def test_report_on_a_folder_without_the_probe_is_refused(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        capacity.main(["--report", str(tmp_path)])
+    assert "no results.json with 'MosT (capacity)' there" in capsys.readouterr().err
 
 
 def test_capacity_probe_runs_end_to_end_and_reports_per_capacity(tmp_path):
