@@ -58,6 +58,7 @@ METHODS: dict[str, tuple[Callable, tuple]] = {
     "MosT (min-norm)": (lambda m, eta, x: F.MosT(m, server_lr=eta, combine="min_norm"), (None,)),
     "MosT (min-norm, last-layer bias)": (
         lambda m, eta, x: F.MosT(m, server_lr=eta, combine="min_norm", gram_on="last"), (None,)),
+    "MosT (update split)": (lambda m, eta, x: F.MosT(m, server_lr=eta, split="updates"), (None,)),
     "MosT + R": (lambda m, eta, x: F.MosT(m, server_lr=eta, diversity=_TAU), (None,)),
     "MosT (paper)": (lambda m, eta, x: _paper(m, eta), (None,)),
     "MosT w/o R": (lambda m, eta, x: _paper(m, eta, diversity=0.0), (None,)),

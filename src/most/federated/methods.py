@@ -29,13 +29,14 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._random import dirichlet
+from .. import transport
+from .._random import derive_seed, dirichlet
 from .._validation import check_non_negative, check_positive, check_positive_int
 from ..methods import MajorityShare, Marginals, TransportAssignment, Uniform, Weighting
 from ..mgda import min_norm
 
 __all__ = ["MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus", "IFCA", "SetScalarization",
-           "weighted_mean", "min_norm_combination", "min_norm_box"]
+           "weighted_mean", "min_norm_combination", "min_norm_box", "balanced_update_groups"]
 
 
 # ----------------------------------------------------------------------------- aggregation rules
@@ -105,6 +106,50 @@ def min_norm_box(G: Tensor, eps: float) -> Tensor:
                    options={"ftol": 1e-12, "maxiter": 500})
     lam = np.clip(res.x, max(0.0, 1.0 / k - eps), min(1.0, 1.0 / k + eps))
     return torch.as_tensor(lam / lam.sum(), dtype=torch.float64)
+
+
+def balanced_update_groups(deltas: Tensor, m: int, generator: torch.Generator, max_iter: int = 50) -> Tensor:
+    """Balanced spherical k-means of client updates: a group in ``0..m-1`` for each row of ``deltas``.
+
+    The updates are scaled to unit norm (their direction, not their size, says which clients
+    pull the same way). Centres are seeded by k-means++ from ``generator``; then, until the
+    groups stop changing (at most ``max_iter`` times), the rows are assigned by the exact
+    transport plan with uniform marginals on the squared distances to the centres (each group
+    gets ``n/m`` rows; a row the plan splits goes to its largest share) and each centre becomes
+    its group's normalised mean. With ``n < m`` each row is a group of its own.
+    """
+    n = deltas.shape[0]
+    check_positive_int(m, name="m")
+    if n == 0:
+        raise ValueError("balanced_update_groups needs at least one client update; got none.")
+    if not torch.isfinite(deltas).all():
+        raise ValueError("balanced_update_groups: the client updates contain NaN or inf; training diverged. "
+                         "Try a smaller local `lr` or server step.")
+    if n <= m:
+        return torch.arange(n, device=deltas.device)
+    u = deltas.double()
+    u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    first = int(torch.randint(n, (1,), generator=generator))
+    centres = [u[first]]
+    for _ in range(1, m):  # k-means++: the next centre with probability proportional to D^2
+        d2 = torch.cdist(u, torch.stack(centres)).min(1).values.square()
+        p = d2 / d2.sum() if d2.sum() > 0 else torch.full_like(d2, 1.0 / n)
+        centres.append(u[int(torch.multinomial(p.cpu().float(), 1, generator=generator))])
+    c = torch.stack(centres)
+    a = torch.full((n,), 1.0 / n, dtype=torch.float64)
+    b = torch.full((m,), 1.0 / m, dtype=torch.float64)
+    labels = None
+    for _ in range(max_iter):
+        plan = transport.solve(torch.cdist(u, c).square().cpu(), a, b, method="exact").plan
+        new = plan.argmax(1).to(deltas.device)
+        if labels is not None and torch.equal(new, labels):
+            break
+        labels = new
+        for j in range(m):
+            if (labels == j).any():  # an empty group keeps its centre
+                mean = u[labels == j].sum(0)
+                c[j] = mean / mean.norm().clamp_min(1e-300)
+    return labels
 
 
 # ----------------------------------------------------------------------------- methods
@@ -254,6 +299,13 @@ class MosT(_FederatedMethod):
             clients, the paper as written).
         warmup_rounds: FedAvg rounds of one shared model before it is copied to the m models
             (default 5; 0 starts from m random initialisations, as the paper does).
+        split: how the warm-up ends. ``"losses"`` (default): the last warm-up round gives every
+            model the same FedAvg step, and the first plan, on m equal models, is a tie that the
+            transport solver breaks. ``"updates"``: the last warm-up round's client updates are
+            grouped by :func:`balanced_update_groups` (balanced spherical k-means, seeded by the
+            run's generator) and model j takes its group's mean step, so the m models start
+            apart, each from the clients that pull the same way (the clustering of FL+HC,
+            Briggs et al. 2020, balanced by transport).
         gram_on: with ``combine="min_norm"``, a parameter of the model (a name of
             :attr:`FlatModel.parameter_names`, or ``"last"``, e.g. the final layer's bias) on
             which the min-norm weights are solved, the paper's "MGDA on a subset of model
@@ -282,6 +334,7 @@ class MosT(_FederatedMethod):
     weighting: Weighting = field(default_factory=MajorityShare)
     combine: Literal["min_norm", "mean"] = "mean"
     warmup_rounds: int = 5
+    split: Literal["losses", "updates"] = "losses"
     reg: float | None = None
     warm_start: bool = False
     gram_on: str | None = None
@@ -294,7 +347,13 @@ class MosT(_FederatedMethod):
             raise ValueError("`gram_on` names the model parameter the min-norm weights are solved on: a string, "
                              f"with combine='min_norm'; got gram_on={self.gram_on!r} with combine={self.combine!r}.")
         self._gram_coordinates: slice | None = None
+        self._split_seed: int | None = None
         check_non_negative(self.warmup_rounds, name="warmup_rounds")
+        if self.split not in ("losses", "updates"):
+            raise ValueError(f"`split` must be 'losses' or 'updates'; got {self.split!r}.")
+        if self.split == "updates" and not self.warmup_rounds:
+            raise ValueError("split='updates' groups the clients' updates of the last warm-up round: "
+                             "it needs warmup_rounds >= 1.")
         self._assignment = TransportAssignment(method=self.transport, diversity=self.diversity,
                                                marginals=self.marginals, reg=self.reg, warm_start=self.warm_start)
 
@@ -315,6 +374,8 @@ class MosT(_FederatedMethod):
     def reset(self, n, m, generator):
         super().reset(n, m, generator)
         self._assignment.reset(n, m, generator)
+        # drawn now, kept with the method, so a run resumed from a checkpoint splits the same way
+        self._split_seed = derive_seed(generator) if self.split == "updates" else None
 
     def plan(self, losses, round, total, previous, *, counts, clients=None):
         n = losses.shape[0]
@@ -328,6 +389,8 @@ class MosT(_FederatedMethod):
 
     def aggregate(self, params, deltas, pair_model, pair_client, pair_weight, *, counts, round):
         if round < self.warmup_rounds:
+            if self.split == "updates" and round == self.warmup_rounds - 1:
+                return self._split_by_updates(params, deltas, pair_model, counts)
             shared = weighted_mean(params[:1], deltas, pair_model, counts.double(), self.server_lr)
             return shared.repeat(params.shape[0], 1)
         if self.combine == "mean":
@@ -337,6 +400,21 @@ class MosT(_FederatedMethod):
             raise RuntimeError("MosT(gram_on=...) resolves the parameter against the model in initial_params(model, "
                                "m, generator), which run_federated and the Flower strategy call first.")
         return min_norm_combination(params, deltas, pair_model, w, self.server_lr, coordinates=self._gram_coordinates)
+
+
+    def _split_by_updates(self, params, deltas, pair_model, counts):
+        """The last warm-up round: model j takes the mean step of its group of clients (groups
+        of updates, :func:`balanced_update_groups`); a model with no group takes the shared step."""
+        m = params.shape[0]
+        if self._split_seed is None:
+            raise RuntimeError("MosT(split='updates') draws its split seed in reset(n, m, generator), which "
+                               "run_federated and the Flower strategy call before the first round.")
+        group = balanced_update_groups(deltas, m, torch.Generator().manual_seed(self._split_seed))
+        shared = weighted_mean(params[:1], deltas, pair_model, counts.double(), self.server_lr)
+        split = weighted_mean(params, deltas, group, counts.double(), self.server_lr)
+        has = torch.zeros(m, dtype=torch.bool, device=params.device)
+        has[group] = True
+        return torch.where(has[:, None], split, shared)
 
 
 @dataclass
