@@ -242,13 +242,17 @@ def test_resume_equals_uninterrupted_run_centralised(tmp_path, method):
             most.WeightedMGDA(n_models=3, rounds=30, lr=0.05).fit(problem, checkpoint=ckpt)
 
 
-def test_resume_equals_uninterrupted_run_federated(tmp_path):
+@pytest.mark.parametrize("split", [
+    dict(warmup_rounds=2),
+    dict(warmup_rounds=7, split="updates"),  # the split (round 6) falls between the checkpoint (5) and the kill (7)
+])
+def test_resume_equals_uninterrupted_run_federated(tmp_path, split):
     data = fl.fedprox_synthetic(0.5, 0.5, n_clients=10, samples_per_client=40, seed=0)
     model = fl.logistic_regression(60, 10)
     config = fl.FederatedConfig(rounds=12, participation=0.5, seed=0, eval_every=4)
 
     def make():
-        return fl.methods.MosT(n_models=3, server_lr=3.0, warmup_rounds=2)
+        return fl.methods.MosT(n_models=3, server_lr=3.0, **split)
 
     reference = fl.run_federated(data, model, make(), config)
     ckpt = Checkpoint(tmp_path / "c", every=5)

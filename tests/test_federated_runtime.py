@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 import most.federated as fl
 from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
 from most.federated import methods as F
-from most.federated.methods import min_norm_box, min_norm_combination, weighted_mean
+from most.federated.methods import balanced_update_groups, min_norm_box, min_norm_combination, weighted_mean
 from most.federated.runtime import Padded, local_train
 
 
@@ -183,6 +183,116 @@ def test_warm_up_trains_one_shared_model_then_splits(small):
     for plan, params in seen[:2]:
         assert plan is None and (params == params[0]).all()
     assert seen[2][0] is not None and not (seen[3][1] == seen[3][1][0]).all()
+
+
+def _planted(sizes, d=40, seed=0):
+    """Client updates in len(sizes) directions, of random lengths, with noise; and the true groups."""
+    g = torch.Generator().manual_seed(seed)
+    truth = torch.cat([torch.full((k,), j) for j, k in enumerate(sizes)])
+    directions = torch.randn(len(sizes), d, generator=g)
+    x = directions[truth] * (0.2 + 3 * torch.rand(len(truth), 1, generator=g)) + 0.25 * torch.randn(len(truth), d, generator=g)
+    perm = torch.randperm(len(truth), generator=g)
+    return x[perm], truth[perm]
+
+
+def _same_partition(a, b):
+    pairs = set(zip(a.tolist(), b.tolist()))
+    return len(pairs) == len(set(a.tolist())) == len(set(b.tolist()))
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_balanced_update_groups_recovers_planted_directions_whatever_the_lengths(seed):
+    x, truth = _planted([6, 6, 6, 6], seed=seed)
+    for draw in range(3):  # any k-means++ seeding finds the same partition
+        labels = balanced_update_groups(x, 4, torch.Generator().manual_seed(draw))
+        assert _same_partition(labels, truth)
+        assert torch.equal(torch.bincount(labels, minlength=4), torch.full((4,), 6))
+    again = balanced_update_groups(x, 4, torch.Generator().manual_seed(0))
+    assert torch.equal(again, balanced_update_groups(x, 4, torch.Generator().manual_seed(0)))
+
+
+def test_balanced_update_groups_are_balanced_and_locally_optimal():
+    x, truth = _planted([10, 4, 4, 2], seed=5)  # unequal true groups: the transport step still balances
+    labels = balanced_update_groups(x, 4, torch.Generator().manual_seed(0))
+    assert torch.equal(torch.bincount(labels, minlength=4), torch.full((4,), 5))
+    # a fixed point of balanced k-means: no swap of two clients between groups lowers the cost
+    u = x.double() / x.double().norm(dim=1, keepdim=True)
+    c = torch.stack([u[labels == j].mean(0) for j in range(4)])
+    c = c / c.norm(dim=1, keepdim=True)
+    d2 = torch.cdist(u, c).square()
+    for i in range(len(x)):
+        for k in range(len(x)):
+            a, b = int(labels[i]), int(labels[k])
+            if a != b:
+                assert d2[i, a] + d2[k, b] <= d2[i, b] + d2[k, a] + 1e-9
+    # the true big group is never split across more than its share needs
+    big = labels[truth == 0]
+    assert len(set(big.tolist())) == 2
+
+
+def test_balanced_update_groups_edge_cases_and_bad_input():
+    assert balanced_update_groups(torch.randn(2, 5), 3, torch.Generator()).tolist() == [0, 1]
+    with pytest.raises(ValueError, match="NaN"):
+        balanced_update_groups(torch.tensor([[1.0, float("nan")], [0.0, 1.0], [1.0, 1.0]]), 2, torch.Generator())
+    with pytest.raises(ValueError, match="at least one"):
+        balanced_update_groups(torch.zeros(0, 3), 2, torch.Generator())
+
+
+def test_update_split_gives_each_model_its_groups_mean_step():
+    x, truth = _planted([5, 5, 5], d=12, seed=7)
+    method = F.MosT(3, server_lr=2.0, warmup_rounds=4, split="updates")
+    method.reset(15, 3, torch.Generator().manual_seed(0))
+    theta = torch.randn(12)
+    params = theta.repeat(3, 1)
+    counts = torch.arange(1, 16)
+    pair_model = torch.zeros(15, dtype=torch.long)  # warm-up: every client trains model 0
+    not_last = method.aggregate(params, x, pair_model, torch.arange(15), torch.ones(15), counts=counts, round=2)
+    assert (not_last == not_last[0]).all()  # before the last warm-up round: one shared step
+    new = method.aggregate(params, x, pair_model, torch.arange(15), torch.ones(15), counts=counts, round=3)
+    for j in range(3):
+        rows = [i for i in range(15) if truth[i] == j]
+        w = counts[rows].double()
+        expected = theta - 2.0 * (w[:, None] * x[rows].double()).sum(0).float() / w.sum().float()
+        assert any(torch.allclose(new[k], expected, atol=1e-5) for k in range(3)), j
+    assert len({tuple(r.tolist()) for r in new}) == 3
+
+
+def test_update_split_is_fixed_at_reset_so_a_restored_method_splits_the_same_way():
+    import pickle
+
+    x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))  # no structure: the seeding decides
+    args = (torch.zeros(4, 6), x, torch.zeros(20, dtype=torch.long), torch.arange(20), torch.ones(20))
+
+    def split(method):
+        return method.aggregate(*args, counts=torch.ones(20), round=0)
+
+    gen = torch.Generator().manual_seed(0)
+    method = F.MosT(4, warmup_rounds=1, split="updates")
+    method.reset(20, 4, gen)
+    restored = pickle.loads(pickle.dumps(method))  # as a checkpoint stores it
+    torch.rand(100, generator=gen)  # the run's generator moves on (local training) before the split
+    assert torch.equal(split(method), split(restored))
+    other = F.MosT(4, warmup_rounds=1, split="updates")
+    other.reset(20, 4, torch.Generator().manual_seed(1))
+    assert not torch.equal(split(other), split(method))  # the seed does decide here
+
+
+def test_update_split_in_a_run_starts_the_models_apart(small):
+    model = fl.logistic_regression(60, 10)
+    seen = []
+    fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=2, split="updates"),
+                     fl.FederatedConfig(rounds=3, lr=0.05, seed=0, eval_every=0),
+                     callback=lambda log, params: seen.append(params.clone()))
+    assert (seen[0] == seen[0][0]).all()
+    assert len({tuple(r.tolist()) for r in seen[1]}) == 3  # apart right after the last warm-up round
+    with pytest.raises(ValueError, match="'losses' or 'updates'"):
+        F.MosT(2, split="kmeans")
+    with pytest.raises(ValueError, match="warmup_rounds >= 1"):
+        F.MosT(2, split="updates", warmup_rounds=0)
+    with pytest.raises(RuntimeError, match="reset"):
+        F.MosT(2, split="updates", warmup_rounds=1).aggregate(
+            torch.zeros(2, 3), torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4),
+            counts=torch.ones(4), round=0)
 
 
 def test_every_method_trains_on_synthetic_data(small):
