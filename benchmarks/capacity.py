@@ -34,6 +34,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from compare_federated import paired_rows
+
 from most import transport
 from most.bench import federated as fb
 from most.federated import evaluation as ev
@@ -100,21 +102,8 @@ def against(results: dict, main: dict) -> list[str]:
     if any(s not in theirs or theirs[s]["mean"] != mine[s]["mean"] for s in seeds):
         raise SystemExit("the main table's MosT runs differ from this probe's (other code, data or seeds): "
                          "its methods cannot be compared seed by seed")
-    lines = [f"| {NAME} − method | paper's pick (95 % CI) | loss pick (95 % CI) |", "|---|---|---|"]
     cap = {r["seed"]: r for r in results["methods"][NAME]["runs"]}
-    for name, entry in main["methods"].items():
-        runs = {r["seed"]: r for r in entry["runs"]}
-        if not all(s in runs for s in seeds):
-            continue
-        cells = []
-        for key in ("mean", "mean_loss_pick"):
-            if len(seeds) < 2 or not all(key in runs[s] for s in seeds):  # no interval from one seed
-                cells.append("–")
-                continue
-            cells.append(fb._paired_cell(ev.paired_difference([cap[s][key] for s in seeds],
-                                                              [runs[s][key] for s in seeds])))
-        lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    return lines
+    return paired_rows(NAME, cap, main["methods"], seeds)
 
 
 def _write_report(results: dict, out: Path, main: Path | None = None) -> str:

@@ -1,0 +1,67 @@
+"""``benchmarks/compare_federated.py``: a variant run alone, compared seed by seed with a main table."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from most.cli import app
+from most.federated import evaluation as ev
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+compare_federated = pytest.importorskip("compare_federated")
+
+runner = CliRunner()
+NAME = "MosT (update split)"
+
+
+def _bench(out, *args):
+    res = runner.invoke(app, ["bench", "federated", "--rounds", "8", "--server-lr", "1", "--server-lr", "3",
+                              "--out", str(out), "--quiet", *args])
+    assert res.exit_code == 0, res.output
+    return json.loads((out / "results.json").read_text())
+
+
+def test_a_variant_run_alone_is_compared_as_if_run_with_the_table(tmp_path):
+    seeds = ["--seed", "0", "--seed", "1", "--seed", "2"]
+    main = _bench(tmp_path / "main", *seeds, "--method", "MosT", "--method", "IFCA")
+    variant = _bench(tmp_path / "variant", *seeds, "--method", NAME)
+    together = _bench(tmp_path / "together", *seeds, "--method", NAME, "--method", "IFCA")
+    assert compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "main"), "--method", NAME]) == 0
+    text = (tmp_path / "variant" / "compare.md").read_text()
+
+    # the interval is the paired difference of the stored runs, and the same as with both run together
+    v = [r["mean"] for r in variant["methods"][NAME]["runs"]]
+    for other in ("MosT", "IFCA"):
+        o = [r["mean"] for r in main["methods"][other]["runs"]]
+        p = ev.paired_difference(v, o)
+        row = re.search(rf"\| {re.escape(other)} \| ([+-]\d+\.\d\d) \[([+-]\d+\.\d\d), ([+-]\d+\.\d\d)\]", text)
+        assert row and float(row.group(1)) == pytest.approx(100 * p["mean"], abs=0.006)
+        assert float(row.group(2)) == pytest.approx(100 * p["low"], abs=0.006)
+    assert [r["mean"] for r in together["methods"][NAME]["runs"]] == v
+    # validation accuracies at the chosen steps, the variant's and MosT's
+    val = re.search(rf"\| {re.escape(NAME)} \| (\d+\.\d\d) \| (\d+\.\d\d) \| (\d+\.\d\d) \|", text)
+    assert [float(x) for x in val.groups()] == pytest.approx(
+        [100 * r["val_accuracy"] for r in variant["methods"][NAME]["runs"]], abs=0.006)
+
+
+def test_folders_that_cannot_be_compared_are_refused(tmp_path, capsys):
+    main = _bench(tmp_path / "main", "--seed", "0", "--seed", "1", "--method", "MosT")
+    variant = _bench(tmp_path / "variant", "--seed", "0", "--seed", "1", "--method", NAME)
+    bad = [
+        (dict(variant, config={**variant["config"], "rho": [1.0, 1.0]}), main, NAME, "different settings.*rho"),
+        (dict(variant, config={**variant["config"], "server_lrs": [1.0]}), main, NAME, "not the main table's MosT grid"),
+        (variant, main, "MosT (capacity)", "no method 'MosT \\(capacity\\)'"),
+        (variant, dict(main, methods={"MosT": {**main["methods"]["MosT"],
+                                               "runs": main["methods"]["MosT"]["runs"][:1]}}), NAME,
+         r"no run for seeds \[1\]"),
+    ]
+    for results, against, name, match in bad:
+        with pytest.raises(compare_federated.CompareError, match=match):
+            compare_federated.compare(results, against, name)
+    with pytest.raises(SystemExit):
+        compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "nowhere"), "--method", NAME])
+    assert "nowhere: no results.json" in capsys.readouterr().err
