@@ -6,7 +6,8 @@ Nothing is copied into ``docs/`` by hand, so the pages never go stale: every bui
 * every ``*.png`` below ``benchmarks/results`` -> the same relative path below ``benchmarks/``,
   so relative image links inside the results resolve;
 * one generated figure page per results folder (``benchmarks/<folder>/index.md``): links to
-  its sub-folders' pages, the folder's ``table.md`` (if any) and all of its figures.
+  its sub-folders' pages, the folder's ``table.md`` (if any), its other reports (``*.md``) and all
+  of its figures.
 
 A link to a folder (``[`federated/`](federated/)``) is pointed at that folder's generated page.
 """
@@ -66,6 +67,9 @@ def _folder_page(folder: Path) -> str:
     table = folder / "table.md"
     if table.exists():
         lines += ["## Table", "", _demote(table.read_text(encoding="utf-8")).strip(), ""]
+    for report in sorted(folder.glob("*.md")):  # a probe's plan or comparison, beside the table
+        if report.name != "table.md":
+            lines += [f"## `{report.name}`", "", _demote(report.read_text(encoding="utf-8")).strip(), ""]
     figures = sorted(folder.glob("*.png"))
     if figures:
         lines += ["## Figures", ""]
