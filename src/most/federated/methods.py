@@ -116,7 +116,7 @@ def balanced_update_groups(deltas: Tensor, m: int, generator: torch.Generator, m
     groups stop changing (at most ``max_iter`` times), the rows are assigned by the exact
     transport plan with uniform marginals on the squared distances to the centres (each group
     gets ``n/m`` rows; a row the plan splits goes to its largest share) and each centre becomes
-    its group's normalised mean. With ``n < m`` each row is a group of its own.
+    its group's normalised mean. With ``n <= m`` each row is a group of its own.
     """
     n = deltas.shape[0]
     check_positive_int(m, name="m")
