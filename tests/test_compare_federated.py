@@ -30,6 +30,7 @@ def test_a_variant_run_alone_is_compared_as_if_run_with_the_table(tmp_path):
     main = _bench(tmp_path / "main", *seeds, "--method", "MosT", "--method", "IFCA")
     variant = _bench(tmp_path / "variant", *seeds, "--method", NAME)
     together = _bench(tmp_path / "together", *seeds, "--method", NAME, "--method", "IFCA")
+    assert (tmp_path / "variant" / "assignment_stack.png").stat().st_size > 1000  # the variant's own plans
     assert compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "main"), "--method", NAME]) == 0
     text = (tmp_path / "variant" / "compare.md").read_text()
 

@@ -371,10 +371,12 @@ def _figures(results: dict, out: Path) -> list[str]:
                                      title=f"{label}: worst-k % clients", path=out / "worst_k.png"))
     written += ["radar.png", "accuracy_curves.png", "loss_curves.png", "worst_k.png"]
     with_plans = {n: r for n, r in first.items() if r["plans"]}
-    if "MosT" in with_plans:
+    # MosT's, else the table's first MosT variant's (a variant run alone, e.g. "MosT (update split)")
+    stacked = "MosT" if "MosT" in with_plans else next((n for n in with_plans if n.startswith("MosT")), None)
+    if stacked is not None:
         m = results["config"]["n_models"]
-        one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans["MosT"]["plans"]]
-        made.append(figures.assignment_stack(one_hot, title=f"{label}: MosT, clients per model",
+        one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans[stacked]["plans"]]
+        made.append(figures.assignment_stack(one_hot, title=f"{label}: {stacked}, clients per model",
                                              path=out / "assignment_stack.png"))
         written.append("assignment_stack.png")
     with_plans = {n: r for n, r in with_plans.items() if len(r["plans"]) >= 2}
