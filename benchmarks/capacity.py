@@ -96,14 +96,13 @@ def against(results: dict, main: dict) -> list[str]:
     """Lines of a table: MosT (capacity) minus each method of a main federated table (same data
     and seeds), seed by seed, under both picks. MosT must be the same in both folders: its runs
     are compared bit for bit first, so that a table from other code or data is refused."""
-    seeds = [r["seed"] for r in results["methods"][NAME]["runs"]]
+    cap = {r["seed"]: r for r in results["methods"][NAME]["runs"]}
     mine = {r["seed"]: r for r in results["methods"]["MosT"]["runs"]}
     theirs = {r["seed"]: r for r in main["methods"]["MosT"]["runs"]}
-    if any(s not in theirs or theirs[s]["mean"] != mine[s]["mean"] for s in seeds):
+    if any(s not in theirs or theirs[s]["mean"] != mine[s]["mean"] for s in cap):
         raise SystemExit("the main table's MosT runs differ from this probe's (other code, data or seeds): "
                          "its methods cannot be compared seed by seed")
-    cap = {r["seed"]: r for r in results["methods"][NAME]["runs"]}
-    return paired_rows(NAME, cap, main["methods"], seeds)
+    return paired_rows(NAME, cap, main["methods"], list(cap))
 
 
 def _write_report(results: dict, out: Path, main: Path | None = None) -> str:
@@ -136,9 +135,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"--against {args.against}: no results.json there (a folder written by `most bench federated`)")
     if args.report is not None:
         results_file = args.report / "results.json"
-        if not results_file.is_file() or NAME not in json.loads(results_file.read_text())["methods"]:
+        stored = json.loads(results_file.read_text()) if results_file.is_file() else {"methods": {}}
+        if NAME not in stored["methods"]:
             p.error(f"--report {args.report}: no results.json with {NAME!r} there (a folder this script wrote)")
-        print(_write_report(json.loads(results_file.read_text()), args.report, args.against))
+        print(_write_report(stored, args.report, args.against))
         return 0
     if not (args.dataset and args.seed and args.server_lr and args.out):
         p.error("--dataset, --seed, --server-lr and --out are required (or --report DIR)")

@@ -21,11 +21,14 @@ from pathlib import Path
 
 import numpy as np
 
+from merge_federated import FREE as MERGE_FREE
+
 from most.bench import federated as fb
 from most.federated import evaluation as ev
 
-#: Settings that may differ between the variant's folder and the main table.
-FREE = ("methods", "seeds", "out", "progress", "server_lrs", "server_lrs_by_method")
+#: Settings that may differ between the variant's folder and the main table: those a merge allows,
+#: and the server-step grid (checked against the main table's MosT grid instead).
+FREE = MERGE_FREE + ("server_lrs",)
 
 
 class CompareError(ValueError):
@@ -82,17 +85,15 @@ def compare(results: dict, main: dict, name: str) -> str:
                       "| MosT | " + " | ".join(f"{100 * x:.2f}" for x in m) + f" | {100 * m.mean():.2f} |",
                       "", f"Chosen server steps: {name} " + ", ".join(f"{variant[s]['server_lr']:g}" for s in seeds)
                       + "; MosT " + ", ".join(f"{most[s]['server_lr']:g}" for s in seeds) + ".", ""]
-    lines += [f"Test accuracy: {name} {_mean_std(variant, seeds, 'mean')}, "
-              f"loss pick {_mean_std(variant, seeds, 'mean_loss_pick')}.", ""]
+    summary = results["methods"][name]  # the benchmark's own mean ± std over these seeds
+    lines += [f"Test accuracy: {name} {_mean_std(summary, 'mean')}, "
+              f"loss pick {_mean_std(summary, 'mean_loss_pick')}.", ""]
     lines += paired_rows(name, variant, main["methods"], seeds)
     return "\n".join(lines) + "\n"
 
 
-def _mean_std(runs: dict, seeds: list[int], key: str) -> str:
-    if not all(key in runs[s] for s in seeds):
-        return "–"
-    x = 100 * np.array([runs[s][key] for s in seeds])
-    return f"{x.mean():.2f} ± {x.std(ddof=1) if len(x) > 1 else 0.0:.2f}"
+def _mean_std(summary: dict, key: str) -> str:
+    return f"{100 * summary[key]['mean']:.2f} ± {100 * summary[key]['std']:.2f}" if key in summary else "–"
 
 
 def main(argv: list[str] | None = None) -> int:
