@@ -9,7 +9,9 @@ import torch
 from scipy.optimize import minimize
 
 import most.federated as fl
+from most import transport
 from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
+from most.methods import GammaWeights, ObjectivesSelectModels
 from most.federated import methods as F
 from most.federated.methods import balanced_update_groups, min_norm_box, min_norm_combination, weighted_mean
 from most.federated.runtime import Padded, local_train
@@ -293,6 +295,52 @@ def test_update_split_in_a_run_starts_the_models_apart(small):
         F.MosT(2, split="updates", warmup_rounds=1).aggregate(
             torch.zeros(2, 3), torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4),
             counts=torch.ones(4), round=0)
+
+
+def test_shares_train_each_client_on_its_k_best_models_under_the_balance(small):
+    model = fl.logistic_regression(60, 10)
+    cfg = fl.FederatedConfig(rounds=5, lr=0.05, seed=0, eval_every=0)
+    seen = []
+    res = fl.run_federated(small, model, F.MosT(n_models=4, warmup_rounds=2, shares=2), cfg,
+                           callback=lambda log, params: seen.append(log))
+    for log in seen[2:]:
+        units = log.plan * 8 * 2  # 8 clients, 2 models each, 4 clients per model
+        torch.testing.assert_close(units, units.round(), atol=1e-9, rtol=0)
+        assert (units.round().sum(1) == 2).all() and (units.round().sum(0) == 4).all()
+    assert res.mean_accuracy > 0.3
+    # the plan is the capped transport of the round's losses; each pair is weighted by its share
+    method = F.MosT(n_models=4, warmup_rounds=0, shares=2)
+    method.reset(8, 4, torch.Generator().manual_seed(0))
+    losses = torch.rand(8, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    gamma, w = method.plan(losses, 0, 10, None, counts=torch.ones(8))
+    expected = transport.solve_capped(losses, torch.full((8,), 1 / 8), torch.full((4,), 1 / 4), max_share=0.5)
+    torch.testing.assert_close(gamma, expected.plan)
+    torch.testing.assert_close(w, (gamma * 8).T)
+    # one share is the default method; shares = m gives every client every model equally
+    one = F.MosT(n_models=4, warmup_rounds=0, shares=1)
+    one.reset(8, 4, torch.Generator().manual_seed(0))
+    plain = F.MosT(n_models=4, warmup_rounds=0)
+    plain.reset(8, 4, torch.Generator().manual_seed(0))
+    for x, y in zip(one.plan(losses, 0, 10, None, counts=torch.ones(8)), plain.plan(losses, 0, 10, None, counts=torch.ones(8))):
+        torch.testing.assert_close(x, y)
+    every = F.MosT(n_models=4, warmup_rounds=0, shares=4)
+    every.reset(8, 4, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(every.plan(losses, 0, 10, None, counts=torch.ones(8))[1],
+                               torch.full((4, 8), 0.25, dtype=torch.float64))
+
+
+def test_shares_bad_input():
+    with pytest.raises(ValueError, match="more models than there are"):
+        F.MosT(3, shares=4)
+    with pytest.raises(ValueError, match="shares"):
+        F.MosT(3, shares=0)
+    for bad in (dict(transport="sinkhorn"), dict(diversity=0.1), dict(weighting=GammaWeights())):
+        with pytest.raises(ValueError, match="transport='exact', diversity=0 and the default weighting"):
+            F.MosT(3, shares=2, **bad)
+    method = F.MosT(3, shares=2, warmup_rounds=0, marginals=ObjectivesSelectModels())
+    method.reset(6, 3, torch.Generator())
+    with pytest.raises(ValueError, match="needs both marginals"):
+        method.plan(torch.rand(6, 3), 0, 5, None, counts=torch.ones(6))
 
 
 def test_every_method_trains_on_synthetic_data(small):

@@ -59,6 +59,10 @@ METHODS: dict[str, tuple[Callable, tuple]] = {
     "MosT (min-norm, last-layer bias)": (
         lambda m, eta, x: F.MosT(m, server_lr=eta, combine="min_norm", gram_on="last"), (None,)),
     "MosT (update split)": (lambda m, eta, x: F.MosT(m, server_lr=eta, split="updates"), (None,)),
+    "MosT (2 shares)": (lambda m, eta, x: F.MosT(m, server_lr=eta, shares=2), (None,)),
+    # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
+    "MosT (warm-up 15)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup_rounds=15), (None,)),
+    "MosT (warm-up 30)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup_rounds=30), (None,)),
     "MosT + R": (lambda m, eta, x: F.MosT(m, server_lr=eta, diversity=_TAU), (None,)),
     "MosT (paper)": (lambda m, eta, x: _paper(m, eta), (None,)),
     "MosT w/o R": (lambda m, eta, x: _paper(m, eta, diversity=0.0), (None,)),

@@ -306,6 +306,13 @@ class MosT(_FederatedMethod):
             run's generator) and model j takes its group's mean step, so the m models start
             apart, each from the clients that pull the same way (the clustering of FL+HC,
             Briggs et al. 2020, balanced by transport).
+        shares: k, how many models each client trains after the warm-up. ``1`` (default): the
+            exact plan, each client on its largest share. ``k > 1``: the plan caps each
+            client's share of a model at ``1/k`` (:func:`most.transport.solve_capped`), so
+            every client trains its k best models under the balance, and each model
+            combines the updates of about ``n k / m`` clients, weighted by their shares: more
+            data per model, less specialisation (``k = m`` is FedAvg after the warm-up).
+            Needs the exact transport without the diversity term, and the default weighting.
         gram_on: with ``combine="min_norm"``, a parameter of the model (a name of
             :attr:`FlatModel.parameter_names`, or ``"last"``, e.g. the final layer's bias) on
             which the min-norm weights are solved, the paper's "MGDA on a subset of model
@@ -340,9 +347,20 @@ class MosT(_FederatedMethod):
     reg: float | None = None
     warm_start: bool = False
     gram_on: str | None = None
+    shares: int = 1
 
     def __post_init__(self):
         super().__post_init__()
+        check_positive_int(self.shares, name="shares")
+        if self.shares > self.n_models:
+            raise ValueError(f"`shares`={self.shares} asks each client to train more models than there are "
+                             f"({self.n_models}); use 1 <= shares <= n_models.")
+        if self.shares > 1 and (self.transport != "exact" or self.diversity
+                                or not isinstance(self.weighting, MajorityShare)):
+            raise ValueError("shares > 1 solves the exact transport with capped shares and weights each pair by "
+                             "its share: it needs transport='exact', diversity=0 and the default weighting; got "
+                             f"transport={self.transport!r}, diversity={self.diversity!r}, "
+                             f"weighting={self.weighting!r}.")
         if self.combine not in ("min_norm", "mean"):
             raise ValueError(f"`combine` must be 'min_norm' or 'mean'; got {self.combine!r}.")
         if self.gram_on is not None and (self.combine != "min_norm" or not isinstance(self.gram_on, str)):
@@ -385,9 +403,20 @@ class MosT(_FederatedMethod):
             w = torch.zeros(self.n_models, n, dtype=torch.float64, device=losses.device)
             w[0] = 1.0
             return None, w
-        gamma = self._assignment(losses.double(), round - self.warmup_rounds, total - self.warmup_rounds,
-                                 previous=previous)
+        r, t = round - self.warmup_rounds, total - self.warmup_rounds
+        if self.shares > 1:
+            return self._capped_plan(losses.double(), r, t)
+        gamma = self._assignment(losses.double(), r, t, previous=previous)
         return gamma, self.weighting(gamma).double()
+
+    def _capped_plan(self, losses, round, total):
+        """``shares > 1``: the transport with each share capped at ``1/shares``; W = the shares."""
+        a, b = self.marginals(losses, round, total)
+        if a is None or b is None:
+            raise ValueError(f"shares > 1 needs both marginals; {self.marginals!r} drops one.")
+        gamma = transport.solve_capped(losses, a, b, max_share=1.0 / self.shares).plan
+        share = gamma / gamma.sum(1, keepdim=True).clamp_min(torch.finfo(gamma.dtype).tiny)
+        return gamma, share.T.contiguous()
 
     def aggregate(self, params, deltas, pair_model, pair_client, pair_weight, *, counts, round):
         if round < self.warmup_rounds:

@@ -75,11 +75,12 @@ from ._exact import exact_transport
 from ._ipot import solve_ipot
 from ._newton import solve_newton
 from ._relaxed import solve_relaxed
+from ._capped import solve_capped
 from ._result import TransportResult
 from ._rounding import round_to_feasible
 from ._sinkhorn import solve_sinkhorn
 
-__all__ = ["solve", "TransportResult", "diversity_regularizer"]
+__all__ = ["solve", "solve_capped", "TransportResult", "diversity_regularizer"]
 
 METHODS = ("exact", "sinkhorn", "newton", "ipot")
 #: Tolerance on the marginals of a user-supplied ``init``.
