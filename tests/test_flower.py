@@ -51,6 +51,7 @@ def _config(**kw):
 BUILDERS = {
     "MosT": lambda: F.MosT(3, server_lr=3.0, warmup_rounds=2),
     "MosT (update split)": lambda: F.MosT(3, server_lr=3.0, warmup_rounds=2, split="updates"),
+    "MosT (2 shares)": lambda: F.MosT(3, server_lr=3.0, warmup_rounds=2, shares=2),
     "MosT (paper)": lambda: F.MosT(3, server_lr=2.0, warmup_rounds=0, combine="min_norm", diversity=0.1),
     "FedAvg": lambda: F.FedAvg(2, server_lr=2.0),
     "FedProx": lambda: F.FedProx(2, mu=0.1),
