@@ -1,7 +1,7 @@
 """Compares one method, run on its own, with every method of a main federated table, seed by seed.
 
 A variant of MosT (``MosT (update split)``, say) is run alone with ``most bench federated`` on the
-settings and seeds of a main table; this script writes ``compare.md`` into the variant's folder:
+settings and seeds of a main table; this script writes ``compare.md`` (or ``--report NAME``) into the variant's folder:
 its validation accuracy against MosT's (what a choice of default may look at) and the paired
 difference, with a 95 % t interval, from every method of the main table under the paper's pick
 and the loss pick.
@@ -101,7 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("variant", type=Path, help="folder of `most bench federated` with the variant alone")
     p.add_argument("main", type=Path, help="the main table's folder (same settings, its seeds)")
     p.add_argument("--method", required=True, help="the variant's name in the benchmark, e.g. 'MosT (update split)'")
+    p.add_argument("--report", default="compare.md",
+                   help="file name of the report in the variant's folder (one per method when it holds several)")
     args = p.parse_args(argv)
+    if Path(args.report).name != args.report or not args.report.endswith(".md"):
+        p.error(f"--report must be a plain file name ending in .md; got {args.report!r}")
     for folder in (args.variant, args.main):
         if not (folder / "results.json").is_file():
             p.error(f"{folder}: no results.json there (a folder written by `most bench federated`)")
@@ -110,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                        json.loads((args.main / "results.json").read_text()), args.method)
     except CompareError as e:
         p.error(str(e))
-    (args.variant / "compare.md").write_text(text)
+    (args.variant / args.report).write_text(text)
     print(text)
     return 0
 

@@ -66,3 +66,12 @@ def test_folders_that_cannot_be_compared_are_refused(tmp_path, capsys):
     with pytest.raises(SystemExit):
         compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "nowhere"), "--method", NAME])
     assert "nowhere: no results.json" in capsys.readouterr().err
+    # --report names the file, so a folder with two variants keeps one report per variant
+    assert compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "main"), "--method", NAME,
+                                   "--report", "compare_split.md"]) == 0
+    assert (tmp_path / "variant" / "compare_split.md").read_text().startswith(f"# {NAME} against")
+    assert not (tmp_path / "variant" / "compare.md").exists()
+    with pytest.raises(SystemExit):
+        compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "main"), "--method", NAME,
+                                "--report", "../x.md"])
+    assert "plain file name" in capsys.readouterr().err

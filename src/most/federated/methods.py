@@ -298,7 +298,9 @@ class MosT(_FederatedMethod):
             as in the paper's MosT(L)) or ``"min_norm"`` (Eqs. 7-9: MGDA within each model's
             clients, the paper as written).
         warmup_rounds: FedAvg rounds of one shared model before it is copied to the m models
-            (default 5; 0 starts from m random initialisations, as the paper does).
+            (default 5; 0 starts from m random initialisations, as the paper does). 30 % of the
+            rounds was better than IFCA on Fashion-MNIST (paper's pick, two sets of 5 seeds),
+            level elsewhere, and short of the rule for a new default (``federated.md``).
         split: how the warm-up ends. ``"losses"`` (default): the last warm-up round gives every
             model the same FedAvg step, and the first plan, on m equal models, is a tie that the
             transport solver breaks. ``"updates"``: the last warm-up round's client updates are
@@ -313,6 +315,8 @@ class MosT(_FederatedMethod):
             combines the updates of about ``n k / m`` clients, weighted by their shares: more
             data per model, less specialisation (``k = m`` is FedAvg after the warm-up).
             Needs the exact transport without the diversity term, and the default weighting.
+            Measured with ``shares=2`` (runs fixed in advance, ``federated.md``): level with the
+            default and with IFCA in every setting, so not the default.
         gram_on: with ``combine="min_norm"``, a parameter of the model (a name of
             :attr:`FlatModel.parameter_names`, or ``"last"``, e.g. the final layer's bias) on
             which the min-norm weights are solved, the paper's "MGDA on a subset of model
