@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 import most.federated as fl
 from most import transport
 from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
-from most.methods import GammaWeights, ObjectivesSelectModels
+from most.methods import Curriculum, GammaWeights, ObjectivesSelectModels
 from most.federated import methods as F
 from most.federated.methods import balanced_update_groups, min_norm_box, min_norm_combination, weighted_mean
 from most.federated.runtime import Padded, local_train
@@ -334,13 +334,10 @@ def test_shares_bad_input():
         F.MosT(3, shares=4)
     with pytest.raises(ValueError, match="shares"):
         F.MosT(3, shares=0)
-    for bad in (dict(transport="sinkhorn"), dict(diversity=0.1), dict(weighting=GammaWeights())):
-        with pytest.raises(ValueError, match="transport='exact', diversity=0 and the default weighting"):
+    for bad in (dict(transport="sinkhorn"), dict(diversity=0.1), dict(weighting=GammaWeights()),
+                dict(marginals=ObjectivesSelectModels()), dict(marginals=Curriculum())):
+        with pytest.raises(ValueError, match="transport='exact', diversity=0, uniform marginals and the default"):
             F.MosT(3, shares=2, **bad)
-    method = F.MosT(3, shares=2, warmup_rounds=0, marginals=ObjectivesSelectModels())
-    method.reset(6, 3, torch.Generator())
-    with pytest.raises(ValueError, match="needs both marginals"):
-        method.plan(torch.rand(6, 3), 0, 5, None, counts=torch.ones(6))
 
 
 def test_every_method_trains_on_synthetic_data(small):
