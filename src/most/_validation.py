@@ -78,6 +78,17 @@ def simplex_stats(x: Tensor, *, name: str, size: int, atol: float = SIMPLEX_ATOL
     return lo, total
 
 
+def host_marginal(x, *, name: str, size: int) -> np.ndarray:
+    """The validated marginal as a float64 NumPy vector, rescaled to sum to 1 (a new array),
+    for the transport solvers that run on the host.
+
+    The sum is torch's, as in ``most.transport._marginal`` (NumPy's pairwise sum can differ in
+    the last bit, which is enough to change the simplex's choice between tied optimal plans)."""
+    t = as_tensor(x, name=name).detach().to("cpu", torch.float64)
+    _, total = simplex_stats(t, name=name, size=size)
+    return t.numpy() / total
+
+
 def check_positive_int(value, *, name: str, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"`{name}` must be an int >= {minimum}; got {value!r}.")

@@ -65,6 +65,7 @@ from .._validation import (
     check_non_negative,
     check_positive,
     check_positive_int,
+    host_marginal,
     matrix_range,
     simplex_stats,
 )
@@ -272,19 +273,9 @@ def _exact_on_host(cost: Tensor, a, b, *, max_iter: int) -> tuple[Tensor, float,
     c = cost.detach().to("cpu", torch.float64).numpy()
     bounds = matrix_range(c, name="cost")  # checks shape and finiteness too
     n, m = c.shape
-    a64, b64 = _host_marginal(a, name="a", size=n), _host_marginal(b, name="b", size=m)
+    a64, b64 = host_marginal(a, name="a", size=n), host_marginal(b, name="b", size=m)
     plan, converged = exact_transport(c, a64, b64, max_iter=max_iter, bounds=bounds)
     return torch.from_numpy(plan), float(np.vdot(c, plan)), converged
-
-
-def _host_marginal(x, *, name: str, size: int) -> np.ndarray:
-    """The validated marginal as a float64 NumPy vector, rescaled to sum to 1 (a new array).
-
-    The sum is torch's, as in :func:`_marginal` (NumPy's pairwise sum can differ in the last
-    bit, which is enough to change the simplex's choice between tied optimal plans)."""
-    t = as_tensor(x, name=name).detach().to("cpu", torch.float64)
-    _, total = simplex_stats(t, name=name, size=size)
-    return t.numpy() / total
 
 
 def _feasible_init(init, a: Tensor | None, b: Tensor | None, *, like: Tensor) -> Tensor:

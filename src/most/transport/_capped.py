@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import as_tensor, matrix_range, simplex_stats
+from .._validation import as_tensor, host_marginal, matrix_range
 from ._result import TransportResult
 
 
@@ -66,12 +66,12 @@ def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
 
     c_in = as_tensor(cost, name="cost")
     c = c_in.detach().to("cpu", torch.float64)
-    matrix_range(c, name="cost")
+    lo, hi = matrix_range(c, name="cost")  # checks shape and finiteness too
     n, m = c.shape
     if isinstance(max_share, bool) or not isinstance(max_share, (int, float)) or not 0 < max_share <= 1:
         raise ValueError(f"`max_share` must be a number in (0, 1]; got {max_share!r}.")
-    a64 = _marginal(a, name="a", size=n)
-    b64 = _marginal(b, name="b", size=m)
+    a64 = host_marginal(a, name="a", size=n)
+    b64 = host_marginal(b, name="b", size=m)
     if b64.max() > max_share * (1 + 1e-9):  # the cap lets a model hold at most max_share in all
         j = int(b64.argmax())
         raise ValueError(
@@ -79,7 +79,6 @@ def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
             f"but a cap of max_share on each objective's share lets a model hold at most {max_share:g}. "
             f"Use max_share >= max(b) (>= 1/m = {1 / m:.4g} for uniform b)."
         )
-    lo, hi = float(c.min()), float(c.max())
     scaled = ((c - lo) / (hi - lo) if hi > lo else torch.zeros_like(c)).numpy()  # same plan, better conditioned
     rows = np.kron(np.eye(n), np.ones((1, m)))      # Γ 1_m = a   (row-major Γ)
     cols = np.kron(np.ones((1, n)), np.eye(m))      # Γᵀ 1_n = b
@@ -91,9 +90,3 @@ def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
     plan = torch.from_numpy(np.clip(res.x, 0.0, upper).reshape(n, m))
     return TransportResult(plan=plan.to(dtype=c_in.dtype, device=c_in.device), cost=float((c * plan).sum()),
                            n_iter=int(getattr(res, "nit", 0) or 0), converged=True)
-
-
-def _marginal(x, *, name: str, size: int) -> np.ndarray:
-    t = as_tensor(x, name=name).detach().to("cpu", torch.float64)
-    _, total = simplex_stats(t, name=name, size=size)
-    return (t / total).numpy()
