@@ -4,6 +4,8 @@ import json
 import re
 
 import numpy as np
+import pytest
+import torch
 from typer.testing import CliRunner
 
 from most.cli import app
@@ -58,6 +60,32 @@ def test_federated_bench_bad_input(tmp_path):
     assert not (tmp_path / "results.json").exists()
     res = runner.invoke(app, ["bench", "federated", "--sizes", "lognormal", "--out", str(tmp_path), "--quiet"])
     assert res.exit_code != 0 and "Unknown sizes" in res.output
+    res = runner.invoke(app, ["bench", "federated", "--device", "gpu please", "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code != 0 and "mustnameatorchdevice" in _flat(res.output)
+    res = runner.invoke(app, ["bench", "federated", "--model", "cnn", "--cnn-channels", "0", "16",
+                              "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code != 0 and "twopositivewidths" in _flat(res.output)
+    if not torch.cuda.is_available():
+        res = runner.invoke(app, ["bench", "federated", "--device", "cuda", "--out", str(tmp_path), "--quiet"])
+        assert res.exit_code != 0 and "CUDAisnotavailablehere" in _flat(res.output)
+    assert not (tmp_path / "results.json").exists()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_federated_bench_on_cuda_matches_the_cpu_and_records_the_device(tmp_path):
+    args = ["bench", "federated", "--seed", "0", "--rounds", "6", "--server-lr", "3", "--method", "MosT",
+            "--method", "IFCA", "--quiet"]
+    runs = {}
+    for device in ("cpu", "cuda"):
+        res = runner.invoke(app, [*args, "--device", device, "--out", str(tmp_path / device)])
+        assert res.exit_code == 0, res.output
+        runs[device] = json.loads((tmp_path / device / "results.json").read_text())
+    assert runs["cuda"]["device_name"] == torch.cuda.get_device_name() and runs["cpu"]["device_name"] == "cpu"
+    for name in ("MosT", "IFCA"):
+        cpu, gpu = runs["cpu"]["methods"][name]["runs"][0], runs["cuda"]["methods"][name]["runs"][0]
+        # float32 on two devices: the same run up to rounding, which a transport plan can amplify
+        assert abs(cpu["mean"] - gpu["mean"]) < 0.05, (name, cpu["mean"], gpu["mean"])
+        assert len(gpu["per_client"]) == 30 and len(gpu["plans"]) == len(cpu["plans"])
 
 
 def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):

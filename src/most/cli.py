@@ -438,6 +438,8 @@ def bench_federated(
                                            help="Server steps searched on validation (repeat)."),
     data_path: Path = typer.Option(None, help="FEMNIST (LEAF) or Fashion-MNIST directory."),
     model: str = typer.Option("auto", help="auto, cnn or linear (logistic regression on the pixels)."),
+    cnn_channels: tuple[int, int] = typer.Option((8, 16), help="Widths of the CNN's two conv layers; the paper's are 32 64."),
+    device: str = typer.Option("cpu", help="Where the runs train: cpu, or cuda (cuda:N) on a GPU."),
     loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
@@ -456,6 +458,9 @@ def bench_federated(
         most bench federated --rho 0 0 --out bench_out/syn00
 
         most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 --seed 0
+
+        most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 \
+            --model cnn --cnn-channels 32 64 --device cuda    # the paper's CNN, on a GPU
     """
     from .bench import federated as suite
     from .federated import FederatedConfig
@@ -464,8 +469,9 @@ def bench_federated(
         dataset=dataset, rho=tuple(rho), sizes=sizes, methods=tuple(methods or suite.DEFAULT_METHODS), seeds=tuple(seeds),
         n_models=n_models, protocol=FederatedConfig(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
-            eval_every=5, loss_samples=loss_samples),
-        server_lrs=tuple(server_lrs), data_path=data_path, model=model, out=out, progress=not quiet))
+            eval_every=5, loss_samples=loss_samples, device=device),
+        server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), out=out,
+        progress=not quiet))
 
 
 if __name__ == "__main__":  # pragma: no cover

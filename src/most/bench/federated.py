@@ -134,6 +134,8 @@ class FederatedBenchConfig:
             raise ValueError(f"Unknown sizes {self.sizes!r}; choose 'equal' or 'power_law'.")
         if self.model not in ("auto", "cnn", "linear"):
             raise ValueError(f"Unknown model {self.model!r}; choose 'auto', 'cnn' or 'linear'.")
+        if len(self.cnn_channels) != 2 or min(self.cnn_channels) < 1:
+            raise ValueError(f"`cnn_channels` must be two positive widths such as (32, 64); got {self.cnn_channels}.")
         if not self.server_lrs or min(self.server_lrs) <= 0:
             raise ValueError(f"`server_lrs` must be positive numbers; got {self.server_lrs}.")
 
@@ -159,6 +161,12 @@ def _data(config: FederatedBenchConfig, seed: int):
         return data, FlatModel(lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(
             int(np.prod(data.input_shape)), data.n_classes)), name="logreg")
     return data, cnn(data.n_classes, channels=tuple(config.cnn_channels))
+
+
+def _device_name(device: str | None) -> str:
+    if device is not None and torch.device(device).type == "cuda":
+        return torch.cuda.get_device_name(torch.device(device))
+    return "cpu"
 
 
 def _run_one(config, data, model, method_name, seed, eta, extra):
@@ -208,7 +216,8 @@ def run_benchmark(config: FederatedBenchConfig) -> dict:
     _data(config, config.seeds[0])  # fail before any work if the data is missing
     n_cand = sum(len(config.server_lrs) * len(METHODS[m][1]) for m in config.methods)
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
-               "label": config.label, "torch": torch.__version__, "methods": {m: {"runs": []} for m in config.methods}}
+               "label": config.label, "torch": torch.__version__,
+               "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
     with tqdm(total=n_cand * len(config.seeds), desc=f"federated {config.label}", disable=not config.progress) as bar:
         for seed in config.seeds:
             data, model = _data(config, seed)
