@@ -47,3 +47,18 @@ def test_report_marks_met_and_unmet_targets():
     assert "8.0 % | ≤ 5 % | **no**" in table  # plan + aggregate shares
     assert "0.62× | ≤ 1.15× | yes" in table
     assert "| Γ step n = 10,000, m = 10 | timeout | ≤ 1 s | not measured |" in table
+
+
+def test_cuda_report_is_the_stored_measurement_and_refuses_a_cpu_only_machine(monkeypatch):
+    import json
+
+    import torch
+
+    cuda = pytest.importorskip("perf_cuda")
+    results_dir = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    stored = json.loads((results_dir / "cuda.json").read_text())
+    assert cuda.markdown(stored) == (results_dir / "cuda.md").read_text()
+    assert {row["device"] for row in stored["rows"]} == {"cpu", "cuda"}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="needs a CUDA device"):
+        cuda.main(["--femnist", "unused"])

@@ -1,0 +1,185 @@
+"""The CUDA path, checked and timed on a GPU against the CPU of the same machine.
+
+Runs on a machine with a CUDA device (it refuses to start without one) and writes
+``benchmarks/results/cuda.json`` and ``benchmarks/results/cuda.md`` (or ``--out-dir``):
+
+1. **Federated runs**: a 100-round MosT run on Syn(0,0), and rounds of MosT and FedAvg (m = 5)
+   on FEMNIST with the paper's CNN (32, 64 channels), on ``cpu`` and ``cuda``; each with the
+   final accuracy, so the two devices can be compared.
+2. **Transport**: ``transport.solve`` with the entropic solvers at n = 100 000, m = 50 (the
+   performance suite's target case) with the tensors on each device, and the plans' difference.
+3. **Min-norm**: batched ``mgda.min_norm`` on random Gram matrices, on each device, and the
+   weights' difference.
+
+Every time is the median of ``--repeats`` calls after one untimed call (CUDA is synchronised
+before each clock read)::
+
+    python benchmarks/perf_cuda.py --femnist ../shared/data/femnist_leaf_sf005
+
+It takes about three minutes on an H200 with 16 cores (most of it the CPU side of the CNN).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMAND = "python benchmarks/perf_cuda.py --femnist ../shared/data/femnist_leaf_sf005"
+
+
+def _timed(fn, repeats: int, device: str):
+    fn()  # untimed: kernels compiled, caches warm
+    walls, out = [], None
+    for _ in range(repeats):
+        if device == "cuda":
+            torch.cuda.synchronize()
+        tic = time.perf_counter()
+        out = fn()
+        if device == "cuda":
+            torch.cuda.synchronize()
+        walls.append(time.perf_counter() - tic)
+    return statistics.median(walls), out
+
+
+def syn_run(repeats: int) -> list[dict]:
+    from most.federated import FederatedConfig, fedprox_synthetic, logistic_regression, run_federated
+    from most.federated import methods as F
+
+    data = fedprox_synthetic(0.0, 0.0, seed=0)
+    model = logistic_regression(int(data.input_shape[0]), data.n_classes)
+    rows = []
+    for device in ("cpu", "cuda"):
+        config = FederatedConfig(rounds=100, seed=0, device=device)
+        seconds, result = _timed(lambda: run_federated(data, model, F.MosT(5, server_lr=5.0), config), repeats, device)
+        rows.append({"case": "Syn(0,0), MosT, 100 rounds", "device": device, "seconds": seconds,
+                     "accuracy": result.mean_accuracy})
+    return rows
+
+
+def femnist_rounds(path: Path, rounds: int) -> list[dict]:
+    from most.bench.federated import FederatedBenchConfig, _data
+    from most.federated import FederatedConfig, run_federated
+    from most.federated import methods as F
+
+    data, model = _data(FederatedBenchConfig(dataset="femnist", model="cnn", cnn_channels=(32, 64), data_path=path), 0)
+    rows = []
+    for name, build in (("MosT", lambda: F.MosT(5, server_lr=3.0, warmup_rounds=0)),
+                        ("FedAvg (m models)", lambda: F.FedAvg(5, server_lr=1.0))):
+        for device in ("cuda", "cpu"):
+            n = rounds if device == "cuda" else 2  # a CPU round with this CNN takes minutes
+            result = run_federated(data, model, build(), FederatedConfig(rounds=n, seed=0, device=device,
+                                                                         eval_every=0))
+            timed = result.history[1:]  # the first round pays for compilation and allocation
+            per_round = sum(sum(r.seconds.values()) for r in timed) / len(timed)
+            rows.append({"case": f"FEMNIST CNN(32,64), {name}", "device": device, "rounds_timed": len(timed),
+                         "seconds_per_round": per_round, "train_loss_last": result.history[-1].train_loss})
+    return rows
+
+
+def transport_cases(repeats: int) -> list[dict]:
+    from most import transport
+
+    gen = torch.Generator().manual_seed(0)
+    n, m = 100_000, 50
+    cost = torch.rand(n, m, generator=gen, dtype=torch.float64)
+    rows = []
+    for method in ("newton", "sinkhorn"):
+        plans = {}
+        for device in ("cpu", "cuda"):
+            c = cost.to(device)
+            a = torch.full((n,), 1 / n, device=device, dtype=torch.float64)
+            b = torch.full((m,), 1 / m, device=device, dtype=torch.float64)
+            seconds, res = _timed(lambda: transport.solve(c, a, b, method=method), repeats, device)
+            plans[device] = res.plan.cpu()
+            rows.append({"case": f"transport {method}, n={n}, m={m}", "device": device, "seconds": seconds,
+                         "converged": bool(res.converged)})
+        rows[-1]["max_abs_plan_difference"] = float((plans["cpu"] - plans["cuda"]).abs().max())
+    return rows
+
+
+def min_norm_cases(repeats: int) -> list[dict]:
+    from most import mgda
+
+    rows = []
+    for batch, k, d in ((5, 100, 10_000), (50, 200, 10_000)):
+        gen = torch.Generator().manual_seed(1)
+        g = torch.randn(batch, k, d, generator=gen, dtype=torch.float64) + 0.3
+        gram = g @ g.transpose(1, 2)
+        weights = {}
+        for device in ("cpu", "cuda"):
+            G = gram.to(device)
+            seconds, res = _timed(lambda: mgda.min_norm(G), repeats, device)
+            weights[device] = res.weights.cpu()
+            rows.append({"case": f"min_norm, batch {batch} x {k} objectives", "device": device, "seconds": seconds})
+        rows[-1]["max_abs_weight_difference"] = float((weights["cpu"] - weights["cuda"]).abs().max())
+    return rows
+
+
+def markdown(results: dict) -> str:
+    command = COMMAND if results["repeats"] == 5 else f"{COMMAND} --repeats {results['repeats']}"
+    lines = ["# The CUDA path, timed", "",
+             f"Produced by `{command}` on {results['machine']['gpu']} with {results['machine']['cpu_count']} CPU "
+             f"cores (torch {results['machine']['torch']}, Python {results['machine']['python']}), "
+             f"{results['date']}. Medians of {results['repeats']} calls after an untimed one.", "",
+             "| case | CPU | CUDA | CPU / CUDA | agreement |", "|---|---|---|---|---|"]
+    by_case: dict[str, dict] = {}
+    for row in results["rows"]:
+        by_case.setdefault(row["case"], {})[row["device"]] = row
+    for case, pair in by_case.items():
+        key = "seconds_per_round" if "seconds_per_round" in pair["cuda"] else "seconds"
+        unit = " / round" if key == "seconds_per_round" else ""
+        cpu, gpu = pair["cpu"][key], pair["cuda"][key]
+        if "accuracy" in pair["cuda"]:
+            agree = f"accuracy {pair['cpu']['accuracy']:.4f} vs {pair['cuda']['accuracy']:.4f}"
+        elif "train_loss_last" in pair["cuda"]:
+            agree = "–"
+        else:
+            diff = next(v for k, v in pair["cuda"].items() if k.startswith("max_abs"))
+            agree = f"max abs difference {diff:.1e}"
+        lines.append(f"| {case} | {cpu:.3g} s{unit} | {gpu:.3g} s{unit} | {cpu / gpu:.1f}× | {agree} |")
+    lines += ["", "- CPU is the same machine's cores (torch using all of them); FEMNIST rounds are the mean "
+              "after the first round (one CPU round, the rest on CUDA).",
+              "- The federated runs agree between the devices up to float32 rounding "
+              "(`tests/test_federated_runtime.py` checks 6 rounds to 1e-3), but over 100 rounds such "
+              "differences can move a client to another model in the plan, so a run's final accuracy "
+              "can differ by a few clients.",
+              "- Small problems (Syn's logistic model, a few min-norm problems) are faster on the CPU: each "
+              "step is a few small kernels, and the GPU pays a launch and a host sync for each."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--femnist", type=Path, required=True, help="the FEMNIST LEAF directory")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--femnist-rounds", type=int, default=6)
+    parser.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        sys.exit("benchmarks/perf_cuda.py needs a CUDA device; torch.cuda.is_available() is False here.")
+    torch.set_num_threads(os.cpu_count() or 1)
+    rows = []
+    for part in (lambda: syn_run(args.repeats), lambda: transport_cases(args.repeats),
+                 lambda: min_norm_cases(args.repeats), lambda: femnist_rounds(args.femnist, args.femnist_rounds)):
+        rows += part()
+        print(json.dumps(rows[-1]), flush=True)
+    results = {"date": time.strftime("%Y-%m-%d"), "repeats": args.repeats, "rows": rows,
+               "machine": {"gpu": torch.cuda.get_device_name(), "cpu_count": os.cpu_count(),
+                           "torch": torch.__version__, "python": platform.python_version()}}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    (args.out_dir / "cuda.json").write_text(json.dumps(results, indent=1) + "\n")
+    (args.out_dir / "cuda.md").write_text(markdown(results))
+    print(markdown(results))
+
+
+if __name__ == "__main__":
+    main()
