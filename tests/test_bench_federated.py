@@ -26,6 +26,8 @@ def test_federated_bench_command_writes_results_and_figures(tmp_path):
     assert res.exit_code == 0, res.output
     results = json.loads((out / "results.json").read_text())
     assert results["label"] == "Syn(0.5,0.5)"
+    # no --device: the protocol of every stored table (device None), so later runs still merge into them
+    assert results["config"]["protocol"]["device"] is None and results["device_name"] == "cpu"
     for name, entry in results["methods"].items():
         assert [r["seed"] for r in entry["runs"]] == [0, 1]
         for r in entry["runs"]:

@@ -439,7 +439,7 @@ def bench_federated(
     data_path: Path = typer.Option(None, help="FEMNIST (LEAF) or Fashion-MNIST directory."),
     model: str = typer.Option("auto", help="auto, cnn or linear (logistic regression on the pixels)."),
     cnn_channels: tuple[int, int] = typer.Option((8, 16), help="Widths of the CNN's two conv layers; the paper's are 32 64."),
-    device: str = typer.Option("cpu", help="Where the runs train: cpu, or cuda (cuda:N) on a GPU."),
+    device: str = typer.Option(None, help="Where the runs train: cpu (default), or cuda (cuda:N) on a GPU."),
     loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
