@@ -4,7 +4,7 @@ A method missing from a table (FedProx on FEMNIST, say) is run later with the sa
 possibly split over seeds into several folders to use several cores, then merged here. A whole
 table can also be split over seeds: a source with exactly the destination's methods and other
 seeds adds those seeds. The script checks that every source was run with the destination's
-settings (dataset, model, data, protocol, server steps, m; only the methods, seeds and output
+settings (dataset, model, data, protocol (its device None and "cpu" alike), server steps, m; only the methods, seeds and output
 folder may differ), that the sources' seeds of each new method are exactly the destination's,
 that a method is not already in the destination (unless the source adds seeds) and that no seed
 is run twice; it then appends the runs, recomputes the summaries and the paired intervals
@@ -44,15 +44,24 @@ class MergeError(ValueError):
     """A source that cannot be merged into the destination (the message says why)."""
 
 
+def _settings(config: dict) -> dict:
+    """The settings two joined runs must share: all but :data:`FREE`, the protocol's device
+    ``None`` read as ``"cpu"`` (the runtime's default, the same computation)."""
+    fixed = {k: v for k, v in config.items() if k not in FREE}
+    if isinstance(fixed.get("protocol"), dict) and fixed["protocol"].get("device") is None:
+        fixed["protocol"] = {**fixed["protocol"], "device": "cpu"}
+    return fixed
+
+
 def merge(dest: dict, sources: list[dict]) -> list[str]:
     """Appends the methods (or seeds, or server steps) of ``sources`` to ``dest`` (results dicts) in
     place; returns what was added: method names, ``"seeds [...]"`` and ``"server steps [...]"``."""
-    fixed = {k: v for k, v in dest["config"].items() if k not in FREE}
+    fixed = _settings(dest["config"])
     seeds = list(dest["config"]["seeds"])
     runs: dict[str, list] = {}
     added_more: list[str] = []
     for i, src in enumerate(sources):
-        other = {k: v for k, v in src["config"].items() if k not in FREE}
+        other = _settings(src["config"])
         if src.get("torch") != dest.get("torch"):
             print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
                   file=sys.stderr)

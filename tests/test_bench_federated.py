@@ -124,8 +124,10 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
         return json.loads((out / "results.json").read_text())
 
     dest = bench(tmp_path / "dest", "--seed", "0", "--seed", "1", "--method", "MosT", "--method", "FedAvg")
-    # IFCA run later, its seeds split over two folders (two cores)
-    parts = [bench(tmp_path / f"part{s}", "--seed", str(s), "--method", "IFCA") for s in (1, 0)]
+    # IFCA run later, its seeds split over two folders (two cores); "--device cpu" is the default's
+    # computation, so it joins a table made without --device
+    parts = [bench(tmp_path / f"part{s}", "--seed", str(s), "--method", "IFCA", *(["--device", "cpu"] if s else []))
+             for s in (1, 0)]
     alone = bench(tmp_path / "alone", "--seed", "0", "--seed", "1", "--method", "MosT", "--method", "IFCA")
 
     merge_federated.main([str(tmp_path / "dest"), str(tmp_path / "part1"), str(tmp_path / "part0")])
@@ -153,6 +155,9 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
         (dict(dest, config={**dest["config"], "protocol": {**dest["config"]["protocol"], "rounds": 7}}), [parts[0]],
          "other settings.*protocol"),
         (dest, [parts[0]], r"seeds \[1\], the destination \[0, 1\]"),
+        (dest, [dict(parts[0], config={**parts[0]["config"], "protocol": {**parts[0]["config"]["protocol"],
+                                                                          "device": "cuda"}})],
+         "other settings.*'device': 'cuda'"),
         (dest, [bench(tmp_path / "again", "--seed", "0", "--seed", "1", "--method", "FedAvg")], "already in"),
     ]
     with pytest.raises(SystemExit, match="no results file at .*nowhere"):
