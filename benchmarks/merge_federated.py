@@ -4,11 +4,12 @@ A method missing from a table (FedProx on FEMNIST, say) is run later with the sa
 possibly split over seeds into several folders to use several cores, then merged here. A whole
 table can also be split over seeds: a source with exactly the destination's methods and other
 seeds adds those seeds. The script checks that every source was run with the destination's
-settings (dataset, model, data, protocol (its device None and "cpu" alike), server steps, m; only the methods, seeds and output
-folder may differ), that the sources' seeds of each new method are exactly the destination's,
-that a method is not already in the destination (unless the source adds seeds) and that no seed
-is run twice; it then appends the runs, recomputes the summaries and the paired intervals
-against MosT, and rewrites ``results.json``, ``table.md`` and the figures.
+settings (dataset, model, data, protocol, server steps, m; only the methods, seeds and output
+folder may differ; a device of None and "cpu" are alike), that the sources' seeds of each new
+method are exactly the destination's, that a method is not already in the destination (unless
+the source adds seeds) and that no seed is run twice; it then appends the runs, recomputes the
+summaries and the paired intervals against MosT, and rewrites ``results.json``, ``table.md`` and
+the figures.
 
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
         /tmp/fedprox/seeds_0_2 /tmp/fedprox/seeds_3_4
