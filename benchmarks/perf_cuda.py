@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 import torch
+from perf_rounds import _phase_summary
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python benchmarks/perf_cuda.py --femnist ../shared/data/femnist_leaf_sf005"
@@ -78,10 +79,10 @@ def femnist_rounds(path: Path, rounds: int) -> list[dict]:
             n = rounds if device == "cuda" else 2  # a CPU round with this CNN takes minutes
             result = run_federated(data, model, build(), FederatedConfig(rounds=n, seed=0, device=device,
                                                                          eval_every=0))
-            timed = result.history[1:]  # the first round pays for compilation and allocation
-            per_round = sum(sum(r.seconds.values()) for r in timed) / len(timed)
-            rows.append({"case": f"FEMNIST CNN(32,64), {name}", "device": device, "rounds_timed": len(timed),
-                         "seconds_per_round": per_round, "train_loss_last": result.history[-1].train_loss})
+            timed = _phase_summary(result.history, skip=1)  # the first round pays for compilation and allocation
+            rows.append({"case": f"FEMNIST CNN(32,64), {name}", "device": device,
+                         "rounds_timed": timed["rounds_timed"], "seconds_per_round": timed["round_seconds"],
+                         "train_loss_last": result.history[-1].train_loss})
     return rows
 
 
@@ -177,8 +178,9 @@ def main(argv=None) -> None:
                            "torch": torch.__version__, "python": platform.python_version()}}
     args.out_dir.mkdir(parents=True, exist_ok=True)
     (args.out_dir / "cuda.json").write_text(json.dumps(results, indent=1) + "\n")
-    (args.out_dir / "cuda.md").write_text(markdown(results))
-    print(markdown(results))
+    report = markdown(results)
+    (args.out_dir / "cuda.md").write_text(report)
+    print(report)
 
 
 if __name__ == "__main__":
