@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from merge_federated import FREE as MERGE_FREE
+from merge_federated import FREE as MERGE_FREE, settings
 
 from most.bench import federated as fb
 from most.federated import evaluation as ev
@@ -58,8 +58,7 @@ def compare(results: dict, main: dict, name: str) -> str:
     """``compare.md`` for the variant ``name`` of ``results`` against the main table ``main``."""
     if name not in results["methods"]:
         raise CompareError(f"the variant's folder has no method {name!r}; it has {sorted(results['methods'])}")
-    mine = {k: v for k, v in results["config"].items() if k not in FREE}
-    theirs = {k: v for k, v in main["config"].items() if k not in FREE}
+    mine, theirs = settings(results["config"], FREE), settings(main["config"], FREE)
     if mine != theirs:
         diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         raise CompareError(f"the two folders were run with different settings ({', '.join(diff)}): not comparable")

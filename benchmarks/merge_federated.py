@@ -45,10 +45,11 @@ class MergeError(ValueError):
     """A source that cannot be merged into the destination (the message says why)."""
 
 
-def _settings(config: dict) -> dict:
-    """The settings two joined runs must share: all but :data:`FREE`, the protocol's device
-    ``None`` read as ``"cpu"`` (the runtime's default, the same computation)."""
-    fixed = {k: v for k, v in config.items() if k not in FREE}
+def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
+    """The settings two joined runs must share: all but ``free``, the protocol's device ``None``
+    read as ``"cpu"`` (the runtime's default, the same computation). ``compare_federated.py``
+    uses it too, with its own ``free``."""
+    fixed = {k: v for k, v in config.items() if k not in free}
     if isinstance(fixed.get("protocol"), dict) and fixed["protocol"].get("device") is None:
         fixed["protocol"] = {**fixed["protocol"], "device": "cpu"}
     return fixed
@@ -57,12 +58,12 @@ def _settings(config: dict) -> dict:
 def merge(dest: dict, sources: list[dict]) -> list[str]:
     """Appends the methods (or seeds, or server steps) of ``sources`` to ``dest`` (results dicts) in
     place; returns what was added: method names, ``"seeds [...]"`` and ``"server steps [...]"``."""
-    fixed = _settings(dest["config"])
+    fixed = settings(dest["config"])
     seeds = list(dest["config"]["seeds"])
     runs: dict[str, list] = {}
     added_more: list[str] = []
     for i, src in enumerate(sources):
-        other = _settings(src["config"])
+        other = settings(src["config"])
         if src.get("torch") != dest.get("torch"):
             print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
                   file=sys.stderr)

@@ -63,6 +63,13 @@ def test_folders_that_cannot_be_compared_are_refused(tmp_path, capsys):
     for results, against, name, match in bad:
         with pytest.raises(compare_federated.CompareError, match=match):
             compare_federated.compare(results, against, name)
+    # a device of None (the benchmark's default) and "cpu" are the same computation; CUDA is not
+    assert main["config"]["protocol"]["device"] is None
+    on = lambda device: dict(variant, config={**variant["config"],  # noqa: E731
+                                              "protocol": {**variant["config"]["protocol"], "device": device}})
+    assert compare_federated.compare(on("cpu"), main, NAME) == compare_federated.compare(variant, main, NAME)
+    with pytest.raises(compare_federated.CompareError, match="different settings.*protocol"):
+        compare_federated.compare(on("cuda"), main, NAME)
     with pytest.raises(SystemExit):
         compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "nowhere"), "--method", NAME])
     assert "nowhere: no results.json" in capsys.readouterr().err
