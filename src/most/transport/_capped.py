@@ -10,8 +10,9 @@ each objective is spread over at least ``⌈1/s⌉`` models. With ``s = 1/k``, u
 gives every objective exactly k models with ``a_i / k`` each, and every model ``n k / m``
 objectives: a balanced "k models per objective" assignment. ``s = 1`` is the plain problem.
 
-It is a small linear program (``n m`` variables, ``n + m`` equalities), solved by SciPy's
-HiGHS dual simplex, which returns a vertex.
+It is a linear program (``n m`` variables, ``n + m`` equalities with two nonzeros per
+variable), passed to SciPy's HiGHS dual simplex as a sparse matrix, so its memory grows with
+``n m``, not with ``(n + m) n m``; HiGHS returns a vertex.
 """
 
 from __future__ import annotations
@@ -62,7 +63,8 @@ def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
     >>> round(res.cost, 6)
     0.5
     """
-    from scipy.optimize import linprog  # local import, as POT's
+    from scipy import sparse  # local imports, as POT's
+    from scipy.optimize import linprog
 
     c_in = as_tensor(cost, name="cost")
     c = c_in.detach().to("cpu", torch.float64)
@@ -80,10 +82,13 @@ def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
             f"Use max_share >= max(b) (>= 1/m = {1 / m:.4g} for uniform b)."
         )
     scaled = ((c - lo) / (hi - lo) if hi > lo else torch.zeros_like(c)).numpy()  # same plan, better conditioned
-    rows = np.kron(np.eye(n), np.ones((1, m)))      # Γ 1_m = a   (row-major Γ)
-    cols = np.kron(np.ones((1, n)), np.eye(m))      # Γᵀ 1_n = b
+    # Γ 1_m = a and Γᵀ 1_n = b on the row-major Γ: variable i m + j sits in row i and in row n + j
+    # (the last equality is implied by the others and dropped)
+    var = np.arange(n * m)
+    A = sparse.csr_array((np.ones(2 * n * m), (np.concatenate([var // m, n + var % m]), np.tile(var, 2))),
+                         shape=(n + m, n * m))[:-1]
     upper = np.repeat(a64 * max_share, m)
-    res = linprog(scaled.ravel(), A_eq=np.vstack([rows, cols])[:-1], b_eq=np.concatenate([a64, b64])[:-1],
+    res = linprog(scaled.ravel(), A_eq=A, b_eq=np.concatenate([a64, b64])[:-1],
                   bounds=np.stack([np.zeros(n * m), upper], 1), method="highs-ds")
     if res.status != 0:  # cannot happen for a feasible cap; kept as a guard with a clear message
         raise RuntimeError(f"capped transport: HiGHS failed ({res.message}).")
