@@ -329,6 +329,22 @@ def test_shares_train_each_client_on_its_k_best_models_under_the_balance(small):
                                torch.full((4, 8), 0.25, dtype=torch.float64))
 
 
+def test_shares_under_partial_participation_plan_over_the_sampled_clients(small):
+    # half of the 8 clients each round: the capped plan is over those 4, each on 2 models, each
+    # model on 2 of them; the clients left out train nothing
+    model = fl.logistic_regression(60, 10)
+    seen = []
+    fl.run_federated(small, model, F.MosT(n_models=4, warmup_rounds=1, shares=2),
+                     fl.FederatedConfig(rounds=5, lr=0.05, seed=0, eval_every=0, participation=0.5),
+                     callback=lambda log, params: seen.append(log))
+    assert {tuple(log.clients.tolist()) for log in seen[1:]} != {tuple(seen[1].clients.tolist())}  # resampled
+    for log in seen[1:]:
+        assert log.plan.shape == (4, 4)
+        units = log.plan * 4 * 2
+        torch.testing.assert_close(units, units.round(), atol=1e-9, rtol=0)
+        assert (units.round().sum(1) == 2).all() and (units.round().sum(0) == 2).all()
+
+
 def test_shares_bad_input():
     with pytest.raises(ValueError, match="more models than there are"):
         F.MosT(3, shares=4)
