@@ -11,6 +11,14 @@ and the loss pick.
 
 The two folders must hold the same settings (dataset, model, data, protocol, m), the main table
 every seed of the variant, and the variant the server-step grid of the main table's MosT.
+
+With ``--or-most`` the variant is a value of one more setting chosen on validation: per seed, the
+variant's run or the main table's MosT run, whichever has the better validation accuracy (MosT
+on a tie), as one run over both configurations' grids would choose; the report is that choice's.
+
+    .venv/bin/python benchmarks/compare_federated.py benchmarks/results/federated/sharing/fashion \
+        benchmarks/results/federated/fashion_linear --method "MosT (warm-up 15)" --or-most \
+        --report compare_warmup_or_most.md
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import numpy as np
 from merge_federated import FREE as MERGE_FREE, settings
 
 from most.bench import federated as fb
+from most.bench import mean_std
 from most.federated import evaluation as ev
 
 #: Settings that may differ between the variant's folder and the main table: those a merge allows,
@@ -54,8 +63,9 @@ def paired_rows(name: str, variant: dict[int, dict], methods: dict, seeds: list[
     return lines
 
 
-def compare(results: dict, main: dict, name: str) -> str:
-    """``compare.md`` for the variant ``name`` of ``results`` against the main table ``main``."""
+def compare(results: dict, main: dict, name: str, *, or_most: bool = False) -> str:
+    """``compare.md`` for the variant ``name`` of ``results`` against the main table ``main``; with
+    ``or_most``, for the per-seed choice on validation between the variant and the table's MosT."""
     if name not in results["methods"]:
         raise CompareError(f"the variant's folder has no method {name!r}; it has {sorted(results['methods'])}")
     mine, theirs = settings(results["config"], FREE), settings(main["config"], FREE)
@@ -71,6 +81,8 @@ def compare(results: dict, main: dict, name: str) -> str:
     missing = [s for s in seeds if all(s not in {r["seed"] for r in e["runs"]} for e in main["methods"].values())]
     if missing:
         raise CompareError(f"the main table has no run for seeds {missing}")
+    if or_most:
+        return _compare_or_most(results, main, name, variant, seeds)
     lines = [f"# {name} against the main table ({results.get('label', '')}, seeds {seeds})", ""]
     if "MosT" in main["methods"]:
         most = {r["seed"]: r for r in main["methods"]["MosT"]["runs"]}
@@ -91,6 +103,27 @@ def compare(results: dict, main: dict, name: str) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _compare_or_most(results: dict, main: dict, name: str, variant: dict[int, dict], seeds: list[int]) -> str:
+    most = {r["seed"]: r for r in main["methods"].get("MosT", {"runs": []})["runs"]}
+    if any(s not in most for s in seeds):
+        raise CompareError(f"--or-most chooses between {name} and the main table's MosT, which has no run for "
+                           f"seeds {[s for s in seeds if s not in most]}")
+    chosen = {s: variant[s] if variant[s]["val_accuracy"] > most[s]["val_accuracy"] else most[s] for s in seeds}
+    label = f"{name} or MosT"
+    lines = [f"# {label}, chosen on validation, against the main table ({results.get('label', '')}, seeds {seeds})",
+             "", "Per seed, the run with the better validation accuracy at its chosen server step (MosT on a tie):", "",
+             "| seed | " + " | ".join(map(str, seeds)) + " |", "|---|" + "---|" * len(seeds),
+             f"| {name}, validation (%) | " + " | ".join(f"{100 * variant[s]['val_accuracy']:.2f}" for s in seeds) + " |",
+             "| MosT, validation (%) | " + " | ".join(f"{100 * most[s]['val_accuracy']:.2f}" for s in seeds) + " |",
+             "| chosen | " + " | ".join(name if chosen[s] is variant[s] else "MosT" for s in seeds) + " |", ""]
+    test = [chosen[s]["mean"] for s in seeds]
+    loss = [chosen[s].get("mean_loss_pick") for s in seeds]
+    lines += [f"Test accuracy: {label} {mean_std(test, 100)}, loss pick "
+              + (mean_std(loss, 100) if None not in loss else "–") + ".", ""]
+    lines += paired_rows(label, chosen, main["methods"], seeds)
+    return "\n".join(lines) + "\n"
+
+
 def _mean_std(summary: dict, key: str) -> str:
     return f"{100 * summary[key]['mean']:.2f} ± {100 * summary[key]['std']:.2f}" if key in summary else "–"
 
@@ -102,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", required=True, help="the variant's name in the benchmark, e.g. 'MosT (update split)'")
     p.add_argument("--report", default="compare.md",
                    help="file name of the report in the variant's folder (one per method when it holds several)")
+    p.add_argument("--or-most", action="store_true",
+                   help="report the per-seed choice on validation between the variant and the main table's MosT")
     args = p.parse_args(argv)
     if Path(args.report).name != args.report or not args.report.endswith(".md"):
         p.error(f"--report must be a plain file name ending in .md; got {args.report!r}")
@@ -110,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"{folder}: no results.json there (a folder written by `most bench federated`)")
     try:
         text = compare(json.loads((args.variant / "results.json").read_text()),
-                       json.loads((args.main / "results.json").read_text()), args.method)
+                       json.loads((args.main / "results.json").read_text()), args.method, or_most=args.or_most)
     except CompareError as e:
         p.error(str(e))
     (args.variant / args.report).write_text(text)

@@ -49,6 +49,27 @@ def test_a_variant_run_alone_is_compared_as_if_run_with_the_table(tmp_path):
         [100 * r["val_accuracy"] for r in variant["methods"][NAME]["runs"]], abs=0.006)
 
 
+def test_or_most_reports_the_choice_on_validation_between_the_variant_and_most(tmp_path):
+    seeds = ["--seed", "0", "--seed", "1", "--seed", "2"]
+    main = _bench(tmp_path / "main", *seeds, "--method", "MosT", "--method", "IFCA")
+    variant = _bench(tmp_path / "variant", *seeds, "--method", "MosT (warm-up 30)")
+    v = variant["methods"]["MosT (warm-up 30)"]["runs"]
+    m = main["methods"]["MosT"]["runs"]
+    chosen = [a if a["val_accuracy"] > b["val_accuracy"] else b for a, b in zip(v, m)]
+    text = compare_federated.compare(variant, main, "MosT (warm-up 30)", or_most=True)
+    labels = re.search(r"\| chosen \| (.*) \|", text).group(1).split(" | ")
+    assert labels == ["MosT (warm-up 30)" if c is a else "MosT" for c, a in zip(chosen, v)]
+    i = [r["mean"] for r in main["methods"]["IFCA"]["runs"]]
+    p = ev.paired_difference([c["mean"] for c in chosen], i)
+    row = re.search(r"\| IFCA \| ([+-]\d+\.\d\d) \[([+-]\d+\.\d\d), ([+-]\d+\.\d\d)\]", text)
+    assert float(row.group(1)) == pytest.approx(100 * p["mean"], abs=0.006)
+    assert float(row.group(3)) == pytest.approx(100 * p["high"], abs=0.006)
+    # the choice needs MosT's runs for every seed of the variant
+    no_most = dict(main, methods={"IFCA": main["methods"]["IFCA"]})
+    with pytest.raises(compare_federated.CompareError, match="no run for seeds"):
+        compare_federated.compare(variant, no_most, "MosT (warm-up 30)", or_most=True)
+
+
 def test_folders_that_cannot_be_compared_are_refused(tmp_path, capsys):
     main = _bench(tmp_path / "main", "--seed", "0", "--seed", "1", "--method", "MosT")
     variant = _bench(tmp_path / "variant", "--seed", "0", "--seed", "1", "--method", NAME)
