@@ -440,6 +440,8 @@ def bench_federated(
     model: str = typer.Option("auto", help="auto, cnn or linear (logistic regression on the pixels)."),
     cnn_channels: tuple[int, int] = typer.Option((8, 16), help="Widths of the CNN's two conv layers; the paper's are 32 64."),
     device: str = typer.Option(None, help="Where the runs train: cpu (default), or cuda (cuda:N) on a GPU."),
+    rotations: int = typer.Option(1, help="Fashion-MNIST: turn the images of r groups of clients by 0/90/180/270 "
+                                  "degrees (1 to 4; 1 = none), a known cluster structure."),
     loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: int = typer.Option(1, min=1, help="torch threads."),
@@ -461,6 +463,9 @@ def bench_federated(
 
         most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 \
             --model cnn --cnn-channels 32 64 --device cuda    # the paper's CNN, on a GPU
+
+        most bench federated --dataset fashion --model linear --rotations 4 --n-models 4 --rounds 50 \
+            --batch-size 20    # four groups of clients with turned images
     """
     from .bench import federated as suite
     from .federated import FederatedConfig
@@ -470,8 +475,8 @@ def bench_federated(
         n_models=n_models, protocol=FederatedConfig(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
-        server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), out=out,
-        progress=not quiet))
+        server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
+        out=out, progress=not quiet))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -801,6 +801,7 @@ def load_fashion_mnist(
     samples_per_client: int | None = None,
     split: Sequence[float] = (0.6, 0.2, 0.2),
     seed: int = 0,
+    rotations: int = 1,
 ) -> FederatedDataset:
     """Fashion-MNIST over ``n_clients`` clients with a Dirichlet(``concentration``) label skew.
 
@@ -819,6 +820,11 @@ def load_fashion_mnist(
         split: each client's ``train:val:test`` fractions.
         seed: one ``np.random.default_rng(seed)`` drives the subsample, the label split and
             the per-client shuffles.
+        rotations: r in 1..4. Client k's images (all three splits) are turned by
+            ``90 * (k mod r)`` degrees, so the clients fall into r equal groups that need
+            different models (the rotated-image clusters of IFCA's experiments, Ghosh et al.
+            2020). ``1`` (default): no rotation; the data are the same for every r but for
+            the turn.
 
     The official train (60000) and test (10000) images are pooled before splitting, so
     each client's test split follows its own label distribution. Pixels are scaled to
@@ -834,6 +840,8 @@ def load_fashion_mnist(
     if samples_per_client is not None:
         check_positive_int(samples_per_client, name="samples_per_client")
     split = _check_split(split)
+    if isinstance(rotations, bool) or not isinstance(rotations, (int, np.integer)) or not 1 <= rotations <= 4:
+        raise ValueError(f"`rotations` must be a whole number from 1 to 4 (quarter turns); got {rotations!r}.")
     directory, source = _resolve_dir(path, FASHION_MNIST_ENV, "Fashion-MNIST data", _FASHION_HOW,
                                      default=FASHION_MNIST_DEFAULT_DIR)
     found = {name: _fashion_file(directory, name) for name in _FASHION_FILES}
@@ -871,13 +879,14 @@ def load_fashion_mnist(
         pool = np.sort(rng.choice(len(y_all), size=total, replace=False))
     parts = dirichlet_label_split(y_all[pool], n_clients, concentration, seed=rng)
     clients = []
-    for part in parts:
+    for k, part in enumerate(parts):
         idx = pool[part]
-        clients.append(_client_from_arrays(x_all[idx][:, None], y_all[idx], split, rng, divisor=255))
+        x = np.rot90(x_all[idx], k % rotations, axes=(1, 2)) if rotations > 1 else x_all[idx]
+        clients.append(_client_from_arrays(x[:, None], y_all[idx], split, rng, divisor=255))
     width = len(str(n_clients - 1))
     return FederatedDataset.from_clients(
         clients,
-        name=f"fashion_mnist(dirichlet {concentration:g})",
+        name=f"fashion_mnist(dirichlet {concentration:g}" + (f", {rotations} rotations)" if rotations > 1 else ")"),
         n_classes=10,
         client_ids=[f"client_{k:0{max(width, 3)}d}" for k in range(n_clients)],
         input_shape=(1, 28, 28),
