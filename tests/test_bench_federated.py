@@ -67,6 +67,11 @@ def test_federated_bench_bad_input(tmp_path):
     res = runner.invoke(app, ["bench", "federated", "--model", "cnn", "--cnn-channels", "0", "16",
                               "--out", str(tmp_path), "--quiet"])
     assert res.exit_code != 0 and "twopositivewidths" in _flat(res.output)
+    res = runner.invoke(app, ["bench", "federated", "--rotations", "4", "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code != 0 and "itdoesnotapplyto'synthetic'" in _flat(res.output)
+    res = runner.invoke(app, ["bench", "federated", "--dataset", "fashion", "--rotations", "5", "--out", str(tmp_path),
+                              "--quiet"])
+    assert res.exit_code != 0 and "wholenumberfrom1to4" in _flat(res.output)
     if not torch.cuda.is_available():
         res = runner.invoke(app, ["bench", "federated", "--device", "cuda", "--out", str(tmp_path), "--quiet"])
         assert res.exit_code != 0 and "CUDAisnotavailablehere" in _flat(res.output)
@@ -165,6 +170,13 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     for target, sources, match in bad:
         with pytest.raises(merge_federated.MergeError, match=match):
             merge_federated.merge(json.loads(json.dumps(target)), sources)
+    # results written before --rotations existed have no such setting: they turned nothing
+    older = json.loads(json.dumps(dest))
+    del older["config"]["rotations"]
+    assert merge_federated.merge(older, [parts[0], parts[1]]) == ["IFCA"]
+    turned = dict(parts[0], config={**parts[0]["config"], "rotations": 4})
+    with pytest.raises(merge_federated.MergeError, match="other settings.*rotations"):
+        merge_federated.merge(json.loads(json.dumps(dest)), [turned])
 
 
 def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_grid(tmp_path):

@@ -414,6 +414,25 @@ def test_fashion_tiny_idx_round_trip(tmp_path):
         load_fashion_mnist(tmp_path, n_clients=10, samples_per_client=9)
 
 
+def test_fashion_rotations_turn_each_group_of_clients_and_change_nothing_else(tmp_path):
+    _tiny_fashion(tmp_path)
+    plain = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2)
+    turned = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2, rotations=4)
+    assert plain.client_ids == turned.client_ids and turned.name.endswith("4 rotations)")
+    for cid, a, b in zip(plain.client_ids, plain.clients, turned.clients):
+        k = int(cid.split("_")[1]) % 4  # position before empty clients are dropped
+        for split in ("train", "val", "test"):
+            xa, xb = getattr(a, f"x_{split}"), getattr(b, f"x_{split}")
+            assert torch.equal(torch.rot90(xa, k, dims=(-2, -1)), xb)  # k quarter turns counter-clockwise
+            assert torch.equal(getattr(a, f"y_{split}"), getattr(b, f"y_{split}"))
+    assert any(not torch.equal(a.x_train, b.x_train) for a, b in zip(plain.clients, turned.clients))
+    same = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2, rotations=1)
+    assert all(torch.equal(a.x_train, b.x_train) for a, b in zip(plain.clients, same.clients))
+    for bad in (0, 5, 2.0, True):
+        with pytest.raises(ValueError, match="`rotations` must be a whole number from 1 to 4"):
+            load_fashion_mnist(tmp_path, n_clients=8, rotations=bad)
+
+
 def test_fashion_missing_files_name_them(tmp_path, monkeypatch):
     _write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((2, 28, 28)))
     with pytest.raises(FileNotFoundError) as info:
