@@ -48,8 +48,7 @@ class MergeError(ValueError):
 def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
     """The settings two joined runs must share: all but ``free``, the protocol's device ``None``
     read as ``"cpu"`` (the runtime's default, the same computation), and a missing ``rotations``
-    as 1 (older results). ``compare_federated.py``
-    uses it too, with its own ``free``."""
+    as 1 (older results). ``compare_federated.py`` uses it too, with its own ``free``."""
     fixed = {k: v for k, v in config.items() if k not in free}
     fixed.setdefault("rotations", 1)  # results written before the setting existed turned nothing
     if isinstance(fixed.get("protocol"), dict) and fixed["protocol"].get("device") is None:

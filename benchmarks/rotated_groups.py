@@ -44,7 +44,7 @@ def report(results: dict) -> str:
     m = int(results["config"]["n_models"])
     lines = [f"# Groups recovered ({results.get('label', '')})", "",
              f"Share of the clients whose final model is their rotation group's (best matching of the {m} models to "
-             f"the {r} groups), and the clients per model, by seed. Chosen server step in brackets.", "",
+             f"the {r} groups), and the clients per model, by seed, at the server step chosen on validation.", "",
              "| method | seed | server step | groups recovered | clients per model |", "|---|---|---|---|---|"]
     for name, entry in results["methods"].items():
         runs = [run for run in entry["runs"] if run.get("plans")]
