@@ -881,7 +881,7 @@ def load_fashion_mnist(
     clients = []
     for k, part in enumerate(parts):
         idx = pool[part]
-        x = np.rot90(x_all[idx], k % rotations, axes=(1, 2)) if rotations > 1 else x_all[idx]
+        x = np.rot90(x_all[idx], k % rotations, axes=(1, 2))  # zero turns: the images as they are
         clients.append(_client_from_arrays(x[:, None], y_all[idx], split, rng, divisor=255))
     width = len(str(n_clients - 1))
     return FederatedDataset.from_clients(
