@@ -5,19 +5,38 @@
 #
 #   benchmarks/femnist_cnn.sh DATA_DIR OUT_DIR "METHOD" ["METHOD" ...]
 #
-# Several calls may run at once on one GPU (each with its own methods): the runs are small
-# enough that the device is not saturated by one process. LRS="--server-lr 5" sets another grid.
+# Environment:
+#   SEEDS="0 1 2 3 4"   the seeds, each its own call
+#   LRS="--server-lr 1 --server-lr 3"   the server-step grid searched on validation
+#   LANES=1             calls run at once, sharing the GPU; the (method, seed) pairs are taken in
+#                       order, methods first. Each call holds 11-19 GB of an H200's memory with
+#                       the paper's CNN: ten at once ran out of its 140 GB, eight did not
+#   TAG=                appended to each output folder's name (e.g. a grid: TAG=lr1)
+#   DEVICE=cuda  MOST="python3 -m most.cli"  ROUNDS=50 (fewer only to try the script out)
+# A folder that already holds results.json is skipped, so a cut-short call can be repeated.
 set -euo pipefail
 data=$1 out=$2
 shift 2
-most=${MOST:-"python3 -m most.cli"}
-for method in "$@"; do
+export data out
+one() {
+  local method=$1 seed=$2
+  local slug dest
   slug=$(echo "$method" | tr -c 'A-Za-z0-9\n' '_')
+  dest="$out/${slug}_s$seed${TAG:+_$TAG}"
+  [ -f "$dest/results.json" ] && return 0
+  local start=$SECONDS
+  if ${MOST:-python3 -m most.cli} bench federated --dataset femnist --data-path "$data" --model cnn \
+    --cnn-channels 32 64 --device "${DEVICE:-cuda}" --rounds "${ROUNDS:-50}" --batch-size 20 --seed "$seed" \
+    ${LRS:---server-lr 1 --server-lr 3} --method "$method" --out "$dest" --quiet --threads 2; then
+    echo "done: $method seed $seed${TAG:+ ($TAG)} in $((SECONDS - start)) s"
+  else
+    echo "FAILED: $method seed $seed${TAG:+ ($TAG)} after $((SECONDS - start)) s" >&2
+    return 1
+  fi
+}
+export -f one
+for method in "$@"; do
   for seed in ${SEEDS:-0 1 2 3 4}; do
-    dest="$out/${slug}_s$seed"
-    [ -f "$dest/results.json" ] && continue
-    $most bench federated --dataset femnist --data-path "$data" --model cnn --cnn-channels 32 64 \
-      --device "${DEVICE:-cuda}" --rounds 50 --batch-size 20 --seed "$seed" \
-      ${LRS:---server-lr 1 --server-lr 3} --method "$method" --out "$dest" --quiet --threads 2
+    printf '%s\0%s\0' "$method" "$seed"
   done
-done
+done | xargs -0 -n 2 -P "${LANES:-1}" bash -c 'one "$0" "$1"'
