@@ -20,7 +20,9 @@ seed the run with the best validation accuracy over both grids is kept, the dest
 tie, exactly as a single run over the joined grid would choose. The source may run only some of
 the destination's methods (where the others cost too much to extend); their grids then differ,
 ``config["server_lrs_by_method"]`` records each method's, and the table says so. A later source
-with the missing steps for the other methods makes the grids equal again.
+with the missing steps for the other methods makes the grids equal again. Likewise a source of
+methods new to the destination may have been tuned over another grid (a costly method over the
+steps the others chose, say): they join with their own grid, recorded the same way.
 
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
         /tmp/femnist_server_lr_5
@@ -62,6 +64,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
     fixed = settings(dest["config"])
     seeds = list(dest["config"]["seeds"])
     runs: dict[str, list] = {}
+    grids: dict[str, list] = {}  # the new methods run over another grid than the destination's
     added_more: list[str] = []
     for i, src in enumerate(sources):
         other = settings(src["config"])
@@ -69,6 +72,14 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
                   file=sys.stderr)
         if other.get("server_lrs") != fixed.get("server_lrs") and {**other, "server_lrs": fixed["server_lrs"]} == fixed:
+            if not set(src["methods"]) & set(dest["methods"]):  # new methods, tuned over their own grid
+                for name, entry in src["methods"].items():
+                    if grids.setdefault(name, list(other["server_lrs"])) != list(other["server_lrs"]):
+                        raise MergeError(f"{name}: source {i + 1} was run with server steps {other['server_lrs']}, "
+                                         f"another source with {grids[name]}; join a method's sources over one "
+                                         "grid (a merge of its own first) before adding it.")
+                    runs.setdefault(name, []).extend(entry["runs"])
+                continue
             _extend_grid(dest, src, i)
             fixed["server_lrs"] = list(dest["config"]["server_lrs"])
             added_more.append(f"server steps {list(src['config']['server_lrs'])}")
@@ -102,8 +113,11 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                              "every seed must be run exactly once.")
         dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
         dest["config"]["methods"].append(name)
-        if dest["config"].get("server_lrs_by_method"):
-            dest["config"]["server_lrs_by_method"][name] = list(dest["config"]["server_lrs"])
+        if dest["config"].get("server_lrs_by_method") or name in grids:
+            by_method = fb.method_grids(dest)
+            by_method[name] = grids.get(name, list(dest["config"]["server_lrs"]))
+            dest["config"]["server_lrs_by_method"] = by_method
+            dest["config"]["server_lrs"] = list(dict.fromkeys(s for grid in by_method.values() for s in grid))
     fb._summarise(dest)
     return list(runs) + added_more
 

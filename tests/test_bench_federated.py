@@ -216,8 +216,22 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     again = json.loads((tmp_path / "dest" / "results.json").read_text())
     with pytest.raises(merge_federated.MergeError, match=r"steps \[5.0\] for MosT, which the destination already"):
         merge_federated.merge(again, [extra])
+    # a method new to the table joins with its own grid; a source mixing new and known methods does not
+    own = json.loads(json.dumps(again))
+    ifca_3 = bench(tmp_path / "ifca_3", 3, methods=("IFCA",))
+    assert merge_federated.merge(own, [ifca_3]) == ["IFCA"]
+    assert own["config"]["server_lrs_by_method"] == {"MosT": [1.0, 5.0, 1e38], "FedProx": [1.0, 5.0, 1e38],
+                                                     "IFCA": [3.0]}
+    assert own["config"]["server_lrs"] == [1.0, 5.0, 1e38, 3.0]
+    assert [r["per_client"] for r in own["methods"]["IFCA"]["runs"]] == [
+        r["per_client"] for r in ifca_3["methods"]["IFCA"]["runs"]]
+    assert own["methods"]["MosT"] == again["methods"]["MosT"]
+    assert "IFCA over 3" in fb.table_markdown(own)
     with pytest.raises(merge_federated.MergeError, match="only with methods it has"):
-        merge_federated.merge(again, [bench(tmp_path / "other", 3, methods=("IFCA",))])
+        merge_federated.merge(json.loads(json.dumps(again)), [bench(tmp_path / "mixed", 3, methods=("MosT", "IFCA"))])
+    split = [bench(tmp_path / f"ifca_s{s}", lr, methods=("IFCA",), seeds=(s,)) for s, lr in ((0, 3), (1, 7))]
+    with pytest.raises(merge_federated.MergeError, match=r"IFCA: source 2 was run with server steps \[7.0\]"):
+        merge_federated.merge(json.loads(json.dumps(again)), split)
 
     # an extension of some methods only: theirs choose over the joined grid, the others keep theirs
     most_3 = bench(tmp_path / "most_3", 3, methods=("MosT",))

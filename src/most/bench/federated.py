@@ -337,7 +337,8 @@ def _grid_edge_note(results: dict) -> list[str]:
         groups: dict[tuple, list[str]] = {}
         for name, grid in grids.items():
             groups.setdefault(tuple(grid), []).append(name)
-        lines += ["", "The server-step grids differ by method (a later extension ran only some methods): "
+        lines += ["", "The server-step grids differ by method (joined later over other steps: "
+                  "benchmarks/merge_federated.py): "
                   + "; ".join(f"{', '.join(names)} over {', '.join(f'{v:g}' for v in grid)}"
                               for grid, names in groups.items()) + "."]
     chosen = {name: [r["server_lr"] for r in e["runs"] if "failed" not in r] for name, e in results["methods"].items()}
