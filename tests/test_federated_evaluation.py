@@ -319,6 +319,25 @@ def test_curves_writes_png_with_bands(tmp_path):
         figures.curves({"a": [1, 2]}, std={"a": [1]})
 
 
+def test_fifteen_methods_get_fifteen_distinct_styles_and_a_legend_beside_the_axes(tmp_path):
+    names = [f"method {k}" for k in range(15)]
+    fig = figures.curves({n: [0.1 * k, 0.2] for k, n in enumerate(names)}, path=tmp_path / "c.png")
+    lines = fig.axes[0].get_lines()
+    assert len({(ln.get_color(), ln.get_linestyle()) for ln in lines}) == 15
+    legend = fig.axes[0].get_legend()
+    assert legend.get_bbox_to_anchor().x0 > fig.axes[0].get_window_extent().x1  # right of the axes
+    plt.close(fig)
+    few = figures.curves({"a": [0.1, 0.2], "b": [0.2, 0.3]})
+    assert [ln.get_linestyle() for ln in few.axes[0].get_lines()] == ["-", "-"]
+    plt.close(few)
+    bars = figures.worst_k_bars({n: {"worst20": 0.1, "worst40": 0.2, "worst60": 0.3, "worst80": 0.4} for n in names})
+    patches = bars.axes[0].patches
+    assert {(p.get_facecolor(), p.get_hatch()) for p in patches[::4]} == {  # one bar per method and group
+        (p.get_facecolor(), p.get_hatch()) for p in patches}
+    assert len({(p.get_facecolor(), p.get_hatch()) for p in patches}) == 15
+    plt.close(bars)
+
+
 def test_worst_k_bars_writes_png(tmp_path):
     path = tmp_path / "bars.png"
     table = {"FedAvg": worst_k_percent(np.linspace(0.2, 0.9, 20)),

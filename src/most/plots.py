@@ -30,6 +30,30 @@ def _save(fig, path: str | Path | None):
     return fig
 
 
+#: line styles taking turns after every ten colours, so that up to 40 methods stay apart
+_LINESTYLES = ("-", "--", ":", "-.")
+_HATCHES = ("", "//", "..", "xx")
+
+
+def method_style(k: int) -> dict:
+    """Colour and line style of the ``k``-th method of a figure: ``C0`` .. ``C9`` with solid lines,
+    then the same colours dashed, dotted, dash-dotted (a figure of 15 methods has no two alike)."""
+    return {"color": f"C{k % 10}", "linestyle": _LINESTYLES[(k // 10) % len(_LINESTYLES)]}
+
+
+def method_hatch(k: int) -> str:
+    """The bar hatch matching :func:`method_style` (none for the first ten methods)."""
+    return _HATCHES[(k // 10) % len(_HATCHES)]
+
+
+def _legend(ax, n: int, **kwargs) -> None:
+    """A legend inside the axes for a few entries, beside them for more than six (where it would
+    hide the lines)."""
+    if n > 6:
+        kwargs = {**kwargs, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
+    ax.legend(frameon=False, **kwargs)
+
+
 def _values(v, name: str) -> np.ndarray:
     if isinstance(v, torch.Tensor):
         v = v.detach().cpu().double().numpy()
@@ -64,8 +88,9 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
         xs = np.arange(len(v)) if x is None else _values(x, "x")
         if len(xs) != len(v):
             raise ValueError(f"`x` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")
-        color = f"C{k % 10}"
-        ax.plot(xs, v, color=color, lw=1.6, label=name)
+        style = method_style(k)
+        color = style["color"]
+        ax.plot(xs, v, lw=1.6, label=name, **style)
         if std is not None and name in std:
             s = _values(std[name], f"std[{name!r}]")
             if len(s) != len(v):
@@ -79,7 +104,7 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
         ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(frameon=False)
+    _legend(ax, len(series))
     fig.tight_layout()
     return _save(fig, path)
 

@@ -2,7 +2,7 @@
 
 Every function returns the :class:`matplotlib.figure.Figure` and saves it when ``path`` is
 given (via :func:`most.plots._save`; parent folders are created). A method keeps the same
-colour (``C0``, ``C1``, ... in insertion order) within a figure.
+colour and line style (:func:`most.plots.method_style`, in insertion order) within a figure.
 
 * :func:`radar` -- per-client accuracy of each method on a polar plot (Figure 1 of MosT).
 * :func:`curves` -- a metric per round, one line per method, optional ± std bands.
@@ -32,7 +32,7 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from ..plots import _nonempty, _save, _values, curves  # noqa: E402
+from ..plots import _legend, _nonempty, _save, _values, curves, method_hatch, method_style  # noqa: E402
 
 __all__ = ["radar", "curves", "worst_k_bars", "assignment_stack", "sparsity_drift"]
 
@@ -69,11 +69,10 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
 
     fig, ax = plt.subplots(figsize=(5.6, 5.6), subplot_kw={"projection": "polar"})
     for k, (name, v) in enumerate(data.items()):
-        color = f"C{k % 10}"
-        ax.plot(closed, np.append(v, v[:1]), color=color, lw=1.6, label=name,
-                marker="o" if n <= 30 else None, ms=3)
+        style = method_style(k)
+        ax.plot(closed, np.append(v, v[:1]), lw=1.6, label=name, marker="o" if n <= 30 else None, ms=3, **style)
         if fill:
-            ax.fill(closed, np.append(v, v[:1]), color=color, alpha=0.08)
+            ax.fill(closed, np.append(v, v[:1]), color=style["color"], alpha=0.08)
     labels = list(client_labels) if client_labels is not None else [str(i) for i in range(n)]
     step = max(1, int(np.ceil(n / 24)))
     ax.set_xticks(theta[::step])
@@ -109,10 +108,11 @@ def worst_k_bars(table: Mapping[str, Mapping[str, float]], *, title: str = "", k
     methods = list(table)
     groups = np.arange(len(keys))
     width = 0.8 / len(methods)
-    fig, ax = plt.subplots(figsize=(max(5.0, 1.2 + 0.45 * len(keys) * len(methods)), 3.8))
+    fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 1.2 + 0.45 * len(keys) * len(methods))), 3.8))
     for k, name in enumerate(methods):
         vals = np.array([float(table[name][key]) for key in keys])
-        bars = ax.bar(groups - 0.4 + width * (k + 0.5), vals, width, color=f"C{k % 10}", label=name)
+        bars = ax.bar(groups - 0.4 + width * (k + 0.5), vals, width, color=method_style(k)["color"],
+                      hatch=method_hatch(k), edgecolor="white", linewidth=0, label=name)
         if annotate:
             ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=1)
     ax.set_xticks(groups)
@@ -120,7 +120,7 @@ def worst_k_bars(table: Mapping[str, Mapping[str, float]], *, title: str = "", k
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.grid(alpha=0.3, axis="y")
-    ax.legend(frameon=False, fontsize=8, ncols=min(len(methods), 4))
+    _legend(ax, len(methods), fontsize=8, **({} if len(methods) > 6 else {"ncols": min(len(methods), 4)}))
     fig.tight_layout()
     return _save(fig, path)
 
@@ -193,16 +193,16 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
     names = list(dict.fromkeys([*sparsity, *drift]))
     fig, (ax_s, ax_d) = plt.subplots(1, 2, figsize=(10.0, 3.8))
     for k, name in enumerate(names):
-        color = f"C{k % 10}"
+        style = method_style(k)
         n_s = None
         if name in sparsity:
             s = _values(sparsity[name], f"sparsity[{name!r}]")
             n_s = len(s)
-            ax_s.plot(np.arange(n_s), s, color=color, lw=1.6, label=name)
+            ax_s.plot(np.arange(n_s), s, lw=1.6, label=name, **style)
         if name in drift:
             d = _values(drift[name], f"drift[{name!r}]")
             start = 1 if n_s is not None and len(d) == n_s - 1 else 0
-            ax_d.plot(np.arange(start, start + len(d)), d, color=color, lw=1.6, label=name)
+            ax_d.plot(np.arange(start, start + len(d)), d, lw=1.6, label=name, **style)
     ax_s.set_ylim(-0.02, 1.02)
     ax_s.set_ylabel("Γ sparsity (fraction of zeros)")
     ax_d.set_ylabel(r"symmetric KL($\Gamma_{t-1}$, $\Gamma_t$)")
@@ -212,9 +212,11 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    ax_s.legend(frameon=False, fontsize=8)
     if any(name not in sparsity for name in drift):
-        ax_d.legend(frameon=False, fontsize=8)
+        ax_s.legend(frameon=False, fontsize=8)
+        _legend(ax_d, len(names), fontsize=8)
+    else:
+        _legend(ax_s if len(names) <= 6 else ax_d, len(names), fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
