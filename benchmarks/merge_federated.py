@@ -26,6 +26,15 @@ steps the others chose, say): they join with their own grid, recorded the same w
 
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/femnist_linear \
         /tmp/femnist_server_lr_5
+
+``--method NAME`` (repeat) keeps only those methods of the destination and the sources before
+joining, and ``--out DIR`` writes the joined folder there instead of rewriting the destination:
+together they pool a few methods of a table with a later seed set of the same methods, the
+destination left as it is.
+
+    .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/syn_0_0 \
+        benchmarks/results/federated/syn_seeds_5_9/syn_0_0 --method MosT --method IFCA \
+        --method Linearization --out /tmp/syn_0_0_seeds_0_9
 """
 
 from __future__ import annotations
@@ -122,6 +131,28 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
     return list(runs) + added_more
 
 
+def restrict(results: dict, methods: list[str]) -> dict:
+    """A copy of ``results`` with only ``methods`` (each must be there), their grids and runs; the
+    summaries and paired intervals are recomputed."""
+    missing = [name for name in methods if name not in results["methods"]]
+    if missing:
+        raise MergeError(f"{missing} not in the results (they have {sorted(results['methods'])}).")
+    out = json.loads(json.dumps(results))
+    grids = fb.method_grids(out)
+    out["methods"] = {name: {"runs": out["methods"][name]["runs"]} for name in methods}
+    out["config"]["methods"] = list(methods)
+    kept = {name: grids[name] for name in methods}
+    out["config"]["server_lrs"] = list(dict.fromkeys(step for grid in kept.values() for step in grid))
+    if len({tuple(grid) for grid in kept.values()}) > 1:
+        out["config"]["server_lrs_by_method"] = kept
+    else:
+        out["config"].pop("server_lrs_by_method", None)
+    for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
+        out.pop(key, None)
+    fb._summarise(out)
+    return out
+
+
 def _extend_grid(dest: dict, src: dict, i: int) -> None:
     """Joins ``src``'s server steps to the grids of ``dest``'s methods that ``src`` ran (all of
     them, or some, with the destination's seeds): per method and seed, the better run on
@@ -162,6 +193,9 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("dest", type=Path, help="results folder to add the methods to")
     parser.add_argument("sources", type=Path, nargs="+", help="results folders of the same benchmark")
+    parser.add_argument("--method", action="append", metavar="NAME",
+                        help="keep only this method of the destination and the sources (repeat)")
+    parser.add_argument("--out", type=Path, help="write the joined folder here (default: rewrite the destination)")
     args = parser.parse_args(argv)
     missing = [str(f / "results.json") for f in (args.dest, *args.sources) if not (f / "results.json").is_file()]
     if missing:
@@ -169,11 +203,21 @@ def main(argv=None) -> None:
     dest = json.loads((args.dest / "results.json").read_text())
     sources = [json.loads((s / "results.json").read_text()) for s in args.sources]
     try:
+        if args.method:
+            dest = restrict(dest, args.method)
+            kept = [[name for name in args.method if name in src["methods"]] for src in sources]
+            empty = [str(path) for path, names in zip(args.sources, kept) if not names]
+            if empty:
+                raise MergeError(f"{', '.join(empty)} has none of the methods {args.method}.")
+            sources = [restrict(src, names) for src, names in zip(sources, kept)]
         added = merge(dest, sources)
     except MergeError as exc:
         sys.exit(f"error: {exc}")
-    write_results(dest, args.dest, fb._figures, fb.table_markdown)
-    print(f"added {', '.join(added)} to {args.dest}", file=sys.stderr)
+    out = args.out or args.dest
+    if args.out is not None:
+        dest["config"]["out"] = str(out)
+    write_results(dest, out, fb._figures, fb.table_markdown)
+    print(f"added {', '.join(added)} to {out}", file=sys.stderr)
 
 
 if __name__ == "__main__":

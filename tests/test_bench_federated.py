@@ -155,6 +155,21 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     assert joined["paired_vs_most"]["IFCA"] == alone["paired_vs_most"]["IFCA"]
     with pytest.raises(merge_federated.MergeError, match=r"seeds \[1\], which the destination already has"):
         merge_federated.merge(json.loads(json.dumps(joined)), [second])
+    # some methods of a table pooled with a later seed set, into another folder
+    bench(tmp_path / "seed0", "--seed", "0", "--method", "MosT", "--method", "FedAvg", "--method", "IFCA")
+    before = (tmp_path / "seed0" / "results.json").read_text()
+    merge_federated.main([str(tmp_path / "seed0"), str(tmp_path / "second"), "--method", "MosT", "--method", "IFCA",
+                          "--out", str(tmp_path / "pooled")])
+    assert (tmp_path / "seed0" / "results.json").read_text() == before
+    pooled = json.loads((tmp_path / "pooled" / "results.json").read_text())
+    assert pooled["config"]["methods"] == ["MosT", "IFCA"] and pooled["config"]["seeds"] == [0, 1]
+    assert pooled["methods"]["IFCA"]["mean"] == alone["methods"]["IFCA"]["mean"]
+    assert pooled["paired_vs_most"] == alone["paired_vs_most"]
+    with pytest.raises(SystemExit, match="part0 has none of the methods"):
+        merge_federated.main([str(tmp_path / "seed0"), str(tmp_path / "part0"), "--method", "MosT",
+                              "--out", str(tmp_path / "none")])
+    with pytest.raises(merge_federated.MergeError, match=r"\['FedProx'\] not in the results"):
+        merge_federated.restrict(pooled, ["FedProx"])
 
     bad = [
         (dict(dest, config={**dest["config"], "protocol": {**dest["config"]["protocol"], "rounds": 7}}), [parts[0]],
