@@ -351,3 +351,42 @@ def test_radar_draws_main_methods_first_then_the_tables_others():
     # the main methods come first and the total stays at six
     names = ["MosT", "MosT (min-norm)", "IFCA", "FedAvg", "FedProx", "MGDA", "Linearization", "FedMGDA+"]
     assert _radar_methods(names) == ["MosT", "IFCA", "FedAvg", "MGDA", "Linearization", "MosT (min-norm)"]
+
+
+def test_femnist_cnn_script_runs_pairs_in_lanes_names_folders_and_reports_failures(tmp_path):
+    """benchmarks/femnist_cnn.sh on a tiny LEAF folder, one round on the CPU: a folder per
+    (method, seed) named with TAG, a failed call reported as FAILED with a non-zero exit, and a
+    second call skipping the folders that already hold results."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "femnist_cnn.sh"
+    data = tmp_path / "leaf"
+    for split, n in (("train", 10), ("test", 3)):
+        (data / split).mkdir(parents=True)
+        users = [f"w{k}" for k in range(4)]
+        blob = {"users": users, "num_samples": [n] * 4,
+                "user_data": {u: {"x": [[(i + k) / 20] * 784 for i in range(n)], "y": [(i + k) % 62 for i in range(n)]}
+                              for k, u in enumerate(users)}}
+        (data / split / "all.json").write_text(json.dumps(blob))
+    env = dict(os.environ, ROUNDS="1", DEVICE="cpu", LANES="2", SEEDS="0 1", LRS="--server-lr 3", TAG="t",
+               MOST=f"{sys.executable} -m most.cli")
+
+    def call(*methods):
+        return subprocess.run(["bash", str(script), str(data), str(tmp_path / "out"), *methods], env=env,
+                              capture_output=True, text=True, timeout=600)
+
+    first = call("IFCA", "FedNova")
+    assert first.returncode != 0
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if (p / "results.json").is_file()) == [
+        "IFCA_s0_t", "IFCA_s1_t"]
+    assert "done: IFCA seed 0 (t)" in first.stdout and "done: IFCA seed 1 (t)" in first.stdout
+    assert "FAILED: FedNova seed 0 (t)" in first.stderr and "FAILED: FedNova seed 1 (t)" in first.stderr
+    assert "done: FedNova" not in first.stdout
+    results = json.loads((tmp_path / "out" / "IFCA_s1_t" / "results.json").read_text())
+    assert results["config"]["model"] == "cnn" and results["config"]["cnn_channels"] == [32, 64]
+    assert results["config"]["seeds"] == [1] and results["config"]["server_lrs"] == [3.0]
+    again = call("IFCA")
+    assert again.returncode == 0 and "done" not in again.stdout  # both seeds were there already
