@@ -390,3 +390,54 @@ def test_femnist_cnn_script_runs_pairs_in_lanes_names_folders_and_reports_failur
     assert results["config"]["seeds"] == [1] and results["config"]["server_lrs"] == [3.0]
     again = call("IFCA")
     assert again.returncode == 0 and "done" not in again.stdout  # both seeds were there already
+
+
+def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch):
+    from most.bench import federated as fb
+
+    def args(out, *extra):
+        return ["bench", "federated", "--rounds", "4", "--seed", "0", "--seed", "1", "--server-lr", "1",
+                "--server-lr", "3", "--method", "MosT", "--method", "FedProx", "--out", str(out), "--quiet", *extra]
+
+    res = runner.invoke(app, args(tmp_path / "whole"))
+    assert res.exit_code == 0, res.output
+    whole = json.loads((tmp_path / "whole" / "results.json").read_text())
+    assert not (tmp_path / "whole" / fb.RUNS_FILE).exists()  # removed once the results are written
+
+    real, made = fb._run_one, []
+
+    def stopped_at_the_sixth(*a):
+        if len(made) == 5:
+            raise KeyboardInterrupt
+        made.append(a[3:])
+        return real(*a)
+
+    monkeypatch.setattr(fb, "_run_one", stopped_at_the_sixth)
+    res = runner.invoke(app, args(tmp_path / "cut"))
+    assert res.exit_code == 130 and "--resume" in res.output
+    runs = tmp_path / "cut" / fb.RUNS_FILE
+    assert len(runs.read_text().splitlines()) == 1 + 5 and not (tmp_path / "cut" / "results.json").exists()
+    with runs.open("a") as handle:  # a line cut short when the call was stopped
+        handle.write('{"method": "FedProx", "run": {"seed"')
+    monkeypatch.setattr(fb, "_run_one", lambda *a: made.append(a[3:]) or real(*a))
+    made.clear()
+    res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
+    assert res.exit_code == 0, res.output
+    assert len(made) == 2 * (2 + 2 * 4) - 5  # only the missing candidates ran
+    cut = json.loads((tmp_path / "cut" / "results.json").read_text())
+    for name in ("MosT", "FedProx"):
+        for a, b in zip(whole["methods"][name]["runs"], cut["methods"][name]["runs"]):
+            assert {k: v for k, v in a.items() if k not in ("seconds", "timing")} == {
+                k: v for k, v in b.items() if k not in ("seconds", "timing")}
+    assert cut["paired_vs_most"] == whole["paired_vs_most"]
+
+    # other settings in the runs file are refused before any work; without --resume it starts again
+    runs.write_text(json.dumps({"settings": {"dataset": "synthetic", "rho": [1.0, 1.0]}}) + "\n")
+    made.clear()
+    res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
+    assert res.exit_code != 0 and "othersettings" in _flat(res.output) and made == []
+    runs.write_text("not json\n")
+    res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
+    assert res.exit_code != 0 and "isnotarunsfile" in _flat(res.output)
+    res = runner.invoke(app, args(tmp_path / "cut"))
+    assert res.exit_code == 0 and len(made) == 2 * (2 + 2 * 4)

@@ -290,9 +290,10 @@ def plot_cmd(
     typer.echo(f"Wrote {len(files)} files:\n  " + "\n  ".join(files))
 
 
-def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config) -> None:
+def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, **run_options) -> None:
     """Shared by the `most bench` commands: list the methods, or build the config (bad input is
-    reported as a parameter error before any work), run, and print the table."""
+    reported as a parameter error before any work), run (``run_options`` go to the suite's
+    ``run_benchmark``), and print the table."""
     import torch
 
     if list_methods:
@@ -300,9 +301,16 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config) 
         return
     torch.set_num_threads(threads)
     try:
-        results = suite.run_benchmark(make_config())
+        results = suite.run_benchmark(make_config(), **run_options)
     except (ValueError, FileNotFoundError, ModuleNotFoundError) as exc:
         raise typer.BadParameter(str(exc)) from exc
+    except KeyboardInterrupt:
+        runs = getattr(suite, "RUNS_FILE", None)
+        if runs is None:
+            raise
+        typer.echo(f"\nInterrupted. The finished runs are kept in {out}/{runs}; repeat the command with --resume "
+                   "to continue from them.", err=True)
+        raise typer.Exit(130) from None
     typer.echo(suite.table_markdown(results))
     typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
 
@@ -447,17 +455,22 @@ def bench_federated(
     threads: int = typer.Option(1, min=1, help="torch threads."),
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    resume: bool = typer.Option(False, "--resume", help="Reuse the runs an interrupted call with the same settings "
+                                "left in OUT/runs.jsonl; only the missing ones are made."),
 ) -> None:
     """Federated learning (Table 2): each client picks its best model on validation; mean test
     accuracy, worst-k % clients, oracle, prediction diversity, Γ sparsity and drift, and MosT's
     paired difference to every method with a 95 % interval over seeds.
 
     Writes OUT/results.json, OUT/table.md and figures (radar.png, accuracy_curves.png,
-    loss_curves.png, worst_k.png, assignment_stack.png, gamma.png).
+    loss_curves.png, worst_k.png, assignment_stack.png, gamma.png). Each finished run is kept in
+    OUT/runs.jsonl until then: a call that was stopped continues with --resume.
 
     Examples:
 
         most bench federated --rho 0 0 --out bench_out/syn00
+
+        most bench federated --rho 0 0 --out bench_out/syn00 --resume    # after an interruption
 
         most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 --seed 0
 
@@ -476,7 +489,7 @@ def bench_federated(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
         server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
-        out=out, progress=not quiet))
+        out=out, progress=not quiet), resume=resume)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -14,12 +14,17 @@ starts them from a 5-round shared warm-up instead, counted in the same round bud
 server step ``eta_s`` of every method (and FedProx's ``mu``) is chosen per seed on the
 clients' validation accuracy; the test numbers of that choice are reported.
 
-Run with ``most bench federated`` (see ``--help``).
+Run with ``most bench federated`` (see ``--help``). Every finished candidate run (a method, seed,
+server step and extra value) is appended to ``OUT/runs.jsonl`` as it ends; an interrupted table
+continues with ``--resume`` (``run_benchmark(config, resume=True)``), taking the runs recorded
+there instead of running them again, and ends with the same results as an uninterrupted call.
+The file is removed once ``results.json`` is written.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -221,8 +226,48 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
     }
 
 
-def run_benchmark(config: FederatedBenchConfig) -> dict:
-    """Runs the benchmark; writes ``results.json``, ``table.md`` and figures to ``config.out``."""
+#: the file of finished candidate runs in the output folder (removed once results.json is written)
+RUNS_FILE = "runs.jsonl"
+#: config entries a resumed call may change: it may add methods, seeds or server steps
+_RESUME_FREE = ("methods", "seeds", "server_lrs", "out", "progress")
+
+
+def _run_key(seed, method: str, eta, extra) -> tuple:
+    return int(seed), method, float(eta), None if extra is None else float(extra)
+
+
+def _finished_runs(path: Path, settings: dict) -> dict:
+    """The candidate runs recorded in ``path`` by an earlier call with the same ``settings``, by
+    (seed, method, server step, extra); a last line cut short by an interruption is ignored."""
+    if not path.is_file():
+        return {}
+    lines = path.read_text().splitlines()
+    try:
+        header = json.loads(lines[0])["settings"]
+    except (IndexError, json.JSONDecodeError, KeyError, TypeError):
+        raise ValueError(f"{path} is not a runs file written by `most bench federated`; remove it, or choose "
+                         "another --out.") from None
+    if header != settings:
+        differ = sorted(k for k in header.keys() | settings.keys() if header.get(k) != settings.get(k))
+        raise ValueError(f"{path} holds runs made with other settings ({', '.join(differ)} differ); resume with "
+                         "those settings, choose another --out, or leave out --resume to start again.")
+    done = {}
+    for line in lines[1:]:
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:  # the line being written when the call was stopped
+            break
+        run = record["run"]
+        done[_run_key(run["seed"], record["method"], run["server_lr"], run["extra"])] = run
+    return done
+
+
+def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict:
+    """Runs the benchmark; writes ``results.json``, ``table.md`` and figures to ``config.out``.
+
+    Each finished candidate run is appended to ``config.out / RUNS_FILE``; with ``resume`` the
+    runs recorded there by an earlier, interrupted call with the same settings are reused (the
+    methods, seeds and server steps may differ: only the missing runs are made)."""
     from tqdm.auto import tqdm
 
     _data(config, config.seeds[0])  # fail before any work if the data is missing
@@ -230,21 +275,38 @@ def run_benchmark(config: FederatedBenchConfig) -> dict:
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "label": config.label, "torch": torch.__version__,
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
-    with tqdm(total=n_cand * len(config.seeds), desc=f"federated {config.label}", disable=not config.progress) as bar:
+    settings = json.loads(json.dumps({**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
+                                      "torch": results["torch"], "device_name": results["device_name"]}))
+    runs_file = Path(config.out) / RUNS_FILE
+    done = _finished_runs(runs_file, settings) if resume else {}
+    runs_file.parent.mkdir(parents=True, exist_ok=True)
+    if not (resume and runs_file.is_file()):
+        runs_file.write_text(json.dumps({"settings": settings}) + "\n")
+    with tqdm(total=n_cand * len(config.seeds), desc=f"federated {config.label}", disable=not config.progress) as bar, \
+            runs_file.open("a") as log:
         for seed in config.seeds:
-            data, model = _data(config, seed)
+            data = model = None
             for name in config.methods:
                 candidates = []
                 for eta in config.server_lrs:
                     for extra in METHODS[name][1]:
                         bar.set_postfix(method=name, seed=seed, refresh=False)
-                        candidates.append(_run_one(config, data, model, name, seed, eta, extra))
+                        run = done.get(_run_key(seed, name, eta, extra))
+                        if run is None:
+                            if data is None:
+                                data, model = _data(config, seed)
+                            run = _run_one(config, data, model, name, seed, eta, extra)
+                            log.write(json.dumps({"method": name, "run": run}) + "\n")
+                            log.flush()
+                        candidates.append(run)
                         bar.update(1)
-                best = max(candidates, key=lambda r: r["val_accuracy"])  # chosen on validation only
+                best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
                 best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
                 results["methods"][name]["runs"].append(best)
     _summarise(results)
-    return write_results(results, config.out, _figures, table_markdown)
+    results = write_results(results, config.out, _figures, table_markdown)
+    runs_file.unlink()
+    return results
 
 
 _RADAR = ("MosT", "MosT (paper)", "IFCA", "FedAvg", "MGDA", "Linearization")
