@@ -13,7 +13,8 @@
 #                       the paper's CNN: ten at once ran out of its 140 GB, eight did not
 #   TAG=                appended to each output folder's name (e.g. a grid: TAG=lr1)
 #   DEVICE=cuda  MOST="python3 -m most.cli"  ROUNDS=50 (fewer only to try the script out)
-# A folder that already holds results.json is skipped, so a cut-short call can be repeated.
+# A folder that already holds results.json is skipped, and a call that was cut short continues
+# from the runs it finished (--resume), so the script can simply be repeated.
 set -euo pipefail
 data=$1 out=$2
 shift 2
@@ -27,7 +28,7 @@ one() {
   local start=$SECONDS
   if ${MOST:-python3 -m most.cli} bench federated --dataset femnist --data-path "$data" --model cnn \
     --cnn-channels 32 64 --device "${DEVICE:-cuda}" --rounds "${ROUNDS:-50}" --batch-size 20 --seed "$seed" \
-    ${LRS:---server-lr 1 --server-lr 3} --method "$method" --out "$dest" --quiet --threads 2; then
+    ${LRS:---server-lr 1 --server-lr 3} --method "$method" --out "$dest" --quiet --threads 2 --resume; then
     echo "done: $method seed $seed${TAG:+ ($TAG)} in $((SECONDS - start)) s"
   else
     echo "FAILED: $method seed $seed${TAG:+ ($TAG)} after $((SECONDS - start)) s" >&2
