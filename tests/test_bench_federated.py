@@ -404,26 +404,31 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())
     assert not (tmp_path / "whole" / fb.RUNS_FILE).exists()  # removed once the results are written
 
-    real, made = fb._run_one, []
+    real, made, limit = fb._run_one, [], [5]
 
-    def stopped_at_the_sixth(*a):
-        if len(made) == 5:
+    def stopped_after_the_limit(*a):
+        if len(made) == limit[0]:
             raise KeyboardInterrupt
         made.append(a[3:])
         return real(*a)
 
-    monkeypatch.setattr(fb, "_run_one", stopped_at_the_sixth)
+    monkeypatch.setattr(fb, "_run_one", stopped_after_the_limit)
     res = runner.invoke(app, args(tmp_path / "cut"))
     assert res.exit_code == 130 and "--resume" in res.output
     runs = tmp_path / "cut" / fb.RUNS_FILE
     assert len(runs.read_text().splitlines()) == 1 + 5 and not (tmp_path / "cut" / "results.json").exists()
     with runs.open("a") as handle:  # a line cut short when the call was stopped
         handle.write('{"method": "FedProx", "run": {"seed"')
+    made.clear()
+    limit[0] = 3
+    res = runner.invoke(app, args(tmp_path / "cut", "--resume"))  # stopped again, three runs later
+    assert res.exit_code == 130 and len(made) == 3
+    assert len(runs.read_text().splitlines()) == 1 + 8  # the cut line dropped, the new runs on lines of their own
     monkeypatch.setattr(fb, "_run_one", lambda *a: made.append(a[3:]) or real(*a))
     made.clear()
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
     assert res.exit_code == 0, res.output
-    assert len(made) == 2 * (2 + 2 * 4) - 5  # only the missing candidates ran
+    assert len(made) == 2 * (2 + 2 * 4) - 8  # only the missing candidates ran
     cut = json.loads((tmp_path / "cut" / "results.json").read_text())
     for name in ("MosT", "FedProx"):
         for a, b in zip(whole["methods"][name]["runs"], cut["methods"][name]["runs"]):

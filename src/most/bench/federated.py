@@ -238,7 +238,8 @@ def _run_key(seed, method: str, eta, extra) -> tuple:
 
 def _finished_runs(path: Path, settings: dict) -> dict:
     """The candidate runs recorded in ``path`` by an earlier call with the same ``settings``, by
-    (seed, method, server step, extra); a last line cut short by an interruption is ignored."""
+    (seed, method, server step, extra). A last line cut short by an interruption is dropped from
+    the file, so that the runs appended next start on a line of their own."""
     if not path.is_file():
         return {}
     lines = path.read_text().splitlines()
@@ -251,7 +252,7 @@ def _finished_runs(path: Path, settings: dict) -> dict:
         differ = sorted(k for k in header.keys() | settings.keys() if header.get(k) != settings.get(k))
         raise ValueError(f"{path} holds runs made with other settings ({', '.join(differ)} differ); resume with "
                          "those settings, choose another --out, or leave out --resume to start again.")
-    done = {}
+    done, kept = {}, lines[:1]
     for line in lines[1:]:
         try:
             record = json.loads(line)
@@ -259,6 +260,9 @@ def _finished_runs(path: Path, settings: dict) -> dict:
             break
         run = record["run"]
         done[_run_key(run["seed"], record["method"], run["server_lr"], run["extra"])] = run
+        kept.append(line)
+    if len(kept) < len(lines) or not path.read_text().endswith("\n"):
+        path.write_text("\n".join(kept) + "\n")
     return done
 
 
