@@ -123,10 +123,8 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
         dest["config"]["methods"].append(name)
         if dest["config"].get("server_lrs_by_method") or name in grids:
-            by_method = fb.method_grids(dest)
-            by_method[name] = grids.get(name, list(dest["config"]["server_lrs"]))
-            dest["config"]["server_lrs_by_method"] = by_method
-            dest["config"]["server_lrs"] = list(dict.fromkeys(s for grid in by_method.values() for s in grid))
+            _record_grids(dest["config"], {**fb.method_grids(dest),
+                                           name: grids.get(name, list(dest["config"]["server_lrs"]))})
     fb._summarise(dest)
     return list(runs) + added_more
 
@@ -141,12 +139,7 @@ def restrict(results: dict, methods: list[str]) -> dict:
     grids = fb.method_grids(out)
     out["methods"] = {name: {"runs": out["methods"][name]["runs"]} for name in methods}
     out["config"]["methods"] = list(methods)
-    kept = {name: grids[name] for name in methods}
-    out["config"]["server_lrs"] = list(dict.fromkeys(step for grid in kept.values() for step in grid))
-    if len({tuple(grid) for grid in kept.values()}) > 1:
-        out["config"]["server_lrs_by_method"] = kept
-    else:
-        out["config"].pop("server_lrs_by_method", None)
+    _record_grids(out["config"], {name: grids[name] for name in methods})
     for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
         out.pop(key, None)
     fb._summarise(out)
@@ -181,12 +174,17 @@ def _extend_grid(dest: dict, src: dict, i: int) -> None:
             best = run if run["val_accuracy"] > old["val_accuracy"] else old
             entry["runs"][k] = {**best, "candidates_val": joined}
         grids[name] = grids[name] + new_steps
-    union = list(dict.fromkeys(step for grid in grids.values() for step in grid))
-    dest["config"]["server_lrs"] = union
+    _record_grids(dest["config"], grids)
+
+
+def _record_grids(config: dict, grids: dict[str, list]) -> None:
+    """Sets ``config``'s grid to the union of the methods' ``grids``, and records each method's in
+    ``server_lrs_by_method`` where they differ (the entry removed where they are all alike)."""
+    config["server_lrs"] = list(dict.fromkeys(step for grid in grids.values() for step in grid))
     if len({tuple(grid) for grid in grids.values()}) > 1:
-        dest["config"]["server_lrs_by_method"] = grids
+        config["server_lrs_by_method"] = grids
     else:
-        dest["config"].pop("server_lrs_by_method", None)
+        config.pop("server_lrs_by_method", None)
 
 
 def main(argv=None) -> None:
