@@ -242,7 +242,8 @@ def _finished_runs(path: Path, settings: dict) -> dict:
     the file, so that the runs appended next start on a line of their own."""
     if not path.is_file():
         return {}
-    lines = path.read_text().splitlines()
+    text = path.read_text()
+    lines = text.splitlines()
     try:
         header = json.loads(lines[0])["settings"]
     except (IndexError, json.JSONDecodeError, KeyError, TypeError):
@@ -261,7 +262,7 @@ def _finished_runs(path: Path, settings: dict) -> dict:
         run = record["run"]
         done[_run_key(run["seed"], record["method"], run["server_lr"], run["extra"])] = run
         kept.append(line)
-    if len(kept) < len(lines) or not path.read_text().endswith("\n"):
+    if len(kept) < len(lines) or not text.endswith("\n"):
         path.write_text("\n".join(kept) + "\n")
     return done
 
@@ -274,7 +275,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict
     methods, seeds and server steps may differ: only the missing runs are made)."""
     from tqdm.auto import tqdm
 
-    _data(config, config.seeds[0])  # fail before any work if the data is missing
+    loaded = {config.seeds[0]: _data(config, config.seeds[0])}  # fail before any work if the data is missing
     n_cand = sum(len(config.server_lrs) * len(METHODS[m][1]) for m in config.methods)
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "label": config.label, "torch": torch.__version__,
@@ -298,7 +299,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict
                         run = done.get(_run_key(seed, name, eta, extra))
                         if run is None:
                             if data is None:
-                                data, model = _data(config, seed)
+                                data, model = loaded.pop(seed, None) or _data(config, seed)
                             run = _run_one(config, data, model, name, seed, eta, extra)
                             log.write(json.dumps({"method": name, "run": run}) + "\n")
                             log.flush()
