@@ -150,12 +150,30 @@ def test_the_dispatcher_treats_the_prompts_as_a_set_and_learns_a_rule():
 
 
 @needs_data
-def test_a_short_benchmark_run_writes_its_table(encoder, tmp_path):
+def test_a_short_benchmark_run_writes_its_table_and_resumes_when_stopped(encoder, tmp_path, monkeypatch):
+    from most.bench import _runs
     from most.bench.prompts import PromptsConfig, run_benchmark, table_markdown
 
     config = PromptsConfig(tasks=("wic",), seeds=(0,), n_train=12, rounds=2, dispatcher_epochs=10,
                            data_path=SUPERGLUE_DIR, out=tmp_path, progress=False)
-    results = run_benchmark(config)
+    real, made = _runs.RunLog.add, []
+
+    def stopped_at_the_third_run(self, key, run):
+        if len(made) == 2:
+            raise KeyboardInterrupt
+        made.append(key)
+        return real(self, key, run)
+
+    monkeypatch.setattr(_runs.RunLog, "add", stopped_at_the_third_run)
+    with pytest.raises(KeyboardInterrupt):
+        run_benchmark(config)
+    recorded = [json.loads(line)["run"] for line in (tmp_path / _runs.RUNS_FILE).read_text().splitlines()[1:]]
+    assert [r["method"] for r in recorded] == ["MosT", "MGDA"] and not (tmp_path / "results.json").exists()
+    made.clear()
+    monkeypatch.setattr(_runs.RunLog, "add", lambda self, key, run: made.append(key) or real(self, key, run))
+    results = run_benchmark(config, resume=True)
+    assert made == [("wic", "Linearization", 0)] and results["runs"][:2] == recorded  # only the missing run
+    assert not (tmp_path / _runs.RUNS_FILE).exists()
     saved = json.loads((tmp_path / "results.json").read_text())
     assert [r["method"] for r in saved["runs"]] == ["MosT", "MGDA", "Linearization"]
     for run in saved["runs"]:

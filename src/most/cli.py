@@ -315,6 +315,10 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
 
 
+_RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs.jsonl; only the "
+                "missing ones are made.")
+
+
 @bench_app.command("few-objective")
 def bench_few_objective(
     out: Path = typer.Option(Path("bench_out/few_objective"), help="Folder for results.json, table.md, figures."),
@@ -329,13 +333,15 @@ def bench_few_objective(
     threads: int = typer.Option(1, min=1, help="torch threads; these problems are tiny, so 1 is fastest."),
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
 ) -> None:
     """Few objectives (n = 2 < m = 5): hypervolume of the final 5 solutions on ZDT1-3 and on
     fairness-accuracy trade-offs (synthetic, German credit), MosT-E against the baselines.
 
     Writes OUT/results.json (every run: points, hypervolume, seconds, chosen hyper-parameters),
     OUT/table.md (mean ± std over seeds) and, per problem, pareto_<name>.png (solutions over the
-    true front, one panel per method) and hv_area_<name>.png (the dominated areas).
+    true front, one panel per method) and hv_area_<name>.png (the dominated areas). Each finished
+    run is kept in OUT/runs.jsonl until then: a call that was stopped continues with --resume.
 
     Examples:
 
@@ -348,7 +354,7 @@ def bench_few_objective(
     _run_suite(suite, list_methods, threads, out, lambda: suite.FewObjectiveConfig(
         out=out, problems=tuple(problems), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds),
         n_models=n_models, zdt_rounds=zdt_rounds, fairness_rounds=fairness_rounds, german_path=german_path,
-        progress=not quiet))
+        progress=not quiet), resume=resume)
 
 
 @bench_app.command("mtl")
@@ -367,12 +373,14 @@ def bench_mtl(
     threads: int = typer.Option(1, min=1, help="torch threads."),
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
 ) -> None:
     """Multi-task learning on Office-Caltech10 (objectives = the 4 domains, m = 4 models): MosT
     against MGDA, linearization and EPO; each domain uses its best model on validation.
 
     Writes OUT/results.json (every run: per-domain accuracy, choices, seconds), OUT/table.md
-    (mean ± std over seeds) and OUT/per_domain.png.
+    (mean ± std over seeds) and OUT/per_domain.png. Each finished run is kept in OUT/runs.jsonl
+    until then: a call that was stopped continues with --resume.
 
     Examples:
 
@@ -385,7 +393,7 @@ def bench_mtl(
     _run_suite(suite, list_methods, threads, out, lambda: suite.MTLConfig(
         features=features, methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
         rounds=rounds, lr=lr, batch_size=batch_size, image_size=image_size, channels=channels, data_path=data_path,
-        out=out, progress=not quiet))
+        out=out, progress=not quiet), resume=resume)
 
 
 @bench_app.command("prompts")
@@ -406,13 +414,15 @@ def bench_prompts(
     threads: int = typer.Option(2, min=1, help="torch threads."),
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
+    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
 ) -> None:
     """Mixture of soft prompts (Table 4): m soft prompts on a frozen MiniLM encoder, every training
     instance an objective; MosT against MGDA and linearization; a dispatcher trained on validation
     picks the prompt of each test instance. Needs the extra: pip install 'most\\[prompts]'.
 
     Writes OUT/results.json (every run: dispatched, single-prompt and oracle accuracy, seconds),
-    OUT/table.md (mean ± std over seeds) and OUT/accuracy.png.
+    OUT/table.md (mean ± std over seeds) and OUT/accuracy.png. Each finished run is kept in
+    OUT/runs.jsonl until then: a call that was stopped continues with --resume.
 
     Examples:
 
@@ -425,7 +435,7 @@ def bench_prompts(
     _run_suite(suite, list_methods, threads, out, lambda: suite.PromptsConfig(
         tasks=tuple(tasks), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
         n_train=n_train, n_tokens=n_tokens, layer=layer, max_length=max_length, rounds=rounds, lr=lr,
-        data_path=data_path, encoder_path=encoder_path, out=out, progress=not quiet))
+        data_path=data_path, encoder_path=encoder_path, out=out, progress=not quiet), resume=resume)
 
 
 @bench_app.command("federated")
@@ -455,8 +465,7 @@ def bench_federated(
     threads: int = typer.Option(1, min=1, help="torch threads."),
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-    resume: bool = typer.Option(False, "--resume", help="Reuse the runs an interrupted call with the same settings "
-                                "left in OUT/runs.jsonl; only the missing ones are made."),
+    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
 ) -> None:
     """Federated learning (Table 2): each client picks its best model on validation; mean test
     accuracy, worst-k % clients, oracle, prediction diversity, Γ sparsity and drift, and MosT's

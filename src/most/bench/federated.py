@@ -24,7 +24,6 @@ The file is removed once ``results.json`` is written.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -36,6 +35,7 @@ import torch
 
 from .. import baselines as _b
 from . import check_choices, write_results
+from ._runs import RUNS_FILE, RunLog
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
@@ -226,45 +226,12 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
     }
 
 
-#: the file of finished candidate runs in the output folder (removed once results.json is written)
-RUNS_FILE = "runs.jsonl"
 #: config entries a resumed call may change: it may add methods, seeds or server steps
 _RESUME_FREE = ("methods", "seeds", "server_lrs", "out", "progress")
 
 
 def _run_key(seed, method: str, eta, extra) -> tuple:
     return int(seed), method, float(eta), None if extra is None else float(extra)
-
-
-def _finished_runs(path: Path, settings: dict) -> dict:
-    """The candidate runs recorded in ``path`` by an earlier call with the same ``settings``, by
-    (seed, method, server step, extra). A last line cut short by an interruption is dropped from
-    the file, so that the runs appended next start on a line of their own."""
-    if not path.is_file():
-        return {}
-    text = path.read_text()
-    lines = text.splitlines()
-    try:
-        header = json.loads(lines[0])["settings"]
-    except (IndexError, json.JSONDecodeError, KeyError, TypeError):
-        raise ValueError(f"{path} is not a runs file written by `most bench federated`; remove it, or choose "
-                         "another --out.") from None
-    if header != settings:
-        differ = sorted(k for k in header.keys() | settings.keys() if header.get(k) != settings.get(k))
-        raise ValueError(f"{path} holds runs made with other settings ({', '.join(differ)} differ); resume with "
-                         "those settings, choose another --out, or leave out --resume to start again.")
-    done, kept = {}, lines[:1]
-    for line in lines[1:]:
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:  # the line being written when the call was stopped
-            break
-        run = record["run"]
-        done[_run_key(run["seed"], record["method"], run["server_lr"], run["extra"])] = run
-        kept.append(line)
-    if len(kept) < len(lines) or not text.endswith("\n"):
-        path.write_text("\n".join(kept) + "\n")
-    return done
 
 
 def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict:
@@ -280,15 +247,11 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "label": config.label, "torch": torch.__version__,
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
-    settings = json.loads(json.dumps({**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
-                                      "torch": results["torch"], "device_name": results["device_name"]}))
-    runs_file = Path(config.out) / RUNS_FILE
-    done = _finished_runs(runs_file, settings) if resume else {}
-    runs_file.parent.mkdir(parents=True, exist_ok=True)
-    if not (resume and runs_file.is_file()):
-        runs_file.write_text(json.dumps({"settings": settings}) + "\n")
+    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
+                "torch": results["torch"], "device_name": results["device_name"]}
+    runs = RunLog(config.out, settings, suite="federated", resume=resume)  # refuses other settings before any work
     with tqdm(total=n_cand * len(config.seeds), desc=f"federated {config.label}", disable=not config.progress) as bar, \
-            runs_file.open("a") as log:
+            runs:
         for seed in config.seeds:
             data = model = None
             for name in config.methods:
@@ -296,13 +259,12 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict
                 for eta in config.server_lrs:
                     for extra in METHODS[name][1]:
                         bar.set_postfix(method=name, seed=seed, refresh=False)
-                        run = done.get(_run_key(seed, name, eta, extra))
+                        run = runs.get(_run_key(seed, name, eta, extra))
                         if run is None:
                             if data is None:
                                 data, model = loaded.pop(seed, None) or _data(config, seed)
-                            run = _run_one(config, data, model, name, seed, eta, extra)
-                            log.write(json.dumps({"method": name, "run": run}) + "\n")
-                            log.flush()
+                            run = runs.add(_run_key(seed, name, eta, extra),
+                                           _run_one(config, data, model, name, seed, eta, extra))
                         candidates.append(run)
                         bar.update(1)
                 best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
@@ -310,7 +272,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict
                 results["methods"][name]["runs"].append(best)
     _summarise(results)
     results = write_results(results, config.out, _figures, table_markdown)
-    runs_file.unlink()
+    runs.remove()
     return results
 
 

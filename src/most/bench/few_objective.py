@@ -23,7 +23,8 @@ Methods (:data:`METHODS`):
   composes :func:`most.run` directly), to show why the extension is needed.
 * ``Linearization``, ``MGDA``, ``EPO``, ``MOO-SVGD`` -- the baselines.
 
-Run it with ``most bench few-objective --out DIR`` (see ``--help``).
+Run it with ``most bench few-objective --out DIR`` (see ``--help``). Every finished run is appended
+to ``OUT/runs.jsonl``; a call that was stopped continues with ``--resume``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ import torch
 
 from .. import plots
 from . import check_choices, write_results
+from ._runs import RUNS_FILE, RunLog
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
@@ -178,23 +180,26 @@ def _hv(points: np.ndarray, ref) -> tuple[float, int]:
     return float(r), int(r.outside)
 
 
-def _run_zdt(name: str, config: FewObjectiveConfig, bar) -> dict:
+def _run_zdt(name: str, config: FewObjectiveConfig, bar, runs: RunLog) -> dict:
     problem = zdt(name)
     ref = problem.metadata["reference_point"]
     out = {"reference_point": list(ref), "limit": best_hypervolume_2d(problem.metadata["front"], ref, config.n_models),
            "methods": {}}
     for method in config.methods:
-        runs = []
+        done = []
         for seed in config.seeds:
-            fit = METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
-            tic = time.perf_counter()
-            result = fit(problem)
-            seconds = time.perf_counter() - tic
-            F = problem.loss_matrix(result.params).T.double().numpy()  # the original two objectives
-            value, outside = _hv(F, ref)
-            runs.append({"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()})
+            def make():
+                fit = METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
+                tic = time.perf_counter()
+                result = fit(problem)
+                seconds = time.perf_counter() - tic
+                F = problem.loss_matrix(result.params).T.double().numpy()  # the original two objectives
+                value, outside = _hv(F, ref)
+                return {"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()}
+
+            done.append(runs.run((name, method, seed), make))
             bar.update(1)
-        out["methods"][method] = {"runs": runs}
+        out["methods"][method] = {"runs": done}
     return out
 
 
@@ -205,7 +210,7 @@ def _fairness_data(name: str, config: FewObjectiveConfig):
     return data.split(seed=0)
 
 
-def _run_fairness(name: str, config: FewObjectiveConfig, bar) -> dict:
+def _run_fairness(name: str, config: FewObjectiveConfig, bar, runs: RunLog) -> dict:
     parts = _fairness_data(name, config)
     train = _random_init(parts["train"].problem())
     val, test = parts["val"].problem(), parts["test"].problem()
@@ -219,16 +224,21 @@ def _run_fairness(name: str, config: FewObjectiveConfig, bar) -> dict:
             spec = METHODS[method]
             for lr in config.fairness_lrs:
                 for variant in spec.variants:
-                    fit = spec.build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
-                    tic = time.perf_counter()
-                    params = fit(train).params
-                    seconds = time.perf_counter() - tic
-                    candidates.append({
-                        "method": method, "seed": seed, "lr": lr, "variant": variant, "seconds": seconds,
-                        "val": val.loss_matrix(params).T.double().numpy(),
-                        "test": test.loss_matrix(params).T.double().numpy(),
-                        "accuracy": parts["test"].accuracy(params).tolist(),
-                    })
+                    def make():
+                        fit = spec.build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
+                        tic = time.perf_counter()
+                        params = fit(train).params
+                        seconds = time.perf_counter() - tic
+                        return {
+                            "method": method, "seed": seed, "lr": lr, "variant": variant, "seconds": seconds,
+                            "val": val.loss_matrix(params).T.double().tolist(),
+                            "test": test.loss_matrix(params).T.double().tolist(),
+                            "accuracy": parts["test"].accuracy(params).tolist(),
+                        }
+
+                    candidate = dict(runs.run((name, method, seed, float(lr), variant), make))
+                    candidate.update(variant=variant, val=np.asarray(candidate["val"]), test=np.asarray(candidate["test"]))
+                    candidates.append(candidate)
                     bar.update(1)
     val_ref = np.max([c["val"].max(0) for c in candidates], 0)
     for c in candidates:
@@ -293,8 +303,17 @@ def _figures(results: dict, out: Path) -> list[str]:
     return written
 
 
-def run_benchmark(config: FewObjectiveConfig) -> dict:
-    """Runs the benchmark, writes ``results.json``, ``table.md`` and the figures to ``config.out``."""
+#: config entries a resumed call may change: it may add problems, methods or seeds
+_RESUME_FREE = ("problems", "methods", "seeds", "out", "progress")
+
+
+def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False) -> dict:
+    """Runs the benchmark, writes ``results.json``, ``table.md`` and the figures to ``config.out``.
+
+    Each finished run (on the fairness problems: each candidate of the search) is appended to
+    ``config.out / RUNS_FILE``; with ``resume`` the runs recorded there by an earlier, interrupted
+    call with the same settings are reused (the problems, methods and seeds may differ: only the
+    missing runs are made)."""
     from tqdm.auto import tqdm
 
     if "german" in config.problems:
@@ -304,13 +323,17 @@ def run_benchmark(config: FewObjectiveConfig) -> dict:
         len(config.fairness_lrs) * len(METHODS[m].variants) for m in config.methods)
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "torch": torch.__version__, "problems": {}}
-    with tqdm(total=n_zdt + n_fair, desc="few-objective", disable=not config.progress) as bar:
+    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
+    runs = RunLog(config.out, settings, suite="few-objective", resume=resume)  # refuses other settings before any work
+    with tqdm(total=n_zdt + n_fair, desc="few-objective", disable=not config.progress) as bar, runs:
         for name in config.problems:
             bar.set_postfix(problem=name)
             runner = _run_zdt if name in ZDT_PROBLEMS else _run_fairness
-            results["problems"][name] = runner(name, config, bar)
+            results["problems"][name] = runner(name, config, bar, runs)
     _summarise(results)
-    return write_results(results, config.out, _figures, table_markdown, json_default=_json_default)
+    results = write_results(results, config.out, _figures, table_markdown, json_default=_json_default)
+    runs.remove()
+    return results
 
 
 def _json_default(v):

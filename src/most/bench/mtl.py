@@ -21,7 +21,8 @@ learning rate and batch size (fixed in advance, not tuned on the test split).
 * ``Linearization`` -- model j minimises a random Dirichlet(1) combination of the losses.
 * ``EPO`` -- model j converges to the Pareto point on its preference ray (default rays).
 
-Run it with ``most bench mtl --out DIR`` (see ``--help``).
+Run it with ``most bench mtl --out DIR`` (see ``--help``). Every finished run is appended to
+``OUT/runs.jsonl``; a call that was stopped continues with ``--resume``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from torch import nn
 
 from .._validation import check_positive, check_positive_int
 from . import check_choices, mean_std, write_results
+from ._runs import RUNS_FILE, RunLog
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem
@@ -169,8 +171,16 @@ def _run_one(config: MTLConfig, data, name: str, seed: int) -> dict:
             "assignment": result.assignment.tolist()}
 
 
-def run_benchmark(config: MTLConfig) -> dict:
-    """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``."""
+#: config entries a resumed call may change: it may add methods or seeds
+_RESUME_FREE = ("methods", "seeds", "out", "progress")
+
+
+def run_benchmark(config: MTLConfig, *, resume: bool = False) -> dict:
+    """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
+
+    Each finished run is appended to ``config.out / RUNS_FILE``; with ``resume`` the runs recorded
+    there by an earlier, interrupted call with the same settings are reused (the methods and seeds
+    may differ: only the missing runs are made)."""
     from tqdm.auto import tqdm
 
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
@@ -180,13 +190,17 @@ def run_benchmark(config: MTLConfig) -> dict:
         datas[seed] = load_office_caltech10(config.data_path, features=config.features, seed=seed,
                                             image_size=config.image_size)
     results["domains"] = list(datas[config.seeds[0]].domains)
+    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
+    runs = RunLog(config.out, settings, suite="mtl", resume=resume)  # refuses other settings before any work
     with tqdm(total=len(config.methods) * len(config.seeds), desc=f"mtl {config.features}",
-              disable=not config.progress) as bar:
+              disable=not config.progress) as bar, runs:
         for name in config.methods:
             for seed in config.seeds:
-                results["runs"].append(_run_one(config, datas[seed], name, seed))
+                results["runs"].append(runs.run((name, seed), lambda: _run_one(config, datas[seed], name, seed)))
                 bar.update(1)
-    return write_results(results, config.out, _figures, table_markdown)
+    results = write_results(results, config.out, _figures, table_markdown)
+    runs.remove()
+    return results
 
 
 def table_markdown(results: dict) -> str:

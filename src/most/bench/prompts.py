@@ -24,7 +24,8 @@ For every run the results also give the best single prompt (chosen on validation
 (the best prompt per test instance, an upper bound), and the majority-class accuracy.
 
 Run it with ``most bench prompts --data-path ../shared/data/superglue --out DIR`` (see
-``--help``); it needs ``pip install 'most[prompts]'``.
+``--help``); it needs ``pip install 'most[prompts]'``. Every finished run is appended to
+``OUT/runs.jsonl``; a call that was stopped continues with ``--resume``.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
 from . import check_choices, mean_std, write_results
+from ._runs import RUNS_FILE, RunLog
 from ..optim import Adam
 from ..solver import MGDA, Linearization, MosT
 
@@ -162,8 +164,16 @@ def _run_one(config: PromptsConfig, model, task, encoded, index, name: str, seed
     }
 
 
-def run_benchmark(config: PromptsConfig) -> dict:
-    """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``."""
+#: config entries a resumed call may change: it may add tasks, methods or seeds
+_RESUME_FREE = ("tasks", "methods", "seeds", "out", "progress")
+
+
+def run_benchmark(config: PromptsConfig, *, resume: bool = False) -> dict:
+    """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
+
+    Each finished run is appended to ``config.out / RUNS_FILE``; with ``resume`` the runs recorded
+    there by an earlier, interrupted call with the same settings are reused (the tasks, methods and
+    seeds may differ: only the missing runs are made, and a task is encoded only if it has some)."""
     from tqdm.auto import tqdm
 
     from ..problems import load_superglue
@@ -176,20 +186,31 @@ def run_benchmark(config: PromptsConfig) -> dict:
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "encoder": repr(encoder), "torch": torch.__version__, "threads": torch.get_num_threads(),
                "runs": [], "figures": [], "encode_seconds": {}}
+    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
+                "encoder": results["encoder"], "torch": results["torch"]}
+    runs = RunLog(config.out, settings, suite="prompts", resume=resume)  # refuses other settings before any work
     with tqdm(total=len(config.tasks) * len(config.methods) * len(config.seeds), desc="prompts",
-              disable=not config.progress) as bar:
+              disable=not config.progress) as bar, runs:
         for name, by_seed in tasks.items():
-            tic = time.perf_counter()
-            encoded, index = _encode_task(encoder, by_seed, config)
-            results["encode_seconds"][name] = time.perf_counter() - tic
-            model = SoftPromptModel(encoder, layer=config.layer, n_tokens=config.n_tokens,
-                                    n_labels=by_seed[config.seeds[0]].n_labels)
+            encoded = None
             for method in config.methods:
                 for seed in config.seeds:
                     bar.set_postfix(task=name, method=method, seed=seed, refresh=False)
-                    results["runs"].append(_run_one(config, model, by_seed[seed], encoded, index, method, seed))
+                    run = runs.get((name, method, seed))
+                    if run is None:
+                        if encoded is None:
+                            tic = time.perf_counter()
+                            encoded, index = _encode_task(encoder, by_seed, config)
+                            results["encode_seconds"][name] = time.perf_counter() - tic
+                            model = SoftPromptModel(encoder, layer=config.layer, n_tokens=config.n_tokens,
+                                                    n_labels=by_seed[config.seeds[0]].n_labels)
+                        run = runs.add((name, method, seed),
+                                       _run_one(config, model, by_seed[seed], encoded, index, method, seed))
+                    results["runs"].append(run)
                     bar.update(1)
-    return write_results(results, config.out, _figures, table_markdown)
+    results = write_results(results, config.out, _figures, table_markdown)
+    runs.remove()
+    return results
 
 
 def table_markdown(results: dict) -> str:

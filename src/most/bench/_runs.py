@@ -1,0 +1,104 @@
+"""The file of a suite's finished runs, so that an interrupted ``most bench`` call can resume.
+
+Every finished run is appended as one JSON line, ``{"key": [...], "run": {...}}``, to
+``OUT/runs.jsonl``, under a first line with the call's settings. A call with ``resume`` reuses
+the runs recorded by an earlier call with the same settings and makes only the missing ones;
+the file is removed once ``results.json`` is written.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+#: the file of finished runs in a suite's output folder (removed once results.json is written)
+RUNS_FILE = "runs.jsonl"
+
+
+def _key(key) -> str:
+    return json.dumps(list(key))
+
+
+class RunLog:
+    """The finished runs of one ``most bench SUITE`` call, kept in ``out / RUNS_FILE``.
+
+    Args:
+        out: the suite's output folder.
+        settings: what the runs depend on (JSON-able); a resumed call must give the same.
+        suite: the command's name, for messages.
+        resume: reuse the runs recorded by an earlier call; otherwise the file starts again.
+
+    Raises ``ValueError``, before any work, when resuming from a file that was written with other
+    settings or is not a runs file. Keys are sequences of JSON values; a suite builds them the
+    same way on every call (``float(lr)``, not ``1`` in one call and ``1.0`` in the next)."""
+
+    def __init__(self, out, settings: dict, *, suite: str, resume: bool = False):
+        self.path = Path(out) / RUNS_FILE
+        self.settings = json.loads(json.dumps(settings))
+        self.suite = suite
+        self.done: dict[str, dict] = self._read() if resume else {}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not (resume and self.path.is_file()):
+            self.path.write_text(json.dumps({"settings": self.settings}) + "\n")
+        self._handle = None
+
+    def _read(self) -> dict:
+        """The runs in the file; a last line cut short by an interruption is dropped from the file,
+        so that the runs appended next start on a line of their own."""
+        if not self.path.is_file():
+            return {}
+        text = self.path.read_text()
+        lines = text.splitlines()
+        try:
+            header = json.loads(lines[0])["settings"]
+        except (IndexError, json.JSONDecodeError, KeyError, TypeError):
+            raise ValueError(f"{self.path} is not a runs file written by `most bench {self.suite}`; remove it, or "
+                             "choose another --out.") from None
+        if header != self.settings:
+            differ = sorted(k for k in header.keys() | self.settings.keys() if header.get(k) != self.settings.get(k))
+            raise ValueError(f"{self.path} holds runs made with other settings ({', '.join(differ)} differ); resume "
+                             "with those settings, choose another --out, or leave out --resume to start again.")
+        done, kept = {}, lines[:1]
+        for line in lines[1:]:
+            try:
+                record = json.loads(line)
+                done[_key(record["key"])] = record["run"]
+            except (json.JSONDecodeError, KeyError, TypeError):  # the line being written when the call was stopped
+                break
+            kept.append(line)
+        if len(kept) < len(lines) or not text.endswith("\n"):
+            self.path.write_text("\n".join(kept) + "\n")
+        return done
+
+    def __enter__(self) -> "RunLog":
+        self._handle = self.path.open("a")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._handle.close()
+        self._handle = None
+
+    def get(self, key) -> dict | None:
+        """The run recorded under ``key``, or None."""
+        return self.done.get(_key(key))
+
+    def add(self, key, run: dict) -> dict:
+        """Records a finished run (flushed at once) and returns it."""
+        line = json.dumps({"key": list(key), "run": run})
+        if self._handle is None:
+            with self.path.open("a") as handle:
+                handle.write(line + "\n")
+        else:
+            self._handle.write(line + "\n")
+            self._handle.flush()
+        self.done[_key(key)] = run
+        return run
+
+    def run(self, key, make) -> dict:
+        """The run recorded under ``key``, else ``make()``'s, recorded."""
+        found = self.get(key)
+        return found if found is not None else self.add(key, make())
+
+    def remove(self) -> None:
+        """Removes the file (once the results are written)."""
+        self.path.unlink(missing_ok=True)
