@@ -19,6 +19,7 @@ from most.methods import (
     ModelsSelectObjectives,
     ObjectivesSelectModels,
     RandomAssignment,
+    Shares,
     TransportAssignment,
     Uniform,
     WeightedSum,
@@ -75,6 +76,16 @@ def test_orphan_model_falls_back_to_its_shares():
     plan = torch.tensor([[0.3, 0.2], [0.3, 0.2]], dtype=torch.float64)  # model 1 owns nothing
     w = MajorityShare()(plan)
     torch.testing.assert_close(w[1], torch.tensor([0.4, 0.4], dtype=torch.float64))
+
+
+def test_shares_keep_every_share_and_agree_with_majority_share_on_one_model_rows():
+    plan = torch.tensor([[0.25, 0.0], [0.15, 0.10], [0.0, 0.25], [0.0, 0.0]], dtype=torch.float64)
+    w = Shares()(plan)
+    torch.testing.assert_close(w, torch.tensor([[1.0, 0.6, 0.0, 0.0], [0.0, 0.4, 1.0, 0.0]], dtype=torch.float64))
+    torch.testing.assert_close(w.sum(0), torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64))  # row 3: no mass
+    hard = torch.zeros(6, 3, dtype=torch.float64)
+    hard[torch.arange(6), torch.tensor([0, 2, 1, 0, 2, 1])] = 1.0 / 6
+    assert torch.equal(Shares()(hard), MajorityShare()(hard))
 
 
 # ------------------------------------------------------------------ marginals

@@ -70,6 +70,7 @@ __all__ = [
     "Curriculum",
     "Weighting",
     "MajorityShare",
+    "Shares",
     "GammaWeights",
     "Combiner",
     "MinNorm",
@@ -277,9 +278,22 @@ class MajorityShare(Weighting):
         top_weight = weights.amax(1)
         if not bool(top_weight.min() > 0):  # models that own nothing fall back to everything they hold
             owned, held = top_weight > 0, mass > 0  # a held row's owner has a positive share of it
-            share = plan / mass.clamp_min(torch.finfo(plan.dtype).tiny)[:, None]
-            weights[~owned] = torch.where(held[None, :], share.T[~owned], 0.0)
+            weights[~owned] = torch.where(held[None, :], Shares()(plan)[~owned], 0.0)
         return weights
+
+
+@dataclass(frozen=True)
+class Shares(Weighting):
+    """Objective i counts for every model j by its share Gamma_ij / alpha_i: ``W[j, i] = s_ij``.
+
+    :class:`MajorityShare` keeps each objective's largest share only; with a plan whose rows
+    each sit on one model (the exact transport's, mostly) the two agree. Federated
+    ``MosT(shares=k)`` caps every share at 1/k and weights each (client, model) pair by this.
+    A row without mass gives nothing."""
+
+    def __call__(self, plan):
+        mass = plan.sum(1, keepdim=True)
+        return (plan / mass.clamp_min(torch.finfo(plan.dtype).tiny)).T.contiguous()
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from torch import Tensor
 from .. import transport
 from .._random import derive_seed, dirichlet
 from .._validation import check_non_negative, check_positive, check_positive_int
-from ..methods import MajorityShare, Marginals, TransportAssignment, Uniform, Weighting
+from ..methods import MajorityShare, Marginals, Shares, TransportAssignment, Uniform, Weighting
 from ..mgda import min_norm
 
 __all__ = ["MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus", "IFCA", "SetScalarization",
@@ -418,8 +418,7 @@ class MosT(_FederatedMethod):
         """``shares > 1``: the transport with each share capped at ``1/shares``; W = the shares."""
         a, b = self.marginals(losses, round, total)
         gamma = transport.solve_capped(losses, a, b, max_share=1.0 / self.shares).plan
-        share = gamma / gamma.sum(1, keepdim=True).clamp_min(torch.finfo(gamma.dtype).tiny)
-        return gamma, share.T.contiguous()
+        return gamma, Shares()(gamma)
 
     def aggregate(self, params, deltas, pair_model, pair_client, pair_weight, *, counts, round):
         if round < self.warmup_rounds:
