@@ -157,6 +157,57 @@ def test_min_norm_combiner_matches_min_norm_direction():
         assert (lam[j][weights[j] == 0] == 0).all()
 
 
+def test_min_norm_on_coordinates_solves_their_qp_and_combines_the_full_gradients():
+    g = torch.Generator().manual_seed(2)
+    jac = torch.randn(3, 6, 8, generator=g, dtype=torch.float64)
+    weights = torch.rand(3, 6, generator=g, dtype=torch.float64) * (torch.rand(3, 6, generator=g) > 0.3)
+    direction, lam = MinNorm(coordinates=(5, 8))(jac, weights)
+    for j in range(3):
+        rows = weights[j, :, None] * jac[j, :, 5:]
+        G = rows @ rows.T
+        on = weights[j] > 0
+        assert (lam[j][~on] == 0).all() and float(lam[j].sum()) == pytest.approx(1.0)
+        # KKT of min lam' G lam on the simplex over the objectives the model serves
+        Gl, f = G @ lam[j], float(lam[j] @ G @ lam[j])
+        assert (Gl[on] >= f - 1e-9 * G.diagonal().max()).all()
+        assert ((Gl[lam[j] > 1e-8] - f).abs() <= 1e-9 * G.diagonal().max()).all()
+        # ... and the weights combine the full rows (every coordinate), not only those three
+        torch.testing.assert_close(direction[j], ((lam[j] * weights[j])[:, None] * jac[j]).sum(0))
+    assert direction[:, :5].abs().sum() > 0
+    full = MinNorm()(jac, weights)
+    for a, b in zip(MinNorm(coordinates=(0, 8))(jac, weights), full):  # all coordinates: the plain solve
+        torch.testing.assert_close(a, b)
+    for bad in ((3, 3), (-1, 2), (0.0, 2), (2,), "last"):
+        with pytest.raises(ValueError, match="start, stop"):
+            MinNorm(coordinates=bad)
+    with pytest.raises(ValueError, match="outside the 8 parameters"):
+        MinNorm(coordinates=(4, 9))(jac, weights)
+
+
+def test_problem_coordinates_name_a_parameter_of_the_module():
+    net = lambda: nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))  # noqa: E731
+    problem = most.Problem.from_module(net, [lambda f: f(torch.ones(1, 3)).sum()])
+    assert problem.coordinates("0.weight") == (0, 12) and problem.coordinates("2.weight") == (16, 24)
+    assert problem.coordinates("last") == problem.coordinates("2.bias") == (24, 26) == (problem.dim - 2, problem.dim)
+    theta = problem.initial_params(1, torch.Generator().manual_seed(0))[0]
+    start, stop = problem.coordinates("2.bias")
+    torch.testing.assert_close(theta[start:stop], problem.unflatten(theta)["2.bias"])
+    with pytest.raises(ValueError, match=r"no parameter 'fc.bias'.*'0.weight'"):
+        problem.coordinates("fc.bias")
+    with pytest.raises(ValueError, match="from_module"):
+        _quadratic()[1].coordinates("last")
+
+
+def test_most_with_the_min_norm_on_one_layer_still_recovers_the_true_models():
+    w, xs, ys = _regression_tasks()
+    objectives = [lambda f, x=x, y=y: ((f(x).squeeze(-1) - y) ** 2).mean() for x, y in zip(xs, ys)]
+    problem = most.Problem.from_module(lambda: nn.Linear(3, 1), objectives)
+    combiner = MinNorm(coordinates=problem.coordinates("weight"))
+    result = most.MosT(n_models=2, rounds=150, lr=0.05, combiner=combiner).fit(problem)
+    trained = torch.stack([m.weight.detach().reshape(-1) for m in problem.to_modules(result.params)])
+    assert torch.cdist(w, trained).min(1).values.max() < 0.05
+
+
 def test_transport_assignment_warm_start_only_when_feasible():
     losses = torch.rand(6, 2, dtype=torch.float64)
     ta = TransportAssignment(method="ipot", warm_start=True)

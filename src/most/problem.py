@@ -435,6 +435,32 @@ class Problem:
             raise ValueError(f"params must have shape [m, {self.dim}]; got {tuple(params.shape)}.")
         return params
 
+    def coordinates(self, name: str) -> tuple[int, int]:
+        """For :meth:`from_module` problems: the range ``(start, stop)`` of the flat parameter
+        vector that holds parameter ``name`` of the module; ``"last"`` is its last parameter
+        (e.g. the final layer's bias). For :class:`~most.methods.MinNorm`'s ``coordinates``.
+
+        Example:
+            >>> import torch, most
+            >>> from torch import nn
+            >>> net = lambda: nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))
+            >>> problem = most.Problem.from_module(net, [lambda f: f(torch.ones(1, 3)).sum()])
+            >>> problem.coordinates("last"), problem.coordinates("0.bias")
+            ((24, 26), (12, 16))
+            >>> combiner = most.MinNorm(coordinates=problem.coordinates("last"))  # the paper's speed-up
+        """
+        if self.template is None:
+            raise ValueError("coordinates() needs a problem built with Problem.from_module().")
+        layout, start = {}, 0
+        for key, p in self.template.named_parameters():
+            layout[key] = (start, start + p.numel())
+            start += p.numel()
+        if name == "last":
+            name = list(layout)[-1]
+        if name not in layout:
+            raise ValueError(f"The module has no parameter {name!r}; its parameters are {list(layout)} (or 'last').")
+        return layout[name]
+
     def to_modules(self, params: Tensor) -> list[nn.Module]:
         """For :meth:`from_module` problems: one ``nn.Module`` per row of ``params``."""
         if self.template is None or self.unflatten is None:
