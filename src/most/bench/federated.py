@@ -259,12 +259,12 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict
                 for eta in config.server_lrs:
                     for extra in METHODS[name][1]:
                         bar.set_postfix(method=name, seed=seed, refresh=False)
-                        run = runs.get(_run_key(seed, name, eta, extra))
+                        key = _run_key(seed, name, eta, extra)
+                        run = runs.get(key)
                         if run is None:
                             if data is None:
                                 data, model = loaded.pop(seed, None) or _data(config, seed)
-                            run = runs.add(_run_key(seed, name, eta, extra),
-                                           _run_one(config, data, model, name, seed, eta, extra))
+                            run = runs.add(key, _run_one(config, data, model, name, seed, eta, extra))
                         candidates.append(run)
                         bar.update(1)
                 best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
