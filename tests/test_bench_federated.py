@@ -1,5 +1,6 @@
 """`most bench federated` end to end (tiny budget): files, selection on validation, table."""
 
+import dataclasses
 import json
 import re
 
@@ -446,3 +447,34 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
     assert res.exit_code != 0 and "isnotarunsfile" in _flat(res.output)
     res = runner.invoke(app, args(tmp_path / "cut"))
     assert res.exit_code == 0 and len(made) == 2 * (2 + 2 * 4)
+
+
+def test_runs_in_worker_processes_give_the_results_of_one_process(tmp_path):
+    def args(out, *extra):
+        return ["bench", "federated", "--rounds", "4", "--seed", "0", "--seed", "1", "--server-lr", "1",
+                "--server-lr", "3", "--method", "MosT", "--method", "FedProx", "--out", str(out), "--quiet", *extra]
+
+    res = runner.invoke(app, args(tmp_path / "one"))
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, args(tmp_path / "two", "--jobs", "2"))
+    assert res.exit_code == 0, res.output
+    one, two = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("one", "two"))
+    for name in ("MosT", "FedProx"):
+        assert [r["seed"] for r in two["methods"][name]["runs"]] == [0, 1]
+        for a, b in zip(one["methods"][name]["runs"], two["methods"][name]["runs"]):
+            assert {k: v for k, v in a.items() if k not in ("seconds", "timing")} == {
+                k: v for k, v in b.items() if k not in ("seconds", "timing")}
+    assert two["paired_vs_most"] == one["paired_vs_most"]
+
+
+def test_jobs_are_checked_and_methods_added_at_run_time_stay_in_one_process(tmp_path, monkeypatch):
+    from most.bench import federated as fb
+
+    config = fb.FederatedBenchConfig(methods=("FedAvg",), seeds=(0,), out=tmp_path, progress=False)
+    with pytest.raises(ValueError, match="jobs"):
+        fb.run_benchmark(config, jobs=0)
+    monkeypatch.setitem(fb.METHODS, "FedAvg (late)", fb.METHODS["FedAvg"])
+    late = dataclasses.replace(config, methods=("FedAvg (late)",))
+    with pytest.raises(ValueError, match=r"added to METHODS at run time.*jobs=1"):
+        fb.run_benchmark(late, jobs=2)
+    assert not (tmp_path / fb.RUNS_FILE).exists()  # refused before any work

@@ -466,6 +466,8 @@ def bench_federated(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
+    jobs: int = typer.Option(1, min=1, help="Worker processes making the runs at once (each with --threads torch "
+                             "threads); the results are those of --jobs 1."),
 ) -> None:
     """Federated learning (Table 2): each client picks its best model on validation; mean test
     accuracy, worst-k % clients, oracle, prediction diversity, Γ sparsity and drift, and MosT's
@@ -480,6 +482,8 @@ def bench_federated(
         most bench federated --rho 0 0 --out bench_out/syn00
 
         most bench federated --rho 0 0 --out bench_out/syn00 --resume    # after an interruption
+
+        most bench federated --rho 0.5 0.5 --jobs 2 --out bench_out/syn0505    # two runs at a time
 
         most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 --seed 0
 
@@ -498,7 +502,7 @@ def bench_federated(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
         server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
-        out=out, progress=not quiet), resume=resume)
+        out=out, progress=not quiet), resume=resume, jobs=jobs)
 
 
 if __name__ == "__main__":  # pragma: no cover

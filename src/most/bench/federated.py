@@ -34,6 +34,7 @@ import numpy as np
 import torch
 
 from .. import baselines as _b
+from .._validation import check_positive_int
 from . import check_choices, write_results
 from ._runs import RUNS_FILE, RunLog
 from ..federated import evaluation as ev
@@ -234,46 +235,106 @@ def _run_key(seed, method: str, eta, extra) -> tuple:
     return int(seed), method, float(eta), None if extra is None else float(extra)
 
 
-def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False) -> dict:
+def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, jobs: int = 1) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and figures to ``config.out``.
 
     Each finished candidate run is appended to ``config.out / RUNS_FILE``; with ``resume`` the
     runs recorded there by an earlier, interrupted call with the same settings are reused (the
-    methods, seeds and server steps may differ: only the missing runs are made)."""
+    methods, seeds and server steps may differ: only the missing runs are made).
+
+    ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
+    as this one); every run draws from its own seed, so the results are those of ``jobs=1``
+    (only the seconds differ). Methods added to :data:`METHODS` at run time (by a script) are
+    not known to the workers and need ``jobs=1``."""
     from tqdm.auto import tqdm
 
+    check_positive_int(jobs, name="jobs")
+    if jobs > 1 and (late := [m for m in config.methods if m not in _IMPORTED_METHODS]):
+        raise ValueError(f"Method(s) {late} were added to METHODS at run time, which worker processes do not see; "
+                         "run them with jobs=1.")
     loaded = {config.seeds[0]: _data(config, config.seeds[0])}  # fail before any work if the data is missing
-    n_cand = sum(len(config.server_lrs) * len(METHODS[m][1]) for m in config.methods)
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "label": config.label, "torch": torch.__version__,
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
                 "torch": results["torch"], "device_name": results["device_name"]}
     runs = RunLog(config.out, settings, suite="federated", resume=resume)  # refuses other settings before any work
-    with tqdm(total=n_cand * len(config.seeds), desc=f"federated {config.label}", disable=not config.progress) as bar, \
-            runs:
-        for seed in config.seeds:
-            data = model = None
-            for name in config.methods:
-                candidates = []
-                for eta in config.server_lrs:
-                    for extra in METHODS[name][1]:
-                        bar.set_postfix(method=name, seed=seed, refresh=False)
-                        key = _run_key(seed, name, eta, extra)
-                        run = runs.get(key)
-                        if run is None:
-                            if data is None:
-                                data, model = loaded.pop(seed, None) or _data(config, seed)
-                            run = runs.add(key, _run_one(config, data, model, name, seed, eta, extra))
-                        candidates.append(run)
-                        bar.update(1)
-                best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
-                best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
-                results["methods"][name]["runs"].append(best)
+    tasks = [(seed, name, eta, extra) for seed in config.seeds for name in config.methods
+             for eta in config.server_lrs for extra in METHODS[name][1]]
+    missing = [t for t in tasks if runs.get(_run_key(*t)) is None]
+    with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"federated {config.label}",
+              disable=not config.progress) as bar, runs:
+        for task, run in _make_runs(config, missing, jobs, loaded):
+            runs.add(_run_key(*task), run)
+            bar.set_postfix(method=task[1], seed=task[0], refresh=False)
+            bar.update(1)
+    for seed in config.seeds:
+        for name in config.methods:
+            candidates = [runs.get(_run_key(seed, name, eta, extra))
+                          for eta in config.server_lrs for extra in METHODS[name][1]]
+            best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
+            best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
+            results["methods"][name]["runs"].append(best)
     _summarise(results)
     results = write_results(results, config.out, _figures, table_markdown)
     runs.remove()
     return results
+
+
+def _make_runs(config: FederatedBenchConfig, tasks: list, jobs: int, loaded: dict):
+    """Yields ``(task, run)`` for every ``task = (seed, method, eta, extra)``: in this process
+    (``jobs=1``, in order, each seed's data loaded once), or in ``jobs`` worker processes (in
+    the order they finish)."""
+    if jobs == 1:
+        current = (None, None)
+        for task in tasks:
+            seed, name, eta, extra = task
+            if current[0] != seed:
+                current = (seed, loaded.pop(seed, None) or _data(config, seed))
+            data, model = current[1]
+            yield task, _run_one(config, data, model, name, seed, eta, extra)
+        return
+    import multiprocessing
+
+    # spawn, not fork: a forked child of a process that has run torch's thread pool can hang
+    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_worker_init,
+                                                     initargs=(torch.get_num_threads(),))
+    try:
+        for task, run in pool.imap_unordered(_worker_run, [(config, task) for task in tasks]):
+            yield task, run
+    except BaseException:
+        pool.terminate()  # a stopped call or a failed run: stop the workers' runs too
+        raise
+    finally:
+        pool.close()
+        pool.join()
+
+
+#: the methods every worker process knows (those defined when this module is imported)
+_IMPORTED_METHODS = frozenset(METHODS)
+#: a worker's data of its last seed, ``(seed, (data, model))``
+_worker_data: list = [None, None]
+
+
+def _worker_init(threads: int) -> None:
+    import signal
+    import threading
+
+    from tqdm.auto import tqdm
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which stops the workers
+    # tqdm's default lock is a multiprocessing semaphore, which a worker stopped by the main process
+    # would leave to the resource tracker (a warning); the workers' bars are off anyway
+    tqdm.set_lock(threading.RLock())
+    torch.set_num_threads(threads)
+
+
+def _worker_run(job):
+    config, (seed, name, eta, extra) = job
+    if _worker_data[0] != seed:
+        _worker_data[:] = [seed, _data(config, seed)]
+    data, model = _worker_data[1]
+    return (seed, name, eta, extra), _run_one(config, data, model, name, seed, eta, extra)
 
 
 _RADAR = ("MosT", "MosT (paper)", "IFCA", "FedAvg", "MGDA", "Linearization")
