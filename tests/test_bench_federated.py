@@ -437,7 +437,7 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
                 k: v for k, v in b.items() if k not in ("seconds", "timing")}
     assert cut["paired_vs_most"] == whole["paired_vs_most"]
 
-    # other settings in the runs file are refused before any work; without --resume it starts again
+    # other settings in the runs file are refused before any work; so is a file with runs without --resume
     runs.write_text(json.dumps({"settings": {"dataset": "synthetic", "rho": [1.0, 1.0]}}) + "\n")
     made.clear()
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
@@ -445,7 +445,10 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
     runs.write_text("not json\n")
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
     assert res.exit_code != 0 and "isnotarunsfile" in _flat(res.output)
-    res = runner.invoke(app, args(tmp_path / "cut"))
+    runs.write_text(json.dumps({"settings": {}}) + "\n" + '{"key": [0], "run": {}}\n')
+    res = runner.invoke(app, args(tmp_path / "cut"))  # without --resume a file with runs is refused ...
+    assert res.exit_code != 0 and "holds1finishedrun(s)" in _flat(res.output) and made == []
+    res = runner.invoke(app, args(tmp_path / "cut", "--restart"))  # ... and --restart starts again
     assert res.exit_code == 0 and len(made) == 2 * (2 + 2 * 4)
 
 

@@ -68,8 +68,13 @@ def test_the_runs_file_keeps_runs_drops_a_cut_line_and_refuses_other_settings(tm
 
     with pytest.raises(ValueError, match=r"other settings \(lr, rounds differ\).*leave out --resume"):
         RunLog(tmp_path, {"rounds": 4, "lr": 0.1}, suite="mtl", resume=True)
-    RunLog(tmp_path, {"rounds": 4}, suite="mtl")  # without resume the file starts again
+    with pytest.raises(ValueError, match=r"holds 3 finished run\(s\).*--resume.*--restart"):
+        RunLog(tmp_path, {"rounds": 4}, suite="mtl")  # a forgotten --resume does not drop the runs
+    with pytest.raises(ValueError, match="exclude each other"):
+        RunLog(tmp_path, {"rounds": 4}, suite="mtl", resume=True, restart=True)
+    RunLog(tmp_path, {"rounds": 4}, suite="mtl", restart=True)  # starts the file again
     assert RunLog(tmp_path, {"rounds": 4}, suite="mtl", resume=True).done == {}
+    RunLog(tmp_path, {"rounds": 5}, suite="mtl")  # a file without runs needs neither
     (tmp_path / RUNS_FILE).write_text("rounds = 3\n")
     with pytest.raises(ValueError, match="not a runs file written by `most bench mtl`"):
         RunLog(tmp_path, {"rounds": 3}, suite="mtl", resume=True)

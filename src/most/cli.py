@@ -334,6 +334,8 @@ def bench_few_objective(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
+    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
+                                 "OUT/runs.jsonl."),
 ) -> None:
     """Few objectives (n = 2 < m = 5): hypervolume of the final 5 solutions on ZDT1-3 and on
     fairness-accuracy trade-offs (synthetic, German credit), MosT-E against the baselines.
@@ -354,7 +356,7 @@ def bench_few_objective(
     _run_suite(suite, list_methods, threads, out, lambda: suite.FewObjectiveConfig(
         out=out, problems=tuple(problems), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds),
         n_models=n_models, zdt_rounds=zdt_rounds, fairness_rounds=fairness_rounds, german_path=german_path,
-        progress=not quiet), resume=resume)
+        progress=not quiet), resume=resume, restart=restart)
 
 
 @bench_app.command("mtl")
@@ -374,6 +376,8 @@ def bench_mtl(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
+    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
+                                 "OUT/runs.jsonl."),
 ) -> None:
     """Multi-task learning on Office-Caltech10 (objectives = the 4 domains, m = 4 models): MosT
     against MGDA, linearization and EPO; each domain uses its best model on validation.
@@ -393,7 +397,7 @@ def bench_mtl(
     _run_suite(suite, list_methods, threads, out, lambda: suite.MTLConfig(
         features=features, methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
         rounds=rounds, lr=lr, batch_size=batch_size, image_size=image_size, channels=channels, data_path=data_path,
-        out=out, progress=not quiet), resume=resume)
+        out=out, progress=not quiet), resume=resume, restart=restart)
 
 
 @bench_app.command("prompts")
@@ -415,6 +419,8 @@ def bench_prompts(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
+    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
+                                 "OUT/runs.jsonl."),
 ) -> None:
     """Mixture of soft prompts (Table 4): m soft prompts on a frozen MiniLM encoder, every training
     instance an objective; MosT against MGDA and linearization; a dispatcher trained on validation
@@ -435,7 +441,7 @@ def bench_prompts(
     _run_suite(suite, list_methods, threads, out, lambda: suite.PromptsConfig(
         tasks=tuple(tasks), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
         n_train=n_train, n_tokens=n_tokens, layer=layer, max_length=max_length, rounds=rounds, lr=lr,
-        data_path=data_path, encoder_path=encoder_path, out=out, progress=not quiet), resume=resume)
+        data_path=data_path, encoder_path=encoder_path, out=out, progress=not quiet), resume=resume, restart=restart)
 
 
 @bench_app.command("federated")
@@ -466,6 +472,8 @@ def bench_federated(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
+    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
+                                 "OUT/runs.jsonl."),
     jobs: int = typer.Option(1, min=1, help="Worker processes making the runs at once (each with --threads torch "
                              "threads); the results are those of --jobs 1."),
 ) -> None:
@@ -502,7 +510,7 @@ def bench_federated(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
         server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
-        out=out, progress=not quiet), resume=resume, jobs=jobs)
+        out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -26,16 +26,26 @@ class RunLog:
         out: the suite's output folder.
         settings: what the runs depend on (JSON-able); a resumed call must give the same.
         suite: the command's name, for messages.
-        resume: reuse the runs recorded by an earlier call; otherwise the file starts again.
+        resume: reuse the runs recorded by an earlier call.
+        restart: start the file again even if it holds runs of an earlier call.
 
     Raises ``ValueError``, before any work, when resuming from a file that was written with other
-    settings or is not a runs file. Keys are sequences of JSON values; a suite builds them the
-    same way on every call (``float(lr)``, not ``1`` in one call and ``1.0`` in the next)."""
+    settings or is not a runs file, and when the file holds runs but neither ``resume`` nor
+    ``restart`` is given (so that a forgotten ``--resume`` does not throw hours of runs away).
+    Keys are sequences of JSON values; a suite builds them the same way on every call
+    (``float(lr)``, not ``1`` in one call and ``1.0`` in the next)."""
 
-    def __init__(self, out, settings: dict, *, suite: str, resume: bool = False):
+    def __init__(self, out, settings: dict, *, suite: str, resume: bool = False, restart: bool = False):
         self.path = Path(out) / RUNS_FILE
         self.settings = json.loads(json.dumps(settings))
         self.suite = suite
+        if resume and restart:
+            raise ValueError("--resume and --restart exclude each other; choose one.")
+        if not (resume or restart) and self.path.is_file():
+            held = len(self.path.read_text().splitlines()) - 1
+            if held > 0:
+                raise ValueError(f"{self.path} holds {held} finished run(s) of a call that was stopped: continue "
+                                 "them with --resume, or start over with --restart.")
         self.done: dict[str, dict] = self._read() if resume else {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not (resume and self.path.is_file()):

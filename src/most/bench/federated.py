@@ -235,12 +235,13 @@ def _run_key(seed, method: str, eta, extra) -> tuple:
     return int(seed), method, float(eta), None if extra is None else float(extra)
 
 
-def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, jobs: int = 1) -> dict:
+def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and figures to ``config.out``.
 
     Each finished candidate run is appended to ``config.out / RUNS_FILE``; with ``resume`` the
     runs recorded there by an earlier, interrupted call with the same settings are reused (the
-    methods, seeds and server steps may differ: only the missing runs are made).
+    methods, seeds and server steps may differ: only the missing runs are made); ``restart`` starts
+    such a file again, and without either a file holding runs is refused.
 
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
     as this one); every run draws from its own seed, so the results are those of ``jobs=1``
@@ -258,7 +259,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, jobs: i
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
                 "torch": results["torch"], "device_name": results["device_name"]}
-    runs = RunLog(config.out, settings, suite="federated", resume=resume)  # refuses other settings before any work
+    runs = RunLog(config.out, settings, suite="federated", resume=resume, restart=restart)  # checked before any work
     tasks = [(seed, name, eta, extra) for seed in config.seeds for name in config.methods
              for eta in config.server_lrs for extra in METHODS[name][1]]
     missing = [t for t in tasks if runs.get(_run_key(*t)) is None]

@@ -307,13 +307,14 @@ def _figures(results: dict, out: Path) -> list[str]:
 _RESUME_FREE = ("problems", "methods", "seeds", "out", "progress")
 
 
-def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False) -> dict:
+def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: bool = False) -> dict:
     """Runs the benchmark, writes ``results.json``, ``table.md`` and the figures to ``config.out``.
 
     Each finished run (on the fairness problems: each candidate of the search) is appended to
     ``config.out / RUNS_FILE``; with ``resume`` the runs recorded there by an earlier, interrupted
     call with the same settings are reused (the problems, methods and seeds may differ: only the
-    missing runs are made)."""
+    missing runs are made); ``restart`` starts such a file again, and without either a file
+    holding runs is refused."""
     from tqdm.auto import tqdm
 
     if "german" in config.problems:
@@ -324,7 +325,7 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False) -> dict:
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "torch": torch.__version__, "problems": {}}
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
-    runs = RunLog(config.out, settings, suite="few-objective", resume=resume)  # refuses other settings before any work
+    runs = RunLog(config.out, settings, suite="few-objective", resume=resume, restart=restart)  # checked before any work
     with tqdm(total=n_zdt + n_fair, desc="few-objective", disable=not config.progress) as bar, runs:
         for name in config.problems:
             bar.set_postfix(problem=name)

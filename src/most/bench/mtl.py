@@ -175,12 +175,13 @@ def _run_one(config: MTLConfig, data, name: str, seed: int) -> dict:
 _RESUME_FREE = ("methods", "seeds", "out", "progress")
 
 
-def run_benchmark(config: MTLConfig, *, resume: bool = False) -> dict:
+def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = False) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
 
     Each finished run is appended to ``config.out / RUNS_FILE``; with ``resume`` the runs recorded
     there by an earlier, interrupted call with the same settings are reused (the methods and seeds
-    may differ: only the missing runs are made)."""
+    may differ: only the missing runs are made); ``restart`` starts such a file again, and
+    without either a file holding runs is refused."""
     from tqdm.auto import tqdm
 
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
@@ -191,7 +192,7 @@ def run_benchmark(config: MTLConfig, *, resume: bool = False) -> dict:
                                             image_size=config.image_size)
     results["domains"] = list(datas[config.seeds[0]].domains)
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
-    runs = RunLog(config.out, settings, suite="mtl", resume=resume)  # refuses other settings before any work
+    runs = RunLog(config.out, settings, suite="mtl", resume=resume, restart=restart)  # checked before any work
     with tqdm(total=len(config.methods) * len(config.seeds), desc=f"mtl {config.features}",
               disable=not config.progress) as bar, runs:
         for name in config.methods:

@@ -168,12 +168,13 @@ def _run_one(config: PromptsConfig, model, task, encoded, index, name: str, seed
 _RESUME_FREE = ("tasks", "methods", "seeds", "out", "progress")
 
 
-def run_benchmark(config: PromptsConfig, *, resume: bool = False) -> dict:
+def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool = False) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
 
     Each finished run is appended to ``config.out / RUNS_FILE``; with ``resume`` the runs recorded
     there by an earlier, interrupted call with the same settings are reused (the tasks, methods and
-    seeds may differ: only the missing runs are made, and a task is encoded only if it has some)."""
+    seeds may differ: only the missing runs are made, and a task is encoded only if it has some);
+    ``restart`` starts such a file again, and without either a file holding runs is refused."""
     from tqdm.auto import tqdm
 
     from ..problems import load_superglue
@@ -188,7 +189,7 @@ def run_benchmark(config: PromptsConfig, *, resume: bool = False) -> dict:
                "runs": [], "figures": [], "encode_seconds": {}}
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
                 "encoder": results["encoder"], "torch": results["torch"]}
-    runs = RunLog(config.out, settings, suite="prompts", resume=resume)  # refuses other settings before any work
+    runs = RunLog(config.out, settings, suite="prompts", resume=resume, restart=restart)  # checked before any work
     with tqdm(total=len(config.tasks) * len(config.methods) * len(config.seeds), desc="prompts",
               disable=not config.progress) as bar, runs:
         for name, by_seed in tasks.items():
