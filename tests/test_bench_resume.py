@@ -142,3 +142,10 @@ def test_an_interrupted_mtl_call_resumes_to_the_same_results(tmp_path, stop_afte
     state = stop_after(None)
     more = mtl.run_benchmark(config(tmp_path / "more"), resume=True)
     assert state["made"] == 3 and _without_seconds(more["runs"]) == _without_seconds(whole["runs"])
+    # the missing runs in two worker processes: the same results
+    stop_after(1)
+    with pytest.raises(KeyboardInterrupt):
+        mtl.run_benchmark(config(tmp_path / "jobs", seeds=(0,)))
+    state = stop_after(None)
+    two = mtl.run_benchmark(config(tmp_path / "jobs"), resume=True, jobs=2)
+    assert state["made"] == 3 and _without_seconds(two["runs"]) == _without_seconds(whole["runs"])

@@ -315,6 +315,8 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
 
 
+_JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch threads); the results are "
+              "those of --jobs 1.")
 _RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs.jsonl; only the "
                 "missing ones are made.")
 
@@ -378,6 +380,7 @@ def bench_mtl(
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
     restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
                                  "OUT/runs.jsonl."),
+    jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
 ) -> None:
     """Multi-task learning on Office-Caltech10 (objectives = the 4 domains, m = 4 models): MosT
     against MGDA, linearization and EPO; each domain uses its best model on validation.
@@ -397,7 +400,7 @@ def bench_mtl(
     _run_suite(suite, list_methods, threads, out, lambda: suite.MTLConfig(
         features=features, methods=tuple(methods or suite.METHODS), seeds=tuple(seeds), n_models=n_models,
         rounds=rounds, lr=lr, batch_size=batch_size, image_size=image_size, channels=channels, data_path=data_path,
-        out=out, progress=not quiet), resume=resume, restart=restart)
+        out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs)
 
 
 @bench_app.command("prompts")
@@ -474,8 +477,7 @@ def bench_federated(
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
     restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
                                  "OUT/runs.jsonl."),
-    jobs: int = typer.Option(1, min=1, help="Worker processes making the runs at once (each with --threads torch "
-                             "threads); the results are those of --jobs 1."),
+    jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
 ) -> None:
     """Federated learning (Table 2): each client picks its best model on validation; mean test
     accuracy, worst-k % clients, oracle, prediction diversity, Γ sparsity and drift, and MosT's

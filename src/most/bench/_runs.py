@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Callable, Iterator
 
 #: the file of finished runs in a suite's output folder (removed once results.json is written)
 RUNS_FILE = "runs.jsonl"
@@ -112,3 +113,37 @@ class RunLog:
     def remove(self) -> None:
         """Removes the file (once the results are written)."""
         self.path.unlink(missing_ok=True)
+
+
+def in_workers(worker: Callable, jobs: list, processes: int, threads: int) -> Iterator:
+    """Yields ``worker(job)`` for every job, made in ``processes`` spawned worker processes with
+    ``threads`` torch threads each, in the order the jobs finish.
+
+    ``worker`` must be a module-level function and the jobs picklable. Spawn, not fork: a forked
+    child of a process that has run torch's thread pool can hang. A stopped call (Ctrl-C, which
+    the workers ignore) or a failed job stops the workers' jobs too."""
+    import multiprocessing
+
+    pool = multiprocessing.get_context("spawn").Pool(processes, initializer=_worker_init, initargs=(threads,))
+    try:
+        yield from pool.imap_unordered(worker, jobs)
+    except BaseException:
+        pool.terminate()
+        raise
+    finally:
+        pool.close()
+        pool.join()
+
+
+def _worker_init(threads: int) -> None:
+    import signal
+    import threading
+
+    import torch
+    from tqdm.auto import tqdm
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which stops the workers
+    # tqdm's default lock is a multiprocessing semaphore, which a worker stopped by the main process
+    # would leave to the resource tracker (a warning); the workers' bars are off anyway
+    tqdm.set_lock(threading.RLock())
+    torch.set_num_threads(threads)

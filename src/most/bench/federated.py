@@ -36,7 +36,7 @@ import torch
 from .. import baselines as _b
 from .._validation import check_positive_int
 from . import check_choices, write_results
-from ._runs import RUNS_FILE, RunLog
+from ._runs import RUNS_FILE, RunLog, in_workers
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
@@ -295,39 +295,13 @@ def _make_runs(config: FederatedBenchConfig, tasks: list, jobs: int, loaded: dic
             data, model = current[1]
             yield task, _run_one(config, data, model, name, seed, eta, extra)
         return
-    import multiprocessing
-
-    # spawn, not fork: a forked child of a process that has run torch's thread pool can hang
-    pool = multiprocessing.get_context("spawn").Pool(jobs, initializer=_worker_init,
-                                                     initargs=(torch.get_num_threads(),))
-    try:
-        for task, run in pool.imap_unordered(_worker_run, [(config, task) for task in tasks]):
-            yield task, run
-    except BaseException:
-        pool.terminate()  # a stopped call or a failed run: stop the workers' runs too
-        raise
-    finally:
-        pool.close()
-        pool.join()
+    yield from in_workers(_worker_run, [(config, task) for task in tasks], jobs, torch.get_num_threads())
 
 
 #: the methods every worker process knows (those defined when this module is imported)
 _IMPORTED_METHODS = frozenset(METHODS)
 #: a worker's data of its last seed, ``(seed, (data, model))``
 _worker_data: list = [None, None]
-
-
-def _worker_init(threads: int) -> None:
-    import signal
-    import threading
-
-    from tqdm.auto import tqdm
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C stops the main process, which stops the workers
-    # tqdm's default lock is a multiprocessing semaphore, which a worker stopped by the main process
-    # would leave to the resource tracker (a warning); the workers' bars are off anyway
-    tqdm.set_lock(threading.RLock())
-    torch.set_num_threads(threads)
 
 
 def _worker_run(job):

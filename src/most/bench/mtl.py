@@ -39,7 +39,7 @@ from torch import nn
 
 from .._validation import check_positive, check_positive_int
 from . import check_choices, mean_std, write_results
-from ._runs import RUNS_FILE, RunLog
+from ._runs import RUNS_FILE, RunLog, in_workers
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem
@@ -175,15 +175,17 @@ def _run_one(config: MTLConfig, data, name: str, seed: int) -> dict:
 _RESUME_FREE = ("methods", "seeds", "out", "progress")
 
 
-def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = False) -> dict:
+def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
 
     Each finished run is appended to ``config.out / RUNS_FILE``; with ``resume`` the runs recorded
     there by an earlier, interrupted call with the same settings are reused (the methods and seeds
     may differ: only the missing runs are made); ``restart`` starts such a file again, and
-    without either a file holding runs is refused."""
+    without either a file holding runs is refused. ``jobs`` > 1 makes the runs in that many
+    worker processes, with the results of ``jobs=1`` (each run draws from its own seed)."""
     from tqdm.auto import tqdm
 
+    check_positive_int(jobs, name="jobs")
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "torch": torch.__version__, "runs": [], "figures": []}
     datas = {}
@@ -193,15 +195,33 @@ def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = Fa
     results["domains"] = list(datas[config.seeds[0]].domains)
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
     runs = RunLog(config.out, settings, suite="mtl", resume=resume, restart=restart)  # checked before any work
-    with tqdm(total=len(config.methods) * len(config.seeds), desc=f"mtl {config.features}",
+    tasks = [(name, seed) for name in config.methods for seed in config.seeds]
+    missing = [t for t in tasks if runs.get(t) is None]
+    with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"mtl {config.features}",
               disable=not config.progress) as bar, runs:
-        for name in config.methods:
-            for seed in config.seeds:
-                results["runs"].append(runs.run((name, seed), lambda: _run_one(config, datas[seed], name, seed)))
-                bar.update(1)
+        if jobs == 1:
+            made = ((t, _run_one(config, datas[t[1]], *t)) for t in missing)
+        else:
+            made = in_workers(_worker_run, [(config, t) for t in missing], jobs, torch.get_num_threads())
+        for task, run in made:
+            runs.add(task, run)
+            bar.update(1)
+    results["runs"] = [runs.get(t) for t in tasks]
     results = write_results(results, config.out, _figures, table_markdown)
     runs.remove()
     return results
+
+
+#: a worker process's data, by seed
+_worker_data: dict = {}
+
+
+def _worker_run(job):
+    config, (name, seed) = job
+    if seed not in _worker_data:
+        _worker_data[seed] = load_office_caltech10(config.data_path, features=config.features, seed=seed,
+                                                   image_size=config.image_size)
+    return (name, seed), _run_one(config, _worker_data[seed], name, seed)
 
 
 def table_markdown(results: dict) -> str:
