@@ -128,24 +128,21 @@ def test_an_interrupted_mtl_call_resumes_to_the_same_results(tmp_path, stop_afte
         return mtl.MTLConfig(**{**dict(methods=("MosT", "Linearization"), seeds=(0, 1), rounds=10, batch_size=8,
                                        data_path=OFFICE, out=out, progress=False), **kw})
 
-    whole = mtl.run_benchmark(config(tmp_path / "whole"))
-    stop_after(3)
-    with pytest.raises(KeyboardInterrupt):
-        mtl.run_benchmark(config(tmp_path / "cut"))
-    state = stop_after(None)
-    cut = mtl.run_benchmark(config(tmp_path / "cut"), resume=True)
-    assert state["made"] == 1 and _without_seconds(cut["runs"]) == _without_seconds(whole["runs"])
+    def stopped_then_resumed(folder, k, first, jobs=1):
+        """``first`` (a config for ``folder``) stopped after k runs, then the whole table resumed."""
+        stop_after(k)
+        with pytest.raises(KeyboardInterrupt):
+            mtl.run_benchmark(first)
+        state = stop_after(None)
+        runs = mtl.run_benchmark(config(folder), resume=True, jobs=jobs)["runs"]
+        return state["made"], runs
+
+    whole = _without_seconds(mtl.run_benchmark(config(tmp_path / "whole"))["runs"])
+    made, runs = stopped_then_resumed(tmp_path / "cut", 3, config(tmp_path / "cut"))
+    assert made == 1 and _without_seconds(runs) == whole
     # a resumed call may add seeds (or methods): only their runs are made
-    stop_after(1)
-    with pytest.raises(KeyboardInterrupt):
-        mtl.run_benchmark(config(tmp_path / "more", seeds=(0,)))
-    state = stop_after(None)
-    more = mtl.run_benchmark(config(tmp_path / "more"), resume=True)
-    assert state["made"] == 3 and _without_seconds(more["runs"]) == _without_seconds(whole["runs"])
+    made, runs = stopped_then_resumed(tmp_path / "more", 1, config(tmp_path / "more", seeds=(0,)))
+    assert made == 3 and _without_seconds(runs) == whole
     # the missing runs in two worker processes: the same results
-    stop_after(1)
-    with pytest.raises(KeyboardInterrupt):
-        mtl.run_benchmark(config(tmp_path / "jobs", seeds=(0,)))
-    state = stop_after(None)
-    two = mtl.run_benchmark(config(tmp_path / "jobs"), resume=True, jobs=2)
-    assert state["made"] == 3 and _without_seconds(two["runs"]) == _without_seconds(whole["runs"])
+    made, runs = stopped_then_resumed(tmp_path / "jobs", 1, config(tmp_path / "jobs", seeds=(0,)), jobs=2)
+    assert made == 3 and _without_seconds(runs) == whole
