@@ -53,9 +53,9 @@ def stop_after(monkeypatch):
 
 
 def test_the_runs_file_keeps_runs_drops_a_cut_line_and_refuses_other_settings(tmp_path):
-    with RunLog(tmp_path, {"rounds": 3}, suite="mtl") as log:
-        log.add(("MosT", 0), {"accuracy": 0.5})
-        log.add(("fair", "EPO", 1, 0.05, (20, 1.0)), {"accuracy": [0.1, 0.2]})
+    log = RunLog(tmp_path, {"rounds": 3}, suite="mtl")
+    log.add(("MosT", 0), {"accuracy": 0.5})
+    log.add(("fair", "EPO", 1, 0.05, (20, 1.0)), {"accuracy": [0.1, 0.2]})
     assert log.run(("MosT", 0), lambda: pytest.fail("a recorded run is not made again")) == {"accuracy": 0.5}
     with (tmp_path / RUNS_FILE).open("a") as handle:
         handle.write('{"key": ["MGDA", 0], "run": {"accu')  # stopped while writing

@@ -51,7 +51,6 @@ class RunLog:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not (resume and self.path.is_file()):
             self.path.write_text(json.dumps({"settings": self.settings}) + "\n")
-        self._handle = None
 
     def _read(self) -> dict:
         """The runs in the file; a last line cut short by an interruption is dropped from the file,
@@ -81,27 +80,15 @@ class RunLog:
             self.path.write_text("\n".join(kept) + "\n")
         return done
 
-    def __enter__(self) -> "RunLog":
-        self._handle = self.path.open("a")
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._handle.close()
-        self._handle = None
-
     def get(self, key) -> dict | None:
         """The run recorded under ``key``, or None."""
         return self.done.get(_key(key))
 
     def add(self, key, run: dict) -> dict:
-        """Records a finished run (flushed at once) and returns it."""
-        line = json.dumps({"key": list(key), "run": run})
-        if self._handle is None:
-            with self.path.open("a") as handle:
-                handle.write(line + "\n")
-        else:
-            self._handle.write(line + "\n")
-            self._handle.flush()
+        """Records a finished run (written out at once: a run takes seconds, an append far less)
+        and returns it."""
+        with self.path.open("a") as handle:
+            handle.write(json.dumps({"key": list(key), "run": run}) + "\n")
         self.done[_key(key)] = run
         return run
 

@@ -264,7 +264,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
              for eta in config.server_lrs for extra in METHODS[name][1]]
     missing = [t for t in tasks if runs.get(_run_key(*t)) is None]
     with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"federated {config.label}",
-              disable=not config.progress) as bar, runs:
+              disable=not config.progress) as bar:
         for task, run in _make_runs(config, missing, jobs, loaded):
             runs.add(_run_key(*task), run)
             bar.set_postfix(method=task[1], seed=task[0], refresh=False)

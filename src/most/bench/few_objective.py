@@ -326,7 +326,7 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: 
                "torch": torch.__version__, "problems": {}}
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
     runs = RunLog(config.out, settings, suite="few-objective", resume=resume, restart=restart)  # checked before any work
-    with tqdm(total=n_zdt + n_fair, desc="few-objective", disable=not config.progress) as bar, runs:
+    with tqdm(total=n_zdt + n_fair, desc="few-objective", disable=not config.progress) as bar:
         for name in config.problems:
             bar.set_postfix(problem=name)
             runner = _run_zdt if name in ZDT_PROBLEMS else _run_fairness

@@ -198,7 +198,7 @@ def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = Fa
     tasks = [(name, seed) for name in config.methods for seed in config.seeds]
     missing = [t for t in tasks if runs.get(t) is None]
     with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"mtl {config.features}",
-              disable=not config.progress) as bar, runs:
+              disable=not config.progress) as bar:
         if jobs == 1:
             made = ((t, _run_one(config, datas[t[1]], *t)) for t in missing)
         else:

@@ -191,7 +191,7 @@ def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool 
                 "encoder": results["encoder"], "torch": results["torch"]}
     runs = RunLog(config.out, settings, suite="prompts", resume=resume, restart=restart)  # checked before any work
     with tqdm(total=len(config.tasks) * len(config.methods) * len(config.seeds), desc="prompts",
-              disable=not config.progress) as bar, runs:
+              disable=not config.progress) as bar:
         for name, by_seed in tasks.items():
             encoded = None
             for method in config.methods:
