@@ -36,6 +36,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, jacfwd, jacrev, vjp, vmap
 
+from ._modules import parameter_range
 from ._random import derive_seed
 from ._validation import check_positive_int
 
@@ -451,15 +452,7 @@ class Problem:
         """
         if self.template is None:
             raise ValueError("coordinates() needs a problem built with Problem.from_module().")
-        layout, start = {}, 0
-        for key, p in self.template.named_parameters():
-            layout[key] = (start, start + p.numel())
-            start += p.numel()
-        if name == "last":
-            name = list(layout)[-1]
-        if name not in layout:
-            raise ValueError(f"The module has no parameter {name!r}; its parameters are {list(layout)} (or 'last').")
-        return layout[name]
+        return parameter_range(self.template, name)
 
     def to_modules(self, params: Tensor) -> list[nn.Module]:
         """For :meth:`from_module` problems: one ``nn.Module`` per row of ``params``."""

@@ -26,6 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call
 
+from .._modules import parameter_range
 from .._random import derive_seed
 
 __all__ = ["FlatModel", "logistic_regression", "cnn"]
@@ -73,15 +74,7 @@ class FlatModel:
         >>> logistic_regression(60, 10).coordinates("bias")
         slice(600, 610, None)
         """
-        names = self._names
-        if name == "last":
-            name = names[-1]
-        if name not in names:
-            raise ValueError(f"{self.name} has no parameter {name!r}; its parameters are "
-                             f"{', '.join(repr(n) for n in names)} (or 'last').")
-        i = names.index(name)
-        start = sum(self._sizes[:i])
-        return slice(start, start + self._sizes[i])
+        return slice(*parameter_range(self._template, name, owner=self.name))
 
     def init(self, m: int, generator: torch.Generator) -> Tensor:
         """``[m, d]`` initial parameters: the module's own initialisation, m times."""
