@@ -317,6 +317,7 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
 
 _JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch threads); the results are "
               "those of --jobs 1.")
+_RESTART_HELP = "Start again, dropping the runs a stopped call left in OUT/runs.jsonl."
 _RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs.jsonl; only the "
                 "missing ones are made.")
 
@@ -336,8 +337,7 @@ def bench_few_objective(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
-                                 "OUT/runs.jsonl."),
+    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
 ) -> None:
     """Few objectives (n = 2 < m = 5): hypervolume of the final 5 solutions on ZDT1-3 and on
     fairness-accuracy trade-offs (synthetic, German credit), MosT-E against the baselines.
@@ -378,8 +378,7 @@ def bench_mtl(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
-                                 "OUT/runs.jsonl."),
+    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
     jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
 ) -> None:
     """Multi-task learning on Office-Caltech10 (objectives = the 4 domains, m = 4 models): MosT
@@ -422,8 +421,7 @@ def bench_prompts(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
-                                 "OUT/runs.jsonl."),
+    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
 ) -> None:
     """Mixture of soft prompts (Table 4): m soft prompts on a frozen MiniLM encoder, every training
     instance an objective; MosT against MGDA and linearization; a dispatcher trained on validation
@@ -475,8 +473,7 @@ def bench_federated(
     list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help="Start again, dropping the runs a stopped call left in "
-                                 "OUT/runs.jsonl."),
+    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
     jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
 ) -> None:
     """Federated learning (Table 2): each client picks its best model on validation; mean test
