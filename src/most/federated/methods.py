@@ -22,6 +22,7 @@ The aggregation rules are pure functions (:func:`weighted_mean`, :func:`min_norm
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -88,11 +89,26 @@ def min_norm_combination(params: Tensor, deltas: Tensor, pair_model: Tensor, wei
     return params - server_lr * step
 
 
+@functools.lru_cache(maxsize=1)
+def _blas():
+    """The BLAS libraries NumPy and SciPy loaded (SciPy's wheels bring their own), once."""
+    import scipy.optimize  # noqa: F401  (loads SciPy's BLAS before the controller looks)
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
+
+
 def min_norm_box(G: Tensor, eps: float) -> Tensor:
     """``argmin lambda^T G lambda`` over ``{lambda in simplex, |lambda_i - 1/k| <= eps}``.
 
     FedMGDA+'s capped min-norm problem, a small dense QP (k = clients of one model), solved
     with SciPy's SLSQP from the uniform weights (which are feasible). ``G`` is ``[k, k]``.
+
+    The solve runs on one BLAS thread. SLSQP's answer changes in its last bits with the number
+    of BLAS threads, and over a run those bits change the trajectory: with the machine's default
+    thread count a table made on 2 cores would not repeat on 16, nor in a process pinned to one
+    core. At these sizes more threads only cost (oversubscribed worker processes made the solve
+    seven times slower).
     """
     from scipy.optimize import minimize
 
@@ -100,10 +116,11 @@ def min_norm_box(G: Tensor, eps: float) -> Tensor:
     Gn = G.detach().double().cpu().numpy()
     Gn = 0.5 * (Gn + Gn.T)
     start = np.full(k, 1.0 / k)
-    res = minimize(lambda v: v @ Gn @ v, start, jac=lambda v: 2 * Gn @ v, method="SLSQP",
-                   bounds=[(max(0.0, 1.0 / k - eps), min(1.0, 1.0 / k + eps))] * k,
-                   constraints=[{"type": "eq", "fun": lambda v: v.sum() - 1.0, "jac": lambda v: np.ones(k)}],
-                   options={"ftol": 1e-12, "maxiter": 500})
+    with _blas().limit(limits=1, user_api="blas"):
+        res = minimize(lambda v: v @ Gn @ v, start, jac=lambda v: 2 * Gn @ v, method="SLSQP",
+                       bounds=[(max(0.0, 1.0 / k - eps), min(1.0, 1.0 / k + eps))] * k,
+                       constraints=[{"type": "eq", "fun": lambda v: v.sum() - 1.0, "jac": lambda v: np.ones(k)}],
+                       options={"ftol": 1e-12, "maxiter": 500})
     lam = np.clip(res.x, max(0.0, 1.0 / k - eps), min(1.0, 1.0 / k + eps))
     return torch.as_tensor(lam / lam.sum(), dtype=torch.float64)
 
