@@ -108,7 +108,8 @@ class FederatedBenchConfig:
         protocol: the FL protocol shared by every method (:class:`~most.federated.FederatedConfig`:
             rounds, local epochs, batch size, local lr, participation, loss probe); its seed is
             replaced by each run's seed.
-        server_lrs: server steps searched on validation for every method.
+        server_lrs: server steps searched on validation for every method (the default, {1, 3, 5, 7},
+            is the grid of the synthetic tables in ``benchmarks/results/federated.md``).
         model: ``auto`` (logistic regression on synthetic data, the CNN on images), ``cnn`` or
             ``linear`` (multinomial logistic regression on the pixels: a CPU-sized stand-in).
         cnn_channels: width of the CNN (FEMNIST, Fashion-MNIST); the paper's is (32, 64).
@@ -127,7 +128,7 @@ class FederatedBenchConfig:
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n_models: int = 5
     protocol: FederatedConfig = field(default_factory=lambda: FederatedConfig(eval_every=5))
-    server_lrs: tuple[float, ...] = (1.0, 3.0, 5.0)
+    server_lrs: tuple[float, ...] = (1.0, 3.0, 5.0, 7.0)
     model: str = "auto"
     cnn_channels: tuple[int, int] = (8, 16)
     samples_per_client: int = 100
