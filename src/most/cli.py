@@ -315,7 +315,7 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
 
 
-_JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch threads); the results are "
+_JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads); the results are "
               "those of --jobs 1.")
 _RESTART_HELP = "Start again, dropping the runs a stopped call left in OUT/runs.jsonl."
 _RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs.jsonl; only the "

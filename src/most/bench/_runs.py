@@ -102,16 +102,34 @@ class RunLog:
         self.path.unlink(missing_ok=True)
 
 
+#: environment variables that set the thread pools of the BLAS and OpenMP libraries a process loads
+_THREAD_VARIABLES = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "BLIS_NUM_THREADS")
+
+
 def in_workers(worker: Callable, jobs: list, processes: int, threads: int) -> Iterator:
     """Yields ``worker(job)`` for every job, made in ``processes`` spawned worker processes with
-    ``threads`` torch threads each, in the order the jobs finish.
+    ``threads`` threads each, in the order the jobs finish.
 
-    ``worker`` must be a module-level function and the jobs picklable. Spawn, not fork: a forked
-    child of a process that has run torch's thread pool can hang. A stopped call (Ctrl-C, which
-    the workers ignore) or a failed job stops the workers' jobs too."""
+    ``threads`` bounds torch's thread pool and those of the BLAS libraries NumPy and SciPy load
+    (through the environment the workers start with, so a library loaded late is bounded too):
+    with the machine's default, every worker would start one BLAS thread per core, and the
+    workers would crowd each other out. ``worker`` must be a module-level function and the jobs
+    picklable. Spawn, not fork: a forked child of a process that has run torch's thread pool
+    can hang. A stopped call (Ctrl-C, which the workers ignore) or a failed job stops the
+    workers' jobs too."""
     import multiprocessing
+    import os
 
-    pool = multiprocessing.get_context("spawn").Pool(processes, initializer=_worker_init, initargs=(threads,))
+    saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
+    os.environ.update({name: str(threads) for name in _THREAD_VARIABLES})
+    try:  # the workers start here, with this environment
+        pool = multiprocessing.get_context("spawn").Pool(processes, initializer=_worker_init, initargs=(threads,))
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     try:
         yield from pool.imap_unordered(worker, jobs)
     except BaseException:
