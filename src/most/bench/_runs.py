@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Callable, Iterator
 
+from .._env import environ
+
 #: the file of finished runs in a suite's output folder (removed once results.json is written)
 RUNS_FILE = "runs.jsonl"
 
@@ -118,18 +120,9 @@ def in_workers(worker: Callable, jobs: list, processes: int, threads: int) -> It
     can hang. A stopped call (Ctrl-C, which the workers ignore) or a failed job stops the
     workers' jobs too."""
     import multiprocessing
-    import os
 
-    saved = {name: os.environ.get(name) for name in _THREAD_VARIABLES}
-    os.environ.update({name: str(threads) for name in _THREAD_VARIABLES})
-    try:  # the workers start here, with this environment
+    with environ({name: str(threads) for name in _THREAD_VARIABLES}):  # the workers start with it
         pool = multiprocessing.get_context("spawn").Pool(processes, initializer=_worker_init, initargs=(threads,))
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     try:
         yield from pool.imap_unordered(worker, jobs)
     except BaseException:

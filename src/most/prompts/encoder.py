@@ -22,8 +22,6 @@ what makes the benchmark fit a CPU budget.
 from __future__ import annotations
 
 import math
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
@@ -31,6 +29,8 @@ from typing import Sequence
 import torch
 from torch import Tensor
 from torch.nn import functional as F
+
+from .._env import environ
 
 __all__ = ["ENCODER_PACKAGE", "EncodedTexts", "FrozenEncoder", "load_encoder"]
 
@@ -65,19 +65,8 @@ class EncodedTexts:
         return EncodedTexts(self.hidden[index], self.mask[index], self.embedding[index], self.layer)
 
 
-@contextmanager
 def _offline():
-    keys = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    saved = {k: os.environ.get(k) for k in keys}
-    os.environ.update({k: "1" for k in keys})
-    try:
-        yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+    return environ({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
 
 
 def load_encoder(path: str | Path | None = None) -> "FrozenEncoder":
