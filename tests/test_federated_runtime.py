@@ -144,12 +144,12 @@ def test_min_norm_box_matches_an_active_set_qp_solver(eps):
     assert f <= f_ref + 1e-8 * float(G.diagonal().max())
 
 
-
 def test_min_norm_box_does_not_depend_on_the_blas_thread_count():
     # SLSQP's weights change in their last bits with the BLAS thread count (here on 30 unit
-    # updates, as FedMGDA+ solves each round); the solve pins one thread, so a table repeats on
-    # any machine and in any process, and the caller's setting is left as it was
-    threadpoolctl = pytest.importorskip("threadpoolctl")
+    # updates, as FedMGDA+ solves each round); the solve pins one thread, so a FedMGDA+ run does
+    # not depend on the machine's core count, and the caller's setting is left as it was
+    import threadpoolctl
+
     u = torch.randn(30, 610, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     u = u / u.norm(dim=1, keepdim=True)
     G = u @ u.T
@@ -159,6 +159,7 @@ def test_min_norm_box_does_not_depend_on_the_blas_thread_count():
         many = min_norm_box(G, 0.05)
         assert all(lib["num_threads"] == 4 for lib in threadpoolctl.threadpool_info() if lib["user_api"] == "blas")
     assert torch.equal(one, many)
+
 
 def test_most_plans_are_feasible_transport_plans_and_ifca_is_hard(small):
     model = fl.logistic_regression(60, 10)
