@@ -108,6 +108,17 @@ def test_an_interrupted_few_objective_call_resumes_to_the_same_results(tmp_path,
     cut = json.loads((tmp_path / "cut" / "results.json").read_text())
     assert _without_seconds(cut["problems"]) == _without_seconds(whole["problems"])
 
+    # stopped again, the missing runs made in two worker processes: the same results
+    state = stop_after(3)
+    res = runner.invoke(app, args(tmp_path / "jobs"))
+    assert res.exit_code == 130
+    state = stop_after(None)
+    res = runner.invoke(app, args(tmp_path / "jobs", "--resume", "--jobs", "2"))
+    assert res.exit_code == 0, res.output
+    assert state["made"] == n_runs - 3 and not (tmp_path / "jobs" / RUNS_FILE).exists()
+    jobs = json.loads((tmp_path / "jobs" / "results.json").read_text())
+    assert _without_seconds(jobs["problems"]) == _without_seconds(whole["problems"])
+
     # a resumed call with other settings is refused before any work
     state = stop_after(2)
     res = runner.invoke(app, args(tmp_path / "cut2"))

@@ -338,6 +338,7 @@ def bench_few_objective(
     quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
     resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
     restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
+    jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
 ) -> None:
     """Few objectives (n = 2 < m = 5): hypervolume of the final 5 solutions on ZDT1-3 and on
     fairness-accuracy trade-offs (synthetic, German credit), MosT-E against the baselines.
@@ -352,13 +353,15 @@ def bench_few_objective(
         most bench few-objective --out bench_out/few_objective
 
         most bench few-objective --problem zdt2 --method "MosT-E (Tchebycheff)" --method MGDA --seed 0
+
+        most bench few-objective --jobs 2 --out bench_out/few_objective    # two runs at a time
     """
     from .bench import few_objective as suite
 
     _run_suite(suite, list_methods, threads, out, lambda: suite.FewObjectiveConfig(
         out=out, problems=tuple(problems), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds),
         n_models=n_models, zdt_rounds=zdt_rounds, fairness_rounds=fairness_rounds, german_path=german_path,
-        progress=not quiet), resume=resume, restart=restart)
+        progress=not quiet), resume=resume, restart=restart, jobs=jobs)
 
 
 @bench_app.command("mtl")

@@ -41,8 +41,9 @@ import numpy as np
 import torch
 
 from .. import plots
+from .._validation import check_positive_int
 from . import check_choices, write_results
-from ._runs import RUNS_FILE, RunLog
+from ._runs import RUNS_FILE, RunLog, in_workers
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
@@ -180,66 +181,102 @@ def _hv(points: np.ndarray, ref) -> tuple[float, int]:
     return float(r), int(r.outside)
 
 
-def _run_zdt(name: str, config: FewObjectiveConfig, bar, runs: RunLog) -> dict:
+def _zdt_run(config: FewObjectiveConfig, name: str, method: str, seed: int) -> dict:
     problem = zdt(name)
-    ref = problem.metadata["reference_point"]
-    out = {"reference_point": list(ref), "limit": best_hypervolume_2d(problem.metadata["front"], ref, config.n_models),
-           "methods": {}}
-    for method in config.methods:
-        done = []
-        for seed in config.seeds:
-            def make():
-                fit = METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
-                tic = time.perf_counter()
-                result = fit(problem)
-                seconds = time.perf_counter() - tic
-                F = problem.loss_matrix(result.params).T.double().numpy()  # the original two objectives
-                value, outside = _hv(F, ref)
-                return {"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()}
-
-            done.append(runs.run((name, method, seed), make))
-            bar.update(1)
-        out["methods"][method] = {"runs": done}
-    return out
+    fit = METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
+    tic = time.perf_counter()
+    result = fit(problem)
+    seconds = time.perf_counter() - tic
+    F = problem.loss_matrix(result.params).T.double().numpy()  # the original two objectives
+    value, outside = _hv(F, problem.metadata["reference_point"])
+    return {"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()}
 
 
 def _fairness_data(name: str, config: FewObjectiveConfig):
-    # One data set and one split per problem (seed 0), as in the paper: the seeds vary the
-    # models' initialisation and draws, so that one reference point serves every run.
+    """``(parts, train, val, test)``: the data split and the problems of the fairness search.
+
+    One data set and one split per problem (seed 0), as in the paper: the seeds vary the
+    models' initialisation and draws, so that one reference point serves every run."""
     data = zafar_synthetic(2000, seed=0) if name == "synthetic" else load_german_credit(config.german_path)
-    return data.split(seed=0)
+    parts = data.split(seed=0)
+    return parts, _random_init(parts["train"].problem()), parts["val"].problem(), parts["test"].problem()
 
 
-def _run_fairness(name: str, config: FewObjectiveConfig, bar, runs: RunLog) -> dict:
-    parts = _fairness_data(name, config)
-    train = _random_init(parts["train"].problem())
-    val, test = parts["val"].problem(), parts["test"].problem()
-    # 1) every candidate (method x lr x variant x seed) is trained once;
+def _fairness_run(config: FewObjectiveConfig, data, name: str, method: str, seed: int, lr: float, variant) -> dict:
+    parts, train, val, test = data
+    fit = METHODS[method].build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
+    tic = time.perf_counter()
+    params = fit(train).params
+    seconds = time.perf_counter() - tic
+    return {
+        "method": method, "seed": seed, "lr": lr, "variant": variant, "seconds": seconds,
+        "val": val.loss_matrix(params).T.double().tolist(),
+        "test": test.loss_matrix(params).T.double().tolist(),
+        "accuracy": parts["test"].accuracy(params).tolist(),
+    }
+
+
+def _tasks(config: FewObjectiveConfig) -> list[tuple]:
+    """Every run of the call, as its key in the runs file: ``(problem, method, seed)`` on ZDT,
+    ``(problem, method, seed, lr, variant)`` for each candidate of the fairness search."""
+    tasks = []
+    for name in config.problems:
+        if name in ZDT_PROBLEMS:
+            tasks += [(name, method, seed) for method in config.methods for seed in config.seeds]
+        else:
+            tasks += [(name, method, seed, float(lr), variant) for seed in config.seeds for method in config.methods
+                      for lr in config.fairness_lrs for variant in METHODS[method].variants]
+    return tasks
+
+
+def _make(config: FewObjectiveConfig, task: tuple, data: dict) -> dict:
+    """The run of ``task``; ``data`` keeps each fairness problem's data once loaded."""
+    name = task[0]
+    if name in ZDT_PROBLEMS:
+        return _zdt_run(config, *task)
+    if name not in data:
+        data[name] = _fairness_data(name, config)
+    return _fairness_run(config, data[name], *task)
+
+
+#: a worker process's fairness data, by problem
+_worker_data: dict = {}
+
+
+def _worker_run(job):
+    config, task = job
+    return task, _make(config, task, _worker_data)
+
+
+def _make_runs(config: FewObjectiveConfig, tasks: list, jobs: int):
+    """Yields ``(task, run)`` for every task: in this process (``jobs=1``, in order) or in
+    ``jobs`` worker processes (in the order they finish)."""
+    if jobs == 1:
+        data: dict = {}
+        for task in tasks:
+            yield task, _make(config, task, data)
+        return
+    yield from in_workers(_worker_run, [(config, task) for task in tasks], jobs, torch.get_num_threads())
+
+
+def _zdt_results(name: str, config: FewObjectiveConfig, runs: RunLog) -> dict:
+    problem = zdt(name)
+    ref = problem.metadata["reference_point"]
+    return {"reference_point": list(ref), "limit": best_hypervolume_2d(problem.metadata["front"], ref, config.n_models),
+            "methods": {method: {"runs": [runs.get((name, method, seed)) for seed in config.seeds]}
+                        for method in config.methods}}
+
+
+def _fairness_results(name: str, config: FewObjectiveConfig, runs: RunLog) -> dict:
+    # 1) every candidate (method x lr x variant x seed) was trained once;
     # 2) the validation reference point is shared by all candidates (upper bounds of their values);
     # 3) per method and seed, the candidate with the best validation hypervolume is kept;
     # 4) the test reference point is shared by all kept runs of all methods (the paper's rule).
     candidates = []
-    for seed in config.seeds:
-        for method in config.methods:
-            spec = METHODS[method]
-            for lr in config.fairness_lrs:
-                for variant in spec.variants:
-                    def make():
-                        fit = spec.build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
-                        tic = time.perf_counter()
-                        params = fit(train).params
-                        seconds = time.perf_counter() - tic
-                        return {
-                            "method": method, "seed": seed, "lr": lr, "variant": variant, "seconds": seconds,
-                            "val": val.loss_matrix(params).T.double().tolist(),
-                            "test": test.loss_matrix(params).T.double().tolist(),
-                            "accuracy": parts["test"].accuracy(params).tolist(),
-                        }
-
-                    candidate = dict(runs.run((name, method, seed, float(lr), variant), make))
-                    candidate.update(variant=variant, val=np.asarray(candidate["val"]), test=np.asarray(candidate["test"]))
-                    candidates.append(candidate)
-                    bar.update(1)
+    for task in _tasks(dataclasses.replace(config, problems=(name,))):
+        candidate = dict(runs.get(task))
+        candidate.update(variant=task[4], val=np.asarray(candidate["val"]), test=np.asarray(candidate["test"]))
+        candidates.append(candidate)
     val_ref = np.max([c["val"].max(0) for c in candidates], 0)
     for c in candidates:
         c["val_hv"] = _hv(c["val"], val_ref)[0]
@@ -307,30 +344,38 @@ def _figures(results: dict, out: Path) -> list[str]:
 _RESUME_FREE = ("problems", "methods", "seeds", "out", "progress")
 
 
-def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: bool = False) -> dict:
+def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
     """Runs the benchmark, writes ``results.json``, ``table.md`` and the figures to ``config.out``.
 
     Each finished run (on the fairness problems: each candidate of the search) is appended to
     ``config.out / RUNS_FILE``; with ``resume`` the runs recorded there by an earlier, interrupted
     call with the same settings are reused (the problems, methods and seeds may differ: only the
     missing runs are made); ``restart`` starts such a file again, and without either a file
-    holding runs is refused."""
+    holding runs is refused.
+
+    ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
+    as this one); every run draws from its own seed, so the results are those of ``jobs=1``
+    (only the seconds differ)."""
     from tqdm.auto import tqdm
 
+    check_positive_int(jobs, name="jobs")
     if "german" in config.problems:
         load_german_credit(config.german_path)  # fail before any work if the data is missing
-    n_zdt = sum(p in ZDT_PROBLEMS for p in config.problems) * len(config.methods) * len(config.seeds)
-    n_fair = sum(p in FAIRNESS_PROBLEMS for p in config.problems) * len(config.seeds) * sum(
-        len(config.fairness_lrs) * len(METHODS[m].variants) for m in config.methods)
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "torch": torch.__version__, "problems": {}}
     settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
     runs = RunLog(config.out, settings, suite="few-objective", resume=resume, restart=restart)  # checked before any work
-    with tqdm(total=n_zdt + n_fair, desc="few-objective", disable=not config.progress) as bar:
-        for name in config.problems:
-            bar.set_postfix(problem=name)
-            runner = _run_zdt if name in ZDT_PROBLEMS else _run_fairness
-            results["problems"][name] = runner(name, config, bar, runs)
+    tasks = _tasks(config)
+    missing = [t for t in tasks if runs.get(t) is None]
+    with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc="few-objective",
+              disable=not config.progress) as bar:
+        for task, run in _make_runs(config, missing, jobs):
+            runs.add(task, run)
+            bar.set_postfix(problem=task[0], method=task[1], refresh=False)
+            bar.update(1)
+    for name in config.problems:
+        assemble = _zdt_results if name in ZDT_PROBLEMS else _fairness_results
+        results["problems"][name] = assemble(name, config, runs)
     _summarise(results)
     results = write_results(results, config.out, _figures, table_markdown, json_default=_json_default)
     runs.remove()
