@@ -75,7 +75,9 @@ def _one(name: str, seed: int, rounds: int) -> dict:
 
 def _loss_pick_accuracy(result) -> float:
     """Mean test accuracy when each client uses its lowest-loss model (``result.loss_choice``)."""
-    return float(result.test_accuracy.gather(1, result.loss_choice[:, None]).mean())
+    from most.federated.evaluation import client_accuracy
+
+    return float(client_accuracy(result.test_accuracy, result.loss_choice).mean())
 
 
 def _deployment(rounds: int) -> dict:

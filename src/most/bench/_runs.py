@@ -133,6 +133,19 @@ def in_workers(worker: Callable, jobs: list, processes: int, threads: int) -> It
         pool.join()
 
 
+def make_runs(tasks: list, jobs: int, *, here: Callable, worker: Callable, config) -> Iterator:
+    """Yields ``(task, run)`` for every task: ``here(task)`` in this process, in order (``jobs=1``),
+    or ``worker((config, task))``, which returns ``(task, run)``, in ``jobs`` worker processes
+    (:func:`in_workers`, with this process's torch thread count), in the order they finish."""
+    if jobs == 1:
+        for task in tasks:
+            yield task, here(task)
+        return
+    import torch
+
+    yield from in_workers(worker, [(config, task) for task in tasks], jobs, torch.get_num_threads())
+
+
 def _worker_init(threads: int) -> None:
     import signal
     import threading

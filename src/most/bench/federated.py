@@ -36,7 +36,7 @@ import torch
 from .. import baselines as _b
 from .._validation import check_positive_int
 from . import check_choices, write_results
-from ._runs import RUNS_FILE, RunLog, in_workers
+from ._runs import RUNS_FILE, RunLog, make_runs
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
@@ -254,7 +254,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     if jobs > 1 and (late := [m for m in config.methods if m not in _IMPORTED_METHODS]):
         raise ValueError(f"Method(s) {late} were added to METHODS at run time, which worker processes do not see; "
                          "run them with jobs=1.")
-    loaded = {config.seeds[0]: _data(config, config.seeds[0])}  # fail before any work if the data is missing
+    loaded = [config.seeds[0], _data(config, config.seeds[0])]  # fail before any work if the data is missing
     results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
                "label": config.label, "torch": torch.__version__,
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
@@ -266,7 +266,8 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     missing = [t for t in tasks if runs.get(_run_key(*t)) is None]
     with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"federated {config.label}",
               disable=not config.progress) as bar:
-        for task, run in _make_runs(config, missing, jobs, loaded):
+        for task, run in make_runs(missing, jobs, here=lambda task: _make(config, task, loaded), worker=_worker_run,
+                                   config=config):
             runs.add(_run_key(*task), run)
             bar.set_postfix(method=task[1], seed=task[0], refresh=False)
             bar.update(1)
@@ -283,34 +284,25 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     return results
 
 
-def _make_runs(config: FederatedBenchConfig, tasks: list, jobs: int, loaded: dict):
-    """Yields ``(task, run)`` for every ``task = (seed, method, eta, extra)``: in this process
-    (``jobs=1``, in order, each seed's data loaded once), or in ``jobs`` worker processes (in
-    the order they finish)."""
-    if jobs == 1:
-        current = (None, None)
-        for task in tasks:
-            seed, name, eta, extra = task
-            if current[0] != seed:
-                current = (seed, loaded.pop(seed, None) or _data(config, seed))
-            data, model = current[1]
-            yield task, _run_one(config, data, model, name, seed, eta, extra)
-        return
-    yield from in_workers(_worker_run, [(config, task) for task in tasks], jobs, torch.get_num_threads())
+def _make(config: FederatedBenchConfig, task: tuple, loaded: list) -> dict:
+    """The run of ``task = (seed, method, eta, extra)``; ``loaded`` is ``[seed, (data, model)]``,
+    the last seed's data, replaced when the seed changes (the tasks come seed by seed)."""
+    seed, name, eta, extra = task
+    if loaded[0] != seed:
+        loaded[:] = [seed, _data(config, seed)]
+    data, model = loaded[1]
+    return _run_one(config, data, model, name, seed, eta, extra)
 
 
 #: the methods every worker process knows (those defined when this module is imported)
 _IMPORTED_METHODS = frozenset(METHODS)
-#: a worker's data of its last seed, ``(seed, (data, model))``
+#: a worker's data of its last seed, ``[seed, (data, model)]``
 _worker_data: list = [None, None]
 
 
 def _worker_run(job):
-    config, (seed, name, eta, extra) = job
-    if _worker_data[0] != seed:
-        _worker_data[:] = [seed, _data(config, seed)]
-    data, model = _worker_data[1]
-    return (seed, name, eta, extra), _run_one(config, data, model, name, seed, eta, extra)
+    config, task = job
+    return task, _make(config, task, _worker_data)
 
 
 _RADAR = ("MosT", "MosT (paper)", "IFCA", "FedAvg", "MGDA", "Linearization")

@@ -43,7 +43,7 @@ import torch
 from .. import plots
 from .._validation import check_positive_int
 from . import check_choices, write_results
-from ._runs import RUNS_FILE, RunLog, in_workers
+from ._runs import RUNS_FILE, RunLog, make_runs
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
@@ -248,17 +248,6 @@ def _worker_run(job):
     return task, _make(config, task, _worker_data)
 
 
-def _make_runs(config: FewObjectiveConfig, tasks: list, jobs: int):
-    """Yields ``(task, run)`` for every task: in this process (``jobs=1``, in order) or in
-    ``jobs`` worker processes (in the order they finish)."""
-    if jobs == 1:
-        data: dict = {}
-        for task in tasks:
-            yield task, _make(config, task, data)
-        return
-    yield from in_workers(_worker_run, [(config, task) for task in tasks], jobs, torch.get_num_threads())
-
-
 def _zdt_results(name: str, config: FewObjectiveConfig, runs: RunLog) -> dict:
     problem = zdt(name)
     ref = problem.metadata["reference_point"]
@@ -273,7 +262,7 @@ def _fairness_results(name: str, config: FewObjectiveConfig, runs: RunLog) -> di
     # 3) per method and seed, the candidate with the best validation hypervolume is kept;
     # 4) the test reference point is shared by all kept runs of all methods (the paper's rule).
     candidates = []
-    for task in _tasks(dataclasses.replace(config, problems=(name,))):
+    for task in (t for t in _tasks(config) if t[0] == name):
         candidate = dict(runs.get(task))
         candidate.update(variant=task[4], val=np.asarray(candidate["val"]), test=np.asarray(candidate["test"]))
         candidates.append(candidate)
@@ -369,7 +358,9 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: 
     missing = [t for t in tasks if runs.get(t) is None]
     with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc="few-objective",
               disable=not config.progress) as bar:
-        for task, run in _make_runs(config, missing, jobs):
+        data: dict = {}  # this process's fairness data, by problem
+        for task, run in make_runs(missing, jobs, here=lambda task: _make(config, task, data), worker=_worker_run,
+                                   config=config):
             runs.add(task, run)
             bar.set_postfix(problem=task[0], method=task[1], refresh=False)
             bar.update(1)

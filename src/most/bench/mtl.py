@@ -39,7 +39,7 @@ from torch import nn
 
 from .._validation import check_positive, check_positive_int
 from . import check_choices, mean_std, write_results
-from ._runs import RUNS_FILE, RunLog, in_workers
+from ._runs import RUNS_FILE, RunLog, make_runs
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem
@@ -199,11 +199,8 @@ def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = Fa
     missing = [t for t in tasks if runs.get(t) is None]
     with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"mtl {config.features}",
               disable=not config.progress) as bar:
-        if jobs == 1:
-            made = ((t, _run_one(config, datas[t[1]], *t)) for t in missing)
-        else:
-            made = in_workers(_worker_run, [(config, t) for t in missing], jobs, torch.get_num_threads())
-        for task, run in made:
+        for task, run in make_runs(missing, jobs, here=lambda t: _run_one(config, datas[t[1]], *t), worker=_worker_run,
+                                   config=config):
             runs.add(task, run)
             bar.update(1)
     results["runs"] = [runs.get(t) for t in tasks]
