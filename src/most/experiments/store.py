@@ -8,7 +8,8 @@
         runs/GROUP/seedN/
             config.json            the run's resolved configuration, seed, library and torch versions
             metrics.jsonl          one JSON line per round
-            checkpoint.pkl         while the run is unfinished (atomic writes; see most.checkpoint)
+            checkpoint.pt          while the run is unfinished (tensors and plain values, loaded with
+                                   torch.load(weights_only=True): nothing in it can run code; see most.checkpoint)
             result.json            final metrics, per-objective values, timings; its presence marks the run done
             final.pt               final models, plan Gamma and evaluation matrices (tensors only)
 
@@ -28,7 +29,37 @@ import torch
 
 from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text
 
-__all__ = ["RunFolder", "load_runs"]
+__all__ = ["RunFolder", "load_runs", "CorruptFileError"]
+
+#: The checkpoint file of an unfinished run, and the pickle an older version wrote, which is
+#: never loaded (unpickling a file from a shared results folder could run arbitrary code).
+CHECKPOINT = "checkpoint.pt"
+LEGACY_CHECKPOINT = "checkpoint.pkl"
+
+
+class CorruptFileError(ValueError):
+    """A results file that cannot be read (cut short by a crash, edited, or not one of ours).
+
+    The message names the file and what to do about it.
+    """
+
+    def __init__(self, path: Path, problem: str, remedy: str | None = None):
+        self.path = Path(path)
+        remedy = remedy or (f"Delete the run's folder {self.path.parent} and run the experiment again "
+                            "(finished runs elsewhere are kept).")
+        super().__init__(f"{self.path} is corrupt ({problem}). {remedy}")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CorruptFileError(path, f"not UTF-8 text at byte {exc.start}") from None
+    except json.JSONDecodeError as exc:
+        raise CorruptFileError(path, f"not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}") from None
+    if not isinstance(data, dict):
+        raise CorruptFileError(path, f"expected a JSON object, found a {type(data).__name__}")
+    return data
 
 
 def _json_default(obj):
@@ -76,41 +107,80 @@ class RunFolder:
     def final_file(self) -> Path:
         return self.path / "final.pt"
 
-    def checkpoint(self, every: int) -> Checkpoint:
-        return Checkpoint(self.path / "checkpoint.pkl", every=every)
+    @property
+    def checkpoint_file(self) -> Path:
+        return self.path / CHECKPOINT
+
+    def checkpoint(self, every: int, fingerprint: dict | None = None) -> Checkpoint:
+        return Checkpoint(self.checkpoint_file, every=every, fingerprint=fingerprint)
 
     @property
     def status(self) -> str:
-        """``"done"``, ``"interrupted"`` (a checkpoint and no result) or ``"new"``."""
+        """``"done"``, ``"interrupted"`` (a checkpoint and no result) or ``"new"``.
+
+        Raises :class:`CorruptFileError` for a checkpoint in the pickle format of older
+        versions, which is never loaded.
+        """
         if self.result_file.is_file():
             return "done"
-        if (self.path / "checkpoint.pkl").is_file():
+        legacy = self.path / LEGACY_CHECKPOINT
+        if legacy.is_file():
+            raise CorruptFileError(
+                legacy, "a checkpoint in the pickle format of an older version, which is not loaded because "
+                "unpickling a file can run arbitrary code",
+                "Start this run over with --restart (or delete the file); finished runs are kept.")
+        if self.checkpoint_file.is_file():
             return "interrupted"
         return "new"
 
     def stored_config(self) -> dict | None:
         if not self.config_file.is_file():
             return None
-        return json.loads(self.config_file.read_text())
+        return _read_json(self.config_file)
 
     def write_config(self, config: dict) -> None:
         atomic_write_text(self.config_file, dumps(config, indent=2) + "\n")
 
     def metrics(self) -> list[dict]:
-        """The per-round lines (a line cut short by a crash is skipped)."""
+        """The per-round lines, in order of rounds.
+
+        The last line may be cut short by a crash mid-write: it is dropped. Any other line that
+        is not a JSON object with a ``round``, or rounds that are not 0, 1, 2, ... in order,
+        raise :class:`CorruptFileError`, since a table or a resume built on them would be
+        silently wrong.
+        """
         if not self.metrics_file.is_file():
             return []
+        try:
+            lines = self.metrics_file.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as exc:
+            raise CorruptFileError(self.metrics_file, f"not UTF-8 text at byte {exc.start}") from None
         out = []
-        for line in self.metrics_file.read_text().splitlines():
+        for k, line in enumerate(lines):
             try:
-                out.append(json.loads(line))
+                entry = json.loads(line)
             except json.JSONDecodeError:
-                continue
+                if k == len(lines) - 1:  # the write a crash cut short
+                    break
+                raise CorruptFileError(self.metrics_file, f"line {k + 1} is not valid JSON") from None
+            if not isinstance(entry, dict) or entry.get("round") != len(out):
+                raise CorruptFileError(
+                    self.metrics_file, f"line {k + 1} should hold round {len(out)}; found "
+                    f"{entry.get('round') if isinstance(entry, dict) else entry!r}")
+            out.append(entry)
         return out
 
     def keep_metrics_before(self, round: int) -> None:
-        """Drops the lines of rounds >= ``round`` (written after the checkpoint a resume starts from)."""
-        kept = [m for m in self.metrics() if m.get("round", -1) < round]
+        """Keeps the lines of rounds < ``round`` (a resume starts from the checkpoint of that round).
+
+        Raises :class:`CorruptFileError` if some of those rounds are missing, so a resumed run
+        never reports "done" with rounds lost.
+        """
+        kept = [m for m in self.metrics() if m["round"] < round]
+        if len(kept) < round:
+            raise CorruptFileError(
+                self.metrics_file, f"it holds rounds 0-{len(kept) - 1} but the checkpoint is at round {round}",
+                "Start this run over with --restart; finished runs are kept.")
         atomic_write_text(self.metrics_file, "".join(dumps(m) + "\n" for m in kept))
 
     def append_metrics(self, line: dict) -> None:
@@ -124,7 +194,16 @@ class RunFolder:
         atomic_write_bytes(self.final_file, buffer.getvalue())
 
     def final(self) -> dict[str, torch.Tensor]:
-        return torch.load(self.final_file, weights_only=True)
+        """The final tensors (loaded with ``weights_only=True``: nothing in the file runs)."""
+        try:
+            out = torch.load(self.final_file, weights_only=True, map_location="cpu")
+        except FileNotFoundError:
+            raise
+        except Exception as exc:  # torch raises RuntimeError, UnpicklingError, EOFError, ... for a bad file
+            raise CorruptFileError(self.final_file, f"cannot be read as tensors: {str(exc).splitlines()[0]}") from None
+        if not isinstance(out, dict):
+            raise CorruptFileError(self.final_file, f"expected a dict of tensors, found a {type(out).__name__}")
+        return out
 
     def write_result(self, result: dict) -> None:
         atomic_write_text(self.result_file, dumps(result, indent=2) + "\n")
@@ -132,11 +211,11 @@ class RunFolder:
     def result(self) -> dict | None:
         if not self.result_file.is_file():
             return None
-        return json.loads(self.result_file.read_text())
+        return _read_json(self.result_file)
 
     def reset(self) -> None:
-        """Removes what an unfinished run left (checkpoint, metrics)."""
-        for f in (self.path / "checkpoint.pkl", self.metrics_file):
+        """Removes what an unfinished run left (checkpoint, a legacy checkpoint, metrics)."""
+        for f in (self.checkpoint_file, self.path / LEGACY_CHECKPOINT, self.metrics_file):
             f.unlink(missing_ok=True)
 
 
@@ -148,7 +227,7 @@ def load_runs(results_dir: str | os.PathLike) -> list[tuple[RunFolder, dict, dic
     runs = []
     for config_file in sorted(root.rglob("config.json")):
         folder = RunFolder(config_file.parent)
-        runs.append((folder, json.loads(config_file.read_text()), folder.result()))
+        runs.append((folder, _read_json(config_file), folder.result()))
     if not runs:
         raise FileNotFoundError(
             f"{root} holds no runs (no */config.json below it). Point to the folder `most run` wrote, "
