@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 import most
 import most.federated as fl
-from most.checkpoint import Checkpoint, atomic_write_bytes
+from most.checkpoint import Checkpoint, atomic_write_bytes, restore_into
 from most.cli import app
 from most.config import ConfigError, build, component
 from most.experiments import (InterruptedRunsError, load_experiment, parse_experiment, plot, report,
@@ -190,10 +190,10 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
     monkeypatch.undo()
     state = ckpt.load(torch.Generator())
     assert state["round"] == 1 and torch.equal(state["x"], torch.arange(3))  # the old checkpoint is intact
-    assert list(tmp_path.glob(".c.pkl.*.tmp"))  # the stray temporary file is ignored
+    assert not list(tmp_path.glob(".c.pkl.*.tmp"))  # the temporary file is removed when the write fails
 
     atomic_write_bytes(ckpt.path, ckpt.path.read_bytes()[:20])  # a truncated file: a clear error
-    with pytest.raises(ValueError, match="cannot be read.*delete it to start the run over"):
+    with pytest.raises(ValueError, match="cannot be read safely.*delete it"):
         ckpt.load(torch.Generator())
 
 
@@ -207,7 +207,11 @@ def test_checkpoint_restores_generator_and_shared_references(tmp_path):
     other = torch.Generator().manual_seed(99)
     state = ckpt.load(other)
     assert torch.equal(torch.rand(4, generator=other), expected)
-    assert state["method"]._generator is other  # the method's reference points at the live generator
+    resumed = fl.methods.Linearization(n_models=2)
+    resumed.reset(5, 2, torch.Generator().manual_seed(7))  # another draw: the restore must replace it
+    restore_into(resumed, state["method"], other)
+    assert resumed._generator is other  # the method's reference points at the live generator
+    assert torch.equal(resumed._weights, method._weights)
 
 
 class _Kill(Exception):
@@ -237,7 +241,7 @@ def test_resume_equals_uninterrupted_run_centralised(tmp_path, method):
     assert torch.equal(resumed.params, reference.params)
     assert torch.equal(resumed.assignment, reference.assignment)
     assert len(resumed.history) == 25
-    with pytest.raises(ValueError, match="rounds = 25, but this run has rounds = 30"):
+    with pytest.raises(ValueError, match=r"other settings: rounds \(25 in the checkpoint, 30 now\)"):
         method.replace(rounds=30).fit(problem, checkpoint=ckpt) if hasattr(method, "replace") else \
             most.WeightedMGDA(n_models=3, rounds=30, lr=0.05).fit(problem, checkpoint=ckpt)
 
@@ -278,7 +282,7 @@ def test_run_store_report_and_plot_centralised(tmp_path):
     assert {"train_loss", "gamma_sparsity", "owners"} <= set(metrics[0]) and "gamma_drift" in metrics[1]
     final = folder.final()
     assert final["params"].shape == (3, 2) and final["assignment"].shape == (12, 3)
-    assert not (folder.path / "checkpoint.pkl").exists()
+    assert not folder.checkpoint_file.exists()
     # the stored result matches the models: MosT finds the 3 clusters (loss ~ within-cluster spread)
     problem = most.problems.quadratic_clusters(n_clusters=3, per_cluster=4, seed=1)
     assert result["metrics"]["loss"] == pytest.approx(float(problem.loss_matrix(final["params"]).min(1).values.mean()),
@@ -340,7 +344,7 @@ def test_federated_run_report_and_interrupted_runs(tmp_path):
     # a leftover checkpoint without a result: the run must be resumed or restarted explicitly
     folder = RunFolder(root / "runs" / "FedAvg" / "seed0")
     folder.result_file.unlink()
-    Checkpoint(folder.path / "checkpoint.pkl").save({"round": 0})
+    folder.checkpoint(1).save({"round": 0, "history": []})
     with pytest.raises(InterruptedRunsError, match=r"1 run\(s\) .* interrupted \(runs/FedAvg/seed0\).*--resume"):
         run_experiment(exp, tmp_path, progress=False, echo=lambda s: None)
     run_experiment(exp, tmp_path, restart=True, progress=False, echo=lambda s: None)
@@ -385,7 +389,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(tmp_path):
 
     out = tmp_path / "killed"
     proc = subprocess.Popen(command + ["--out", str(out)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    ckpt = Checkpoint(out / "kill" / "runs" / "MosT" / "seed0" / "checkpoint.pkl")
+    ckpt = Checkpoint(out / "kill" / "runs" / "MosT" / "seed0" / "checkpoint.pt")
     deadline = time.time() + 120
     while time.time() < deadline and proc.poll() is None:
         if ckpt.exists() and ckpt.load(torch.Generator())["round"] >= 50:

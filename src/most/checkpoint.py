@@ -1,4 +1,4 @@
-"""Checkpoints of a run, written atomically, so a killed run can resume.
+"""Checkpoints of a run, written atomically, in a format that cannot run code.
 
 A checkpoint holds everything the round loop needs to continue as if it had never
 stopped: the models, the optimiser and method state, the previous plan, the history and
@@ -6,11 +6,22 @@ the state of the run's random generator. :func:`most.solver.run` and
 :func:`most.federated.run_federated` take a :class:`Checkpoint`; resuming from it gives
 the same final models as an uninterrupted run with the same seed.
 
-Writes are atomic: the state goes to a temporary file in the same folder, is flushed to
-disk, and then replaces the old checkpoint with :func:`os.replace`. A crash mid-write leaves
-the previous checkpoint intact (and at worst a stray ``*.tmp`` file, ignored on load).
+**Safe to load.** The file is a :func:`torch.save` archive of tensors and plain values
+(numbers, strings, lists, dicts), read back with ``torch.load(weights_only=True)``, which
+refuses anything else: a checkpoint from a shared results folder cannot run code. The state
+of the method objects is stored as their attribute values and copied *into* the objects of
+the resumed run (:func:`restore_into`); no object is ever built from the file. Checkpoints
+written by older versions as pickles are refused with a message, never unpickled.
 
-Checkpoints are pickles (they hold the method objects); load only checkpoints you wrote.
+**Same run only.** A checkpoint records a fingerprint: the loop's settings (sizes, rounds,
+seed, step size, every component's constructor arguments) and whatever the caller adds
+(``Checkpoint(..., fingerprint=...)``; ``most run`` adds the run's whole resolved
+configuration). Resuming with any of these changed raises :class:`CheckpointMismatchError`
+naming the keys that differ.
+
+**Atomic.** The state goes to a temporary file in the same folder, is flushed to disk, and
+then replaces the old checkpoint with :func:`os.replace`. A crash mid-write leaves the
+previous checkpoint intact (and at worst a stray ``*.tmp`` file, ignored on load).
 
 Example:
     >>> import tempfile, most
@@ -25,18 +36,30 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import hashlib
 import io
 import os
 import pickle
+import types
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from ._validation import check_positive_int
 
-__all__ = ["Checkpoint", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["Checkpoint", "CheckpointMismatchError", "atomic_write_bytes", "atomic_write_text", "restore_into",
+           "fingerprint"]
 
-_GENERATOR = "most.run-generator"
+_CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, functools.partial, type)
+_KIND = "__checkpoint_kind__"  # tags the values that are not plain data
+_FORMAT = 2  # 1 was the pickle of versions before 0.2
+
+
+class CheckpointMismatchError(ValueError):
+    """A checkpoint was written by a run with other settings than the one resuming from it."""
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -55,11 +78,14 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)
 
 
@@ -68,43 +94,163 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-class _Pickler(pickle.Pickler):
-    def __init__(self, file, generator):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
-        self._generator = generator
+# --- state as plain data -------------------------------------------------------------------
 
-    def persistent_id(self, obj):
-        # the run's generator is saved once, by state, and every reference to it (methods hold
-        # one) is restored to the caller's generator, so the objects keep sharing it
-        if obj is self._generator:
-            return _GENERATOR
-        return None
+def _encode(value, generator):
+    """``value`` as tensors and plain data that ``torch.load(weights_only=True)`` accepts."""
+    if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
+        return value
+    if isinstance(value, torch.Generator):
+        if value is generator:  # the run's generator is saved once, by state; references are re-linked
+            return {_KIND: "run-generator"}
+        return {_KIND: "generator", "state": value.get_state()}
+    if isinstance(value, np.ndarray):
+        return {_KIND: "ndarray", "data": torch.from_numpy(np.ascontiguousarray(value))}
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, torch.dtype):
+        return {_KIND: "dtype", "name": str(value).removeprefix("torch.")}
+    if isinstance(value, torch.device):
+        return {_KIND: "device", "name": str(value)}
+    if isinstance(value, (list, tuple)):
+        return {_KIND: type(value).__name__ if type(value) in (list, tuple) else "list",
+                "items": [_encode(v, generator) for v in value]}
+    if isinstance(value, dict):
+        return {_KIND: "dict", "keys": [_encode(k, generator) for k in value],
+                "values": [_encode(v, generator) for v in value.values()]}
+    if isinstance(value, _CODE):  # functions, classes, modules: configuration, never state
+        return {_KIND: "unsaved", "repr": repr(value)}
+    if hasattr(value, "__dict__"):
+        return {_KIND: "object", "type": _qualname(value), "state": _encode_attrs(value, generator)}
+    raise TypeError(f"A checkpoint cannot hold a {type(value).__name__}; only tensors, plain values and "
+                    "objects made of them.")
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file, generator):
-        super().__init__(file)
-        self._generator = generator
+def _encode_attrs(obj, generator) -> dict:
+    return {name: _encode(v, generator) for name, v in vars(obj).items()}
 
-    def persistent_load(self, pid):
-        if pid == _GENERATOR:
-            if self._generator is None:
-                raise pickle.UnpicklingError("This checkpoint refers to a run generator; pass one to load().")
-            return self._generator
-        raise pickle.UnpicklingError(f"unknown persistent id {pid!r}")
+
+def _qualname(obj) -> str:
+    return f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+
+def _decode(value, generator, current=None, where="state"):
+    """The inverse of :func:`_encode`; tagged objects are restored into ``current``, never built."""
+    if not isinstance(value, dict) or _KIND not in value:
+        return value
+    kind = value[_KIND]
+    if kind == "run-generator":
+        if generator is None:
+            raise ValueError(f"This checkpoint's {where} refers to the run's generator; pass it to load().")
+        return generator
+    if kind == "generator":
+        g = current if isinstance(current, torch.Generator) else torch.Generator()
+        g.set_state(value["state"])
+        return g
+    if kind == "ndarray":
+        return value["data"].numpy()
+    if kind == "dtype":
+        return getattr(torch, value["name"])
+    if kind == "device":
+        return torch.device(value["name"])
+    if kind in ("list", "tuple"):
+        currents = current if isinstance(current, (list, tuple)) and len(current) == len(value["items"]) else None
+        items = [_decode(v, generator, None if currents is None else currents[k], f"{where}[{k}]")
+                 for k, v in enumerate(value["items"])]
+        return items if kind == "list" else tuple(items)
+    if kind == "dict":
+        keys = [_decode(k, generator) for k in value["keys"]]
+        cur = current if isinstance(current, dict) else {}
+        return {k: _decode(v, generator, cur.get(k), f"{where}[{k!r}]") for k, v in zip(keys, value["values"])}
+    if kind == "unsaved":
+        return current
+    if kind == "object":
+        if current is None or _qualname(current) != value["type"]:
+            raise ValueError(
+                f"The checkpoint holds a {value['type'].rsplit('.', 1)[-1]} at {where} where this run has "
+                f"{'nothing' if current is None else 'a ' + type(current).__name__}: it was written by a "
+                "different configuration. Start over (--restart, or delete the checkpoint)."
+            )
+        _restore_attrs(current, value["state"], generator, where)
+        return current
+    raise ValueError(f"The checkpoint's {where} has an unknown entry {kind!r}; it was written by another version.")
+
+
+def _restore_attrs(obj, state: dict, generator, where: str) -> None:
+    attrs = vars(obj)  # frozen dataclasses too: their __dict__ is written directly
+    for name, saved in state.items():
+        attrs[name] = _decode(saved, generator, attrs.get(name), f"{where}.{name}")
+
+
+def restore_into(obj, saved, generator: torch.Generator | None = None) -> None:
+    """Copies saved state (``Checkpoint.load()[name]`` for an object saved under ``name``)
+    into ``obj`` in place, re-linking references to the run's ``generator``."""
+    if not (isinstance(saved, dict) and saved.get(_KIND) == "object"):
+        raise ValueError(f"Expected the saved state of an object; got {type(saved).__name__}.")
+    _decode(saved, generator, obj, type(obj).__name__)
+
+
+# --- fingerprints --------------------------------------------------------------------------
+
+def fingerprint(value):
+    """A plain, comparable description of a setting: numbers and strings as they are, tensors
+    by shape, dtype and a digest of their values, dataclasses by type and constructor fields,
+    other objects by type."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, (torch.Tensor, np.ndarray)):
+        t = torch.as_tensor(value).detach().cpu().contiguous()
+        digest = hashlib.sha256(t.to(torch.float64 if t.is_floating_point() else t.dtype).numpy().tobytes())
+        return f"tensor{list(t.shape)}:{digest.hexdigest()[:16]}"
+    if isinstance(value, (list, tuple)):
+        return [fingerprint(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): fingerprint(v) for k, v in value.items()}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out = {"type": type(value).__qualname__}
+        out.update({f.name: fingerprint(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init})
+        return out
+    if isinstance(value, (Path, torch.dtype, torch.device)):
+        return str(value)
+    return getattr(type(value), "__qualname__", type(value).__name__)
+
+
+_fingerprint = fingerprint
+
+
+def _differences(old, new, path="") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _differences(old.get(k), new.get(k), f"{path}.{k}" if path else str(k))
+        return out
+    if old != new and not (isinstance(old, float) and isinstance(new, float) and old != old and new != new):
+        return [f"{path or 'value'} ({_short(old)} in the checkpoint, {_short(new)} now)"]
+    return []
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class Checkpoint:
-    """Where and how often a run saves its state.
+    """Where and how often a run saves its state, and what identifies the run.
 
     Args:
         path: the checkpoint file (its folder is created).
         every: rounds between checkpoints; the last round is always saved.
+        fingerprint: plain data (numbers, strings, lists, dicts) identifying the run beyond
+            the loop's own settings, e.g. its resolved configuration; a resume with a
+            different fingerprint is refused.
     """
 
-    def __init__(self, path: str | os.PathLike, every: int = 10):
+    def __init__(self, path: str | os.PathLike, every: int = 10, fingerprint: dict | None = None):
         self.path = Path(path)
         self.every = check_positive_int(every, name="every")
+        self.fingerprint = _fingerprint(fingerprint) if fingerprint is not None else None
 
     def __repr__(self) -> str:
         return f"Checkpoint({str(self.path)!r}, every={self.every})"
@@ -116,50 +262,60 @@ class Checkpoint:
     def exists(self) -> bool:
         return self.path.is_file()
 
-    def save(self, state: dict, generator: torch.Generator | None = None) -> None:
-        """Saves ``state`` atomically; ``generator``'s state is saved with it."""
+    def save(self, state: dict, generator: torch.Generator | None = None, *, settings: dict | None = None) -> None:
+        """Saves ``state`` atomically, with ``generator``'s state and the run's fingerprint
+        (``settings``, the loop's own, and the checkpoint's ``fingerprint``)."""
+        payload = {
+            "format": _FORMAT,
+            "settings": fingerprint(settings or {}),
+            "fingerprint": self.fingerprint,
+            "generator_state": None if generator is None else generator.get_state(),
+            "state": {k: _encode(v, generator) for k, v in state.items()},
+        }
         buffer = io.BytesIO()
-        payload = dict(state)
-        if generator is not None:
-            payload["_generator_state"] = generator.get_state()
-        _Pickler(buffer, generator).dump(payload)
+        torch.save(payload, buffer)
         atomic_write_bytes(self.path, buffer.getvalue())
 
-    def load(self, generator: torch.Generator | None = None) -> dict | None:
-        """The saved state (``None`` if there is none); restores ``generator``'s state."""
+    def _read(self) -> dict:
+        try:
+            payload = torch.load(self.path, weights_only=True, map_location="cpu")
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ValueError(
+                f"The checkpoint {self.path} cannot be read safely ({first[:200]}). It was written by an older "
+                "version (a pickle, which is never loaded because unpickling can run code), was cut short, or "
+                "is not a checkpoint; delete it (or use --restart) to start the run over."
+            ) from None
+        if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
+            raise ValueError(f"The checkpoint {self.path} is not a checkpoint of this version; delete it (or use "
+                             "--restart) to start the run over.")
+        return payload
+
+    def load(self, generator: torch.Generator | None = None, *, settings: dict | None = None) -> dict | None:
+        """The saved state (``None`` if there is none); restores ``generator``'s state.
+
+        Raises :class:`CheckpointMismatchError` if the checkpoint's fingerprint differs from
+        this checkpoint's ``fingerprint``, or, when given, its loop ``settings`` from these.
+        Objects saved in the state come back as saved state, for :func:`restore_into`.
+        """
         if not self.path.is_file():
             return None
-        try:
-            with open(self.path, "rb") as f:
-                state = _Unpickler(f, generator).load()
-        except (pickle.UnpicklingError, EOFError, AttributeError, ModuleNotFoundError) as exc:
-            raise ValueError(
-                f"The checkpoint {self.path} cannot be read ({exc}). It was written by another version of the "
-                "library or is not a checkpoint; delete it to start the run over."
-            ) from exc
-        gen_state = state.pop("_generator_state", None)
-        if generator is not None and gen_state is not None:
-            generator.set_state(gen_state)
-        return state
-
-    def check(self, state: dict, **expected) -> None:
-        """Raises if ``state`` was written by a run whose settings differ from ``expected``."""
-        for key, value in expected.items():
-            if state.get(key) != value:
-                raise ValueError(
-                    f"The checkpoint {self.path} was written by a run with {key} = {state.get(key)}, but this run "
-                    f"has {key} = {value}. Resume with the same settings, or delete the checkpoint to start over."
-                )
+        payload = self._read()
+        diffs = []
+        if self.fingerprint is not None:
+            diffs += _differences(payload["fingerprint"], self.fingerprint)
+        if settings is not None:
+            diffs += _differences(payload["settings"], fingerprint(settings))
+        if diffs:
+            raise CheckpointMismatchError(
+                f"The checkpoint {self.path} was written by a run with other settings: {'; '.join(diffs[:6])}"
+                f"{f' and {len(diffs) - 6} more' if len(diffs) > 6 else ''}. Resume with the same settings, or "
+                "start over (--restart, or delete the checkpoint)."
+            )
+        if generator is not None and payload["generator_state"] is not None:
+            generator.set_state(payload["generator_state"])
+        return {k: v if isinstance(v, dict) and v.get(_KIND) == "object" else _decode(v, generator, where=k)
+                for k, v in payload["state"].items()}
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
-
-
-def restore_into(obj, saved) -> None:
-    """Copies the state of ``saved`` (an unpickled copy of ``obj``) into ``obj`` in place."""
-    if type(obj) is not type(saved):
-        raise ValueError(
-            f"The checkpoint holds a {type(saved).__name__} where this run has a {type(obj).__name__}: it was "
-            "written by a different configuration. Delete it to start over."
-        )
-    vars(obj).update(vars(saved))

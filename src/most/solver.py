@@ -192,11 +192,13 @@ def run(
     plan: Tensor | None = None
     start = 0
     components = {"assignment": assignment, "weighting": weighting, "combiner": combiner}
-    if checkpoint is not None and (state := checkpoint.load(generator)) is not None:
-        checkpoint.check(state, n=n, m=m, rounds=rounds, dim=problem.dim)
-        params, opt_state, plan, history, start = (state[k] for k in ("params", "opt_state", "plan", "history", "round"))
+    settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
+                    optimizer=optimizer, **components)
+    if checkpoint is not None and (state := checkpoint.load(generator, settings=settings)) is not None:
+        params, opt_state, plan, start = (state[k] for k in ("params", "opt_state", "plan", "round"))
+        history = [RoundRecord(**record) for record in state["history"]]
         for name, obj in components.items():
-            restore_into(obj, state[name])
+            restore_into(obj, state[name], generator)
     bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start, total=rounds)
     for t in bar:
         tic = time.perf_counter()
@@ -261,8 +263,8 @@ def run(
         if callback is not None:
             callback(record, params)
         if checkpoint is not None and checkpoint.due(t, rounds):
-            checkpoint.save(dict(round=t + 1, n=n, m=m, rounds=rounds, dim=problem.dim, params=params.detach(),
-                                 opt_state=opt_state, plan=plan.detach(), history=history, **components), generator)
+            checkpoint.save(dict(round=t + 1, params=params.detach(), opt_state=opt_state, plan=plan.detach(),
+                                 history=[vars(r) for r in history], **components), generator, settings=settings)
 
     final = problem.loss_matrix(params)
     _check_finite(final, None, problem, rounds, None)

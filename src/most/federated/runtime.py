@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -337,11 +337,13 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     history: list[RoundLog] = []
     previous = None
     start = 0
-    if checkpoint is not None and (state := checkpoint.load(gen)) is not None:
-        checkpoint.check(state, n=n, m=m, rounds=config.rounds, dim=int(params.shape[1]))
-        params, previous, history, start = state["params"].to(device), state["previous"], state["history"], state["round"]
+    settings = dict(n=n, m=m, dim=int(params.shape[1]), config=replace(config, device=None), method=method,
+                    model=model, clients=list(dataset.client_ids))
+    if checkpoint is not None and (state := checkpoint.load(gen, settings=settings)) is not None:
+        params, previous, start = state["params"].to(device), state["previous"], state["round"]
+        history = [RoundLog(**log) for log in state["history"]]
         previous = None if previous is None else previous.to(device)
-        restore_into(method, state["method"])
+        restore_into(method, state["method"], gen)
     n_part = max(1, round(config.participation * n))
     bar = tqdm(range(start, config.rounds), desc=description or type(method).__name__, disable=not progress,
                leave=False, initial=start, total=config.rounds)
@@ -395,9 +397,9 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
         if callback is not None:
             callback(log, params)
         if checkpoint is not None and checkpoint.due(t, config.rounds):
-            checkpoint.save(dict(round=t + 1, n=n, m=m, rounds=config.rounds, dim=int(params.shape[1]),
-                                 params=params.cpu(), previous=None if previous is None else previous.cpu(),
-                                 history=history, method=method), gen)
+            saved_previous = None if previous is None else previous.cpu()
+            checkpoint.save(dict(round=t + 1, params=params.cpu(), previous=saved_previous,
+                                 history=[vars(log) for log in history], method=method), gen, settings=settings)
 
     val_loss, val_acc, _ = evaluate(model, params, val)
     train_loss, _, _ = evaluate(model, params, train)
