@@ -14,11 +14,12 @@ from typing import Callable
 import numpy as np
 import torch
 
+from ..checkpoint import atomic_write_text
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec
 from .store import RunFolder, dumps
 
-__all__ = ["run_experiment", "execute", "InterruptedRunsError"]
+__all__ = ["run_experiment", "execute", "fingerprint", "InterruptedRunsError"]
 
 
 class InterruptedRunsError(RuntimeError):
@@ -54,28 +55,37 @@ def execute(run: RunSpec, folder: RunFolder, *, checkpoint_every: int = 10, prog
     """Runs one run into ``folder`` (resuming from its checkpoint if there is one) and returns
     its result (also written to ``result.json``)."""
     folder.path.mkdir(parents=True, exist_ok=True)
-    objects = _load(run, data_cache if data_cache is not None else {})
-    checkpoint = folder.checkpoint(checkpoint_every)
-    start = 0
-    if checkpoint.exists():
-        start = int(checkpoint.load(torch.Generator())["round"])
+    folder.check_no_legacy_checkpoint()
+    checkpoint = folder.checkpoint(checkpoint_every, fingerprint=fingerprint(run))
+    start, previous = 0, None
+    if checkpoint.exists():  # checked against this run's configuration and seed before anything is loaded
+        saved = checkpoint.load(torch.Generator())
+        start, history = int(saved["round"]), saved["history"]
+        previous = history[-1]["plan"] if history else None  # for the first resumed round's gamma_drift
         folder.keep_metrics_before(start)
     else:
         folder.reset()
+    objects = _load(run, data_cache if data_cache is not None else {})
     config = dict(run.config, label=run.label, group=run.group, kind=run.kind, sweep=run.sweep,
                   resolved=to_plain({k: v for k, v in objects.items() if k in ("method", "config")}),
                   versions=_versions())
     folder.write_config(config)
     tic = time.perf_counter()
     if run.kind == FEDERATED:
-        result = _federated(run, objects, folder, checkpoint, progress)
+        result = _federated(run, objects, folder, checkpoint, progress, previous)
     else:
-        result = _centralised(run, objects, folder, checkpoint, progress)
+        result = _centralised(run, objects, folder, checkpoint, progress, previous)
     result.update(seconds=time.perf_counter() - tic, resumed_from_round=start, label=run.label, group=run.group,
                   seed=run.seed, sweep=run.sweep)
     folder.write_result(result)
     checkpoint.remove()
     return result
+
+
+def fingerprint(run: RunSpec) -> dict:
+    """What identifies a run for resuming: its whole configuration as written in the file
+    (defaults included by the loop's own settings), its group and its seed."""
+    return {"config": json.loads(dumps(run.config)), "group": run.group, "seed": run.seed}
 
 
 def _load(run: RunSpec, cache: dict) -> dict:
@@ -88,11 +98,11 @@ def _load(run: RunSpec, cache: dict) -> dict:
     return objects
 
 
-def _federated(run, objects, folder, checkpoint, progress) -> dict:
+def _federated(run, objects, folder, checkpoint, progress, previous=None) -> dict:
     from ..federated import evaluation as ev
     from ..federated.runtime import run_federated
 
-    state = {"previous": None}
+    state = {"previous": previous}
 
     def on_round(log, params):
         line = {"round": log.round, "train_loss": log.train_loss, "val_accuracy": log.val_accuracy,
@@ -125,14 +135,14 @@ def _federated(run, objects, folder, checkpoint, progress) -> dict:
             "rounds": len(result.history)}
 
 
-def _centralised(run, objects, folder, checkpoint, progress) -> dict:
+def _centralised(run, objects, folder, checkpoint, progress, previous=None) -> dict:
     from .. import metrics as M
     from ..problems import MixedRegression
 
     source = objects["problem"]
     splits = isinstance(source, MixedRegression)
     train = source.problem("train") if splits else source
-    state = {"previous": None}
+    state = {"previous": previous}
 
     def on_round(record, params):
         best = record.losses.min(1).values
@@ -224,10 +234,10 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
         )
     root.mkdir(parents=True, exist_ok=True)
     if experiment.source:
-        (root / "experiment.toml").write_text(experiment.source)
+        atomic_write_text(root / "experiment.toml", experiment.source)
     groups = list(dict.fromkeys(run.group for run in experiment.runs))
-    (root / "experiment.json").write_text(dumps({"name": experiment.name, "kind": experiment.kind,
-                                                 "groups": groups}, indent=2) + "\n")
+    atomic_write_text(root / "experiment.json", dumps({"name": experiment.name, "kind": experiment.kind,
+                                                       "groups": groups}, indent=2) + "\n")
     cache: dict = {}
     todo = [(run, folder) for run, folder in folders if folder.status != "done"]
     echo(f"{experiment.name}: {len(folders)} runs, {len(folders) - len(todo)} already done, {len(todo)} to run "

@@ -116,22 +116,22 @@ class RunFolder:
 
     @property
     def status(self) -> str:
-        """``"done"``, ``"interrupted"`` (a checkpoint and no result) or ``"new"``.
-
-        Raises :class:`CorruptFileError` for a checkpoint in the pickle format of older
-        versions, which is never loaded.
-        """
+        """``"done"``, ``"interrupted"`` (a checkpoint and no result) or ``"new"``."""
         if self.result_file.is_file():
             return "done"
+        if self.checkpoint_file.is_file() or (self.path / LEGACY_CHECKPOINT).is_file():
+            return "interrupted"
+        return "new"
+
+    def check_no_legacy_checkpoint(self) -> None:
+        """Raises :class:`CorruptFileError` for a checkpoint in the pickle format of older
+        versions, which is never loaded (``reset`` removes it)."""
         legacy = self.path / LEGACY_CHECKPOINT
         if legacy.is_file():
             raise CorruptFileError(
                 legacy, "a checkpoint in the pickle format of an older version, which is not loaded because "
                 "unpickling a file can run arbitrary code",
                 "Start this run over with --restart (or delete the file); finished runs are kept.")
-        if self.checkpoint_file.is_file():
-            return "interrupted"
-        return "new"
 
     def stored_config(self) -> dict | None:
         if not self.config_file.is_file():

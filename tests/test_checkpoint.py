@@ -1,0 +1,249 @@
+"""Checkpoints (most.checkpoint): nothing in a checkpoint file runs, a resume is refused when
+the run differs from the one that wrote it, and every method resumes to its uninterrupted result."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import pickle
+import shutil
+
+import pytest
+import torch
+
+import most
+import most.federated as fl
+from most.checkpoint import Checkpoint, CheckpointMismatchError
+from most.experiments import parse_experiment, run_experiment
+from most.experiments.runner import execute
+from most.experiments.spec import _centralised_registry, _federated_registry
+from most.experiments.store import CorruptFileError, RunFolder
+
+
+class _Touch:
+    """Unpickling this creates a file: the proof that a loader ran code from the file."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return pathlib.Path.touch, (pathlib.Path(self.path),)
+
+
+# ----------------------------------------------------------------------------- nothing runs
+@pytest.mark.parametrize("write", ["pickle", "torch.save"])
+def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path, write):
+    marker = tmp_path / "pwned"
+    ckpt = Checkpoint(tmp_path / "c.pt")
+    payload = {"format": 2, "state": {"round": 1, "x": _Touch(marker)}}
+    if write == "pickle":
+        ckpt.path.write_bytes(pickle.dumps(payload))
+    else:
+        torch.save(payload, ckpt.path)
+    with pytest.raises(ValueError, match="cannot be read safely"):
+        ckpt.load(torch.Generator())
+    assert not marker.exists()
+
+
+def test_a_legacy_pickle_checkpoint_in_a_results_folder_is_refused_not_loaded(tmp_path):
+    exp = parse_experiment(_FED)
+    root = run_experiment(exp, tmp_path, progress=False, echo=lambda s: None)
+    folder = RunFolder(root / "runs" / "MosT" / "seed0")
+    folder.result_file.unlink()
+    marker = tmp_path / "pwned"
+    (folder.path / "checkpoint.pkl").write_bytes(pickle.dumps({"round": 1, "x": _Touch(marker)}))
+    with pytest.raises(CorruptFileError, match=r"checkpoint\.pkl is corrupt \(a checkpoint in the pickle format.*"
+                                               r"--restart"):
+        run_experiment(exp, tmp_path, resume=True, progress=False, echo=lambda s: None)
+    assert not marker.exists()
+    run_experiment(exp, tmp_path, restart=True, progress=False, echo=lambda s: None)  # --restart starts over
+    assert folder.result()["resumed_from_round"] == 0 and not (folder.path / "checkpoint.pkl").exists()
+    assert not marker.exists()
+
+
+def test_the_file_holds_only_tensors_and_plain_values(tmp_path):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    ckpt = Checkpoint(tmp_path / "c", every=5)
+    most.MosT(n_models=2, rounds=10, lr=0.1, optimizer=most.optim.Adam()).fit(problem, checkpoint=ckpt)
+    plain = torch.load(ckpt.path, weights_only=True)  # would raise on any other object
+
+    def walk(value):
+        if isinstance(value, dict):
+            for k, v in value.items():
+                assert isinstance(k, (str, int)), k
+                walk(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                walk(v)
+        else:
+            assert value is None or isinstance(value, (bool, int, float, str, torch.Tensor)), type(value)
+
+    walk(plain)
+
+
+# ----------------------------------------------------------------------------- same run only
+def test_python_api_resume_with_other_settings_is_refused_naming_them(tmp_path):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    ckpt = Checkpoint(tmp_path / "c", every=5)
+    most.MosT(n_models=2, rounds=10, lr=0.1).fit(problem, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"lr \(0\.1 in the checkpoint, 0\.2 now\)"):
+        most.MosT(n_models=2, rounds=10, lr=0.2).fit(problem, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"seed \(0 in the checkpoint, 1 now\)"):
+        most.MosT(n_models=2, rounds=10, lr=0.1, seed=1).fit(problem, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"combiner\.type \('MinNorm' in the checkpoint, 'WeightedSum'"):
+        most.MosT(n_models=2, rounds=10, lr=0.1, combiner=most.WeightedSum()).fit(problem, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"assignment\.diversity"):
+        most.MosT(n_models=2, rounds=10, lr=0.1, diversity=0.5).fit(problem, checkpoint=ckpt)
+
+
+def test_federated_resume_with_other_settings_is_refused(tmp_path):
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=6, samples_per_client=30, seed=0)
+    model = fl.logistic_regression(60, 10)
+    config = fl.FederatedConfig(rounds=4, seed=0)
+    ckpt = Checkpoint(tmp_path / "c", every=2)
+    fl.run_federated(data, model, fl.methods.MosT(n_models=2, server_lr=5.0), config, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"method\.server_lr \(5\.0 in the checkpoint, 1\.0 now\)"):
+        fl.run_federated(data, model, fl.methods.MosT(n_models=2, server_lr=1.0), config, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"config\.lr"):
+        fl.run_federated(data, model, fl.methods.MosT(n_models=2, server_lr=5.0),
+                         fl.FederatedConfig(rounds=4, seed=0, lr=0.01), checkpoint=ckpt)
+
+
+_FED = {
+    "name": "fed",
+    "seeds": [0, 1],
+    "checkpoint_every": 2,
+    "data": {"name": "fedprox_synthetic", "alpha": 0.0, "beta": 0.0, "n_clients": 8, "samples_per_client": 40},
+    "model": {"name": "logistic_regression"},
+    "federated": {"rounds": 8, "eval_every": 4},
+    "methods": {"MosT": {"n_models": 2, "server_lr": 5.0, "warmup_rounds": 1}},
+}
+
+
+class _Kill(Exception):
+    pass
+
+
+def _interrupt(monkeypatch, run, folder, at_round):
+    """Runs ``run`` into ``folder`` until it has written the metrics of ``at_round``, then stops it."""
+    original = RunFolder.append_metrics
+
+    def append(self, line):
+        original(self, line)
+        if line["round"] == at_round:
+            raise _Kill
+
+    monkeypatch.setattr(RunFolder, "append_metrics", append)
+    with pytest.raises(_Kill):
+        execute(run, folder, checkpoint_every=2, progress=False)
+    monkeypatch.undo()
+
+
+def _edited(**method):
+    table = json.loads(json.dumps(_FED))
+    table["methods"]["MosT"].update(method)
+    return parse_experiment(table)
+
+
+def test_resume_after_the_experiment_file_changed_is_refused_naming_the_key(tmp_path, monkeypatch):
+    exp = parse_experiment(_FED)
+    root = tmp_path / "fed"
+    folder = RunFolder(root / "runs" / "MosT" / "seed0")
+    _interrupt(monkeypatch, exp.runs[0], folder, at_round=4)
+    stored = folder.stored_config()
+    with pytest.raises(CheckpointMismatchError, match=r"server_lr \(5\.0 in the checkpoint, 1\.0 now\)"):
+        run_experiment(_edited(server_lr=1.0), tmp_path, resume=True, progress=False, echo=lambda s: None)
+    assert folder.stored_config() == stored  # config.json was not rewritten with the refused values
+    assert folder.result() is None
+
+
+def test_a_checkpoint_copied_into_another_seeds_folder_is_refused(tmp_path, monkeypatch):
+    exp = parse_experiment(_FED)
+    root = tmp_path / "fed"
+    seed0, seed1 = (RunFolder(root / "runs" / "MosT" / f"seed{s}") for s in (0, 1))
+    _interrupt(monkeypatch, exp.runs[0], seed0, at_round=4)
+    seed1.path.mkdir(parents=True)
+    for name in ("checkpoint.pt", "metrics.jsonl"):
+        shutil.copy(seed0.path / name, seed1.path / name)
+    with pytest.raises(CheckpointMismatchError, match=r"seed \(0 in the checkpoint, 1 now\)"):
+        run_experiment(exp, tmp_path, resume=True, progress=False, echo=lambda s: None)
+
+
+def test_a_resumed_run_logs_what_an_uninterrupted_one_does(tmp_path, monkeypatch):
+    exp = parse_experiment(_FED)
+    reference = RunFolder(tmp_path / "ref")
+    execute(exp.runs[0], reference, checkpoint_every=2, progress=False)
+    folder = RunFolder(tmp_path / "resumed")
+    _interrupt(monkeypatch, exp.runs[0], folder, at_round=4)  # the checkpoint holds rounds 0-3
+    result = execute(exp.runs[0], folder, checkpoint_every=2, progress=False)
+    assert result["resumed_from_round"] == 4
+
+    def strip(lines):
+        return [{k: v for k, v in line.items() if k != "seconds"} for line in lines]
+
+    assert "gamma_drift" in reference.metrics()[4]
+    assert "gamma_drift" in folder.metrics()[4]  # the first round after the resume has its drift
+    assert strip(folder.metrics()) == strip(reference.metrics())
+    assert torch.equal(folder.final()["params"], reference.final()["params"])
+
+
+def test_a_metrics_file_that_lost_rounds_stops_the_resume_naming_it(tmp_path, monkeypatch):
+    exp = parse_experiment(_FED)
+    folder = RunFolder(tmp_path / "run")
+    _interrupt(monkeypatch, exp.runs[0], folder, at_round=4)
+    lines = folder.metrics_file.read_text().splitlines()
+    folder.metrics_file.write_text("\n".join(lines[:2]) + "\n" + lines[3][:10])  # rounds 2-3 lost, then a cut line
+    with pytest.raises(CorruptFileError, match=r"metrics\.jsonl is corrupt \(it holds rounds 0-1 but the "
+                                               r"checkpoint is at round 4\).*--restart"):
+        execute(exp.runs[0], folder, checkpoint_every=2, progress=False)
+    assert folder.result() is None
+
+
+# ----------------------------------------------------------------------------- every method
+def _every_centralised():
+    _, methods = _centralised_registry()
+    for name, cls in methods.items():
+        yield pytest.param(cls, id=name)
+
+
+@pytest.mark.parametrize("cls", list(_every_centralised()))
+def test_every_centralised_method_resumes_to_its_uninterrupted_result(tmp_path, cls):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method = cls(n_models=2, rounds=8, lr=0.05)
+    reference = method.fit(problem)
+    ckpt = Checkpoint(tmp_path / "c", every=3)
+
+    def kill(record, params):
+        if record.round == 4:
+            raise _Kill
+
+    with pytest.raises(_Kill):
+        method.fit(problem, callback=kill, checkpoint=ckpt)
+    resumed = method.fit(problem, checkpoint=ckpt)
+    assert torch.equal(resumed.params, reference.params)
+    assert len(resumed.history) == 8
+
+
+def _every_federated():
+    _, _, methods = _federated_registry()
+    for name, cls in methods.items():
+        yield pytest.param(cls, id=name)
+
+
+@pytest.mark.parametrize("cls", list(_every_federated()))
+def test_every_federated_method_resumes_to_its_uninterrupted_result(tmp_path, cls):
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=6, samples_per_client=30, seed=0)
+    model = fl.logistic_regression(60, 10)
+    config = fl.FederatedConfig(rounds=6, participation=0.5, seed=0)
+    extra = {"combiner": most.baselines.STCHSetCombiner()} if cls is fl.methods.SetScalarization else {}
+    reference = fl.run_federated(data, model, cls(n_models=2, **extra), config)
+    ckpt = Checkpoint(tmp_path / "c", every=2)
+
+    def kill(log, params):
+        if log.round == 3:
+            raise _Kill
+
+    with pytest.raises(_Kill):
+        fl.run_federated(data, model, cls(n_models=2, **extra), config, callback=kill, checkpoint=ckpt)
+    resumed = fl.run_federated(data, model, cls(n_models=2, **extra), config, checkpoint=ckpt)
+    assert torch.equal(resumed.params, reference.params)
