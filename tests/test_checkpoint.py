@@ -247,3 +247,25 @@ def test_every_federated_method_resumes_to_its_uninterrupted_result(tmp_path, cl
         fl.run_federated(data, model, cls(n_models=2, **extra), config, callback=kill, checkpoint=ckpt)
     resumed = fl.run_federated(data, model, cls(n_models=2, **extra), config, checkpoint=ckpt)
     assert torch.equal(resumed.params, reference.params)
+
+
+def test_the_flower_app_writes_valid_json_atomically(tmp_path, monkeypatch):
+    pytest.importorskip("flwr")
+    import os
+
+    from most.flower.app import _write_result
+
+    _write_result(tmp_path, {"mean_accuracy": float("nan"), "x": [1.0]}, {"params": torch.ones(2)})
+    assert json.loads((tmp_path / "result.json").read_text()) == {"mean_accuracy": None, "x": [1.0]}
+    assert torch.equal(torch.load(tmp_path / "final.pt", weights_only=True)["params"], torch.ones(2))
+
+    def crash(*args):  # killed between writing the temporary file and the rename
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _write_result(tmp_path, {"x": [2.0]}, {"params": torch.zeros(2)})
+    monkeypatch.undo()
+    assert json.loads((tmp_path / "result.json").read_text())["x"] == [1.0]  # the previous files are intact
+    assert torch.equal(torch.load(tmp_path / "final.pt", weights_only=True)["params"], torch.ones(2))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["final.pt", "result.json"]

@@ -21,7 +21,7 @@ that returns the node's :class:`~most.flower.ClientSpec`.
 from __future__ import annotations
 
 import dataclasses
-import json
+import io
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +29,9 @@ from pathlib import Path
 import torch
 from flwr.serverapp import ServerApp
 
+from ..checkpoint import atomic_write_bytes, atomic_write_text
 from ..config import did_you_mean
+from ..experiments.store import dumps
 from ..federated import methods as _methods
 from ..federated.data import fedprox_synthetic
 from ..federated.models import logistic_regression
@@ -147,11 +149,16 @@ def _main(grid, context) -> None:
           f"mean client accuracy {summary['mean_accuracy']:.4f}; missing clients: {summary['missing'] or 'none'}",
           flush=True)
     if settings.out:
-        out = Path(settings.out)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "result.json").write_text(json.dumps(summary, indent=1))
-        torch.save({"params": result.params, "val_accuracy": result.val_accuracy,
-                    "test_accuracy": result.test_accuracy, "choice": result.choice}, out / "final.pt")
+        _write_result(Path(settings.out), summary, {"params": result.params, "val_accuracy": result.val_accuracy,
+                                                    "test_accuracy": result.test_accuracy, "choice": result.choice})
+
+
+def _write_result(out: Path, summary: dict, tensors: dict) -> None:
+    """``result.json`` (NaN as null: valid JSON) and ``final.pt``, each written atomically."""
+    buffer = io.BytesIO()
+    torch.save(tensors, buffer)
+    atomic_write_bytes(out / "final.pt", buffer.getvalue())
+    atomic_write_text(out / "result.json", dumps(summary, indent=1) + "\n")
 
 
 def _apps():
