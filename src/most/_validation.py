@@ -17,19 +17,43 @@ SIMPLEX_ATOL = 1e-6
 
 
 def as_tensor(x, *, name: str, like: Tensor | None = None) -> Tensor:
-    """Converts array-likes to a floating tensor (dtype/device follow ``like`` when given)."""
+    """Converts array-likes to a floating tensor (dtype/device follow ``like`` when given).
+
+    Complex input is refused (``TypeError``): casting it to a real dtype would silently drop
+    the imaginary part. Integer and bool input is converted to the default float dtype."""
     if isinstance(x, Tensor):
         t = x
     else:
         try:
             t = torch.as_tensor(x)
-        except Exception as exc:  # pragma: no cover - message only
-            raise ValueError(f"`{name}` must be a tensor or array-like of numbers; got {type(x).__name__}.") from exc
+        except Exception as exc:
+            raise ValueError(
+                f"`{name}` must be a tensor or array-like of numbers; got {type(x).__name__}"
+                + (f" of dtype {x.dtype}" if isinstance(x, np.ndarray) else "") + "."
+            ) from exc
+        if t.is_floating_point() and t.dtype != torch.float64 and not bool(torch.isfinite(t).all()):
+            wide = torch.as_tensor(x, dtype=torch.float64)  # e.g. a list holding 1e200: inf in float32
+            if bool(torch.isfinite(wide).all()):
+                t = wide
+    if t.is_complex():
+        raise TypeError(
+            f"`{name}` must be real; got complex dtype {t.dtype}. Pass its real part (`.real`) or its "
+            "modulus (`.abs()`) explicitly: the imaginary part is not dropped silently."
+        )
     if like is not None:
         t = t.to(dtype=like.dtype, device=like.device)
     elif not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
     return t
+
+
+def simplex_atol(dtype: torch.dtype) -> float:
+    """Tolerance of the "sums to one" check for a marginal given in ``dtype``: :data:`SIMPLEX_ATOL`,
+    or the dtype's resolution when that is coarser (float16, bfloat16), so that ``x / x.sum()``
+    computed in that dtype always passes."""
+    if dtype.is_floating_point:
+        return max(SIMPLEX_ATOL, 2 * torch.finfo(dtype).eps)
+    return SIMPLEX_ATOL
 
 
 def matrix_range(x: Tensor | np.ndarray, *, name: str) -> tuple[float, float]:
@@ -51,6 +75,11 @@ def matrix_range(x: Tensor | np.ndarray, *, name: str) -> tuple[float, float]:
         bad = (~torch.isfinite(torch.as_tensor(x))).nonzero()[0].tolist()
         raise ValueError(
             f"`{name}` contains a non-finite value (NaN or inf), first at row {bad[0]}, column {bad[1]}."
+        )
+    if not math.isfinite(hi - lo):
+        raise ValueError(
+            f"`{name}` spans [{lo:.3g}, {hi:.3g}]: its range overflows float64. Divide it by a constant, "
+            f"e.g. `{name} / abs({name}).max()` (the plan does not change)."
         )
     return lo, hi
 
@@ -84,24 +113,72 @@ def host_marginal(x, *, name: str, size: int) -> np.ndarray:
 
     The sum is torch's, as in ``most.transport._marginal`` (NumPy's pairwise sum can differ in
     the last bit, which is enough to change the simplex's choice between tied optimal plans)."""
-    t = as_tensor(x, name=name).detach().to("cpu", torch.float64)
-    _, total = simplex_stats(t, name=name, size=size)
+    src = as_tensor(x, name=name)
+    t = src.detach().to("cpu", torch.float64)
+    _, total = simplex_stats(t, name=name, size=size, atol=simplex_atol(src.dtype))
     return t.numpy() / total
 
 
+def _describe(value) -> str:
+    """``value!r``, plus its type when the repr does not show it (e.g. a str that looks like a number)."""
+    text = repr(value)
+    if isinstance(value, str):
+        return f"{text} (a str; pass a number, not a string)"
+    return text
+
+
+def as_number(value, *, name: str, kind: str = "a number") -> int | float:
+    """``value`` as a Python ``int`` or ``float``.
+
+    Accepts Python and NumPy integers and floats and 0-d (or one-element) real tensors and
+    arrays, e.g. ``np.float32(0.1)``, ``np.int64(3)`` or ``torch.tensor(0.5)``; refuses
+    ``bool`` (``True`` is not a step size), complex numbers, strings and everything else with
+    a ``ValueError`` naming ``name`` and ``kind`` (what the setting must be)."""
+    v = value
+    if isinstance(v, Tensor):
+        if v.numel() != 1 or v.ndim > 1 or v.dtype == torch.bool or v.is_complex():
+            raise ValueError(f"`{name}` must be {kind}; got a tensor of shape {tuple(v.shape)} and dtype {v.dtype}.")
+        v = v.item()
+    elif isinstance(v, np.ndarray):
+        if v.size != 1 or v.ndim > 1 or v.dtype.kind not in "iuf":
+            raise ValueError(f"`{name}` must be {kind}; got an array of shape {v.shape} and dtype {v.dtype}.")
+        v = v.reshape(()).item()
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, float, np.integer, np.floating)):
+        raise ValueError(f"`{name}` must be {kind}; got {_describe(value)}.")
+    return int(v) if isinstance(v, (int, np.integer)) else float(v)
+
+
 def check_positive_int(value, *, name: str, minimum: int = 1) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"`{name}` must be an int >= {minimum}; got {value!r}.")
-    return value
+    """An ``int >= minimum`` (NumPy integers and integer 0-d tensors accepted), returned as ``int``."""
+    is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+    if not is_int and isinstance(value, (Tensor, np.ndarray)) and value.ndim == 0:
+        is_int = (value.dtype.kind in "iu") if isinstance(value, np.ndarray) else (
+            not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool)
+    if not is_int or int(value) < minimum:
+        raise ValueError(f"`{name}` must be an int >= {minimum}; got {_describe(value)}.")
+    return int(value)
 
 
-def check_non_negative(value, *, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-        raise ValueError(f"`{name}` must be a non-negative number; got {value!r}.")
-    return float(value)
+def check_non_negative(value, *, name: str, allow_inf: bool = False) -> float:
+    """A finite number ``>= 0`` (``inf`` too with ``allow_inf=True``), returned as ``float``."""
+    return _check_bound(value, name=name, positive=False, allow_inf=allow_inf)
 
 
-def check_positive(value, *, name: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ValueError(f"`{name}` must be a positive number; got {value!r}.")
-    return float(value)
+def check_positive(value, *, name: str, allow_inf: bool = False) -> float:
+    """A finite number ``> 0`` (``inf`` too with ``allow_inf=True``), returned as ``float``.
+    NaN is always refused."""
+    return _check_bound(value, name=name, positive=True, allow_inf=allow_inf)
+
+
+def _check_bound(value, *, name: str, positive: bool, allow_inf: bool) -> float:
+    sign = "positive" if positive else "non-negative"
+    finite = "" if allow_inf else " finite"
+    try:
+        v = float(as_number(value, name=name, kind=f"a {sign}{finite} number"))
+    except OverflowError:  # an int too large for a float
+        raise ValueError(f"`{name}` must be a {sign}{finite} number; got an int too large for a float.") from None
+    if math.isnan(v) or (math.isinf(v) and not allow_inf):
+        raise ValueError(f"`{name}` must be a {sign}{finite} number; got {v!r}.")
+    if not (v > 0 if positive else v >= 0):
+        raise ValueError(f"`{name}` must be a {sign} number; got {value!r}.")
+    return v

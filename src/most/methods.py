@@ -202,6 +202,10 @@ class TransportAssignment(Assignment):
                 f"transport method must be one of {', '.join(repr(x) for x in transport.METHODS)}; got {self.method!r}."
             )
         check_non_negative(self.diversity, name="diversity")
+        if self.reg is not None:
+            check_positive(self.reg, name="reg")
+        if not isinstance(self.marginals, Marginals):
+            raise TypeError(f"`marginals` must be a most.methods.Marginals (e.g. Uniform()); got {self.marginals!r}.")
 
     def __call__(self, losses, round, total, previous: Tensor | None = None):
         a, b = self.marginals(losses, round, total)

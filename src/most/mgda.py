@@ -184,6 +184,33 @@ def _check_symmetric(g64: Tensor, dtype: torch.dtype) -> None:
         )
 
 
+def _check_diagonal(g64: Tensor, dtype: torch.dtype) -> None:
+    """``g64``: [B, n, n] float64. A Gramian's diagonal holds squared norms: it cannot be negative
+    (beyond round-off relative to max |G|)."""
+    if g64.numel() == 0:
+        return
+    rtol = max(_SYM_RTOL_FLOAT64, 1e3 * torch.finfo(dtype).eps) if dtype.is_floating_point else _SYM_RTOL_FLOAT64
+    diag = torch.diagonal(g64, dim1=-2, dim2=-1)
+    mag = g64.abs().amax(dim=(-2, -1))
+    bad = diag < -rtol * mag[:, None]
+    if bad.any():
+        b, i = bad.nonzero()[0].tolist()
+        raise ValueError(
+            "`gram` is not positive semi-definite (it must be a Gramian G = J Jᵀ, whose diagonal holds "
+            f"squared gradient norms): G[{i}, {i}] = {float(g64[b, i, i]):.3g} < 0"
+            + (f" in problem {b} of the batch" if g64.shape[0] > 1 else "")
+            + ". Pass J @ J.T for a Jacobian J."
+        )
+
+
+def _pow2_scale(x: Tensor, dims: tuple[int, ...]) -> Tensor:
+    """Per-problem exponents ``e`` with ``max |x| * 2**-e`` in ``[0.5, 1)`` (0 where ``x`` is all zero):
+    dividing by a power of two is exact, so a solve on ``ldexp(x, -e)`` gives the same weights
+    bit for bit, without overflowing (entries ~1e200, whose squares are inf) or underflowing."""
+    mag = x.abs().amax(dim=dims)
+    return torch.where(mag > 0, torch.frexp(mag).exponent, 0)
+
+
 def _check_mask(mask, *, batch: int | None, n: int, device: torch.device) -> Tensor:
     """Returns a bool mask of shape [B, n] (B = 1 when unbatched)."""
     m = torch.as_tensor(mask, device=device)
@@ -438,10 +465,14 @@ def _psd_repair(G: Tensor, in_dtype: torch.dtype) -> Tensor:
 
 def _solve(G64: Tensor, mask: Tensor, *, max_iter: int, tol: float, repair_dtype=None, stacklevel: int = 3):
     """Validated float64 [B, n, n] symmetric Gramians and [B, n] masks -> (λ, λᵀGλ, n_iter, converged)."""
+    # Solved on G / 2^e with max |G / 2^e| in [0.5, 1): exact, and safe from overflow and underflow.
+    e = _pow2_scale(G64, (-2, -1))
+    G64 = torch.ldexp(G64, -e[:, None, None])
     Gs = G64 if repair_dtype is None else _psd_repair(G64, repair_dtype)
     lam, n_iter, done, gap_rel = _away_step_frank_wolfe(Gs, mask, max_iter=max_iter, tol=tol)
     # Reported objective on the caller's Gramian (identical unless it was repaired).
     norm_sq = (lam * torch.bmm(G64, lam.unsqueeze(-1)).squeeze(-1)).sum(dim=-1).clamp_min(0.0)
+    norm_sq = torch.ldexp(norm_sq, e)
     converged = bool(done.all())
     if not converged:
         bad = ~done
@@ -525,6 +556,7 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
     with torch.inference_mode():
         G64 = g3.detach().to(device=_compute_device(out_device), dtype=torch.float64)
         _check_symmetric(G64, out_dtype)
+        _check_diagonal(G64, out_dtype)
         G64 = 0.5 * (G64 + G64.transpose(-2, -1))
         if mask is None:
             m = torch.ones(G64.shape[0], n, dtype=torch.bool, device=G64.device)
@@ -534,7 +566,7 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
         if bool((m.sum(-1) <= 1).all()):
             # at most one allowed objective per problem: the answer is that vertex (no iteration)
             lam = m.to(torch.float64)
-            norm_sq = (torch.diagonal(G64, dim1=-2, dim2=-1) * lam).sum(-1)
+            norm_sq = (torch.diagonal(G64, dim1=-2, dim2=-1) * lam).sum(-1).clamp_min(0.0)
             n_it, converged = 0, True
         else:
             lam, norm_sq, n_it, converged = _solve(G64, m, max_iter=max_iter, tol=tol, repair_dtype=out_dtype)
@@ -631,7 +663,16 @@ def min_norm_direction(
 
     with torch.inference_mode():
         wJ = w.unsqueeze(-1) * J64  # [B, n, d]
-        G = wJ @ wJ.transpose(-2, -1)
+        if not bool(torch.isfinite(wJ).all()):
+            raise ValueError(
+                "`weights` times `jacobian` overflows float64 (weights up to "
+                f"{float(w.abs().max()):.3g}, gradients up to {float(J64.abs().max()):.3g}): the direction, which "
+                "scales with them, cannot be represented. Divide the weights (or the objectives) by a constant."
+            )
+        # The Gramian of rows of ~1e200 is inf: it is formed from the rows divided by a power of two
+        # per problem (exact; the min-norm weights do not depend on a common scale of the rows).
+        wJ_s = torch.ldexp(wJ, -_pow2_scale(wJ, (-2, -1))[:, None, None])
+        G = wJ_s @ wJ_s.transpose(-2, -1)
         G = 0.5 * (G + G.transpose(-2, -1))
         lam, _, _, _ = _solve(G, w > 0, max_iter=max_iter, tol=tol)
         u = torch.bmm(lam.unsqueeze(1), wJ).squeeze(1)  # [B, d]

@@ -53,6 +53,7 @@ linearisation from the ``τ = 0`` plan, never increasing the objective.
 
 from __future__ import annotations
 
+import math
 import warnings
 from functools import partial
 
@@ -67,6 +68,7 @@ from .._validation import (
     check_positive_int,
     host_marginal,
     matrix_range,
+    simplex_atol,
     simplex_stats,
 )
 from .._warnings import ConvergenceWarning
@@ -236,6 +238,8 @@ def solve(
             plan, n_iter, converged = minimise_with_diversity(linear, c, tau, init64)
         value = objective(c, plan, tau)
 
+    if not math.isfinite(value):  # a NaN or inf anywhere in the plan shows here (no extra pass)
+        raise ValueError(_non_finite_message(method, value, reg_value, tau, c_in))
     if not converged:
         settings = f"max_iter={iters}" + ("" if method == "exact" else f", tol={tol_value:g}")
         settings += "" if tau == 0 else f", diversity={tau:g}"
@@ -254,10 +258,27 @@ def solve(
     )
 
 
+def _non_finite_message(method: str, value: float, reg: float, tau: float, cost: Tensor) -> str:
+    """Why a solve ended with a non-finite plan or objective, and what to change."""
+    lo, hi = (float(v) for v in torch.stack(torch.aminmax(cost.detach().double())).tolist())
+    causes = []
+    if method in ("sinkhorn", "newton", "ipot"):
+        causes.append(f"`reg`={reg:g} (try a value between 1e-4 and 1)")
+    if tau > 0:
+        causes.append(f"`diversity`={tau:g} against costs in [{lo:.3g}, {hi:.3g}] (try a diversity of the "
+                      "order of the cost range)")
+    causes.append(f"the cost scale [{lo:.3g}, {hi:.3g}] (try dividing `cost` by `abs(cost).max()`)")
+    return (
+        f"transport method {method!r} produced a non-finite plan or objective ({value!r}); no plan is returned. "
+        "Likely cause: " + "; or ".join(causes) + "."
+    )
+
+
 def _marginal(x, *, name: str, size: int, like: Tensor) -> tuple[Tensor, float]:
     """The validated marginal, rescaled to sum to 1, and its smallest entry (a new tensor)."""
-    t = as_tensor(x, name=name, like=like)
-    lo, total = simplex_stats(t, name=name, size=size)
+    src = as_tensor(x, name=name)
+    t = src.to(dtype=like.dtype, device=like.device)
+    lo, total = simplex_stats(t, name=name, size=size, atol=simplex_atol(src.dtype))
     return t / total, lo
 
 

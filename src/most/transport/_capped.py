@@ -20,7 +20,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from .._validation import as_tensor, host_marginal, matrix_range
+from .._validation import as_number, as_tensor, host_marginal, matrix_range
 from ._result import TransportResult
 
 
@@ -70,8 +70,10 @@ def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
     c = c_in.detach().to("cpu", torch.float64)
     lo, hi = matrix_range(c, name="cost")  # checks shape and finiteness too
     n, m = c.shape
-    if isinstance(max_share, bool) or not isinstance(max_share, (int, float)) or not 0 < max_share <= 1:
+    share = as_number(max_share, name="max_share", kind="a number in (0, 1]")
+    if not 0 < share <= 1:
         raise ValueError(f"`max_share` must be a number in (0, 1]; got {max_share!r}.")
+    max_share = float(share)
     a64 = host_marginal(a, name="a", size=n)
     b64 = host_marginal(b, name="b", size=m)
     if b64.max() > max_share * (1 + 1e-9):  # the cap lets a model hold at most max_share in all

@@ -1,0 +1,161 @@
+"""A user's bad input gets a ValueError/TypeError that names what is wrong, before any work is
+done: never a NaN result, a negative norm, a silent no-op or a raw torch/numpy traceback.
+One regression test per finding; tests/test_properties_inputs.py explores the same entry points
+with generated inputs."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+import most
+from most import transport
+from most._validation import check_non_negative, check_positive, check_positive_int
+from most.mgda import min_norm, min_norm_direction
+
+C = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.2, 0.4]])
+A = [0.5, 0.25, 0.25]
+B = [0.5, 0.5]
+
+
+# ---------------------------------------------------------------- 1. numeric settings
+@pytest.mark.parametrize("check", [check_positive, check_non_negative])
+@pytest.mark.parametrize("bad", [math.inf, -math.inf, math.nan, np.float64("inf"), torch.tensor(math.nan)])
+def test_numeric_checks_refuse_inf_and_nan(check, bad):
+    with pytest.raises(ValueError, match=r"`lr` must be a (positive|non-negative) finite number; got"):
+        check(bad, name="lr")
+
+
+def test_numeric_checks_allow_inf_only_when_asked():
+    assert check_positive(math.inf, name="cap", allow_inf=True) == math.inf
+    with pytest.raises(ValueError, match="got nan"):
+        check_positive(math.nan, name="cap", allow_inf=True)
+
+
+@pytest.mark.parametrize("value", [np.float32(0.25), np.float64(0.25), torch.tensor(0.25), np.array(0.25)])
+def test_numeric_checks_accept_numpy_and_0d_tensor_scalars(value):
+    assert check_positive(value, name="x") == pytest.approx(0.25)
+    assert check_non_negative(value, name="x") == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("value", [np.int64(3), np.int32(3), torch.tensor(3)])
+def test_int_check_accepts_numpy_and_0d_tensor_integers(value):
+    assert check_positive_int(value, name="n") == 3 and type(check_positive_int(value, name="n")) is int
+
+
+@pytest.mark.parametrize("bad", [True, np.bool_(True), "0.1", None, 1j, torch.tensor([0.1, 0.2])])
+def test_numeric_checks_refuse_non_numbers(bad):
+    with pytest.raises(ValueError, match="`x` must be a positive finite number"):
+        check_positive(bad, name="x")
+
+
+def test_numpy_scalar_settings_reach_the_solvers():
+    res = transport.solve(C, A, B, diversity=np.float32(0.1), method="sinkhorn", reg=np.float64(0.01))
+    assert torch.isfinite(res.plan).all()
+    most.MosT(n_models=2, lr=np.float32(0.1), rounds=np.int64(2), diversity=np.float32(0.1))
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: most.MosT(n_models=2, lr=math.inf),
+        lambda: most.MosT(n_models=2, diversity=math.inf),
+        lambda: most.MosT(n_models=2, reg=math.inf, transport="sinkhorn"),
+        lambda: most.MosT(n_models=2, reg=-1.0, transport="sinkhorn"),
+        lambda: most.DirichletExtension(concentration=math.inf),
+        lambda: most.TchebycheffExtension(smoothing=math.nan),
+    ],
+)
+def test_method_settings_refuse_non_finite(build):
+    with pytest.raises(ValueError, match="must be a (positive|non-negative)"):
+        build()
+
+
+# ---------------------------------------------------------------- 2. transport
+def test_sinkhorn_refuses_infinite_reg():
+    with pytest.raises(ValueError, match=r"`reg` must be a positive finite number; got inf"):
+        transport.solve(C, A, B, method="sinkhorn", reg=float("inf"))
+
+
+def test_transport_refuses_infinite_diversity():
+    with pytest.raises(ValueError, match=r"`diversity` must be a non-negative finite number; got inf"):
+        transport.solve(C, A, B, diversity=float("inf"))
+
+
+def test_transport_never_returns_a_non_finite_plan(monkeypatch):
+    from most.transport import _sinkhorn
+
+    def broken(cost, a, b, **kw):  # a solver that breaks down
+        return torch.full_like(cost, float("nan")), 1, False
+
+    monkeypatch.setattr(transport, "solve_sinkhorn", broken)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # and no "the plan satisfies the marginals" warning first
+        with pytest.raises(ValueError, match=r"non-finite plan.*`reg`"):
+            transport.solve(C, A, B, method="sinkhorn")
+    assert _sinkhorn.solve_sinkhorn is not broken
+
+
+def test_transport_refuses_complex_costs():
+    with pytest.raises(TypeError, match=r"`cost` must be real; got complex"):
+        transport.solve(C.to(torch.complex64) + 1j, A, B)
+    with pytest.raises(TypeError, match=r"`a` must be real"):
+        transport.solve(C, np.array(A, dtype=complex), B, method="sinkhorn")
+
+
+@pytest.mark.parametrize("method", transport.METHODS)
+def test_float16_marginals_that_sum_to_one_in_float16_are_accepted(method):
+    a = torch.full((3,), 1 / 3, dtype=torch.float16)
+    a = a / a.sum()  # the fix the error message suggests, in float16
+    plan = transport.solve(C, a, B, method=method).plan
+    assert torch.allclose(plan.sum(0), torch.tensor(B), atol=1e-6)
+    assert torch.allclose(plan.sum(1).double(), torch.full((3,), 1 / 3, dtype=torch.float64), atol=1e-3)
+
+
+def test_transport_cost_whose_range_overflows_is_refused():
+    with pytest.raises(ValueError, match="range overflows float64"):
+        transport.solve([[-1e308, 1e308], [0.0, 1.0]], [0.5, 0.5], [0.5, 0.5], method="sinkhorn")
+
+
+def test_capped_transport_accepts_numpy_share():
+    res = transport.solve_capped(C, A, B, max_share=np.float32(1.0))
+    assert torch.isfinite(res.plan).all()
+
+
+# ---------------------------------------------------------------- 3. min-norm
+def test_min_norm_refuses_a_negative_diagonal():
+    with pytest.raises(ValueError, match=r"not positive semi-definite.*G\[0, 0\] = -1"):
+        min_norm([[-1.0]])
+    with pytest.raises(ValueError, match="not positive semi-definite"):
+        min_norm([[1.0, 0.0], [0.0, -1.0]])
+
+
+def test_min_norm_refuses_an_indefinite_gram():
+    with pytest.raises(ValueError, match="not positive semi-definite"):
+        min_norm([[0.0, 1.0], [1.0, 0.0]])
+
+
+@pytest.mark.parametrize("scale", [1e200, 1e300, 1e-200, 1e-310])
+def test_min_norm_direction_works_at_extreme_scales(scale):
+    J = torch.tensor([[scale, 0.0], [0.0, scale]], dtype=torch.float64)
+    u = min_norm_direction(J)
+    assert torch.allclose(u / scale, torch.tensor([0.5, 0.5], dtype=torch.float64))
+    r = min_norm(J @ J.T if scale < 1e150 else torch.eye(2, dtype=torch.float64) * scale)
+    assert torch.allclose(r.weights, torch.tensor([0.5, 0.5], dtype=torch.float64))
+    assert float(r.norm_sq) >= 0
+
+
+def test_min_norm_direction_from_a_list_of_huge_values():
+    u = min_norm_direction([[1e200, 0.0], [0.0, 1e200]])  # inf in float32: computed in float64
+    assert torch.isfinite(u).all() and float(u[0]) == pytest.approx(5e199)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_min_norm_direction_refuses_non_finite_entries(bad):
+    with pytest.raises(ValueError, match="non-finite value"):
+        min_norm_direction(torch.tensor([[1.0, bad], [0.0, 1.0]]))
