@@ -159,3 +159,81 @@ def test_min_norm_direction_from_a_list_of_huge_values():
 def test_min_norm_direction_refuses_non_finite_entries(bad):
     with pytest.raises(ValueError, match="non-finite value"):
         min_norm_direction(torch.tensor([[1.0, bad], [0.0, 1.0]]))
+
+
+# ---------------------------------------------------------------- 4. problems
+def _fit(problem, n_models=1):
+    return most.MosT(n_models=n_models, rounds=2, lr=0.1).fit(problem)
+
+
+_X = torch.randn(8, 3, generator=torch.Generator().manual_seed(0))
+
+
+@pytest.mark.parametrize(
+    "fn, dim, n",
+    [
+        (lambda t: ((t - 1) ** 2).sum(-1, keepdim=True).detach(), 2, 1),  # reverse mode (jacrev)
+        (lambda t: torch.cat([t, t]).detach(), 1, 2),  # forward mode (jacfwd: dim < n)
+        (lambda t: torch.tensor([1.0, 2.0]), 2, 2),  # a constant
+    ],
+)
+def test_from_function_without_gradient_path_is_refused(fn, dim, n):
+    with pytest.raises(ValueError, match=r"do not depend on the parameters.*\.detach\(\)"):
+        _fit(most.Problem.from_function(fn, dim=dim, n_objectives=n))
+
+
+def test_from_function_calling_item_is_refused():
+    problem = most.Problem.from_function(lambda t: torch.stack([(t ** 2).sum() * 0 + (t ** 2).sum().item()]),
+                                         dim=2, n_objectives=1)
+    with pytest.raises(ValueError, match=r"calls `\.item\(\)`"):
+        _fit(problem)
+    loop = most.Problem.from_function(lambda t: torch.tensor([(t ** 2).sum().item()]), dim=2, n_objectives=1,
+                                      vectorize=False)
+    with pytest.raises(ValueError, match="do not depend on the parameters"):
+        _fit(loop)
+    as_float = most.Problem.from_function(lambda t: (t ** 2).sum().item(), dim=2, n_objectives=1, vectorize=False)
+    with pytest.raises(TypeError, match=r"got float.*\.item\(\)"):
+        _fit(as_float)
+
+
+def test_from_module_objective_without_gradient_path_is_named():
+    objectives = [lambda f: f(_X).square().mean(), lambda f: f(_X).square().mean().detach()]
+    problem = most.Problem.from_module(lambda: nn.Linear(3, 1), objectives, names=["ok", "frozen"])
+    with pytest.raises(ValueError, match=r"objective 1 \('frozen'\)'s loss does not depend on the parameters"):
+        _fit(problem)
+
+
+def test_from_module_non_scalar_objective_names_objective_and_shape():
+    problem = most.Problem.from_module(lambda: nn.Linear(3, 1), [lambda f: f(_X).mean(), lambda f: f(_X)])
+    with pytest.raises(ValueError, match=r"objective 1 returned a tensor of shape \(8, 1\).*\.mean\(\)"):
+        problem.loss_matrix(torch.zeros(1, problem.dim))
+
+
+def test_from_instances_detached_loss_is_refused():
+    problem = most.Problem.from_instances(lambda th, xi: (xi @ th).detach() ** 2, _X, dim=3)
+    with pytest.raises(ValueError, match="instance loss does not depend on the parameters"):
+        _fit(problem)
+
+
+def test_integer_init_is_cast_to_float():
+    problem = most.Problem.from_function(lambda t: (t - 1.0) ** 2, dim=1, n_objectives=1, init=torch.tensor([3]))
+    assert problem.init.dtype == torch.get_default_dtype()
+    result = _fit(problem)
+    assert result.params.is_floating_point() and float(result.params[0, 0]) < 3.0
+
+
+@pytest.mark.parametrize("init, err", [(torch.tensor([True]), TypeError), (torch.tensor([float("nan")]), ValueError),
+                                       ("zeros", TypeError)])
+def test_bad_init_is_refused_when_the_problem_is_built(init, err):
+    with pytest.raises(err, match="init"):
+        most.Problem.from_function(lambda t: t ** 2, dim=1, n_objectives=1, init=init)
+
+
+def test_module_instance_instead_of_factory_is_refused():
+    with pytest.raises(TypeError, match=r"factory.*not a module instance.*lambda: Linear"):
+        most.Problem.from_module(nn.Linear(3, 1), [lambda f: f(_X).mean()])
+
+
+def test_single_objective_instead_of_a_list_is_refused():
+    with pytest.raises(TypeError, match="sequence of callables"):
+        most.Problem.from_module(lambda: nn.Linear(3, 1), lambda f: f(_X).mean())

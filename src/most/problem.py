@@ -28,11 +28,13 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
+import torch.autograd.forward_ad as _fwad
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, jacfwd, jacrev, vjp, vmap
 
@@ -57,7 +59,8 @@ class Problem:
         init: how to initialise m models: a tensor ``[dim]`` (every model starts there),
             a tensor ``[m, dim]``, or a callable ``(m, generator) -> [m, dim]``. ``None``
             draws each coordinate from N(0, 1) with the solver's seed (uniformly in the
-            box when ``bounds`` are given).
+            box when ``bounds`` are given). An integer tensor is converted to the default
+            float dtype (``torch.get_default_dtype()``); a bool or complex one is refused.
         project: optional map ``[m, dim] -> [m, dim]`` applied after every step. Identity
             when ``None``.
         bounds: optional box ``(lower, upper)`` (scalars or ``[dim]`` tensors). Models start
@@ -89,11 +92,22 @@ class Problem:
     def __post_init__(self) -> None:
         if not callable(self.fn):
             raise ValueError(f"`fn` must be callable theta[dim] -> losses[n]; got {type(self.fn).__name__}.")
-        check_positive_int(self.dim, name="dim")
-        if isinstance(self.n_objectives, bool) or not isinstance(self.n_objectives, int) or self.n_objectives < 1:
+        object.__setattr__(self, "dim", check_positive_int(self.dim, name="dim"))
+        try:
+            n = check_positive_int(self.n_objectives, name="n_objectives")
+        except ValueError:
             raise ValueError(
                 f"`n_objectives` must be an int >= 1; got {self.n_objectives!r}. A problem needs at least one objective."
+            ) from None
+        object.__setattr__(self, "n_objectives", n)
+        if isinstance(self.init, nn.Module) or (self.init is not None and not isinstance(self.init, Tensor)
+                                                and not callable(self.init)):
+            raise TypeError(
+                "`init` must be a tensor [dim] or [m, dim] of initial parameters, a callable "
+                f"(m, generator) -> [m, dim], or None; got {type(self.init).__name__}."
             )
+        if isinstance(self.init, Tensor):
+            object.__setattr__(self, "init", _float_init(self.init))
         if self.names is not None and len(self.names) != self.n_objectives:
             raise ValueError(f"`names` has {len(self.names)} entries but there are {self.n_objectives} objectives.")
         if self.bounds is not None:
@@ -159,11 +173,29 @@ class Problem:
             >>> problem.dim, problem.n_objectives
             (4, 4)
         """
+        if isinstance(model, nn.Module):
+            raise TypeError(
+                f"`model` must be a factory () -> nn.Module, not a module instance: got a {type(model).__name__} "
+                f"instance. Pass a function that builds a new one, e.g. `lambda: {type(model).__name__}(...)` "
+                "(it is called once per model, under the solver's seed, so the models start from different "
+                "parameters)."
+            )
         if not callable(model):
             raise ValueError("`model` must be a factory () -> nn.Module, e.g. `lambda: nn.Linear(3, 1)`.")
+        if isinstance(objectives, nn.Module) or callable(objectives):
+            raise TypeError(
+                "`objectives` must be a sequence of callables, one per objective, e.g. `[loss_0, loss_1]`; "
+                f"got a single {type(objectives).__name__}."
+            )
         objectives = list(objectives)
         if not objectives:
             raise ValueError("`objectives` is empty: a problem needs at least one objective.")
+        for k, obj in enumerate(objectives):
+            if not callable(obj):
+                raise TypeError(
+                    f"objective {k} must be a callable objective(forward) -> scalar loss; got {type(obj).__name__}."
+                )
+        labels = list(names) if names is not None else None
         template = model()
         if not isinstance(template, nn.Module):
             raise ValueError(f"`model()` must return an nn.Module; got {type(template).__name__}.")
@@ -184,7 +216,8 @@ class Problem:
             def forward(*inputs: Tensor) -> Tensor:
                 return functional_call(template, state, inputs)
 
-            return torch.stack([torch.as_tensor(obj(forward)).reshape(()) for obj in objectives])
+            tracked = _tracked(theta)
+            return torch.stack([_objective_loss(obj(forward), k, labels, tracked) for k, obj in enumerate(objectives)])
 
         def init(m: int, generator: torch.Generator) -> Tensor:
             with torch.random.fork_rng(devices=[]):
@@ -279,7 +312,7 @@ class Problem:
                     f"`init` must have shape [{self.dim}] or [{n_models}, {self.dim}]; got {tuple(self.init.shape)}."
                 )
         else:
-            params = torch.as_tensor(self.init(n_models, generator))
+            params = _float_init(torch.as_tensor(self.init(n_models, generator)), what="`init(m, generator)`")
             if params.shape != (n_models, self.dim):
                 raise ValueError(
                     f"`init(m, generator)` must return shape [{n_models}, {self.dim}]; got {tuple(params.shape)}."
@@ -316,7 +349,7 @@ class Problem:
     def loss_matrix(self, params: Tensor) -> Tensor:
         """The loss matrix ``L[i, j] = L_i(theta_j)``, shape ``[n, m]`` (paper Eq. 2's cost)."""
         params = self._check_params(params)
-        with torch.no_grad():
+        with torch.no_grad(), _vmap_errors():
             if self.vectorize:
                 losses = vmap(self._call, randomness="same")(params)
             else:
@@ -342,7 +375,8 @@ class Problem:
             return value, jac
 
         if self.vectorize:
-            values, jac = vmap(value_and_jac, randomness="same")(params)
+            with _vmap_errors():
+                values, jac = vmap(value_and_jac, randomness="same")(params)
         else:
             pairs = [value_and_jac(p) for p in params]
             values = torch.stack([v for v, _ in pairs])
@@ -380,7 +414,8 @@ class Problem:
             return out.detach(), vmap(row, chunk_size=chunk)(idx)
 
         if self.vectorize:
-            values, jac = vmap(value_and_rows, randomness="same")(params, rows)
+            with _vmap_errors():
+                values, jac = vmap(value_and_rows, randomness="same")(params, rows)
         else:
             pairs = [value_and_rows(p, r) for p, r in zip(params, rows)]
             values = torch.stack([v for v, _ in pairs])
@@ -412,7 +447,8 @@ class Problem:
             return values, grads
 
         if self.vectorize:
-            values, jac = vmap(one_model)(params, rows)
+            with _vmap_errors():
+                values, jac = vmap(one_model)(params, rows)
         else:
             pairs = [one_model(theta, idx) for theta, idx in zip(params, rows)]
             values, jac = torch.stack([v for v, _ in pairs]), torch.stack([j for _, j in pairs])
@@ -424,11 +460,25 @@ class Problem:
 
     def _call(self, theta: Tensor) -> Tensor:
         out = self.fn(theta)
+        if not isinstance(out, Tensor):
+            hint = (" A Python number has no gradient: did the function call `.item()` or `float()`? "
+                    "Return the losses as a tensor, e.g. `torch.stack([loss_0, loss_1])`."
+                    if isinstance(out, (int, float)) else
+                    " Stack the losses into one tensor, e.g. `torch.stack([loss_0, loss_1])`.")
+            raise TypeError(
+                f"The problem's function must return a tensor of {self.n_objectives} losses; got "
+                f"{type(out).__name__}." + hint
+            )
         if out.shape != (self.n_objectives,):
             raise ValueError(
                 f"The problem's function returned shape {tuple(out.shape)}; it must return one loss per "
                 f"objective, shape [{self.n_objectives}]."
             )
+        if _tracked(theta) and not _tracked(out):
+            raise ValueError(_NO_GRADIENT.format(
+                what="The problem's losses do not",
+                hint="or return constants",
+            ))
         return out
 
     def _check_params(self, params: Tensor) -> Tensor:
@@ -512,8 +562,81 @@ def _scalar_loss(loss: Callable[..., Tensor]) -> Callable[..., Tensor]:
             shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
             raise ValueError(
                 f"The instance loss must return a scalar tensor for one instance; got {shape}. "
-                "Reduce over the instance inside `loss` (e.g. `.sum()` or `.mean()`)."
+                + ("A Python number has no gradient: did it call `.item()` or `float()`? "
+                   if isinstance(out, (int, float)) else "Reduce over the instance inside `loss` "
+                   "(e.g. `.sum()` or `.mean()`).")
             )
+        if _tracked(theta) and not _tracked(out):
+            raise ValueError(_NO_GRADIENT.format(what="The instance loss does not", hint="or return a constant"))
         return out.reshape(())
 
     return checked
+
+
+_NO_GRADIENT = (
+    "{what} depend on the parameters: no gradient flows back to theta, so training would change "
+    "nothing. Did the loss call `.detach()`, `.item()`, `float()` or `.numpy()`, run under "
+    "`torch.no_grad()`, {hint}? Compute the losses from theta (or the model's output) with torch "
+    "operations and return them as tensors."
+)
+
+
+def _tracked(t: Tensor) -> bool:
+    """Whether ``t`` carries a derivative of the transform being computed: reverse mode
+    (``jacrev``, ``vjp``, ``grad``: ``requires_grad``) or forward mode (``jacfwd``: a tangent)."""
+    return bool(t.requires_grad) or _fwad.unpack_dual(t).tangent is not None
+
+
+def _objective_loss(out, k: int, names, tracked: bool) -> Tensor:
+    """Objective ``k``'s value from a :meth:`Problem.from_module` objective, checked: a scalar
+    tensor that depends on the parameters whenever they are differentiated (``tracked``)."""
+    label = f"objective {k}" + (f" ({names[k]!r})" if names is not None and k < len(names) else "")
+    if not isinstance(out, Tensor):
+        if isinstance(out, (int, float)):
+            raise TypeError(
+                f"{label} returned a Python {type(out).__name__}, which has no gradient: did it call "
+                "`.item()` or `float()`? Return the loss as a scalar tensor."
+            )
+        raise TypeError(f"{label} must return a scalar tensor (the loss); got {type(out).__name__}.")
+    if out.numel() != 1:
+        raise ValueError(
+            f"{label} returned a tensor of shape {tuple(out.shape)}; an objective must return one scalar "
+            "loss. Reduce it, e.g. with `.mean()` or `.sum()`."
+        )
+    if tracked and not _tracked(out):
+        raise ValueError(_NO_GRADIENT.format(what=f"{label}'s loss does not", hint="or return a constant"))
+    return out.reshape(())
+
+
+def _float_init(init: Tensor, what: str = "`init`") -> Tensor:
+    """Initial parameters as a floating tensor: integers are converted to the default float dtype;
+    bool and complex tensors and non-finite values are refused."""
+    if init.dtype == torch.bool or init.is_complex():
+        raise TypeError(
+            f"{what} must hold real initial parameters; got dtype {init.dtype}. Pass a float tensor, "
+            "e.g. `torch.zeros(dim)`."
+        )
+    if not init.is_floating_point():
+        init = init.to(torch.get_default_dtype())
+    if not bool(torch.isfinite(init).all()):
+        raise ValueError(f"{what} contains NaN or inf; initial parameters must be finite.")
+    return init
+
+
+@contextlib.contextmanager
+def _vmap_errors():
+    """Turns vmap's refusal of ``.item()`` / value-dependent Python control flow into a
+    ValueError that says what to change."""
+    try:
+        yield
+    except RuntimeError as exc:
+        text = str(exc)
+        if "vmap" in text and (".item()" in text or "data-dependent control flow" in text):
+            raise ValueError(
+                "The problem's function cannot be evaluated for all models at once: it calls `.item()` "
+                "(or `float()`), or uses a tensor's value in Python control flow (`if`, `while`). A loss "
+                "converted with `.item()` has no gradient: keep the losses as tensors. If the function must "
+                "branch on values, build the problem with vectorize=False (from_function) or use "
+                "`torch.where`."
+            ) from exc
+        raise
