@@ -14,6 +14,8 @@ import torch
 from torch import nn
 
 import most
+import most.federated
+import most.federated.methods
 from most import transport
 from most._validation import check_non_negative, check_positive, check_positive_int
 from most.mgda import min_norm, min_norm_direction
@@ -237,3 +239,73 @@ def test_module_instance_instead_of_factory_is_refused():
 def test_single_objective_instead_of_a_list_is_refused():
     with pytest.raises(TypeError, match="sequence of callables"):
         most.Problem.from_module(lambda: nn.Linear(3, 1), lambda f: f(_X).mean())
+
+
+# ---------------------------------------------------------------- 5. federated data
+def _client(x, y):
+    return most.federated.ClientData(x, y, x, y, x, y)
+
+
+@pytest.mark.parametrize(
+    "y, match",
+    [
+        (np.array(["cat", "dog", "cat"]), r"non-numeric values \('cat'"),
+        (np.array(["cat", 1, 2], dtype=object), "non-numeric values"),
+        (np.array([0.0, 0.5, 1.0]), "non-integer label 0.5"),
+        ([0.0, float("nan"), 1.0], "non-integer label nan"),
+    ],
+)
+def test_federated_labels_must_be_class_indices(y, match):
+    with pytest.raises(ValueError, match=match + r".*integer class indices 0 \.\. C-1.*np\.unique"):
+        _client(np.zeros((3, 2)), y)
+
+
+def test_federated_object_labels_holding_integers_are_accepted():
+    assert _client(np.zeros((3, 2)), np.array([0, 1, 2], dtype=object)).y_train.tolist() == [0, 1, 2]
+
+
+@pytest.mark.parametrize(
+    "x, match",
+    [
+        (np.array([["a", "b"]] * 3), "must hold numbers; got dtype <U1"),
+        ([[1.0, 2.0], [3.0], [4.0, 5.0]], "ragged"),
+        (np.array([[1.0, 2.0], [np.nan, 0.0], [0.0, 0.0]]), r"NaN or inf \(first in sample 1\)"),
+    ],
+)
+def test_federated_features_must_be_finite_numbers(x, match):
+    with pytest.raises(ValueError, match=match):
+        _client(x, np.zeros(3, dtype=np.int64))
+
+
+# ---------------------------------------------------------------- 6. federated settings
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: most.federated.FederatedConfig(lr=math.inf), r"`lr` must be a positive finite number; got inf"),
+        (lambda: most.federated.FederatedConfig(participation=True), "`participation` must be a number in"),
+        (lambda: most.federated.FederatedConfig(participation="0.5"), "`participation` must be a number in"),
+        (lambda: most.federated.FederatedConfig(eval_every=-1), "`eval_every` must be an int >= 0"),
+        (lambda: most.federated.methods.FedAvg(n_models=2, server_lr=math.inf), "`server_lr` must be a positive finite"),
+        (lambda: most.federated.methods.MosT(n_models=2, server_lr=math.nan), "`server_lr` must be a positive finite"),
+        (lambda: most.federated.methods.MosT(n_models=2, warmup_rounds=1.5), "`warmup_rounds` must be an int >= 0"),
+        (lambda: most.federated.methods.Linearization(n_models=2, concentration=math.inf), "`concentration`"),
+    ],
+)
+def test_federated_settings_are_refused_at_construction(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
+
+
+def test_federated_toml_with_infinite_server_lr_is_refused_when_loaded(tmp_path):
+    from most.config import ConfigError
+    from most.experiments.spec import load_experiment
+
+    path = tmp_path / "exp.toml"
+    path.write_text('[data]\nname = "fedprox_synthetic"\nalpha = 0.0\nbeta = 0.0\n[model]\n'
+                    'name = "logistic_regression"\n[federated]\nrounds = 2\nlr = inf\n'
+                    '[methods.MosT]\nn_models = 2\nserver_lr = 1.0\n')
+    with pytest.raises(ConfigError, match=r"`lr` must be a positive finite number; got inf"):
+        load_experiment(path)
+    path.write_text(path.read_text().replace("lr = inf", "lr = 0.1").replace("server_lr = 1.0", "server_lr = inf"))
+    with pytest.raises(ConfigError, match=r"`server_lr` must be a positive finite number; got inf"):
+        load_experiment(path)

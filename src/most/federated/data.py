@@ -74,28 +74,65 @@ _SPLITS = ("train", "val", "test")
 
 
 # ---------------------------------------------------------------------- containers
+_LABEL_FIX = (
+    "Labels must be integer class indices 0 .. C-1: map yours first, e.g. "
+    "`classes, y = np.unique(y, return_inverse=True)` (then n_classes = len(classes))."
+)
+
+
+def _numeric(x, *, what: str, labels: bool) -> Tensor:
+    """``x`` as a tensor of numbers; strings, mixed objects and ragged lists get a ValueError."""
+    if isinstance(x, Tensor):
+        return x
+    try:
+        arr = np.asarray(x)
+    except ValueError:  # ragged nested lists
+        raise ValueError(f"{what} must be a rectangular array of numbers; got ragged nested sequences.") from None
+    if arr.dtype.kind in "USO":
+        shown = ", ".join(repr(v) for v in arr.reshape(-1)[:3].tolist())
+        try:
+            if arr.dtype.kind != "O":
+                raise TypeError
+            arr = arr.astype(np.float64)  # an object array of numbers
+        except (TypeError, ValueError):
+            if labels:
+                raise ValueError(f"{what} must hold integer class labels; got non-numeric values ({shown}, ...; "
+                                 f"dtype {arr.dtype}). " + _LABEL_FIX) from None
+            raise ValueError(f"{what} must hold numbers; got dtype {arr.dtype} (e.g. {shown}). "
+                             "Encode the features as numbers first.") from None
+    try:
+        return torch.as_tensor(arr)
+    except (TypeError, RuntimeError) as exc:
+        raise ValueError(f"{what} must be an array of numbers; got dtype {arr.dtype}.") from exc
+
+
 def _as_features(x, *, what: str) -> Tensor:
-    t = torch.as_tensor(x)
+    t = _numeric(x, what=what, labels=False)
     if t.is_complex():
         raise ValueError(f"{what} must be real; got dtype {t.dtype}.")
     t = t.to(torch.float32)
     if t.ndim < 2:
         raise ValueError(f"{what} must have shape [N, *input_shape]; got shape {tuple(t.shape)}.")
     # numpy's check is much faster than torch.isfinite on large CPU image tensors.
-    if not np.isfinite(t.detach().cpu().numpy()).all():
-        raise ValueError(f"{what} contains NaN or inf.")
+    finite = np.isfinite(t.detach().cpu().numpy())
+    if not finite.all():
+        row = int(np.argwhere(~finite)[0][0])
+        raise ValueError(f"{what} contains NaN or inf (first in sample {row}). Drop or impute those samples "
+                         "first; features must be finite (values beyond float32's range become inf).")
     return t
 
 
 def _as_labels(y, *, what: str) -> Tensor:
-    t = torch.as_tensor(y)
+    t = _numeric(y, what=what, labels=True)
     if t.ndim != 1:
         raise ValueError(f"{what} must be a vector [N]; got shape {tuple(t.shape)}.")
     if t.is_floating_point():
-        if not torch.isfinite(t).all() or not (t == t.round()).all():
-            raise ValueError(f"{what} must hold integer class labels; got non-integral values.")
+        bad = ~torch.isfinite(t) | (t != t.round())
+        if bad.any():
+            raise ValueError(f"{what} must hold integer class labels; got the non-integer label {float(t[bad][0])!r}. "
+                             + _LABEL_FIX)
     elif t.dtype == torch.bool or t.is_complex():
-        raise ValueError(f"{what} must hold integer class labels; got dtype {t.dtype}.")
+        raise ValueError(f"{what} must hold integer class labels; got dtype {t.dtype}. " + _LABEL_FIX)
     return t.to(torch.int64)
 
 

@@ -257,6 +257,10 @@ class FedMGDAPlus(FedAvg):
 class _FixedRandomPlan(_FederatedMethod):
     concentration: float = 1.0
 
+    def __post_init__(self):
+        super().__post_init__()
+        check_positive(self.concentration, name="concentration")
+
     def reset(self, n, m, generator):
         super().reset(n, m, generator)
         # model j's weights over the n clients: a Dirichlet(c) draw, fixed for the run
@@ -390,7 +394,7 @@ class MosT(_FederatedMethod):
                              f"with combine='min_norm'; got gram_on={self.gram_on!r} with combine={self.combine!r}.")
         self._gram_coordinates: slice | None = None
         self._split_seed: int | None = None
-        check_non_negative(self.warmup_rounds, name="warmup_rounds")
+        check_positive_int(self.warmup_rounds, name="warmup_rounds", minimum=0)
         if self.split not in ("losses", "updates"):
             raise ValueError(f"`split` must be 'losses' or 'updates'; got {self.split!r}.")
         if self.split == "updates" and not self.warmup_rounds:

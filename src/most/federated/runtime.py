@@ -232,8 +232,11 @@ class FederatedConfig:
         check_positive(self.lr, name="lr")
         if self.loss_samples is not None:
             check_positive_int(self.loss_samples, name="loss_samples")
-        if not (0 < self.participation <= 1):
+        from .._validation import as_number
+
+        if not (0 < as_number(self.participation, name="participation", kind="a number in (0, 1]") <= 1):
             raise ValueError(f"`participation` must be in (0, 1]; got {self.participation}.")
+        check_positive_int(self.eval_every, name="eval_every", minimum=0)
         if self.device is not None:
             try:
                 device = torch.device(self.device)
