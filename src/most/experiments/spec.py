@@ -43,9 +43,11 @@ import copy
 import inspect
 import dataclasses
 import itertools
+import json
 import os
 import re
 import sys
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -57,7 +59,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Experiment", "RunSpec", "load_experiment", "parse_experiment", "FEDERATED", "CENTRALISED"]
+__all__ = ["Experiment", "RunSpec", "load_experiment", "parse_experiment", "check_runs", "FEDERATED", "CENTRALISED"]
 
 
 def _federated_registry():
@@ -142,7 +144,8 @@ def _short(key: str) -> str:
 
 
 def _safe(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_") or "run"
+    safe = re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_")
+    return safe if safe.strip(".") else "run"  # never "", "." or "..": a folder inside runs/
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,13 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No experiment file at {path}. Write one (see `most run --help` for an example).")
-    text = path.read_text()
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"{path}: not UTF-8 text: byte {exc.start} (line {line}) is {raw[exc.start]:#04x}. "
+                          "Save the file as UTF-8.") from None
     try:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -203,9 +212,7 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
 
         if importlib.util.find_spec("flwr") is None:
             raise ConfigError("engine = \"flower\" needs Flower: pip install 'most[flower]'.")
-    name = table.get("name", default_name)
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"name: expected a non-empty string; got {name!r}.")
+    name = _check_name(table.get("name", default_name), given="name" in table)
     seeds = table.get("seeds", [0])
     if isinstance(seeds, int) and not isinstance(seeds, bool):
         seeds = [seeds]
@@ -259,6 +266,30 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
         dup = next(f for f in folders if folders.count(f) > 1)
         raise ConfigError(f"methods: two runs would share the folder {dup!r}; give the methods distinct labels.")
     return Experiment(name=name, kind=kind, runs=tuple(runs), checkpoint_every=every, source=source)
+
+
+#: characters a name may not hold: path separators and those Windows forbids in file names
+_NOT_IN_NAMES = set('/\\:*?"<>|')
+_NAME_RULE = ("A name is a folder name: letters, digits, spaces and punctuation other than "
+              "/ \\ : * ? \" < > |, no control characters, not '.' or '..'.")
+
+
+def _check_name(name, *, given: bool) -> str:
+    """The experiment's name, which names its folder under --out: refused unless it is one plain
+    folder name (so results never land outside --out, and --restart never deletes files there)."""
+    where = "name" if given else "name (from the file's name; set `name = \"...\"` in the file)"
+    if not isinstance(name, str):
+        raise ConfigError(f"{where}: expected a string; got {name!r}. {_NAME_RULE}")
+    bad = sorted({c for c in name if c in _NOT_IN_NAMES or unicodedata.category(c) == "Cc"})
+    if bad:
+        shown = ", ".join(repr(c) for c in bad)
+        raise ConfigError(f"{where}: {name!r} holds {shown}, not allowed in a name. {_NAME_RULE}")
+    if not name.strip() or name.strip(".") == "" or name != name.strip():
+        raise ConfigError(f"{where}: {name!r} is not a usable folder name (empty, only dots, or leading or "
+                          f"trailing spaces). {_NAME_RULE}")
+    if len(name.encode("utf-8")) > 200:
+        raise ConfigError(f"{where}: {len(name.encode('utf-8'))} bytes; at most 200. {_NAME_RULE}")
+    return name
 
 
 def _set(resolved: dict, key: str, value, label: str) -> None:
@@ -339,6 +370,49 @@ def _build(run: RunSpec) -> dict[str, Any]:
     problem_fns, methods = _centralised_registry()
     check_call(*_named(problem_fns, cfg["problem"], "problem"), "problem")
     return {"method": _method(methods, run.label, cfg["method"], run.seed)}
+
+
+def check_runs(experiment: Experiment, runs=None) -> None:
+    """The checks of ``runs`` (default: all the experiment's) that need the data: a federated
+    method's ``check(n_clients)`` (e.g. MosT refuses more models than clients), a centralised
+    method's ``prepare`` and its assignment's ``reset`` on the problem (e.g. MosT refuses more
+    models than objectives), and the model built for the data. The same checks the run makes at
+    its start, made for every run before any starts.
+
+    Each distinct data set or problem is loaded once, one at a time. Raises :class:`ConfigError`
+    naming the run's group and the method's table.
+    """
+    by_source: dict[str, list[RunSpec]] = {}
+    for run in experiment.runs if runs is None else runs:
+        key = json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
+        by_source.setdefault(key, []).append(run)
+    for group in by_source.values():
+        loaded = group[0].load_data()
+        for run in group:
+            objects = {**run.build_without_data(), **loaded}
+            try:
+                _check_sizes(run, objects)
+            except ConfigError:
+                raise
+            except (ValueError, TypeError) as exc:
+                raise ConfigError(f"methods.{run.label} ({run.group}, seed {run.seed}): {exc}") from exc
+        del loaded
+
+
+def _check_sizes(run: RunSpec, objects: dict) -> None:
+    method = objects["method"]
+    if run.kind == FEDERATED:
+        method.check(objects["data"].n_clients)
+        return
+    import torch
+
+    from ..problems import MixedRegression
+
+    source = objects["problem"]
+    train = source.problem("train") if isinstance(source, MixedRegression) else source
+    problem = method.prepare(train, torch.Generator().manual_seed(method.seed + 7919))
+    assignment, _, _ = method.components()
+    assignment.reset(problem.n_objectives, method.n_models, torch.Generator().manual_seed(method.seed))
 
 
 def _load_data(run: RunSpec) -> dict[str, Any]:
