@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 from typing import Mapping, Sequence
 
@@ -23,10 +24,20 @@ import torch  # noqa: E402
 
 
 def _save(fig, path: str | Path | None):
+    """Saves ``fig`` to ``path`` (if given; the format from its suffix, PNG without one, as
+    matplotlib does) whole or not at all: drawn into memory, then written to a temporary file
+    that replaces ``path`` (a stopped call never leaves half a figure)."""
     if path is not None:
+        from .checkpoint import atomic_write_bytes
+
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=120, bbox_inches="tight")
+        fmt = path.suffix[1:].lower()
+        if not fmt:
+            fmt = matplotlib.rcParams["savefig.format"]
+            path = path.with_name(f"{path.name}.{fmt}")
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=fmt, dpi=120, bbox_inches="tight")
+        atomic_write_bytes(path, buffer.getvalue())
     return fig
 
 
@@ -77,17 +88,21 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
         series: method name -> values per round.
         std: method name -> standard deviation per round (same length as the series); a band
             ``mean ± std`` is shaded. Methods missing from ``std`` get no band.
-        x: shared x values (e.g. the rounds at which the metric was evaluated); default
-            ``0 .. len - 1`` per method.
+        x: shared x values (e.g. the rounds at which the metric was evaluated), or a mapping
+            method name -> its own x values; default ``0 .. len - 1`` per method.
         log: logarithmic y axis (e.g. for losses).
     """
     _nonempty(series, "series")
     fig, ax = plt.subplots(figsize=(5.8, 3.8))
     for k, (name, values) in enumerate(series.items()):
         v = _values(values, f"series[{name!r}]")
-        xs = np.arange(len(v)) if x is None else _values(x, "x")
+        own = isinstance(x, Mapping)
+        if own and name not in x:
+            raise ValueError(f"`x` has no entry for {name!r}.")
+        xs = np.arange(len(v)) if x is None else _values(x[name], f"x[{name!r}]") if own else _values(x, "x")
         if len(xs) != len(v):
-            raise ValueError(f"`x` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")
+            where = f"x[{name!r}]" if own else "x"
+            raise ValueError(f"`{where}` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")
         style = method_style(k)
         color = style["color"]
         ax.plot(xs, v, lw=1.6, label=name, **style)

@@ -1,4 +1,9 @@
-"""Tables from a results folder: mean ± std over seeds, per run group, in markdown and CSV."""
+"""Tables from a results folder: mean ± std over seeds, per run group, in markdown and CSV.
+
+A folder that holds several experiments (``most report results``) gives one table per
+experiment, each titled with its name and written to its own folder: an experiment of
+accuracies is never merged with one of losses.
+"""
 
 from __future__ import annotations
 
@@ -11,12 +16,15 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint import atomic_write_text
 from .spec import FEDERATED
-from .store import load_runs
+from .store import CorruptFileError, RunFolder, load_runs
 
 __all__ = ["report", "summary_table"]
 
 _PERCENT = {"mean", "worst20", "worst40", "worst60", "worst80", "oracle"}
+
+Run = tuple[RunFolder, dict, "dict | None"]
 
 
 def _group_order(root: Path, groups: list[str]) -> list[str]:
@@ -25,24 +33,73 @@ def _group_order(root: Path, groups: list[str]) -> list[str]:
     index = root / "experiment.json"
     if index.is_file():
         try:
-            order = list(json.loads(index.read_text()).get("groups", []))
-        except (json.JSONDecodeError, AttributeError):  # an edited file: fall back to the folders' order
-            order = []
+            order = [g for g in json.loads(index.read_text(encoding="utf-8")).get("groups", []) if isinstance(g, str)]
+        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
+            order = []  # an edited file: fall back to the folders' order
     return [g for g in order if g in groups] + [g for g in groups if g not in order]
+
+
+def _checked(run: Run) -> Run:
+    """``run`` with its result checked: a result.json without a ``metrics`` table of numbers
+    (edited, or not written by ``most run``) is named, not reported as a KeyError."""
+    folder, config, result = run
+    if result is not None:
+        metrics = result.get("metrics")
+        if not isinstance(metrics, dict) or not all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in metrics.values()):
+            raise CorruptFileError(folder.result_file, "no `metrics` table of numbers in it")
+        seconds = result.get("seconds")
+        if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
+            raise CorruptFileError(folder.result_file, f"`seconds` is {seconds!r}, not a number")
+        per = result.get("per_objective")
+        if per is not None and not (isinstance(per, list) and all(
+                v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in per)):
+            raise CorruptFileError(folder.result_file, "`per_objective` is not a list of numbers")
+    return folder, config, result
+
+
+def _group_of(run: Run) -> str:
+    folder, config, _ = run
+    group = config.get("group")
+    return group if isinstance(group, str) else folder.path.parent.name
+
+
+def _experiments(results_dir: str | os.PathLike) -> dict[Path, list[Run]]:
+    """The runs under ``results_dir`` by experiment folder (the folder holding ``runs/``), in the
+    order found; one entry for an experiment's folder (or a folder inside one)."""
+    root = Path(results_dir)
+    out: dict[Path, list[Run]] = {}
+    for run in load_runs(root):
+        path = run[0].path
+        home = path.parent.parent.parent if path.parent.parent.name == "runs" else root
+        if root in home.parents or home == root:
+            out.setdefault(home, []).append(_checked(run))
+        else:  # ``results_dir`` is inside an experiment (a group's folder): that part of it
+            out.setdefault(root, []).append(_checked(run))
+    return out
 
 
 def summary_table(results_dir: str | os.PathLike) -> dict:
     """``{"kind", "groups": {group: {metric: (mean, std, n)}}, "metrics": [...], "unfinished": [...]}``.
 
-    ``std`` is the sample standard deviation over seeds (NaN with one seed).
+    ``std`` is the sample standard deviation over seeds (NaN with one seed). ``results_dir``
+    holds one experiment (``results/NAME``); for a folder of several, a ``ValueError`` lists them.
     """
     root = Path(results_dir)
-    runs = load_runs(root)
+    found = _experiments(root)
+    if len(found) > 1:
+        raise ValueError(f"{root} holds {len(found)} experiments ({', '.join(str(h.relative_to(root)) for h in found)}); "
+                         "make the table of one of them.")
+    return _summary(root, next(iter(found.values())))
+
+
+def _summary(root: Path, runs: list[Run]) -> dict:
     values: dict[str, dict[str, list[float]]] = {}
     metrics: list[str] = []
     unfinished, kinds = [], set()
-    for folder, config, result in runs:
-        group = config.get("group", folder.path.parent.name)
+    for run in runs:
+        folder, config, result = run
+        group = _group_of(run)
         kinds.add(config.get("kind"))
         if result is None:
             unfinished.append(str(folder.path.relative_to(root)))
@@ -77,9 +134,18 @@ def _cell(kind, key, stats) -> str:
 
 def report(results_dir: str | os.PathLike, *, write: bool = True) -> str:
     """The markdown table of ``results_dir`` (mean ± std over seeds); with ``write``, also
-    ``report.md`` and ``report.csv`` in that folder. Returns the markdown."""
+    ``report.md`` and ``report.csv`` in that folder. Returns the markdown.
+
+    A folder of several experiments gives one titled table per experiment (the same as
+    ``report`` of each), each written to its experiment's folder."""
     root = Path(results_dir)
-    table = summary_table(root)
+    found = _experiments(root)
+    if len(found) == 1:
+        return _report(root, _summary(root, next(iter(found.values()))), write=write)
+    return "\n".join(_report(home, _summary(home, runs), write=write) for home, runs in found.items())
+
+
+def _report(root: Path, table: dict, *, write: bool) -> str:
     kind, groups, metrics = table["kind"], table["groups"], table["metrics"]
     seeds = sorted({s[2] for g in groups.values() for s in g.values()})
     lines = [f"# {root.name}", "",
@@ -96,7 +162,6 @@ def report(results_dir: str | os.PathLike, *, write: bool = True) -> str:
     lines += ["", f"Made by `most report {root}` from the stored run folders."]
     text = "\n".join(lines) + "\n"
     if write:
-        (root / "report.md").write_text(text)
         buffer = io.StringIO()
         writer = csv.writer(buffer)
         writer.writerow(["run", *[f"{k}_{s}" for k in metrics for s in ("mean", "std")], "seeds"])
@@ -106,5 +171,6 @@ def report(results_dir: str | os.PathLike, *, write: bool = True) -> str:
                 mean, std, _ = row.get(k, (math.nan, math.nan, 0))
                 cells += [mean, std]
             writer.writerow([group, *cells, max((s[2] for s in row.values()), default=0)])
-        (root / "report.csv").write_text(buffer.getvalue())
+        atomic_write_text(root / "report.md", text)
+        atomic_write_text(root / "report.csv", buffer.getvalue())
     return text
