@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..checkpoint import atomic_write_text
+
 
 def check_choices(methods, known, seeds) -> None:
     """The checks every suite's config makes: known method names, at least one seed."""
@@ -39,6 +41,7 @@ def write_results(results: dict, out, figures, table, *, json_default=None) -> d
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results["figures"] = figures(results, out)
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=json_default))
-    (out / "table.md").write_text(table(results) + "\n")
+    # whole files or none: a stopped call never leaves half a results.json
+    atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=json_default))
+    atomic_write_text(out / "table.md", table(results) + "\n")
     return results

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from .._env import environ
+from ..checkpoint import atomic_write_text
 
 #: the file of finished runs in a suite's output folder (removed once results.json is written)
 RUNS_FILE = "runs.jsonl"
@@ -45,21 +46,30 @@ class RunLog:
         if resume and restart:
             raise ValueError("--resume and --restart exclude each other; choose one.")
         if not (resume or restart) and self.path.is_file():
-            held = len(self.path.read_text().splitlines()) - 1
+            held = len(self._text().splitlines()) - 1
             if held > 0:
                 raise ValueError(f"{self.path} holds {held} finished run(s) of a call that was stopped: continue "
                                  "them with --resume, or start over with --restart.")
         self.done: dict[str, dict] = self._read() if resume else {}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if not (resume and self.path.is_file()):
-            self.path.write_text(json.dumps({"settings": self.settings}) + "\n")
+            atomic_write_text(self.path, json.dumps({"settings": self.settings}) + "\n")
+
+    def _text(self) -> str:
+        try:
+            return self.path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as exc:
+            raise ValueError(f"{self.path} is not a runs file written by `most bench {self.suite}` (not UTF-8 text "
+                             f"at byte {exc.start}); remove it, or choose another --out.") from None
 
     def _read(self) -> dict:
-        """The runs in the file; a last line cut short by an interruption is dropped from the file,
-        so that the runs appended next start on a line of their own."""
+        """The runs in the file. A last line cut short by an interruption is dropped from the file,
+        so that the runs appended next start on a line of their own; a bad line before the last
+        one raises ``ValueError`` naming the file and the line (the file was damaged, and the runs
+        after that line would be lost silently)."""
         if not self.path.is_file():
             return {}
-        text = self.path.read_text()
+        text = self._text()
         lines = text.splitlines()
         try:
             header = json.loads(lines[0])["settings"]
@@ -71,15 +81,23 @@ class RunLog:
             raise ValueError(f"{self.path} holds runs made with other settings ({', '.join(differ)} differ); resume "
                              "with those settings, choose another --out, or leave out --resume to start again.")
         done, kept = {}, lines[:1]
-        for line in lines[1:]:
+        for number, line in enumerate(lines[1:], 2):
             try:
                 record = json.loads(line)
-                done[_key(record["key"])] = record["run"]
-            except (json.JSONDecodeError, KeyError, TypeError):  # the line being written when the call was stopped
-                break
+                key, run = _key(record["key"]), record["run"]
+                if not isinstance(run, dict):
+                    raise TypeError
+            except (json.JSONDecodeError, KeyError, TypeError):
+                if number == len(lines):  # the line being written when the call was stopped
+                    break
+                raise ValueError(
+                    f"{self.path}, line {number} of {len(lines)}: not a finished run (the file was damaged). Delete "
+                    "that line to keep the other runs and repeat the command with --resume, or start over with "
+                    "--restart.") from None
+            done[key] = run
             kept.append(line)
         if len(kept) < len(lines) or not text.endswith("\n"):
-            self.path.write_text("\n".join(kept) + "\n")
+            atomic_write_text(self.path, "\n".join(kept) + "\n")
         return done
 
     def get(self, key) -> dict | None:
