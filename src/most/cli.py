@@ -15,23 +15,99 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
 
+import click
 import typer
 
-app = typer.Typer(add_completion=False, no_args_is_help=True)  # help: the callback's docstring
+
+class _Failure(Exception):
+    """A user's error found by a command: its message (shown as one line) and exit code."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
 
 
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
+def _user_error(exc: Exception) -> tuple[str, int] | None:
+    """The one-line message and exit code of a user's error (a bad file, value or folder), or
+    None for an error that is a bug (shown with its traceback). The one place that decides."""
+    if isinstance(exc, _Failure):
+        return str(exc), exc.code
+    if isinstance(exc, json.JSONDecodeError):  # the store names its own files (CorruptFileError)
+        return (f"a JSON file this command read is not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                f"{exc.colno}); run `most --debug ...` to see which file."), 2
+    if isinstance(exc, UnicodeDecodeError):
+        return (f"a file this command read is not UTF-8 text (byte {exc.start}: {exc.reason}); "
+                "run `most --debug ...` to see which file."), 2
+    if isinstance(exc, (ValueError, TypeError)):  # ConfigError and the store's CorruptFileError among them
+        return str(exc) or type(exc).__name__, 2
+    if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, FileExistsError)):
+        return str(exc), 2
+    if isinstance(exc, ImportError):  # an extra that is not installed
+        return str(exc), 2
+    if type(exc).__name__ == "InterruptedRunsError":  # most.experiments (not imported for other commands)
+        return str(exc), 2
+    return None
+
+
+def _debug() -> bool:
+    ctx = click.get_current_context(silent=True)
+    return bool(ctx is not None and ctx.find_root().params.get("debug"))
+
+
+def _guarded(command):
+    """``command`` with a user's error shown as one line on stderr and a non-zero exit (unless
+    ``most --debug``, which shows the traceback)."""
+    @functools.wraps(command)
+    def guarded(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:
+            found = _user_error(exc)
+            if found is None or _debug():
+                raise
+            message, code = found
+            typer.echo("Error: " + " ".join(message.split()), err=True)
+            raise typer.Exit(code) from None
+
+    return guarded
+
+
+class _Typer(typer.Typer):
+    """A Typer app whose commands report a user's error in one line (:func:`_guarded`), and whose
+    tracebacks (bugs, or --debug) leave out the local variables, which can run to thousands of lines."""
+
+    def __init__(self, **kwargs):
+        super().__init__(pretty_exceptions_show_locals=False, **kwargs)
+
+    def command(self, *args, **kwargs):
+        register = super().command(*args, **kwargs)
+
+        def decorator(fn):
+            register(_guarded(fn))
+            return fn
+
+        return decorator
+
+
+app = _Typer(add_completion=False, no_args_is_help=True)  # help: the callback's docstring
+
+
+bench_app = _Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
 app.add_typer(bench_app, name="bench")
-flower_app = typer.Typer(no_args_is_help=True, help="Deployment on Flower (needs the extra most\\[flower]).")
+flower_app = _Typer(no_args_is_help=True, help="Deployment on Flower (needs the extra most\\[flower]).")
 app.add_typer(flower_app, name="flower")
 
 
 @app.callback()
-def _main() -> None:
+def _main(debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (to report a bug); "
+                                     "without it, a mistake in a file or an option is one line.")) -> None:
     """MosT: train a few models that together serve many objectives.
 
     Examples:
@@ -69,8 +145,10 @@ def demo(
     from .problems import mixed_regression
     from .solver import MGDA, Linearization, MosT
 
+    from .checkpoint import atomic_write_text
+
     if n_models > n_objectives:
-        raise typer.BadParameter(f"--n-models ({n_models}) must not exceed --n-objectives ({n_objectives}).")
+        raise _Failure(f"--n-models ({n_models}) must not exceed --n-objectives ({n_objectives}).")
     data = mixed_regression(n_objectives=n_objectives, n_groups=n_models, seed=seed)
     train = data.problem("train")
     common = dict(n_models=n_models, rounds=rounds, lr=0.05, seed=seed, progress=not quiet)
@@ -105,7 +183,7 @@ def demo(
                           title="training", path=out / "curves.png")
     plots.per_objective_bars(per_objective, ylabel="test MSE (model picked on validation)",
                              title="per-task test error", path=out / "per_task.png")
-    (out / "results.json").write_text(json.dumps({"config": {
+    atomic_write_text(out / "results.json", json.dumps({"config": {
         "n_objectives": n_objectives, "n_models": n_models, "rounds": rounds, "seed": seed},
         "results": results}, indent=2))
 
@@ -176,29 +254,28 @@ def run_cmd(
     import torch
 
     from .config import ConfigError
-    from .experiments import InterruptedRunsError, load_experiment, run_experiment
+    from .experiments import load_experiment, run_experiment
+    from .experiments.spec import check_runs
+    from .experiments.store import CorruptFileError, RunFolder
 
-    try:
-        exp = load_experiment(experiment)
-    except (ConfigError, FileNotFoundError) as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    exp = load_experiment(experiment)
     if resume and restart:
-        raise typer.BadParameter("--resume and --restart exclude each other; choose one.")
+        raise _Failure("--resume and --restart exclude each other; choose one.")
+    torch.set_num_threads(threads)
     if dry_run:
-        typer.echo(f"{exp.name} ({exp.kind}): {len(exp)} runs")
+        check_runs(exp)  # what the runs check at their start (e.g. clients or objectives vs models), made now
+        typer.echo(f"{exp.name} ({exp.kind}): {len(exp)} runs, checked against their data")
         for run in exp.runs:
             typer.echo(f"  {run.folder}")
         return
-    torch.set_num_threads(threads)
+    # every unfinished run checked against its data before the first one starts
+    check_runs(exp, [run for run in exp.runs if RunFolder(out / exp.name / "runs" / run.folder).status != "done"])
     try:
         root = run_experiment(exp, out, resume=resume, restart=restart, progress=not quiet, echo=typer.echo)
-    except (ConfigError, InterruptedRunsError, FileNotFoundError) as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    except (ConfigError, CorruptFileError):
+        raise
     except ValueError as exc:  # e.g. a run diverged: finished runs and checkpoints are kept
-        typer.echo(f"Error: {exc}\nFinished runs are kept; fix the file and run the command again.", err=True)
-        raise typer.Exit(1) from None
+        raise _Failure(f"{exc} Finished runs are kept; fix the file and run the command again.", 1) from exc
     except KeyboardInterrupt:
         typer.echo(f"\nInterrupted. Finished runs are kept; continue the others from their last checkpoint "
                    f"with: most run {experiment} --out {out} --resume", err=True)
@@ -223,18 +300,14 @@ def flower_credentials(
 
         most flower credentials creds --host 10.0.0.5 --host superlink.lab --nodes 3
     """
-    try:
-        from .flower.credentials import make_certificates, make_node_keys
-    except ImportError as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    from .flower.credentials import make_certificates, make_node_keys
+
     if (out / "server.key").exists():
-        typer.echo(f"Error: {out} already holds credentials (server.key); choose another folder.", err=True)
-        raise typer.Exit(2)
+        raise _Failure(f"{out} already holds credentials (server.key); choose another folder.")
     try:
         certs = make_certificates(out, hosts=host, valid_days=valid_days)
     except ValueError as exc:
-        raise typer.BadParameter(str(exc), param_hint="--host") from None
+        raise _Failure(f"--host: {exc}") from exc
     keys = [make_node_keys(out, k) for k in range(nodes)]
     typer.echo(f"CA: {certs.ca_cert}\nSuperLink: {certs.server_cert}, {certs.server_key} (hosts: {', '.join(host)})")
     for k in keys:
@@ -255,11 +328,7 @@ def report_cmd(
     """
     from .experiments import report
 
-    try:
-        typer.echo(report(results))
-    except FileNotFoundError as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(2) from None
+    typer.echo(report(results))
 
 
 @app.command("plot")
@@ -281,12 +350,8 @@ def plot_cmd(
 
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad:
-        raise typer.BadParameter(f"--format {bad[0]!r}: use png, pdf or svg.")
-    try:
-        files = plot(results, out=out, formats=tuple(formats))
-    except FileNotFoundError as exc:
-        typer.echo(f"Error: {exc}", err=True)
-        raise typer.Exit(2) from None
+        raise _Failure(f"--format {bad[0]!r}: use png, pdf or svg.")
+    files = plot(results, out=out, formats=tuple(formats))
     typer.echo(f"Wrote {len(files)} files:\n  " + "\n  ".join(files))
 
 
@@ -300,10 +365,8 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
         typer.echo("\n".join(suite.METHODS))
         return
     torch.set_num_threads(threads)
-    try:
+    try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
-    except (ValueError, FileNotFoundError, ModuleNotFoundError) as exc:
-        raise typer.BadParameter(str(exc)) from exc
     except KeyboardInterrupt:
         runs = getattr(suite, "RUNS_FILE", None)
         if runs is None:

@@ -1,0 +1,219 @@
+"""A user's mistake on the command line is one line on stderr and a non-zero exit, never a
+traceback, for every command; ``most --debug ...`` shows the traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from most.cli import app
+from most.experiments import parse_experiment, run_experiment
+
+runner = CliRunner()
+
+CENTRAL = """
+name = "central"
+seeds = [0]
+
+[problem]
+name = "quadratic_clusters"
+n_clusters = 3
+per_cluster = 4
+
+[methods.MosT]
+n_models = 3
+rounds = 8
+lr = 0.1
+"""
+
+FED = """
+name = "fed"
+seeds = [0]
+
+[data]
+name = "fedprox_synthetic"
+alpha = 0.0
+beta = 0.0
+n_clients = 8
+samples_per_client = 40
+
+[model]
+name = "logistic_regression"
+
+[federated]
+rounds = 4
+
+[methods.MosT]
+n_models = 9
+"""
+
+
+def _one_line_error(res, *needles: str, code: int | None = None) -> str:
+    """Checks that ``res`` failed with one line on stderr (and no traceback) holding ``needles``."""
+    assert res.exit_code != 0, res.output
+    assert isinstance(res.exception, SystemExit), repr(res.exception)  # handled, not raised
+    err = res.stderr.strip()
+    assert len(err.splitlines()) == 1, err
+    assert err.startswith("Error: "), err
+    assert "Traceback" not in res.output
+    for needle in needles:
+        assert needle in err, (needle, err)
+    if code is not None:
+        assert res.exit_code == code, res.exit_code
+    return err
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cli")
+    import tomllib
+
+    run_experiment(parse_experiment(tomllib.loads(CENTRAL)), root, progress=False, echo=lambda s: None)
+    return root / "central"
+
+
+@pytest.fixture
+def results(stored, tmp_path) -> Path:
+    shutil.copytree(stored, tmp_path / "central")
+    return tmp_path / "central"
+
+
+def test_pretty_exceptions_do_not_show_locals():
+    assert app.pretty_exceptions_show_locals is False
+
+
+# ----------------------------------------------------------------------------- most run
+def test_run_errors_are_one_line(tmp_path):
+    _one_line_error(runner.invoke(app, ["run", str(tmp_path / "missing.toml")]), "No experiment file", code=2)
+    path = tmp_path / "exp.toml"
+    path.write_text(CENTRAL.replace("lr = 0.1", "lr = -1.0"))
+    _one_line_error(runner.invoke(app, ["run", str(path)]), "methods.MosT", code=2)
+    path.write_text(CENTRAL.replace("lr = 0.1", "diversty = 1.0"))
+    _one_line_error(runner.invoke(app, ["run", str(path)]), "did you mean 'diversity'", code=2)
+    path.write_bytes(CENTRAL.replace('"central"', '"caf\xe9"').encode("latin-1"))
+    _one_line_error(runner.invoke(app, ["run", str(path), "--dry-run"]), str(path), "UTF-8", "byte 12 (line 2)", code=2)
+    path.write_text(CENTRAL.replace('"central"', '"../../escaped"'))
+    _one_line_error(runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out")]), "name:", code=2)
+    assert not (tmp_path / "escaped").exists()
+    path.write_text("name = \n")
+    _one_line_error(runner.invoke(app, ["run", str(path)]), "not valid TOML", code=2)
+
+
+def test_dry_run_makes_the_checks_of_the_run(tmp_path):
+    path = tmp_path / "fed.toml"
+    path.write_text(FED)  # 9 models, 8 clients
+    _one_line_error(runner.invoke(app, ["run", str(path), "--dry-run"]), "at least as many clients as models",
+                    code=2)
+    _one_line_error(runner.invoke(app, ["run", str(path), "--out", str(tmp_path / "out")]),
+                    "at least as many clients as models", code=2)
+    assert not (tmp_path / "out").exists()  # refused before any run started
+    path.write_text(CENTRAL.replace("n_models = 3", "n_models = 20"))  # 12 objectives
+    _one_line_error(runner.invoke(app, ["run", str(path), "--dry-run"]), "at least as many objectives as models")
+    path.write_text(CENTRAL)
+    res = runner.invoke(app, ["run", str(path), "--dry-run"])
+    assert res.exit_code == 0 and "MosT/seed0" in res.output
+
+
+# ----------------------------------------------------------------------------- report and plot
+def test_report_and_plot_of_a_missing_folder(tmp_path):
+    for command in ("report", "plot"):
+        _one_line_error(runner.invoke(app, [command, str(tmp_path / "nothing")]), "No results folder", code=2)
+
+
+@pytest.mark.parametrize("name", ["result.json", "config.json"])
+def test_a_truncated_json_file_is_named(results, name):
+    bad = results / "runs" / "MosT" / "seed0" / name
+    bad.write_text(bad.read_text()[:50])
+    for command in ("report", "plot"):
+        _one_line_error(runner.invoke(app, [command, str(results)]), str(bad), "run the experiment again", code=2)
+
+
+def test_a_truncated_metrics_file_is_named(results):
+    bad = results / "runs" / "MosT" / "seed0" / "metrics.jsonl"
+    bad.write_text("".join(bad.read_text().splitlines(keepends=True)[:4]))
+    _one_line_error(runner.invoke(app, ["plot", str(results), "--format", "png"]), str(bad), "4 of its 8 rounds")
+
+
+def test_a_corrupt_final_pt_is_named(results):
+    bad = results / "runs" / "MosT" / "seed0" / "final.pt"
+    bad.write_bytes(bad.read_bytes()[:64])
+    _one_line_error(runner.invoke(app, ["plot", str(results), "--format", "png"]), str(bad))
+
+
+def test_plot_bad_format(results):
+    _one_line_error(runner.invoke(app, ["plot", str(results), "--format", "gif"]), "--format 'gif'", code=2)
+
+
+@pytest.mark.parametrize("error", [
+    json.JSONDecodeError("Expecting value", "{", 1),
+    UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"),
+    TypeError("an unexpected type"),
+    ValueError("a bad value\non two lines"),
+])
+def test_other_user_errors_are_one_line(results, monkeypatch, error):
+    import most.experiments
+
+    def fail(*args, **kwargs):
+        raise error
+
+    monkeypatch.setattr(most.experiments, "report", fail)
+    _one_line_error(runner.invoke(app, ["report", str(results)]))
+    res = runner.invoke(app, ["--debug", "report", str(results)])
+    assert res.exception is error  # re-raised, so its traceback is shown
+
+
+def test_a_bug_is_not_dressed_as_a_user_error(results, monkeypatch):
+    import most.experiments
+
+    def fail(*args, **kwargs):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr(most.experiments, "report", fail)
+    res = runner.invoke(app, ["report", str(results)])
+    assert isinstance(res.exception, ZeroDivisionError)
+
+
+# ----------------------------------------------------------------------------- demo, bench, flower
+def test_demo_error_is_one_line(tmp_path):
+    _one_line_error(runner.invoke(app, ["demo", "--n-objectives", "3", "--n-models", "5", "--out", str(tmp_path)]),
+                    "must not exceed", code=2)
+
+
+def test_bench_errors_are_one_line(tmp_path):
+    _one_line_error(runner.invoke(app, ["bench", "few-objective", "--method", "Nope", "--out", str(tmp_path)]),
+                    "Unknown method", code=2)
+    (tmp_path / "runs.jsonl").write_text("not json\n")
+    _one_line_error(runner.invoke(app, ["bench", "few-objective", "--problem", "zdt1", "--seed", "0", "--resume",
+                                        "--out", str(tmp_path), "--quiet"]), str(tmp_path / "runs.jsonl"), code=2)
+
+
+def test_flower_credentials_error_is_one_line(tmp_path):
+    pytest.importorskip("cryptography")
+    (tmp_path / "server.key").write_text("x")
+    _one_line_error(runner.invoke(app, ["flower", "credentials", str(tmp_path)]), "already holds credentials",
+                    code=2)
+
+
+# ----------------------------------------------------------------------------- the real command
+def _most(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1", COLUMNS="100")
+    return subprocess.run([sys.executable, "-m", "most.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=300)
+
+
+def test_the_command_prints_one_line_and_with_debug_the_traceback(results):
+    bad = results / "runs" / "MosT" / "seed0" / "result.json"
+    bad.write_text(bad.read_text()[:50])
+    res = _most("report", str(results))
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and str(bad) in res.stderr, res.stderr
+    res = _most("--debug", "report", str(results))
+    assert res.returncode != 0 and "Traceback" in res.stderr and "CorruptFileError" in res.stderr
+    assert len(res.stderr.splitlines()) < 200  # no locals

@@ -1,0 +1,299 @@
+"""Reports and figures of results folders (several experiments, corrupt files), experiment
+names that stay inside --out, experiment files that are not UTF-8, checks a dry run makes, and
+the atomic writes of reports, figures and bench files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pytest
+
+from most.config import ConfigError
+from most.experiments import load_experiment, parse_experiment, plot, report, run_experiment
+
+FED = {
+    "name": "fed",
+    "seeds": [0, 1],
+    "data": {"name": "fedprox_synthetic", "alpha": 0.0, "beta": 0.0, "n_clients": 8, "samples_per_client": 40},
+    "model": {"name": "logistic_regression"},
+    "federated": {"rounds": 6, "eval_every": 3},
+    "methods": {"MosT": {"n_models": 2, "server_lr": 3.0, "warmup_rounds": 1}, "FedAvg": {"n_models": 2}},
+}
+
+CENTRAL = {
+    "name": "central",
+    "seeds": [0],
+    "problem": {"name": "quadratic_clusters", "n_clusters": 3, "per_cluster": 4},
+    "methods": {"MosT": {"n_models": 3, "rounds": 8, "lr": 0.1},
+                "Linearization": {"n_models": 3, "rounds": 8, "lr": 0.1}},
+}
+
+
+def _with(base: dict, **changes) -> dict:
+    out = json.loads(json.dumps(base))
+    out.update(changes)
+    return out
+
+
+@pytest.fixture(scope="module")
+def stored(tmp_path_factory) -> Path:
+    """A results root holding two finished experiments: ``fed`` (accuracies) and ``central`` (losses)."""
+    root = tmp_path_factory.mktemp("results")
+    for table in (FED, CENTRAL):
+        run_experiment(parse_experiment(table), root, progress=False, echo=lambda s: None)
+    return root
+
+
+@pytest.fixture
+def results(stored, tmp_path) -> Path:
+    """A copy of ``stored`` that a test may damage."""
+    shutil.copytree(stored, tmp_path / "r")
+    return tmp_path / "r"
+
+
+# ----------------------------------------------------------------------------- several experiments
+def test_report_on_a_root_of_two_experiments_gives_one_titled_table_each(results):
+    text = report(results)
+    assert "# fed" in text and "# central" in text
+    fed, central = text.split("# central")[0], "# central" + text.split("# central")[1]
+    if text.index("# central") < text.index("# fed"):
+        central, fed = text.split("# fed")[0], "# fed" + text.split("# fed")[1]
+    assert "Accuracies in %" in fed and "lower is better" not in fed
+    assert "lower is better" in central and "Accuracies" not in central
+    assert "worst20 |" not in central.split("| run |")[1].splitlines()[0] + "|"  # no accuracy columns mixed in
+    assert "| loss |" in central and "| loss |" not in fed
+    for name in ("fed", "central"):  # each experiment's files in its own folder
+        assert (results / name / "report.md").is_file() and (results / name / "report.csv").is_file()
+        assert report(results / name, write=False).startswith(f"# {name}")
+
+
+def test_plot_on_a_root_of_two_experiments_draws_each_into_its_own_folder(results):
+    files = plot(results, formats=("png",))
+    assert any("/fed/" in f and f.endswith("worst_k.png") for f in files)
+    assert any("/central/" in f and f.endswith("training_loss.png") for f in files)
+    assert all(Path(f).is_file() and Path(f).stat().st_size > 1000 for f in files)
+
+
+def test_swept_values_with_decimals_get_a_figure_each(tmp_path):
+    """Before, base.with_suffix(".png") turned "lr=0.1" and "lr=0.15" both into "lr=0.png"."""
+    table = _with(CENTRAL, methods={"MosT": {"n_models": 3, "rounds": 4}}, sweep={"methods.MosT.lr": [0.1, 0.15]})
+    root = run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
+    files = plot(root, formats=("png",))
+    heatmaps = [Path(f).name for f in files if Path(f).name.startswith("assignment_MosT")]
+    assert len(heatmaps) == 2 and len(set(heatmaps)) == 2, heatmaps
+    assert all(name.endswith(".png") and "0.1" in name for name in heatmaps)
+
+
+# ----------------------------------------------------------------------------- corrupt results files
+@pytest.mark.parametrize("name", ["result.json", "config.json"])
+def test_a_truncated_json_file_is_named_in_the_error(results, name):
+    from most.experiments.store import CorruptFileError
+
+    bad = results / "fed" / "runs" / "FedAvg" / "seed0" / name
+    bad.write_text(bad.read_text()[:40])
+    for call in (lambda: report(results / "fed"), lambda: plot(results / "fed", formats=("png",))):
+        with pytest.raises(CorruptFileError, match=str(bad).replace("\\", "\\\\")):
+            call()
+
+
+def test_a_result_without_metrics_is_named(results):
+    from most.experiments.store import CorruptFileError
+
+    bad = results / "fed" / "runs" / "FedAvg" / "seed0" / "result.json"
+    bad.write_text("{}")
+    with pytest.raises(CorruptFileError, match="result.json"):
+        report(results / "fed")
+
+
+def test_a_corrupt_final_pt_is_named(results):
+    from most.experiments.store import CorruptFileError
+
+    bad = results / "fed" / "runs" / "MosT" / "seed0" / "final.pt"
+    bad.write_bytes(bad.read_bytes()[:100])
+    with pytest.raises(CorruptFileError, match="final.pt"):
+        plot(results / "fed", formats=("png",))
+
+
+def test_a_truncated_metrics_file_is_named_not_another_group(results):
+    """A finished run whose metrics.jsonl lost its last rounds: before, the figure's x axis came
+    from the first group and the error named another group (FedAvg)."""
+    from most.experiments.store import CorruptFileError
+
+    for seed in (0, 1):
+        f = results / "fed" / "runs" / "MosT" / f"seed{seed}" / "metrics.jsonl"
+        f.write_text("".join(f.read_text().splitlines(keepends=True)[:4]))
+    with pytest.raises(CorruptFileError) as info:
+        plot(results / "fed", formats=("png",))
+    message = str(info.value)
+    assert "MosT" in message and "metrics.jsonl" in message and "FedAvg" not in message
+    assert "4 of its 6 rounds" in message
+
+
+# ----------------------------------------------------------------------------- names
+@pytest.mark.parametrize("name", ["../../x", "../x", "/tmp/abs", "a/b", "a\\b", ".", "..", "", "  ", "a\x00b",
+                                  "a\nb", "C:x"])
+def test_an_experiment_name_that_is_not_a_folder_name_is_refused(name):
+    with pytest.raises(ConfigError, match="name: ") as info:
+        parse_experiment(_with(CENTRAL, name=name))
+    assert "letters, digits" in str(info.value)
+
+
+def test_ordinary_names_are_kept():
+    for name in ("syn00", "my experiment (v2)", "rho=0.5,0.5", "expérience", ".hidden"):
+        assert parse_experiment(_with(CENTRAL, name=name)).name == name
+
+
+def test_a_name_with_dots_writes_inside_out(tmp_path):
+    with pytest.raises(ConfigError):
+        run_experiment(parse_experiment(_with(CENTRAL, name="../escaped")), tmp_path / "out", progress=False,
+                       echo=lambda s: None)
+    assert not (tmp_path / "escaped").exists()
+
+
+@pytest.mark.parametrize("label", [".", ".."])
+def test_a_method_label_of_dots_gets_a_folder_inside_runs(label):
+    exp = parse_experiment(_with(CENTRAL, methods={label: {"type": "MosT", "n_models": 3, "rounds": 2}}))
+    folder = exp.runs[0].folder
+    assert ".." not in Path(folder).parts and "." not in Path(folder).parts and not Path(folder).is_absolute()
+
+
+def test_a_file_that_is_not_utf8_is_a_config_error_naming_the_byte(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_bytes(b'name = "caf\xe9"\n')
+    with pytest.raises(ConfigError, match=r"exp\.toml.*UTF-8.*byte 11"):
+        load_experiment(path)
+
+
+# ----------------------------------------------------------------------------- checks before any work
+def test_check_runs_refuses_more_models_than_clients():
+    from most.experiments.spec import check_runs
+
+    exp = parse_experiment(_with(FED, seeds=[0], methods={"MosT": {"n_models": 9}}))  # 8 clients
+    with pytest.raises(ValueError, match="at least as many clients as models"):
+        check_runs(exp)
+
+
+def test_check_runs_refuses_more_models_than_objectives():
+    from most.experiments.spec import check_runs
+
+    exp = parse_experiment(_with(CENTRAL, methods={"MosT": {"n_models": 20, "rounds": 2}}))  # 12 objectives
+    with pytest.raises(ValueError, match="at least as many objectives as models"):
+        check_runs(exp)
+
+
+def test_check_runs_passes_a_good_experiment():
+    from most.experiments.spec import check_runs
+
+    check_runs(parse_experiment(_with(FED, seeds=[0])))
+    check_runs(parse_experiment(CENTRAL))
+
+
+# ----------------------------------------------------------------------------- atomic writes
+def _replaced(monkeypatch) -> list[str]:
+    """The names of the files written by renaming a finished temporary file (os.replace)."""
+    names, real = [], os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        names.append(Path(dst).name)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    return names
+
+
+def _no_partial_files(folder: Path) -> None:
+    assert not [p for p in folder.rglob("*.tmp")]
+
+
+def test_report_and_figures_are_written_atomically(results, monkeypatch):
+    written = _replaced(monkeypatch)
+    report(results / "central")
+    plot(results / "central", formats=("png",))
+    assert {"report.md", "report.csv", "training_loss.png"} <= set(written)
+    _no_partial_files(results)
+
+
+def test_a_figure_is_not_left_half_written_when_saving_fails(tmp_path, monkeypatch):
+    from most import plots
+
+    target = tmp_path / "fig.png"
+    target.write_bytes(b"old figure")
+    fig = plt.figure()
+
+    def broken(fname, *args, **kwargs):  # the disk fills up half way through the file
+        if hasattr(fname, "write"):
+            fname.write(b"half a figure")
+        else:
+            Path(fname).write_bytes(b"half a figure")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(fig, "savefig", broken)
+    with pytest.raises(OSError):
+        plots._save(fig, target)
+    assert target.read_bytes() == b"old figure"
+    plt.close(fig)
+
+
+def test_a_figure_path_without_suffix_gets_the_default_format(tmp_path):
+    from most import plots
+
+    fig = plt.figure()
+    plots._save(fig, tmp_path / "fig")
+    plt.close(fig)
+    assert (tmp_path / "fig.png").stat().st_size > 100
+
+
+def test_bench_results_and_table_are_written_atomically(tmp_path, monkeypatch):
+    from most.bench import write_results
+
+    written = _replaced(monkeypatch)
+    write_results({"x": 1}, tmp_path, lambda r, out: [], lambda r: "| table |")
+    assert {"results.json", "table.md"} <= set(written)
+    assert json.loads((tmp_path / "results.json").read_text())["x"] == 1
+
+
+# ----------------------------------------------------------------------------- the bench runs file
+def _runlog(tmp_path, **kwargs):
+    from most.bench._runs import RunLog
+
+    return RunLog(tmp_path, {"a": 1}, suite="test", **kwargs)
+
+
+def test_runs_file_drops_a_last_line_cut_short(tmp_path):
+    log = _runlog(tmp_path)
+    log.add([1], {"v": 1})
+    log.add([2], {"v": 2})
+    path = tmp_path / "runs.jsonl"
+    path.write_text(path.read_text() + '{"key": [3], "ru')
+    log = _runlog(tmp_path, resume=True)
+    assert log.get([1]) == {"v": 1} and log.get([2]) == {"v": 2} and log.get([3]) is None
+    assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == 3
+
+
+def test_runs_file_with_a_corrupt_line_in_the_middle_names_file_and_line(tmp_path):
+    log = _runlog(tmp_path)
+    log.add([1], {"v": 1})
+    log.add([2], {"v": 2})
+    path = tmp_path / "runs.jsonl"
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1][:10]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"{str(path)}.*line 2"):
+        _runlog(tmp_path, resume=True)
+    assert path.read_text().splitlines()[2] == lines[2]  # nothing dropped from the file
+
+
+def test_runs_file_rewrite_is_atomic(tmp_path, monkeypatch):
+    written = _replaced(monkeypatch)
+    log = _runlog(tmp_path)
+    log.add([1], {"v": 1})
+    path = tmp_path / "runs.jsonl"
+    path.write_text(path.read_text() + '{"key"')
+    _runlog(tmp_path, resume=True)
+    assert written.count("runs.jsonl") == 2  # the header, then the rewrite without the cut line
+    _no_partial_files(tmp_path)
+    assert os.listdir(tmp_path) == ["runs.jsonl"]
