@@ -557,7 +557,7 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
         G64 = g3.detach().to(device=_compute_device(out_device), dtype=torch.float64)
         _check_symmetric(G64, out_dtype)
         _check_diagonal(G64, out_dtype)
-        G64 = 0.5 * (G64 + G64.transpose(-2, -1))
+        G64 = 0.5 * G64 + 0.5 * G64.transpose(-2, -1)  # (G + Gᵀ) / 2 without overflow at 1e308
         if mask is None:
             m = torch.ones(G64.shape[0], n, dtype=torch.bool, device=G64.device)
         else:
