@@ -309,3 +309,12 @@ def test_federated_toml_with_infinite_server_lr_is_refused_when_loaded(tmp_path)
     path.write_text(path.read_text().replace("lr = inf", "lr = 0.1").replace("server_lr = 1.0", "server_lr = inf"))
     with pytest.raises(ConfigError, match=r"`server_lr` must be a positive finite number; got inf"):
         load_experiment(path)
+
+
+@pytest.mark.parametrize("method", ["sinkhorn", "newton", "ipot"])
+def test_non_convergence_warning_is_truthful(method):
+    with pytest.warns(most.ConvergenceWarning, match="the plan satisfies the marginals"):
+        plan = transport.solve(C, A, B, method=method, max_iter=1, reg=1e-4).plan
+    assert torch.isfinite(plan).all() and (plan >= 0).all()
+    assert torch.allclose(plan.sum(1), torch.tensor(A), atol=1e-6)
+    assert torch.allclose(plan.sum(0), torch.tensor(B), atol=1e-6)

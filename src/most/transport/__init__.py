@@ -245,7 +245,8 @@ def solve(
         settings += "" if tau == 0 else f", diversity={tau:g}"
         warnings.warn(
             f"transport method {method!r} did not converge ({settings}); the plan satisfies the "
-            "marginals but may be suboptimal. Increase `max_iter`"
+            + ("marginals" if a is not None and b is not None else "constrained marginal")
+            + " but may be suboptimal. Increase `max_iter`"
             + ("." if method == "exact" else ", or loosen `tol`, or increase `reg`."),
             ConvergenceWarning,
             stacklevel=2,
