@@ -121,6 +121,17 @@ def test_dry_run_makes_the_checks_of_the_run(tmp_path):
     assert res.exit_code == 0 and "MosT/seed0" in res.output
 
 
+def test_a_mistake_in_the_command_line_itself_is_one_line(tmp_path):
+    _one_line_error(runner.invoke(app, ["demo", "--n-models", "0"]), "--n-models", "--help", code=2)
+    _one_line_error(runner.invoke(app, ["run"]), "Missing argument", code=2)
+    _one_line_error(runner.invoke(app, ["report", "--nope", str(tmp_path)]), "No such option", code=2)
+    _one_line_error(runner.invoke(app, ["bench", "nope"]), "No such command", code=2)
+    res = runner.invoke(app, ["bench"])  # no command: the help, as before
+    assert res.exit_code == 2 and "few-objective" in res.stdout and not res.stderr.strip()
+    res = runner.invoke(app, ["--help"])
+    assert res.exit_code == 0 and "--debug" in res.stdout
+
+
 # ----------------------------------------------------------------------------- report and plot
 def test_report_and_plot_of_a_missing_folder(tmp_path):
     for command in ("report", "plot"):

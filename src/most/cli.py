@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 import typer
+import typer.core
 
 
 class _Failure(Exception):
@@ -79,6 +80,30 @@ def _guarded(command):
     return guarded
 
 
+class _Group(typer.core.TyperGroup):
+    """The root command: a mistake in the command line itself (an unknown option, a value out of
+    range, a missing argument), which click finds before any command runs, is one line too."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        import sys
+
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `most bench`: the help is printed already
+                sys.exit(exc.exit_code)
+            ctx = getattr(exc, "ctx", None)
+            hint = f" See `{ctx.command_path} --help`." if ctx is not None else ""
+            typer.echo("Error: " + " ".join(exc.format_message().split()) + hint, err=True)
+            sys.exit(exc.exit_code)
+        except click.exceptions.Abort:
+            typer.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)  # an Exit's code; a command returns None
+
+
 class _Typer(typer.Typer):
     """A Typer app whose commands report a user's error in one line (:func:`_guarded`), and whose
     tracebacks (bugs, or --debug) leave out the local variables, which can run to thousands of lines."""
@@ -96,7 +121,7 @@ class _Typer(typer.Typer):
         return decorator
 
 
-app = _Typer(add_completion=False, no_args_is_help=True)  # help: the callback's docstring
+app = _Typer(cls=_Group, add_completion=False, no_args_is_help=True)  # help: the callback's docstring
 
 
 bench_app = _Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
