@@ -71,6 +71,14 @@ def test_report_on_a_root_of_two_experiments_gives_one_titled_table_each(results
         assert report(results / name, write=False).startswith(f"# {name}")
 
 
+def test_summary_table_of_a_root_of_two_experiments_names_them(results):
+    from most.experiments import summary_table
+
+    with pytest.raises(ValueError, match=r"2 experiments \((central, fed|fed, central)\)"):
+        summary_table(results)
+    assert summary_table(results / "fed")["kind"] == "federated"
+
+
 def test_plot_on_a_root_of_two_experiments_draws_each_into_its_own_folder(results):
     files = plot(results, formats=("png",))
     assert any("/fed/" in f and f.endswith("worst_k.png") for f in files)

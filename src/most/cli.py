@@ -11,6 +11,9 @@
     most bench mtl            # multi-task learning on Office-Caltech10: MosT vs MGDA, linearization, EPO
     most bench prompts        # mixture of soft prompts on SuperGLUE (needs most[prompts])
     most flower credentials DIR --host HOST --nodes N   # TLS certificates and SuperNode keys
+
+A mistake in a file, a folder or an option is one line on stderr (exit code 2); `most --debug
+COMMAND ...` shows the traceback instead.
 """
 
 from __future__ import annotations

@@ -88,8 +88,8 @@ def summary_table(results_dir: str | os.PathLike) -> dict:
     root = Path(results_dir)
     found = _experiments(root)
     if len(found) > 1:
-        raise ValueError(f"{root} holds {len(found)} experiments ({', '.join(str(h.relative_to(root)) for h in found)}); "
-                         "make the table of one of them.")
+        names = ", ".join(str(home.relative_to(root)) for home in found)
+        raise ValueError(f"{root} holds {len(found)} experiments ({names}); make the table of one of them.")
     return _summary(root, next(iter(found.values())))
 
 
