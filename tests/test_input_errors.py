@@ -318,3 +318,23 @@ def test_non_convergence_warning_is_truthful(method):
     assert torch.isfinite(plan).all() and (plan >= 0).all()
     assert torch.allclose(plan.sum(1), torch.tensor(A), atol=1e-6)
     assert torch.allclose(plan.sum(0), torch.tensor(B), atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- seeds and model factories
+@pytest.mark.parametrize("seed", [1.5, "3", True, 2**64, None])
+def test_a_seed_that_torch_cannot_take_is_refused_up_front(seed):
+    import most.federated as fl
+
+    with pytest.raises(ValueError, match="`seed` must be an int"):
+        most.MosT(n_models=2, seed=seed)
+    with pytest.raises(ValueError, match="`seed` must be an int"):
+        fl.FederatedConfig(seed=seed)
+
+
+def test_federated_model_refuses_a_module_instance_for_its_factory():
+    import most.federated as fl
+
+    with pytest.raises(TypeError, match=r"not a module; pass e\.g\. `lambda: Linear\(\.\.\.\)`"):
+        fl.FlatModel(torch.nn.Linear(3, 2))
+    with pytest.raises(TypeError, match="must be a function that returns an nn.Module"):
+        fl.FlatModel(3)

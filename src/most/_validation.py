@@ -159,6 +159,14 @@ def check_positive_int(value, *, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def check_seed(value, *, name: str = "seed") -> int:
+    """A random seed: an int in ``[-2**63, 2**64)``, what :meth:`torch.Generator.manual_seed` takes."""
+    seed = check_positive_int(value, name=name, minimum=-(2**63))
+    if seed >= 2**64:
+        raise ValueError(f"`{name}` must be an int in [-2**63, 2**64); got {seed}.")
+    return seed
+
+
 def check_non_negative(value, *, name: str, allow_inf: bool = False) -> float:
     """A finite number ``>= 0`` (``inf`` too with ``allow_inf=True``), returned as ``float``."""
     return _check_bound(value, name=name, positive=False, allow_inf=allow_inf)

@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from ._validation import check_positive, check_positive_int
+from ._validation import check_positive, check_positive_int, check_seed
 from .checkpoint import Checkpoint, restore_into
 from .methods import (
     Assignment,
@@ -179,6 +179,7 @@ def run(
     check_positive_int(rounds, name="rounds")
     check_positive_int(inner_steps, name="inner_steps")
     check_positive(lr, name="lr")
+    seed = check_seed(seed)
     n, m = problem.n_objectives, n_models
     generator = torch.Generator().manual_seed(seed)
     params = problem.initial_params(m, generator)
@@ -284,6 +285,7 @@ class _Method:
     optimizer: UpdateRule = field(default_factory=SGD)
 
     def __post_init__(self):
+        check_seed(self.seed)
         check_positive_int(self.n_models, name="n_models")
         check_positive_int(self.rounds, name="rounds")
         check_positive_int(self.inner_steps, name="inner_steps")

@@ -46,6 +46,11 @@ class FlatModel:
     name: str = "model"
 
     def __post_init__(self):
+        if isinstance(self.factory, nn.Module):
+            raise TypeError(f"`factory` must be a function that returns a new module, not a module; pass e.g. "
+                            f"`lambda: {type(self.factory).__name__}(...)` so that each model gets its own weights.")
+        if not callable(self.factory):
+            raise TypeError(f"`factory` must be a function that returns an nn.Module; got {type(self.factory).__name__}.")
         template = self.factory()
         if not isinstance(template, nn.Module):
             raise ValueError(f"`factory()` must return an nn.Module; got {type(template).__name__}.")

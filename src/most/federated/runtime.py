@@ -33,7 +33,7 @@ from torch.func import grad, vmap
 from torch.nn.functional import cross_entropy
 
 from .._random import derive_seed
-from .._validation import check_positive, check_positive_int
+from .._validation import check_positive, check_positive_int, check_seed
 from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
 from .evaluation import pooled_loss, select_by_loss
@@ -237,6 +237,7 @@ class FederatedConfig:
         if not (0 < as_number(self.participation, name="participation", kind="a number in (0, 1]") <= 1):
             raise ValueError(f"`participation` must be in (0, 1]; got {self.participation}.")
         check_positive_int(self.eval_every, name="eval_every", minimum=0)
+        check_seed(self.seed)
         if self.device is not None:
             try:
                 device = torch.device(self.device)
