@@ -193,6 +193,15 @@ def test_check_runs_refuses_more_models_than_objectives():
         check_runs(exp)
 
 
+def test_run_experiment_makes_the_checks_before_any_run_or_file(tmp_path):
+    from most.experiments import run_experiment
+
+    table = _with(FED, seeds=[0], methods={"FedAvg": {"n_models": 2}, "MosT": {"n_models": 9}})  # 8 clients
+    with pytest.raises(ValueError, match=r"methods\.MosT.*at least as many clients as models"):
+        run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
+    assert not any(tmp_path.iterdir())  # FedAvg, listed first, did not run: nothing was written
+
+
 def test_check_runs_passes_a_good_experiment():
     from most.experiments.spec import check_runs
 

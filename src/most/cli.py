@@ -284,7 +284,7 @@ def run_cmd(
     from .config import ConfigError
     from .experiments import load_experiment, run_experiment
     from .experiments.spec import check_runs
-    from .experiments.store import CorruptFileError, RunFolder
+    from .experiments.store import CorruptFileError
 
     exp = load_experiment(experiment)
     if resume and restart:
@@ -296,8 +296,6 @@ def run_cmd(
         for run in exp.runs:
             typer.echo(f"  {run.folder}")
         return
-    # every unfinished run checked against its data before the first one starts
-    check_runs(exp, [run for run in exp.runs if RunFolder(out / exp.name / "runs" / run.folder).status != "done"])
     try:
         root = run_experiment(exp, out, resume=resume, restart=restart, progress=not quiet, echo=typer.echo)
     except (ConfigError, CorruptFileError):

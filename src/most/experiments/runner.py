@@ -16,7 +16,7 @@ import torch
 
 from ..checkpoint import atomic_write_text
 from ..config import ConfigError, to_plain
-from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec
+from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
 from .store import RunFolder, dumps
 
 __all__ = ["run_experiment", "execute", "fingerprint", "InterruptedRunsError"]
@@ -232,14 +232,15 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
             f"{len(interrupted)} run(s) of {root} were interrupted ({names}). Continue them from their "
             "checkpoints with --resume, or start them over with --restart."
         )
+    cache: dict = {}
+    todo = [(run, folder) for run, folder in folders if folder.status != "done"]
+    check_runs(experiment, [run for run, _ in todo], cache=cache)  # data-dependent checks, before any run starts
     root.mkdir(parents=True, exist_ok=True)
     if experiment.source:
         atomic_write_text(root / "experiment.toml", experiment.source)
     groups = list(dict.fromkeys(run.group for run in experiment.runs))
     atomic_write_text(root / "experiment.json", dumps({"name": experiment.name, "kind": experiment.kind,
                                                        "groups": groups}, indent=2) + "\n")
-    cache: dict = {}
-    todo = [(run, folder) for run, folder in folders if folder.status != "done"]
     echo(f"{experiment.name}: {len(folders)} runs, {len(folders) - len(todo)} already done, {len(todo)} to run "
          f"-> {root}")
     for k, (run, folder) in enumerate(todo, 1):

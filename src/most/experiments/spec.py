@@ -372,7 +372,7 @@ def _build(run: RunSpec) -> dict[str, Any]:
     return {"method": _method(methods, run.label, cfg["method"], run.seed)}
 
 
-def check_runs(experiment: Experiment, runs=None) -> None:
+def check_runs(experiment: Experiment, runs=None, *, cache: dict | None = None) -> None:
     """The checks of ``runs`` (default: all the experiment's) that need the data: a federated
     method's ``check(n_clients)`` (e.g. MosT refuses more models than clients), a centralised
     method's ``prepare`` and its assignment's ``reset`` on the problem (e.g. MosT refuses more
@@ -380,14 +380,15 @@ def check_runs(experiment: Experiment, runs=None) -> None:
     its start, made for every run before any starts.
 
     Each distinct data set or problem is loaded once, one at a time. Raises :class:`ConfigError`
-    naming the run's group and the method's table.
+    naming the run's group and the method's table. With ``cache`` (the runner's one-entry data
+    cache), a data set found there is not loaded again, and the last one loaded is left there.
     """
     by_source: dict[str, list[RunSpec]] = {}
     for run in experiment.runs if runs is None else runs:
         key = json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
         by_source.setdefault(key, []).append(run)
-    for group in by_source.values():
-        loaded = group[0].load_data()
+    for key, group in by_source.items():
+        loaded = cache[key] if cache is not None and key in cache else group[0].load_data()
         for run in group:
             objects = {**run.build_without_data(), **loaded}
             try:
@@ -396,6 +397,9 @@ def check_runs(experiment: Experiment, runs=None) -> None:
                 raise
             except (ValueError, TypeError) as exc:
                 raise ConfigError(f"methods.{run.label} ({run.group}, seed {run.seed}): {exc}") from exc
+        if cache is not None:  # one data set in memory at a time, as the runner keeps it
+            cache.clear()
+            cache[key] = loaded
         del loaded
 
 
