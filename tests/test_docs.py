@@ -86,6 +86,20 @@ def test_every_page_is_in_the_nav_or_generated():
         assert rel in config, f"docs/{rel} is not in mkdocs.yml's nav"
 
 
+def test_every_test_the_guarantees_page_names_exists():
+    """docs/guarantees.md names the test of each promise: a renamed or removed test fails here."""
+    text = (DOCS / "guarantees.md").read_text("utf-8")
+    named, current = [], None
+    for ref in re.findall(r"`(tests/[\w/]+\.py)?(?:::(\w+))?`", text):
+        path, test = ref
+        current = path or current
+        named.append((current, test))
+    assert len([t for _, t in named if t]) >= 30
+    for path, test in named:
+        source = (ROOT / path).read_text("utf-8")
+        assert not test or re.search(rf"^def {test}\(", source, re.M), f"{path}::{test} is named in guarantees.md"
+
+
 @pytest.mark.slow
 def test_mkdocs_build_strict_offline(tmp_path):
     for module in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"):
