@@ -25,22 +25,9 @@ from most.experiments import (InterruptedRunsError, load_experiment, parse_exper
                               run_experiment)
 from most.experiments.store import RunFolder
 
-FED = {
-    "name": "fed",
-    "seeds": [0],
-    "data": {"name": "fedprox_synthetic", "alpha": 0.0, "beta": 0.0, "n_clients": 8, "samples_per_client": 40},
-    "model": {"name": "logistic_regression"},
-    "federated": {"rounds": 6, "eval_every": 3},
-    "methods": {"MosT": {"n_models": 2, "server_lr": 3.0, "warmup_rounds": 1}, "FedAvg": {"n_models": 2}},
-}
+from _tables import CENTRAL, FED, with_  # noqa: E402
 
-CENTRAL = {
-    "name": "central",
-    "seeds": [0, 1],
-    "problem": {"name": "quadratic_clusters", "n_clusters": 3, "per_cluster": 4},
-    "methods": {"MosT": {"n_models": 3, "rounds": 30, "lr": 0.1},
-                "Linearization": {"n_models": 3, "rounds": 30, "lr": 0.1}},
-}
+_with = with_
 
 
 def _toml(table: dict) -> str:
@@ -71,12 +58,6 @@ def _toml(table: dict) -> str:
             lines.append(f"\n[{k}]")
             lines += [f"{json.dumps(kk)} = {value(vv)}" for kk, vv in v.items()]
     return "\n".join(lines) + "\n"
-
-
-def _with(base: dict, **changes) -> dict:
-    out = json.loads(json.dumps(base))
-    out.update(changes)
-    return out
 
 
 # ----------------------------------------------------------------------------- config validation

@@ -15,28 +15,13 @@ import pytest
 from most.config import ConfigError
 from most.experiments import load_experiment, parse_experiment, plot, report, run_experiment
 
-FED = {
-    "name": "fed",
-    "seeds": [0, 1],
-    "data": {"name": "fedprox_synthetic", "alpha": 0.0, "beta": 0.0, "n_clients": 8, "samples_per_client": 40},
-    "model": {"name": "logistic_regression"},
-    "federated": {"rounds": 6, "eval_every": 3},
-    "methods": {"MosT": {"n_models": 2, "server_lr": 3.0, "warmup_rounds": 1}, "FedAvg": {"n_models": 2}},
-}
+import _tables as tables
+from _tables import with_
 
-CENTRAL = {
-    "name": "central",
-    "seeds": [0],
-    "problem": {"name": "quadratic_clusters", "n_clusters": 3, "per_cluster": 4},
-    "methods": {"MosT": {"n_models": 3, "rounds": 8, "lr": 0.1},
-                "Linearization": {"n_models": 3, "rounds": 8, "lr": 0.1}},
-}
-
-
-def _with(base: dict, **changes) -> dict:
-    out = json.loads(json.dumps(base))
-    out.update(changes)
-    return out
+FED = with_(tables.FED, seeds=[0, 1])
+CENTRAL = with_(tables.CENTRAL, seeds=[0], methods={"MosT": {"n_models": 3, "rounds": 8, "lr": 0.1},
+                                                     "Linearization": {"n_models": 3, "rounds": 8, "lr": 0.1}})
+_with = with_
 
 
 @pytest.fixture(scope="module")
