@@ -41,6 +41,21 @@ Flower 1.41 facts this module relies on (read from the installed source, then ve
   Failed to activate SuperNode." and exits with status 1 after logging "Exit Code: 305"
   and "Failed to initialize the connection to the SuperLink" (about 1-3 s after start);
   it never appears in ``flwr supernode ls``. :meth:`Deployment.supernode_refused` checks it.
+  The SuperLink logs the refusal naming the key: :func:`activation_refused_log_line`.
+* What a client is told when the transport is wrong (all verified here): the TLS SuperLink
+  closes a plain HTTP connection without any answer (a plaintext SuperNode: "Server
+  disconnected without sending a response.", exit 305; Flower refuses locally, exit 303,
+  to send a node key over ``--insecure``). A SuperNode whose root certificates do not hold
+  our CA (another CA, or the system roots) logs "SSL/TLS handshake error detected." and
+  exits 305 with "[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: unable to get
+  local issuer certificate" at once (TLS errors are not retried); one dialling an address
+  the certificate is not issued for gets "... IP address mismatch, certificate is not valid
+  for '127.0.0.1'." (:func:`tls_handshake` shows the same as OpenSSL codes 20 and 64).
+* Node authentication on the Fleet API (HTTP): every request carries the node's public key
+  and a timestamp signed with its private key. A bad signature (e.g. a registered node's
+  public key claimed by another key's owner) is answered HTTP 401 ``{"detail": "Invalid
+  SuperNode authentication"}`` before the request is handled; a correctly signed
+  ActivateNode for a key that is not registered gets HTTP 412 ``{"code": 2004, ...}``.
 * A killed SuperNode is noticed only through missed heartbeats. The SuperNode announces a
   hard-coded 30 s interval and beats every ~20 s; the SuperLink marks it offline
   ``2 x 30 s`` after its last beat, and only then answers the ServerApp's pending message
@@ -64,6 +79,7 @@ import re
 import shutil
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -85,9 +101,13 @@ __all__ = [
     "NodeKeys",
     "RunResult",
     "deployment",
+    "activate_node_request",
+    "activation_refused_log_line",
     "free_port",
     "make_certificates",
     "make_node_keys",
+    "plaintext_http_reply",
+    "tls_handshake",
     "write_toy_app",
 ]
 
@@ -106,6 +126,28 @@ REFUSED_MARKER = "Failed to initialize the connection to the SuperLink"
 #: Flower's exit code for it (ExitCode.SUPERNODE_CONNECTION_ERROR), as logged; the process
 #: itself exits with status 1 (``flwr_exit`` maps every error code >= 100 to 1).
 REFUSED_CODE = "Exit Code: 305"
+
+#: What the SuperLink answers (HTTP 412) a SuperNode whose public key is not registered,
+#: as the SuperNode logs it (ApiErrorCode.FLEET_NODE_ACTIVATION_FAILED).
+ACTIVATION_REFUSED = "[code: 2004] Failed to activate SuperNode."
+
+
+def activation_refused_log_line(public_key: str | os.PathLike[str]) -> str:
+    """The SuperLink's log line for an ActivateNode refused for the OpenSSH ``public_key``.
+
+    The SuperLink logs the key it does not know as ``repr`` of its PEM SubjectPublicKeyInfo
+    bytes (``flwr.superlink.servicer.fleet.fleet_handlers.activate_node``).
+    """
+    from cryptography.hazmat.primitives import serialization
+
+    key = serialization.load_ssh_public_key(Path(public_key).read_bytes())
+    pem = key.public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return (
+        f"[/v1/fleet/activate-node][ApiError:2004] Attempted to register SuperNode with "
+        f"public key: {pem!r}, exception: No SuperNode found with the given public key."
+    )
 
 #: Lines in the streamed run output that mean the ServerApp failed (exit codes >= 100 are
 #: logged as "Exit Code: N"; an unhandled exception is ExitCode.SERVERAPP_EXCEPTION = 201).
@@ -151,6 +193,103 @@ def _bin(name: str) -> str:
 
 
 # Credentials (a CA, server certificates, SuperNode keys) come from most.flower.credentials.
+
+# --------------------------------------------------------------------------- TLS probes
+
+
+def plaintext_http_reply(host: str, port: int, timeout: float = 5.0) -> bytes:
+    """Send one plain (unencrypted) HTTP/1.1 request; return every byte answered until close.
+
+    A plaintext HTTP server answers ``HTTP/1.1 ...``; a TLS-only server takes the request
+    for a broken ClientHello and closes the connection (``b""``) or sends a TLS alert record
+    (first byte ``0x15``). A reset connection also counts as ``b""``.
+    """
+    reply = b""
+    with socket.create_connection((host, port), timeout=timeout) as sock:
+        sock.settimeout(timeout)
+        sock.sendall(f"GET / HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n".encode())
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := sock.recv(65536):
+                reply += chunk
+    return reply
+
+
+def tls_handshake(
+    host: str,
+    port: int,
+    *,
+    cafile: str | os.PathLike[str] | None,
+    server_hostname: str | None = None,
+    timeout: float = 5.0,
+) -> tuple[str, bytes]:
+    """Connect to ``host:port`` as a verifying TLS client; return (TLS version, peer cert DER).
+
+    The client trusts ``cafile`` only (``None``: the system's default roots only) and checks
+    that the certificate is valid for ``server_hostname`` (default ``host``, the address
+    dialled), like Flower's clients. Raises :class:`ssl.SSLCertVerificationError` for a
+    certificate it must not accept, another :class:`ssl.SSLError` if the peer does not
+    speak TLS at all.
+    """
+    if cafile is None:
+        context = ssl.create_default_context()
+    else:
+        context = ssl.create_default_context(cafile=str(cafile))
+    with (
+        socket.create_connection((host, port), timeout=timeout) as sock,
+        context.wrap_socket(sock, server_hostname=server_hostname or host) as tls,
+    ):
+        der = tls.getpeercert(binary_form=True)
+        return str(tls.version()), bytes(der or b"")
+
+
+def activate_node_request(
+    address: str,
+    ca_cert: str | os.PathLike[str],
+    *,
+    public_key: str | os.PathLike[str],
+    signing_key: str | os.PathLike[str],
+) -> tuple[int, str]:
+    """Send the Fleet API's ActivateNode the way a SuperNode does; return (HTTP status, body).
+
+    The request claims the OpenSSH ``public_key`` (in its body and in the signed-identity
+    headers) but its timestamp is signed with the OpenSSH private key ``signing_key``: with
+    the matching private key this is what ``flower-supernode`` sends; with another one it
+    is a client posing as the owner of ``public_key``. Goes through Flower's own Fleet HTTP
+    client and interceptors (internal API of Flower 1.41), over TLS trusting ``ca_cert``,
+    with no retries.
+    """
+    import httpx
+    from cryptography.hazmat.primitives import serialization
+    from flwr.proto.fleet_pb2 import ActivateNodeRequest
+    from flwr.supercore.primitives.asymmetric import public_key_to_bytes
+    from flwr.supernode.fleet_http_client import FleetHttpClient
+    from flwr.supernode.fleet_http_connection import (
+        NodeAuthHttpInterceptor,
+        RuntimeVersionHttpInterceptor,
+    )
+
+    claimed = serialization.load_ssh_public_key(Path(public_key).read_bytes())
+    signer = serialization.load_ssh_private_key(Path(signing_key).read_bytes(), None)
+    interceptor = NodeAuthHttpInterceptor(signer, signer.public_key())  # type: ignore[arg-type]
+    if not hasattr(interceptor, "_public_key_bytes"):  # the header it sends; Flower 1.41
+        raise DeploymentError("NodeAuthHttpInterceptor changed: cannot claim another key")
+    interceptor._public_key_bytes = public_key_to_bytes(claimed)  # type: ignore[arg-type]
+    request = ActivateNodeRequest(
+        public_key=public_key_to_bytes(claimed),  # type: ignore[arg-type]
+        heartbeat_interval=30,
+    )
+    with FleetHttpClient.from_server_address(
+        address,
+        False,
+        Path(ca_cert).read_bytes(),
+        interceptors=[RuntimeVersionHttpInterceptor(component_name="SuperNode"), interceptor],
+    ) as client:
+        try:
+            client.ActivateNode(request)
+        except httpx.HTTPStatusError as err:
+            return err.response.status_code, err.response.text
+    return 200, ""
+
 
 # --------------------------------------------------------------------------- processes
 
@@ -275,6 +414,11 @@ class Deployment:
         over TLS with the test certificate. Off by default, like Flower's default.
     wait_online
         Whether :meth:`start` waits until all registered SuperNodes are online.
+    cert_hosts
+        The hosts (IPs or DNS names) the SuperLink's server certificate is issued for.
+        The default covers the address everything dials (``127.0.0.1``); other hosts give a
+        SuperLink whose certificate does not match that address (clients must refuse it;
+        the ``flwr`` CLI then cannot reach it either, so use ``n_supernodes=0``).
     extra_env
         Added to every subprocess's environment (e.g. ``PYTHONPATH``).
     """
@@ -287,6 +431,7 @@ class Deployment:
     runtime_tls: bool = False
     startup_timeout: float = 90.0
     wait_online: bool = True
+    cert_hosts: Sequence[str] = ("127.0.0.1", "localhost", "::1")
     keep_workdir: bool = False
     extra_env: Mapping[str, str] = field(default_factory=dict)
 
@@ -379,7 +524,9 @@ class Deployment:
         registered = set(range(self.n_supernodes) if self.registered is None else self.registered)
         t0 = time.monotonic()
         try:
-            self.certificates = make_certificates(self._dir / "certs", valid_days=2)
+            self.certificates = make_certificates(
+                self._dir / "certs", hosts=self.cert_hosts, valid_days=2
+            )
             self._start_superlink()
             self.timings["superlink_up"] = time.monotonic() - t0
             self._write_cli_config()
@@ -390,7 +537,7 @@ class Deployment:
             self.timings["keys_registered"] = time.monotonic() - t0
             for k in range(self.n_supernodes):
                 self._start_supernode(k, self.node_configs[k])
-            if self.wait_online:
+            if self.wait_online and self.node_ids:
                 self.wait_for_nodes(self.node_ids.values(), timeout=self.startup_timeout)
                 self.timings["supernodes_online"] = time.monotonic() - t0
         except BaseException:
@@ -478,16 +625,32 @@ class Deployment:
             encoding="utf-8",
         )
 
-    def _supernode_cmd(self, node_config: str, keys: NodeKeys) -> list[str]:
+    def _supernode_cmd(
+        self,
+        node_config: str,
+        keys: NodeKeys,
+        *,
+        root_certificates: str | os.PathLike[str] | None | bool = True,
+        max_retries: int | None = None,
+        authenticate: bool = True,
+    ) -> list[str]:
         assert self.certificates is not None
         if self.heartbeat_interval is None:
             cmd = [_bin("flower-supernode")]
         else:
             cmd = [sys.executable, "-c", _SUPERNODE_WRAPPER, str(float(self.heartbeat_interval))]
+        cmd += ["--superlink", self.superlink_address]
+        if root_certificates is True:  # the deployment's CA
+            cmd += ["--root-certificates", str(self.certificates.ca_cert)]
+        elif root_certificates is False:  # plaintext HTTP
+            cmd += ["--insecure"]
+        elif root_certificates is not None:  # None: the system's trusted roots only
+            cmd += ["--root-certificates", str(root_certificates)]
+        if max_retries is not None:
+            cmd += ["--max-retries", str(max_retries)]
+        if authenticate:
+            cmd += ["--auth-supernode-private-key", str(keys.private_key)]
         cmd += [
-            "--superlink", self.superlink_address,
-            "--root-certificates", str(self.certificates.ca_cert),
-            "--auth-supernode-private-key", str(keys.private_key),
             "--host", HOST,
             "--port", str(free_port()),  # this SuperNode's own Runtime API (for ClientApps)
         ]  # fmt: skip
@@ -501,9 +664,9 @@ class Deployment:
             cmd += ["--node-config", node_config]
         return cmd
 
-    def _start_supernode(self, k: int, node_config: str) -> int:
+    def _start_supernode(self, k: int, node_config: str, **cmd_options: Any) -> int:
         name = f"supernode_{k}"
-        cmd = self._supernode_cmd(node_config, self.node_keys[k])
+        cmd = self._supernode_cmd(node_config, self.node_keys[k], **cmd_options)
         self._supernodes[k] = self._spawn(name, cmd, self.env(self._dir / "home" / name))
         return k
 
@@ -512,17 +675,59 @@ class Deployment:
 
         Use :meth:`supernode_refused` to check that the SuperLink turns it away.
         """
+        return self.start_extra_supernode(node_config)
+
+    def start_extra_supernode(
+        self,
+        node_config: str = "",
+        *,
+        register: bool = False,
+        root_certificates: str | os.PathLike[str] | None | bool = True,
+        max_retries: int | None = None,
+        authenticate: bool = True,
+    ) -> int:
+        """Start one more SuperNode with a fresh key; return its index.
+
+        ``register``: register its public key first (its node ID goes to :attr:`node_ids`).
+        ``root_certificates``: what it trusts to verify the SuperLink -- ``True`` the
+        deployment's CA, a path another CA (``--root-certificates``), ``None`` the system's
+        roots only (no ``--root-certificates``), ``False`` nothing: plaintext (``--insecure``).
+        ``max_retries``: Flower's ``--max-retries`` (by default a SuperNode retries transport
+        errors forever; TLS verification errors end it at once). ``authenticate=False``: no
+        ``--auth-supernode-private-key`` (the SuperNode then tries to register itself, and
+        Flower refuses, locally, to combine a key with a plaintext channel).
+        Use :meth:`supernode_exit` to wait for it to be turned away.
+        """
         k = len(self.node_keys)
         self.node_keys.append(make_node_keys(self._dir / "keys", k))
-        return self._start_supernode(k, node_config)
+        if register:
+            self.node_ids[k] = self.register_public_key(self.node_keys[k].public_key)
+        return self._start_supernode(
+            k,
+            node_config,
+            root_certificates=root_certificates,
+            max_retries=max_retries,
+            authenticate=authenticate,
+        )
+
+    def supernode_exit(self, k: int, timeout: float = 30.0) -> tuple[int | None, str]:
+        """Wait up to ``timeout`` s for SuperNode ``k`` to exit; return (exit status, log).
+
+        The status is ``None`` if it is still running when the time is up.
+        """
+        proc = self._supernodes[k]
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.popen.wait(timeout=timeout)
+        return proc.popen.poll(), proc.log()
 
     def supernode_refused(self, k: int, timeout: float = 30.0) -> bool:
         """Wait up to ``timeout`` s for SuperNode ``k`` to be refused by the SuperLink.
 
         Refused means: the process exited non-zero and its log shows Flower's exit code 305
-        ("Failed to initialize the connection to the SuperLink", after the SuperLink
-        answered ActivateNode with "[code: 2004] Failed to activate SuperNode."). Returns
-        False if it is still running, or ended otherwise, when the time is up.
+        ("Failed to initialize the connection to the SuperLink") because the SuperLink
+        answered ActivateNode with "[code: 2004] Failed to activate SuperNode." (its key is
+        not registered). Returns False if it is still running, or ended otherwise (e.g. a
+        TLS or transport error), when the time is up.
         """
         proc = self._supernodes[k]
         deadline = time.monotonic() + timeout
@@ -531,7 +736,12 @@ class Deployment:
         if proc.alive():
             return False
         log = proc.log()
-        return proc.popen.returncode != 0 and REFUSED_CODE in log and REFUSED_MARKER in log
+        return (
+            proc.popen.returncode != 0
+            and REFUSED_CODE in log
+            and REFUSED_MARKER in log
+            and ACTIVATION_REFUSED in log
+        )
 
     def kill_supernode(self, k: int) -> float:
         """SIGKILL SuperNode ``k`` with its SuperExec/ClientApp children (a lost machine).

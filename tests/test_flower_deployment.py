@@ -3,8 +3,16 @@
 The deployment (``_flower_deploy.Deployment``) runs with TLS (a CA and a server certificate
 made in the test) and SuperNode authentication (each SuperNode's public key registered with
 the SuperLink); the app is ``examples/flower`` (``most.flower.app``). The tests share one
-deployment, in this order: a MosT run checked against the in-process runtime, a stranger's
-SuperNode refused, then a SuperNode killed mid-run. Slow (about four minutes), run in CI.
+deployment, in this order: the transport checks (only TLS is spoken; clients that lack our CA,
+or dial an address the certificate is not issued for, refuse the SuperLink; a plaintext
+SuperNode gets no answer), a MosT run checked against the in-process runtime, the
+node-authentication checks (a stranger's key is refused at activation, a forged signature is
+refused), then a SuperNode killed mid-run. The wrong-host check starts a SuperLink of its own.
+Slow (about three minutes), run in CI.
+
+Each refusal is asserted by the specific error Flower 1.41 gives for it (a certificate
+verification code, the SuperLink's activation error, an HTTP 401), not by any failure to
+connect, so that each test fails if its protection is removed.
 """
 
 from __future__ import annotations
@@ -15,8 +23,6 @@ import ssl
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,7 +31,19 @@ import torch
 pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most[flower]'")
 
 sys.path.insert(0, os.path.dirname(__file__))
-from _flower_deploy import deployment  # noqa: E402
+from _flower_deploy import (  # noqa: E402
+    ACTIVATION_REFUSED,
+    HOST,
+    REFUSED_CODE,
+    REFUSED_MARKER,
+    activate_node_request,
+    activation_refused_log_line,
+    deployment,
+    make_certificates,
+    make_node_keys,
+    plaintext_http_reply,
+    tls_handshake,
+)
 
 import most.federated as fl  # noqa: E402
 from most.flower.app import AppSettings  # noqa: E402
@@ -33,6 +51,12 @@ from most.flower.app import AppSettings  # noqa: E402
 APP = Path(__file__).resolve().parents[1] / "examples" / "flower"
 N_CLIENTS = 3
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flower-deployment")]
+
+#: OpenSSL's verification results (X509_V_ERR_*), as ssl.SSLCertVerificationError.verify_code
+UNABLE_TO_GET_ISSUER_CERT_LOCALLY = 20  # the chain does not end at a CA the client trusts
+IP_ADDRESS_MISMATCH = 64  # the certificate is not issued for the IP address dialled
+#: How long a refused SuperNode may take to give up (it starts in 2-4 s)
+EXIT_TIMEOUT = 60.0
 
 
 @pytest.fixture(scope="module")
@@ -50,12 +74,78 @@ def _run(dep, tmp_path, **config):
     return run_config, json.loads((tmp_path / "result.json").read_text())
 
 
+def _server_certificate_der(dep) -> bytes:
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding
+
+    return x509.load_pem_x509_certificate(dep.certificates.server_cert.read_bytes()).public_bytes(Encoding.DER)
+
+
+def _refused_supernode(dep, k):
+    """Wait for extra SuperNode k to give up; return its log (killed if still running)."""
+    try:
+        code, log = dep.supernode_exit(k, timeout=EXIT_TIMEOUT)
+    finally:
+        if dep.supernode_alive(k):
+            dep.kill_supernode(k)
+    assert code is not None, f"SuperNode {k} still running after {EXIT_TIMEOUT} s:\n{log}"
+    assert code != 0 and REFUSED_CODE in log and REFUSED_MARKER in log, log
+    return log
+
+
+def _assert_speaks_only_tls(address_host, port, ca_cert, server_cert_der):
+    # a plaintext HTTP request gets no HTTP answer: the connection is closed (or a TLS alert)
+    reply = plaintext_http_reply(address_host, port)
+    assert not reply.startswith(b"HTTP/") and reply[:1] in (b"", b"\x15"), reply[:300]
+    # a client that trusts our CA completes a verified TLS handshake and is shown our certificate
+    version, der = tls_handshake(address_host, port, cafile=ca_cert)
+    assert version in ("TLSv1.2", "TLSv1.3")
+    assert der == server_cert_der
+
+
 def test_the_superlink_speaks_only_tls(dep):
-    with pytest.raises((urllib.error.URLError, ConnectionError)):  # plain HTTP is not served
-        urllib.request.urlopen(f"http://{dep.superlink_address}/", timeout=5)
-    with pytest.raises(urllib.error.URLError) as info:  # and a client that does not trust our CA refuses it
-        urllib.request.urlopen(f"https://{dep.superlink_address}/", timeout=5, context=ssl.create_default_context())
-    assert isinstance(info.value.reason, ssl.SSLError)
+    _assert_speaks_only_tls(HOST, dep.port, dep.certificates.ca_cert, _server_certificate_der(dep))
+
+
+def test_a_plaintext_supernode_gets_no_answer(dep):
+    # Flower refuses (locally) to send a node key over plaintext, so this SuperNode has none and
+    # would register itself; the TLS SuperLink drops its plain HTTP request unanswered.
+    k = dep.start_extra_supernode(root_certificates=False, authenticate=False, max_retries=0)
+    log = _refused_supernode(dep, k)
+    assert "Failed to initialize the connection to the SuperLink.\nServer disconnected without sending a response." in log
+
+
+def test_a_client_without_our_ca_refuses_the_superlink(dep, tmp_path):
+    stranger_ca = make_certificates(tmp_path / "stranger").ca_cert  # another CA, same hosts
+    for cafile in (None, stranger_ca):  # the system's roots only; a CA that did not sign it
+        with pytest.raises(ssl.SSLCertVerificationError) as info:
+            tls_handshake(HOST, dep.port, cafile=cafile)
+        assert info.value.verify_code == UNABLE_TO_GET_ISSUER_CERT_LOCALLY, info.value
+    # and so do SuperNodes given the wrong root certificates: they stop at the handshake
+    nodes = [dep.start_extra_supernode(root_certificates=ca) for ca in (None, stranger_ca)]
+    for k in nodes:
+        log = _refused_supernode(dep, k)
+        assert "SSL/TLS handshake error detected." in log
+        assert ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: "
+                "unable to get local issuer certificate") in log
+        assert ACTIVATION_REFUSED not in log  # it never got as far as asking to join
+
+
+def test_a_certificate_for_another_host_is_refused():
+    # a SuperLink on 127.0.0.1 whose certificate, signed by the CA the clients trust, is
+    # issued for other hosts only
+    with deployment(0, cert_hosts=("127.0.0.2", "superlink.example"), wait_online=False) as other:
+        ca = other.certificates.ca_cert
+        with pytest.raises(ssl.SSLCertVerificationError) as info:
+            tls_handshake(HOST, other.port, cafile=ca)
+        assert info.value.verify_code == IP_ADDRESS_MISMATCH, info.value
+        assert "certificate is not valid for '127.0.0.1'" in info.value.verify_message
+        # the same client accepts it under a name the certificate has: only the host is wrong
+        assert tls_handshake(HOST, other.port, cafile=ca, server_hostname="superlink.example")[0]
+        k = other.start_extra_supernode()  # trusts the right CA, dials 127.0.0.1
+        log = _refused_supernode(other, k)
+        assert ("[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed: IP address mismatch, "
+                "certificate is not valid for '127.0.0.1'.") in log
 
 
 def test_most_runs_on_an_authenticated_tls_deployment(dep, tmp_path):
@@ -78,7 +168,31 @@ def test_most_runs_on_an_authenticated_tls_deployment(dep, tmp_path):
 
 def test_a_supernode_with_an_unknown_key_is_refused(dep):
     k = dep.start_unregistered_supernode("partition-id=1 num-partitions=3")
-    assert dep.supernode_refused(k, timeout=60), dep.supernode_log(k)
+    log = _refused_supernode(dep, k)
+    # the SuperLink answered its ActivateNode with the node-authentication refusal ...
+    assert "Failed to initialize the connection to the SuperLink.\n" + ACTIVATION_REFUSED in log
+    # ... because it does not know this node's public key (logged by the SuperLink, naming the key)
+    expected = activation_refused_log_line(dep.node_keys[k].public_key)
+    deadline = time.monotonic() + 10
+    while expected not in dep.superlink_log() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert expected in dep.superlink_log(), dep.superlink_log()[-3000:]
+    assert dep.supernode_refused(k, timeout=1)
+    assert len(dep.online_node_ids()) == N_CLIENTS
+
+
+def test_a_forged_node_signature_is_refused(dep, tmp_path):
+    # Claiming a registered SuperNode's public key without its private key: the signed
+    # timestamp does not verify, and the Fleet API answers 401 before looking at the request.
+    stranger = make_node_keys(tmp_path, 0)
+    status, body = activate_node_request(dep.superlink_address, dep.certificates.ca_cert,
+                                         public_key=dep.node_keys[0].public_key, signing_key=stranger.private_key)
+    assert (status, json.loads(body)) == (401, {"detail": "Invalid SuperNode authentication"})
+    # the same request signed with the matching key passes the signature check (and is then
+    # refused only because that key is not registered)
+    status, body = activate_node_request(dep.superlink_address, dep.certificates.ca_cert,
+                                         public_key=stranger.public_key, signing_key=stranger.private_key)
+    assert status == 412 and json.loads(body)["code"] == 2004, body
     assert len(dep.online_node_ids()) == N_CLIENTS
 
 
@@ -103,4 +217,4 @@ def test_a_killed_supernode_is_left_out_and_the_run_finishes(dep, tmp_path):
         plan = torch.tensor(out["plans"][t])
         assert plan.shape == (N_CLIENTS - 1, 2)  # Gamma over the two clients that answered
         torch.testing.assert_close(plan.sum(1), torch.full((2,), 0.5, dtype=plan.dtype))
-    assert out["client_accuracy"][2] != out["client_accuracy"][2]  # NaN: never evaluated
+    assert out["client_accuracy"][2] is None  # NaN (never evaluated), written as null in result.json
