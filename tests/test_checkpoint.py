@@ -269,3 +269,17 @@ def test_the_flower_app_writes_valid_json_atomically(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "result.json").read_text())["x"] == [1.0]  # the previous files are intact
     assert torch.equal(torch.load(tmp_path / "final.pt", weights_only=True)["params"], torch.ones(2))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["final.pt", "result.json"]
+
+
+def test_adding_a_seed_after_editing_the_file_is_refused(tmp_path):
+    """Seeds of one group share a configuration: a report must not average two settings."""
+    table = json.loads(json.dumps(_FED))
+    run_experiment(parse_experiment(dict(table, seeds=[0])), tmp_path, progress=False, echo=lambda s: None)
+    table["methods"]["MosT"]["server_lr"] = 1.0
+    with pytest.raises(ValueError, match=r"seed0 is a finished run of 'MosT' made with a different configuration "
+                                         r"\(differs in: method\.server_lr\)"):
+        run_experiment(parse_experiment(dict(table, seeds=[1])), tmp_path, progress=False, echo=lambda s: None)
+    assert not (tmp_path / "fed" / "runs" / "MosT" / "seed1").exists()
+    table["methods"]["MosT"]["server_lr"] = 5.0  # the same settings: a new seed joins the group
+    run_experiment(parse_experiment(dict(table, seeds=[1])), tmp_path, progress=False, echo=lambda s: None)
+    assert RunFolder(tmp_path / "fed" / "runs" / "MosT" / "seed1").result() is not None

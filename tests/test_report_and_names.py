@@ -299,3 +299,22 @@ def test_runs_file_rewrite_is_atomic(tmp_path, monkeypatch):
     assert written.count("runs.jsonl") == 2  # the header, then the rewrite without the cut line
     _no_partial_files(tmp_path)
     assert os.listdir(tmp_path) == ["runs.jsonl"]
+
+
+# ----------------------------------------------------------------------------- runs that do not belong together
+def test_report_refuses_a_group_whose_seeds_were_made_with_different_settings(results):
+    config_file = results / "fed" / "runs" / "MosT" / "seed1" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["method"]["server_lr"] = 1.0  # as if made by an edited file before the runner checked this
+    config_file.write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"group 'MosT' were made with different configurations \(seed0 and "
+                                         r"seed1 differ in: method\)"):
+        report(results / "fed")
+
+
+def test_report_names_a_config_copied_from_another_group(results):
+    runs = results / "fed" / "runs"
+    shutil.copy(runs / "FedAvg" / "seed0" / "config.json", runs / "MosT" / "seed0" / "config.json")
+    with pytest.raises(ValueError, match=r"MosT/seed0/config\.json is corrupt \(it is the configuration of group "
+                                         r"'FedAvg', but it lies in the folder of 'MosT'"):
+        report(results / "fed")

@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import atomic_write_text
-from .spec import FEDERATED
-from .store import CorruptFileError, RunFolder, load_runs
+from .spec import FEDERATED, _safe
+from .store import CorruptFileError, RunFolder, load_runs, seedless
 
 __all__ = ["report", "summary_table"]
 
@@ -61,7 +61,31 @@ def _checked(run: Run) -> Run:
 def _group_of(run: Run) -> str:
     folder, config, _ = run
     group = config.get("group")
+    if isinstance(group, str) and folder.path.parent.parent.name == "runs" and _safe(group) != folder.path.parent.name:
+        raise CorruptFileError(folder.config_file, f"it is the configuration of group {group!r}, but it lies in "
+                               f"the folder of {folder.path.parent.name!r} (copied from another run?)")
     return group if isinstance(group, str) else folder.path.parent.name
+
+
+#: the keys of a run's configuration that must agree between the seeds of one group
+_SHARED = ("kind", "engine", "method", "data", "model", "federated", "problem")
+
+
+def _check_group_configs(group: str, runs: list[Run]) -> None:
+    """Refuses a group whose runs were made with different configurations (other than the seed):
+    their mean over seeds would mix two settings."""
+    seen: tuple[RunFolder, dict] | None = None
+    for folder, config, _ in runs:
+        shared = seedless({k: config.get(k) for k in (*_SHARED, "seed")})
+        if seen is None:
+            seen = (folder, shared)
+        elif shared != seen[1]:
+            keys = sorted(k for k in set(shared) | set(seen[1]) if shared.get(k) != seen[1].get(k))
+            raise ValueError(
+                f"The runs of group {group!r} were made with different configurations ({seen[0].path.name} and "
+                f"{folder.path.name} differ in: {', '.join(keys)}); a mean over them would mix two settings. "
+                "Delete the runs that do not belong, or move them to another experiment."
+            )
 
 
 def _experiments(results_dir: str | os.PathLike) -> dict[Path, list[Run]]:
@@ -97,6 +121,11 @@ def _summary(root: Path, runs: list[Run]) -> dict:
     values: dict[str, dict[str, list[float]]] = {}
     metrics: list[str] = []
     unfinished, kinds = [], set()
+    by_group: dict[str, list[Run]] = {}
+    for run in runs:
+        by_group.setdefault(_group_of(run), []).append(run)
+    for group, members in by_group.items():
+        _check_group_configs(group, members)
     for run in runs:
         folder, config, result = run
         group = _group_of(run)

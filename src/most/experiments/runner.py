@@ -17,7 +17,7 @@ import torch
 from ..checkpoint import atomic_write_text
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
-from .store import RunFolder, dumps
+from .store import RunFolder, dumps, seedless
 
 __all__ = ["run_experiment", "execute", "fingerprint", "InterruptedRunsError"]
 
@@ -182,9 +182,8 @@ def _centralised(run, objects, folder, checkpoint, progress, previous=None) -> d
     return out
 
 
-def _same(stored: dict, run: RunSpec) -> list[str]:
-    """The keys where a stored run's configuration differs from ``run``'s."""
-    new = json.loads(dumps(run.config))
+def _differing_keys(stored: dict, new: dict) -> list[str]:
+    """The dotted keys where ``stored`` (a ``config.json``) differs from ``new`` (a run's config)."""
     diffs = []
 
     def walk(a, b, path):
@@ -196,6 +195,31 @@ def _same(stored: dict, run: RunSpec) -> list[str]:
 
     walk({k: stored.get(k) for k in new}, new, "")
     return diffs
+
+
+def _same(stored: dict, run: RunSpec) -> list[str]:
+    """The keys where a stored run's configuration differs from ``run``'s."""
+    return _differing_keys(stored, json.loads(dumps(run.config)))
+
+
+def _check_other_seeds(experiment: Experiment, root: Path) -> None:
+    """Refuses finished runs of a group, under seeds this experiment does not list, that were
+    made with another configuration: a report would average them with the new ones."""
+    listed = {run.folder for run in experiment.runs}
+    for run in {run.group: run for run in experiment.runs}.values():
+        group = root / "runs" / Path(run.folder).parent
+        new = seedless(json.loads(dumps(run.config)))
+        for result in sorted(group.glob("seed*/result.json")) if group.is_dir() else []:
+            folder = RunFolder(result.parent)
+            if f"{group.name}/{folder.path.name}" in listed or (stored := folder.stored_config()) is None:
+                continue
+            diffs = _differing_keys(seedless({k: stored.get(k) for k in run.config}), new)
+            if diffs:
+                raise ConfigError(
+                    f"{folder.path} is a finished run of {run.group!r} made with a different configuration "
+                    f"(differs in: {', '.join(diffs[:5])}); the report would average it with this file's runs. "
+                    "Rename the experiment (`name = ...`), write to another --out, or delete that folder."
+                )
 
 
 def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bool = False, restart: bool = False,
@@ -222,6 +246,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
                 )
         if folder.status == "interrupted":
             interrupted.append(folder)
+    _check_other_seeds(experiment, root)
     for run, _ in folders:  # a data folder that is not there fails now, not after hours of other runs
         path = run.config.get("data", {}).get("path")
         if path is not None and not Path(path).expanduser().exists():

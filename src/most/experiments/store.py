@@ -219,6 +219,16 @@ class RunFolder:
             f.unlink(missing_ok=True)
 
 
+def seedless(config: dict) -> dict:
+    """A run's ``config`` without its seed (and the data's or problem's seed where the run set it)."""
+    seed = config.get("seed")
+    out = {k: v for k, v in config.items() if k != "seed"}
+    for source in ("data", "problem"):
+        if isinstance(out.get(source), dict) and out[source].get("seed") == seed:
+            out[source] = {k: v for k, v in out[source].items() if k != "seed"}
+    return out
+
+
 def load_runs(results_dir: str | os.PathLike) -> list[tuple[RunFolder, dict, dict | None]]:
     """Every run under ``results_dir``: ``(folder, config, result or None)``, sorted by folder."""
     root = Path(results_dir)
