@@ -228,3 +228,51 @@ def test_the_command_prints_one_line_and_with_debug_the_traceback(results):
     res = _most("--debug", "report", str(results))
     assert res.returncode != 0 and "Traceback" in res.stderr and "CorruptFileError" in res.stderr
     assert len(res.stderr.splitlines()) < 200  # no locals
+
+
+# ----------------------------------------------------------------------------- paths and counts a user can get wrong
+def test_an_out_path_that_is_a_file_is_one_line_naming_the_option(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    experiment = tmp_path / "exp.toml"
+    experiment.write_text('seeds = [0]\n[problem]\nname = "quadratic_clusters"\n[methods.MosT]\nn_models = 2\n'
+                          'rounds = 2\n')
+    for args in (["run", str(experiment), "--out", str(afile)], ["demo", "--out", str(afile)],
+                 ["bench", "few-objective", "--out", str(afile)]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert f"--out {afile} is a file, not a folder" in res.stderr and "Traceback" not in res.output
+    from most.experiments import parse_experiment, run_experiment
+    from most.experiments.spec import tomllib
+
+    with pytest.raises(ValueError, match="is a file, not a folder"):
+        run_experiment(parse_experiment(tomllib.loads(experiment.read_text())), afile, progress=False)
+
+
+def test_threads_far_above_the_cores_are_refused(tmp_path):
+    experiment = tmp_path / "exp.toml"
+    experiment.write_text('seeds = [0]\n[problem]\nname = "quadratic_clusters"\n[methods.MosT]\nn_models = 2\n'
+                          'rounds = 2\n')
+    res = CliRunner().invoke(app, ["run", str(experiment), "--out", str(tmp_path / "r"), "--threads", "100000"])
+    assert res.exit_code == 2 and "--threads 100000: this machine has" in res.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_a_seed_out_of_range_is_one_line():
+    res = CliRunner().invoke(app, ["demo", "--seed", "99999999999999999999999"])
+    assert res.exit_code == 2 and len(res.stderr.strip().splitlines()) == 1 and "--seed" in res.stderr
+
+
+def test_an_experiment_that_is_not_a_table_is_refused():
+    from most.config import ConfigError
+    from most.experiments import parse_experiment
+
+    with pytest.raises(ConfigError, match="An experiment is a table"):
+        parse_experiment([1, 2])
+
+
+def test_a_checkpoint_path_that_is_a_folder_is_refused_before_any_round(tmp_path):
+    from most.checkpoint import Checkpoint
+
+    with pytest.raises(ValueError, match="is a folder; give a file path inside it"):
+        Checkpoint(tmp_path)

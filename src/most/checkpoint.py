@@ -249,6 +249,9 @@ class Checkpoint:
 
     def __init__(self, path: str | os.PathLike, every: int = 10, fingerprint: dict | None = None):
         self.path = Path(path)
+        if self.path.is_dir():
+            raise ValueError(f"The checkpoint path {self.path} is a folder; give a file path inside it, e.g. "
+                             f"{self.path / 'run.ckpt'}.")
         self.every = check_positive_int(every, name="every")
         self.fingerprint = _fingerprint(fingerprint) if fingerprint is not None else None
 

@@ -36,6 +36,26 @@ class _Failure(Exception):
         self.code = code
 
 
+def _set_threads(threads: int) -> None:
+    """``torch.set_num_threads``, refusing a count far above the machine's cores (100000 threads
+    exhaust the process instead of running)."""
+    import os
+
+    import torch
+
+    limit = max(8, 4 * (os.cpu_count() or 1))
+    if threads > limit:
+        raise _Failure(f"--threads {threads}: this machine has {os.cpu_count()} cores; use at most {limit} "
+                       "(more threads than cores only slow the run down).")
+    torch.set_num_threads(threads)
+
+
+def _out_folder(out: Path | None, option: str = "--out") -> None:
+    """Refuses an output path that exists and is not a folder, before any work."""
+    if out is not None and out.exists() and not out.is_dir():
+        raise _Failure(f"{option} {out} is a file, not a folder; choose a folder (it is created if missing).")
+
+
 def _user_error(exc: Exception) -> tuple[str, int] | None:
     """The one-line message and exit code of a user's error (a bad file, value or folder), or
     None for an error that is a bug (shown with its traceback). The one place that decides."""
@@ -151,7 +171,7 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show the traceback 
 @app.command()
 def demo(
     out: Path = typer.Option(Path("demo_out"), help="Folder for results.json and the figures."),
-    seed: int = typer.Option(0, help="Seed of the data and of the models."),
+    seed: int = typer.Option(0, min=0, max=2**63 - 1, help="Seed of the data and of the models."),
     n_objectives: int = typer.Option(40, min=2, help="Number of objectives n (regression tasks)."),
     n_models: int = typer.Option(4, min=1, help="Number of models m (also the number of true groups)."),
     rounds: int = typer.Option(150, min=1, help="Rounds T."),
@@ -177,6 +197,7 @@ def demo(
 
     if n_models > n_objectives:
         raise _Failure(f"--n-models ({n_models}) must not exceed --n-objectives ({n_objectives}).")
+    _out_folder(out)
     data = mixed_regression(n_objectives=n_objectives, n_groups=n_models, seed=seed)
     train = data.problem("train")
     common = dict(n_models=n_models, rounds=rounds, lr=0.05, seed=seed, progress=not quiet)
@@ -279,8 +300,6 @@ def run_cmd(
     threads: int = typer.Option(1, min=1, help="torch threads (1 gives the same numbers on every machine)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars (for CI and logs)."),
 ) -> None:
-    import torch
-
     from .config import ConfigError
     from .experiments import load_experiment, run_experiment
     from .experiments.spec import check_runs
@@ -289,7 +308,8 @@ def run_cmd(
     exp = load_experiment(experiment)
     if resume and restart:
         raise _Failure("--resume and --restart exclude each other; choose one.")
-    torch.set_num_threads(threads)
+    _out_folder(out)
+    _set_threads(threads)
     if dry_run:
         check_runs(exp)  # what the runs check at their start (e.g. clients or objectives vs models), made now
         typer.echo(f"{exp.name} ({exp.kind}): {len(exp)} runs, checked against their data")
@@ -377,6 +397,7 @@ def plot_cmd(
     bad = [f for f in formats if f not in ("png", "pdf", "svg")]
     if bad:
         raise _Failure(f"--format {bad[0]!r}: use png, pdf or svg.")
+    _out_folder(out)
     files = plot(results, out=out, formats=tuple(formats))
     typer.echo(f"Wrote {len(files)} files:\n  " + "\n  ".join(files))
 
@@ -385,12 +406,11 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     """Shared by the `most bench` commands: list the methods, or build the config (bad input is
     reported as a parameter error before any work), run (``run_options`` go to the suite's
     ``run_benchmark``), and print the table."""
-    import torch
-
     if list_methods:
         typer.echo("\n".join(suite.METHODS))
         return
-    torch.set_num_threads(threads)
+    _out_folder(out)
+    _set_threads(threads)
     try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
     except KeyboardInterrupt:
@@ -417,7 +437,7 @@ def bench_few_objective(
     problems: list[str] = typer.Option(["zdt1", "zdt2", "zdt3", "synthetic", "german"], "--problem",
                                        help="Repeat to choose: zdt1, zdt2, zdt3, synthetic, german."),
     methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2], "--seed", help="Repeat for several seeds."),
+    seeds: list[int] = typer.Option([0, 1, 2], "--seed", min=0, max=2**63 - 1, help="Repeat for several seeds."),
     n_models: int = typer.Option(5, min=2, help="Number of solutions m."),
     zdt_rounds: int = typer.Option(1000, min=1, help="Rounds on ZDT."),
     fairness_rounds: int = typer.Option(300, min=1, help="Rounds on the fairness data."),
@@ -457,7 +477,7 @@ def bench_few_objective(
 def bench_mtl(
     features: str = typer.Option("surf", help="surf (MLP on the 800-d SURF features) or images (CNN, 32x32)."),
     methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2], "--seed", help="Repeat for several seeds."),
+    seeds: list[int] = typer.Option([0, 1, 2], "--seed", min=0, max=2**63 - 1, help="Repeat for several seeds."),
     n_models: int = typer.Option(4, min=1, help="Number of models m."),
     rounds: int = typer.Option(500, min=1, help="Rounds (one Adam step per model each)."),
     lr: float = typer.Option(1e-3, min=0.0, help="Adam's learning rate, the same for every method."),
@@ -498,7 +518,7 @@ def bench_mtl(
 def bench_prompts(
     tasks: list[str] = typer.Option(["boolq", "multirc", "wic"], "--task", help="Repeat to choose: boolq, multirc, wic."),
     methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2], "--seed", help="Repeat for several seeds."),
+    seeds: list[int] = typer.Option([0, 1, 2], "--seed", min=0, max=2**63 - 1, help="Repeat for several seeds."),
     n_models: int = typer.Option(3, min=1, help="Number of prompts m."),
     n_train: int = typer.Option(128, min=1, help="Training instances (objectives) per task."),
     n_tokens: int = typer.Option(4, min=1, help="Vectors per prompt."),
@@ -544,7 +564,8 @@ def bench_federated(
     sizes: str = typer.Option("equal", help="Synthetic client sizes: equal (100 each) or power_law (FedProx)."),
     methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: the main table). "
                                       "See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2, 3, 4], "--seed", help="Repeat for several seeds."),
+    seeds: list[int] = typer.Option([0, 1, 2, 3, 4], "--seed", min=0, max=2**63 - 1,
+                                   help="Repeat for several seeds."),
     n_models: int = typer.Option(5, min=1, help="Number of models m."),
     rounds: int = typer.Option(100, min=1, help="Communication rounds."),
     local_epochs: int = typer.Option(1, min=1, help="Local epochs K per round."),

@@ -231,6 +231,8 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     checkpoint and no result) continue with ``resume=True`` or start over with
     ``restart=True``; with neither, :class:`InterruptedRunsError` is raised before any work.
     """
+    if Path(out).exists() and not Path(out).is_dir():
+        raise ValueError(f"The results root {out} is a file, not a folder; choose a folder (it is created if missing).")
     root = Path(out) / experiment.name
     folders = [(run, RunFolder(root / "runs" / run.folder)) for run in experiment.runs]
     interrupted = []

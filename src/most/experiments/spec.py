@@ -184,6 +184,9 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
 
 def parse_experiment(table: dict, *, default_name: str = "experiment", source: str = "") -> Experiment:
     """:func:`load_experiment` for a table already read."""
+    if not isinstance(table, dict):
+        raise ConfigError(f"An experiment is a table of keys such as name, seeds, methods (a dict); got a "
+                          f"{type(table).__name__}.")
     unknown = [k for k in table if k not in _TOP]
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown top-level key{did_you_mean(unknown[0], sorted(_TOP))}. "
