@@ -338,3 +338,117 @@ def test_federated_model_refuses_a_module_instance_for_its_factory():
         fl.FlatModel(torch.nn.Linear(3, 2))
     with pytest.raises(TypeError, match="must be a function that returns an nn.Module"):
         fl.FlatModel(3)
+
+
+# ----------------------------------------------------------------------------- meta tensors, bounds, project, losses
+def _quad(t):
+    return ((t - torch.arange(6.0).unsqueeze(1) / 3) ** 2).sum(-1)
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda: transport.solve(C.to("meta"), A, B),
+        lambda: transport.solve(C, torch.tensor(A).to("meta"), B, method="sinkhorn"),
+        lambda: min_norm(torch.eye(3).to("meta")),
+        lambda: min_norm_direction(torch.randn(3, 4).to("meta")),
+        lambda: min_norm(torch.eye(3), mask=torch.ones(3, dtype=torch.bool, device="meta")),
+        lambda: _fit(most.Problem.from_function(_quad, 3, 6, init=torch.zeros(3, device="meta"))),
+        lambda: _fit(most.Problem.from_function(_quad, 3, 6, init=lambda m, g: torch.zeros(m, 3, device="meta"))),
+    ],
+)
+def test_meta_tensors_are_refused_by_name(call):
+    with pytest.raises(ValueError, match=r"on the 'meta' device.*holds no values"):
+        call()
+
+
+@pytest.mark.parametrize(
+    "bounds, match",
+    [
+        ((torch.zeros(2), torch.ones(2)), r"`bounds\[0\]` \(the lower bound\) must be a number or a tensor of shape \[3\].*got shape \[2\]"),
+        (("a", "b"), r"`bounds\[0\]`.*got 'a' \(a str"),
+        (1.0, r"`bounds` must be a pair \(lower, upper\).*got 1\.0"),
+        ((0.0, 1.0, 2.0), r"pair.*with 3 entries"),
+        ((math.nan, 1.0), r"`bounds\[0\]` \(the lower bound\) contains NaN"),
+        ((0.0, torch.tensor([1.0, math.nan, 1.0])), r"`bounds\[1\]` \(the upper bound\) contains NaN"),
+        ((1.0, 0.0), r"lower <= upper.*coordinate 0 has lower 1 > upper 0"),
+        ((-math.inf, 1.0), r"infinite bound and no `init`"),
+    ],
+)
+def test_bad_bounds_are_refused_when_the_problem_is_built(bounds, match):
+    with pytest.raises(ValueError, match=match):
+        most.Problem.from_function(_quad, 3, 6, bounds=bounds)
+
+
+def test_good_bounds_are_accepted():
+    most.Problem.from_function(_quad, 3, 6, bounds=(torch.zeros(3), 1.0))
+    most.Problem.from_function(_quad, 3, 6, bounds=(-math.inf, 1.0), init=torch.zeros(3))
+    result = _fit(most.Problem.from_function(_quad, 3, 6, bounds=(np.zeros(3), torch.ones(1))), n_models=2)
+    assert ((result.params >= 0) & (result.params <= 1)).all()
+
+
+@pytest.mark.parametrize("method", [most.MosT, most.MGDA, most.Linearization])
+@pytest.mark.parametrize("fn", [lambda t: (_quad(t) * 100).long(), lambda t: _quad(t) > 1])
+def test_integer_or_bool_losses_are_refused_naming_the_dtype(method, fn):
+    with pytest.raises(TypeError, match=r"losses of dtype torch\.(int64|bool); losses must be floating point"):
+        method(n_models=2, rounds=2).fit(most.Problem.from_function(fn, 3, 6))
+
+
+def test_integer_losses_of_module_and_instance_problems_are_refused():
+    problem = most.Problem.from_module(lambda: nn.Linear(3, 1), [lambda f: f(_X).mean(), lambda f: f(_X).mean() > 0],
+                                       names=["ok", "flag"])
+    with pytest.raises(TypeError, match=r"Objective 1 \('flag'\) returned losses of dtype torch\.bool"):
+        _fit(problem)
+    problem = most.Problem.from_instances(lambda th, xi: (xi @ th).round().long(), _X, dim=3)
+    with pytest.raises(TypeError, match=r"instance loss returned losses of dtype torch\.int64"):
+        _fit(problem)
+
+
+@pytest.mark.parametrize(
+    "project, err, match",
+    [
+        (lambda x: None, TypeError, r"`project` must return a tensor.*got NoneType.*forget to `return`"),
+        (lambda x: x * math.nan, ValueError, r"`project` returned NaN or inf"),
+        (lambda x: x[:1], ValueError, r"`project` must return the shape it was given, \[m, dim\] = \[2, 3\].*got \[1, 3\]"),
+        (lambda x: x.long(), TypeError, r"`project` must return floating-point parameters; got dtype torch\.int64"),
+    ],
+)
+@pytest.mark.parametrize("method", [most.MosT, most.MGDA])
+def test_what_project_returns_is_checked(project, err, match, method):
+    with pytest.raises(err, match=match):
+        method(n_models=2, rounds=2).fit(most.Problem.from_function(_quad, 3, 6, project=project))
+
+
+def test_project_that_is_not_callable_is_refused_when_the_problem_is_built():
+    with pytest.raises(TypeError, match=r"`project` must be a callable.*got int 5"):
+        most.Problem.from_function(_quad, 3, 6, project=5)
+
+
+def test_module_with_batch_norm_running_stats_is_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\) updates running statistics.*track_running_stats=False"):
+        most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)),
+                                 [lambda f: f(_X).mean(), lambda f: f(_X).square().mean()])
+    ok = most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2, track_running_stats=False)),
+                                  [lambda f: f(_X).square().mean(), lambda f: (f(_X) - 1).square().mean()])
+    assert torch.isfinite(_fit(ok, n_models=2).losses).all()
+
+
+@pytest.mark.parametrize(
+    "names, match",
+    [
+        ("abcdef", r"got the single string 'abcdef'"),
+        ([1, 2, 3, 4, 5, 6], r"`names` must hold strings; entry 0 is 1 \(int\)"),
+        (["a", "b"], r"`names` has 2 entries but there are 6 objectives"),
+        (5, r"`names` must be a sequence of strings.*got int"),
+    ],
+)
+def test_names_must_be_one_string_per_objective(names, match):
+    with pytest.raises(ValueError, match=match):
+        most.Problem.from_function(_quad, 3, 6, names=names)
+
+
+def test_module_and_instance_problems_check_their_names():
+    with pytest.raises(ValueError, match=r"got the single string 'ab'"):
+        most.Problem.from_module(lambda: nn.Linear(3, 1), [lambda f: f(_X).mean()] * 2, names="ab")
+    with pytest.raises(ValueError, match=r"entry 1 is None"):
+        most.Problem.from_instances(lambda th, xi: (xi @ th) ** 2, _X[:2], dim=3, names=["a", None])

@@ -35,6 +35,7 @@ def as_tensor(x, *, name: str, like: Tensor | None = None) -> Tensor:
             wide = torch.as_tensor(x, dtype=torch.float64)  # e.g. a list holding 1e200: inf in float32
             if bool(torch.isfinite(wide).all()):
                 t = wide
+    check_has_data(t, name=name)
     if t.is_complex():
         raise TypeError(
             f"`{name}` must be real; got complex dtype {t.dtype}. Pass its real part (`.real`) or its "
@@ -44,6 +45,18 @@ def as_tensor(x, *, name: str, like: Tensor | None = None) -> Tensor:
         t = t.to(dtype=like.dtype, device=like.device)
     elif not t.is_floating_point():
         t = t.to(torch.get_default_dtype())
+    return t
+
+
+def check_has_data(t: Tensor, *, name: str) -> Tensor:
+    """Refuses a tensor on the ``meta`` device: it has a shape and a dtype but no values, so
+    nothing can be computed from it (torch would fail later with an internal error)."""
+    if isinstance(t, Tensor) and t.device.type == "meta":
+        raise ValueError(
+            f"`{name}` is a tensor on the 'meta' device (shape {tuple(t.shape)}, dtype {t.dtype}): it holds "
+            "no values, so nothing can be computed from it. Pass a tensor with data, on 'cpu' or an "
+            "accelerator (a tensor moved to 'meta' cannot be moved back: keep the original)."
+        )
     return t
 
 

@@ -75,7 +75,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._validation import as_tensor, check_non_negative, check_positive_int
+from ._validation import as_tensor, check_has_data, check_non_negative, check_positive_int
 from ._warnings import ConvergenceWarning
 
 __all__ = ["MinNormResult", "min_norm", "min_norm_direction", "DEFAULT_TOL", "DEFAULT_MAX_ITER"]
@@ -213,7 +213,7 @@ def _pow2_scale(x: Tensor, dims: tuple[int, ...]) -> Tensor:
 
 def _check_mask(mask, *, batch: int | None, n: int, device: torch.device) -> Tensor:
     """Returns a bool mask of shape [B, n] (B = 1 when unbatched)."""
-    m = torch.as_tensor(mask, device=device)
+    m = torch.as_tensor(check_has_data(mask, name="mask"), device=device)
     if m.dtype != torch.bool:
         raise ValueError(f"`mask` must be a boolean tensor; got dtype {m.dtype}.")
     expected = f"[{n}]" if batch is None else f"[{n}] or [{batch}, {n}]"

@@ -40,7 +40,7 @@ from torch.func import functional_call, grad_and_value, jacfwd, jacrev, vjp, vma
 
 from ._modules import parameter_range
 from ._random import derive_seed
-from ._validation import check_positive_int
+from ._validation import as_tensor, check_has_data, check_positive_int
 
 LossFunction = Callable[[Tensor], Tensor]
 Initializer = Callable[[int, torch.Generator], Tensor]
@@ -108,12 +108,19 @@ class Problem:
             )
         if isinstance(self.init, Tensor):
             object.__setattr__(self, "init", _float_init(self.init))
+        if self.project is not None and not callable(self.project):
+            raise TypeError(
+                "`project` must be a callable params [m, dim] -> [m, dim] applied after every step, or None; "
+                f"got {type(self.project).__name__} {self.project!r}."
+            )
+        object.__setattr__(self, "names", _check_names(self.names))
         if self.names is not None and len(self.names) != self.n_objectives:
-            raise ValueError(f"`names` has {len(self.names)} entries but there are {self.n_objectives} objectives.")
+            raise ValueError(
+                f"`names` has {len(self.names)} entries but there are {self.n_objectives} objectives; "
+                "give one name per objective."
+            )
         if self.bounds is not None:
-            lo, hi = (torch.as_tensor(b, dtype=torch.float64) for b in self.bounds)
-            if (lo > hi).any():
-                raise ValueError("`bounds` must satisfy lower <= upper in every coordinate.")
+            _check_bounds(self.bounds, self.dim, init_given=self.init is not None)
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -137,7 +144,7 @@ class Problem:
             n_objectives=n_objectives,
             init=init,
             project=project,
-            names=tuple(names) if names is not None else None,
+            names=_check_names(names),
             vectorize=vectorize,
             bounds=bounds,
             metadata=dict(metadata or {}),
@@ -195,6 +202,7 @@ class Problem:
                 raise TypeError(
                     f"objective {k} must be a callable objective(forward) -> scalar loss; got {type(obj).__name__}."
                 )
+        names = _check_names(names)
         labels = list(names) if names is not None else None
         template = model()
         if not isinstance(template, nn.Module):
@@ -204,6 +212,7 @@ class Problem:
         sizes = [math.prod(s) for s in shapes]
         if not param_names:
             raise ValueError("The module has no parameters to train.")
+        _check_no_running_stats(template)
         buffers = {name: b for name, b in template.named_buffers()}
 
         def unflatten(theta: Tensor) -> dict[str, Tensor]:
@@ -232,7 +241,7 @@ class Problem:
             dim=sum(sizes),
             n_objectives=len(objectives),
             init=init,
-            names=tuple(names) if names is not None else None,
+            names=names,
             metadata=dict(metadata or {}),
             unflatten=unflatten,
             template=template,
@@ -288,7 +297,7 @@ class Problem:
             dim=dim,
             n_objectives=n,
             init=init,
-            names=tuple(names) if names is not None else None,
+            names=_check_names(names),
             metadata=dict(metadata or {}),
             instance_loss=loss,
             instances=data,
@@ -317,14 +326,42 @@ class Problem:
                 raise ValueError(
                     f"`init(m, generator)` must return shape [{n_models}, {self.dim}]; got {tuple(params.shape)}."
                 )
-        return self.apply_projection(params)
+        return self.apply_projection(params, check_finite=True)
 
-    def apply_projection(self, params: Tensor) -> Tensor:
-        """Clamps to ``bounds`` (if any), then applies ``project`` (if any)."""
+    def apply_projection(self, params: Tensor, *, check_finite: bool = False) -> Tensor:
+        """Clamps to ``bounds`` (if any), then applies ``project`` (if any).
+
+        What ``project`` returns is checked: a floating tensor of the shape it was given (one row
+        per model); with ``check_finite`` (the initial parameters), also finite."""
         if self.bounds is not None:
             lo, hi = self._bounds_like(params)
             params = torch.maximum(torch.minimum(params, hi), lo)
-        return params if self.project is None else self.project(params)
+        if self.project is None:
+            return params
+        out = self.project(params)
+        shape = list(params.shape)
+        if not isinstance(out, Tensor):
+            raise TypeError(
+                f"`project` must return a tensor of the shape it was given, [m, dim] = {shape}; got "
+                f"{type(out).__name__}." + (" Did it forget to `return` the projected parameters?" if out is None else "")
+            )
+        check_has_data(out, name="project(params)")
+        if out.shape != params.shape:
+            raise ValueError(
+                f"`project` must return the shape it was given, [m, dim] = {shape} (one row per model); got "
+                f"{list(out.shape)}. Project every row; do not add, drop or reshape models."
+            )
+        if not out.is_floating_point():
+            raise TypeError(
+                f"`project` must return floating-point parameters; got dtype {out.dtype}. Keep the dtype of its "
+                f"input ({params.dtype}), e.g. `x.round()` rather than `x.long()`."
+            )
+        if check_finite and not bool(torch.isfinite(out).all()):
+            raise ValueError(
+                "`project` returned NaN or inf for finite initial parameters; it must map finite parameters to "
+                "finite ones. Check the function given as `project`."
+            )
+        return out
 
     def tangent_jacobian(self, params: Tensor, jacobian: Tensor) -> Tensor:
         """Zeroes gradient components that would push a coordinate held at a bound outwards.
@@ -474,6 +511,8 @@ class Problem:
                 f"The problem's function returned shape {tuple(out.shape)}; it must return one loss per "
                 f"objective, shape [{self.n_objectives}]."
             )
+        if not out.is_floating_point():
+            raise TypeError(_NOT_FLOAT.format(what="The problem's function", dtype=out.dtype))
         if _tracked(theta) and not _tracked(out):
             raise ValueError(_NO_GRADIENT.format(
                 what="The problem's losses do not",
@@ -544,7 +583,7 @@ class Problem:
             n_objectives=n_objectives,
             init=self.init,
             project=self.project,
-            names=tuple(names) if names is not None else None,
+            names=_check_names(names),
             vectorize=self.vectorize,
             bounds=self.bounds,
             metadata={**self.metadata, **metadata},
@@ -566,6 +605,8 @@ def _scalar_loss(loss: Callable[..., Tensor]) -> Callable[..., Tensor]:
                    if isinstance(out, (int, float)) else "Reduce over the instance inside `loss` "
                    "(e.g. `.sum()` or `.mean()`).")
             )
+        if not out.is_floating_point():
+            raise TypeError(_NOT_FLOAT.format(what="The instance loss", dtype=out.dtype))
         if _tracked(theta) and not _tracked(out):
             raise ValueError(_NO_GRADIENT.format(what="The instance loss does not", hint="or return a constant"))
         return out.reshape(())
@@ -578,6 +619,103 @@ _NO_GRADIENT = (
     "nothing. Did the loss call `.detach()`, `.item()`, `float()` or `.numpy()`, run under "
     "`torch.no_grad()`, {hint}? Compute the losses from theta (or the model's output) with torch "
     "operations and return them as tensors."
+)
+
+
+_NOT_FLOAT = (
+    "{what} returned losses of dtype {dtype}; losses must be floating point (e.g. float32), so that they "
+    "have gradients and can be compared across models. Did it convert them with `.long()`, `.int()` or "
+    "`.bool()`, or return a comparison such as `loss > 1`? Return the float losses (for a 0/1 "
+    "error, a smooth surrogate such as the logistic or hinge loss)."
+)
+
+
+def _check_names(names) -> tuple[str, ...] | None:
+    """``names`` as a tuple of strings (their count is checked against the objectives by
+    :class:`Problem`); a single string or entries that are not strings are refused."""
+    if names is None:
+        return None
+    if isinstance(names, (str, bytes)):
+        raise ValueError(
+            f"`names` must be a sequence of strings, one per objective; got the single string {names!r}. "
+            "Pass a list, e.g. `names=['loss_a', 'loss_b']`."
+        )
+    try:
+        names = tuple(names)
+    except TypeError:
+        raise ValueError(
+            f"`names` must be a sequence of strings, one per objective; got {type(names).__name__}."
+        ) from None
+    for i, name in enumerate(names):
+        if not isinstance(name, str):
+            raise ValueError(
+                f"`names` must hold strings; entry {i} is {name!r} ({type(name).__name__}). Convert them, "
+                "e.g. `names=[str(x) for x in names]`."
+            )
+    return names
+
+
+def _check_bounds(bounds, dim: int, *, init_given: bool) -> None:
+    """Checks a box ``(lower, upper)``: two numbers or ``[dim]`` tensors, no NaN, lower <= upper;
+    infinite bounds only with an ``init`` (models are otherwise drawn uniformly in the box)."""
+    got = f"got {bounds!r}" if isinstance(bounds, (int, float, str, bytes)) else f"got {type(bounds).__name__}"
+    pair = None
+    if not isinstance(bounds, (str, bytes, Mapping)):
+        try:
+            pair = list(bounds)
+        except TypeError:
+            pass
+    if pair is None or len(pair) != 2:
+        raise ValueError(
+            "`bounds` must be a pair (lower, upper) of numbers or tensors of shape "
+            f"[{dim}], e.g. `bounds=(0.0, 1.0)`; {got}" + (f" with {len(pair)} entries" if pair is not None else "")
+            + "."
+        )
+    sides = []
+    for i, (side, b) in enumerate(zip(("lower", "upper"), pair)):
+        name = f"bounds[{i}]"
+        if isinstance(b, (str, bytes, bool)) or (isinstance(b, Tensor) and b.dtype == torch.bool):
+            raise ValueError(
+                f"`{name}` (the {side} bound) must be a number or a tensor of shape [{dim}]; got {b!r}"
+                + (" (a str; pass a number, not a string)." if isinstance(b, str) else ".")
+            )
+        t = as_tensor(b, name=name).detach().to("cpu", torch.float64)
+        if not (t.ndim <= 1 and t.numel() == 1) and tuple(t.shape) != (dim,):
+            raise ValueError(
+                f"`{name}` (the {side} bound) must be a number or a tensor of shape [{dim}] (one per "
+                f"coordinate); got shape {list(t.shape)}."
+            )
+        if bool(t.isnan().any()):
+            raise ValueError(f"`{name}` (the {side} bound) contains NaN; bounds must be numbers (inf for no bound).")
+        sides.append(t.reshape(-1).expand(dim))
+    lo, hi = sides
+    if bool((lo > hi).any()):
+        k = int((lo > hi).nonzero()[0])
+        raise ValueError(
+            f"`bounds` must satisfy lower <= upper in every coordinate; coordinate {k} has lower "
+            f"{float(lo[k]):.6g} > upper {float(hi[k]):.6g}."
+        )
+    if not init_given and not bool(torch.isfinite(lo).all() and torch.isfinite(hi).all()):
+        raise ValueError(
+            "`bounds` has an infinite bound and no `init` is given: models are drawn uniformly in the box, "
+            "which needs finite bounds. Give finite bounds or an `init`."
+        )
+
+
+def _check_no_running_stats(template: nn.Module) -> None:
+    """Refuses normalisation layers that update running statistics in training mode: the m models
+    are evaluated at once (:func:`torch.func.vmap`) and would all write into the same buffers."""
+    base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
+    for name, module in template.named_modules():
+        if isinstance(module, base) and module.training and getattr(module, "track_running_stats", False):
+            raise ValueError(_RUNNING_STATS.format(where=f"The module's layer {name!r} ({type(module).__name__})"))
+
+
+_RUNNING_STATS = (
+    "{where} updates running statistics (running_mean/running_var) in training mode, which is not "
+    "supported: the models are evaluated together and would all write into the same buffers. Build the "
+    "layer with `track_running_stats=False` (e.g. `nn.BatchNorm1d(3, track_running_stats=False)`, which "
+    "normalises with the statistics of each batch), or use `nn.GroupNorm` or `nn.LayerNorm`."
 )
 
 
@@ -603,6 +741,8 @@ def _objective_loss(out, k: int, names, tracked: bool) -> Tensor:
             f"{label} returned a tensor of shape {tuple(out.shape)}; an objective must return one scalar "
             "loss. Reduce it, e.g. with `.mean()` or `.sum()`."
         )
+    if not out.is_floating_point():
+        raise TypeError(_NOT_FLOAT.format(what=label[0].upper() + label[1:], dtype=out.dtype))
     if tracked and not _tracked(out):
         raise ValueError(_NO_GRADIENT.format(what=f"{label}'s loss does not", hint="or return a constant"))
     return out.reshape(())
@@ -618,6 +758,7 @@ def _float_init(init: Tensor, what: str = "`init`") -> Tensor:
         )
     if not init.is_floating_point():
         init = init.to(torch.get_default_dtype())
+    check_has_data(init, name=what.strip("`"))
     if not bool(torch.isfinite(init).all()):
         raise ValueError(f"{what} contains NaN or inf; initial parameters must be finite.")
     return init
@@ -631,6 +772,8 @@ def _vmap_errors():
         yield
     except RuntimeError as exc:
         text = str(exc)
+        if "Batch norm got a batched tensor" in text:
+            raise ValueError(_RUNNING_STATS.format(where="A batch-norm layer of the module")) from exc
         if "vmap" in text and (".item()" in text or "data-dependent control flow" in text):
             raise ValueError(
                 "The problem's function cannot be evaluated for all models at once: it calls `.item()` "
