@@ -452,3 +452,59 @@ def test_module_and_instance_problems_check_their_names():
         most.Problem.from_module(lambda: nn.Linear(3, 1), [lambda f: f(_X).mean()] * 2, names="ab")
     with pytest.raises(ValueError, match=r"entry 1 is None"):
         most.Problem.from_instances(lambda th, xi: (xi @ th) ** 2, _X[:2], dim=3, names=["a", None])
+
+
+# ----------------------------------------------------------------------------- variants and metrics
+@pytest.mark.parametrize("base", [most.Linearization(n_models=2), most.MGDA(n_models=2)])
+def test_a_variant_of_another_method_than_most_is_refused(base):
+    with pytest.raises(TypeError, match=rf"variants apply to a MosT configuration.*got {type(base).__name__}"):
+        most.variants.apply("L", base)
+    with pytest.raises(ValueError, match="Unknown variant"):
+        most.variants.apply(["L"], most.MosT(n_models=2))
+
+
+_FRONT = torch.tensor([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]])
+
+
+@pytest.mark.parametrize(
+    "front, reference, k, match",
+    [
+        (_FRONT, [2, 2], 0, r"`k` must be an int >= 1; got 0"),
+        (_FRONT, [2, 2], -1, r"`k` must be an int >= 1"),
+        (_FRONT, [2, 2], 2.5, r"`k` must be an int >= 1; got 2\.5"),
+        (torch.rand(5, 3), [1, 1, 1], 2, r"`reference` must be a point of 2 objectives"),
+        (torch.rand(5, 3), [1, 1], 2, r"`front` must have shape \[N, 2\].*got shape \(5, 3\)"),
+        (torch.zeros(4), [1, 1], 2, r"`front` must have shape \[N, 2\]"),
+        (_FRONT, [2, math.nan], 2, r"`reference` must be finite"),
+        (_FRONT * math.nan, [2, 2], 2, r"`front` contains NaN or inf"),
+        ([["a", "b"]], [2, 2], 2, r"`front` must be a tensor or array of real numbers"),
+    ],
+)
+def test_best_hypervolume_2d_checks_its_inputs(front, reference, k, match):
+    with pytest.raises(ValueError, match=match):
+        most.metrics.best_hypervolume_2d(front, reference, k)
+
+
+def test_best_hypervolume_2d_of_an_empty_front_or_one_outside_the_box_is_zero():
+    assert most.metrics.best_hypervolume_2d(torch.zeros(0, 2), [1, 1], 2) == 0.0
+    assert most.metrics.best_hypervolume_2d(_FRONT + 5, [1, 1], 2) == 0.0
+    assert most.metrics.best_hypervolume_2d(_FRONT, [2, 2], 1) == pytest.approx(2.25)
+    assert most.metrics.best_hypervolume_2d(_FRONT, [2, 2], 5) == pytest.approx(3.25)
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: most.metrics.worst_fraction_mean([], 0.2), r"`values` must be a non-empty vector"),
+        (lambda: most.metrics.worst_fraction_mean([[1.0, 2.0]], 0.5), r"`values` must be a non-empty vector"),
+        (lambda: most.metrics.worst_fraction_mean([1.0, 2.0], 0), r"`fraction` must be a positive"),
+        (lambda: most.metrics.worst_fraction_mean([1.0, 2.0], 1.5), r"`fraction` must be in \(0, 1\]"),
+        (lambda: most.metrics.worst_fraction_mean([1.0, math.nan], 0.5), r"`values` contains NaN"),
+        (lambda: most.metrics.hypervolume([[0.5, 0.5]], [1.0, math.nan]), r"`reference` must be finite"),
+        (lambda: most.metrics.hypervolume([[0.5, 0.5]], [[1.0, 1.0]]), r"`reference` must be a point"),
+        (lambda: most.metrics.worst_objective(torch.zeros(0, 2)), r"`losses` must be a loss matrix"),
+    ],
+)
+def test_metrics_refuse_empty_or_misshapen_inputs(call, match):
+    with pytest.raises(ValueError, match=match):
+        call()

@@ -8,6 +8,8 @@ import warnings
 import numpy as np
 import torch
 
+from ._validation import check_has_data, check_positive, check_positive_int
+
 __all__ = [
     "HypervolumeResult",
     "hypervolume",
@@ -39,9 +41,8 @@ def hypervolume(points, reference) -> HypervolumeResult:
     """
     import moocore
 
-    pts = np.asarray(torch.as_tensor(points).detach().cpu().double().numpy() if isinstance(points, torch.Tensor)
-                     else points, dtype=float)
-    ref = np.asarray(reference, dtype=float)
+    ref = _reference(reference)
+    pts = _array(points, name="points")
     if pts.ndim != 2 or pts.shape[1] != ref.shape[0]:
         raise ValueError(f"points must have shape [k, {ref.shape[0]}] to match the reference point; got {pts.shape}.")
     if not np.isfinite(pts).all():
@@ -62,10 +63,30 @@ def best_hypervolume_2d(front, reference, k: int) -> float:
     hypervolume is ``sum_t (f1_{t+1} - f1_t)(r2 - f2_t)`` with ``f1_{k+1} = r1``; a dynamic
     programme over the sample maximises it in ``O(k N^2)``. This is the physical limit that a
     k-solution method can reach (up to the sampling resolution).
+
+    ``reference`` is a finite point ``[2]`` and ``k`` an int >= 1. Points not strictly inside
+    the reference box add nothing; an empty front, or one with no point inside, gives 0.0.
+
+    >>> best_hypervolume_2d([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]], [2.0, 2.0], k=1)
+    2.25
+    >>> best_hypervolume_2d([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]], [2.0, 2.0], k=3)
+    3.25
     """
-    f = np.asarray(front, dtype=float)
-    r = np.asarray(reference, dtype=float)
+    k = check_positive_int(k, name="k")
+    r = _reference(reference)
+    if r.shape != (2,):
+        raise ValueError(f"`reference` must be a point of 2 objectives for a 2-D front; got shape {r.shape}.")
+    f = _array(front, name="front")
+    if f.ndim != 2 or f.shape[1] != 2:
+        raise ValueError(
+            f"`front` must have shape [N, 2] (N points of 2 objectives); got shape {f.shape}. For more "
+            "objectives use `hypervolume` on a chosen set of points."
+        )
+    if not np.isfinite(f).all():
+        raise ValueError("`front` contains NaN or inf; the hypervolume is undefined.")
     f = f[(f < r).all(1)]
+    if len(f) == 0:
+        return 0.0
     f = f[np.argsort(f[:, 0])]
     height = r[1] - f[:, 1]
     value = (r[0] - f[:, 0]) * height  # one point: V1[i]
@@ -80,17 +101,56 @@ def best_hypervolume_2d(front, reference, k: int) -> float:
 
 
 def worst_fraction_mean(values, fraction: float, *, larger_is_worse: bool = True) -> float:
-    """Mean of the worst ``fraction`` of ``values`` (e.g. the worst 20 % of clients)."""
-    v = np.sort(np.asarray(values, dtype=float))
+    """Mean of the worst ``fraction`` of ``values`` (e.g. the worst 20 % of clients).
+
+    ``values`` is a non-empty vector of finite numbers and ``fraction`` a number in (0, 1]; at
+    least one value is averaged.
+
+    >>> worst_fraction_mean([1.0, 5.0, 2.0, 4.0], 0.5)
+    4.5
+    """
+    fraction = check_positive(fraction, name="fraction")
+    if fraction > 1:
+        raise ValueError(f"`fraction` must be in (0, 1] (e.g. 0.2 for the worst 20 %); got {fraction!r}.")
+    v = _array(values, name="values")
+    if v.ndim != 1 or v.size == 0:
+        raise ValueError(f"`values` must be a non-empty vector (one value per client or objective); got shape {v.shape}.")
+    if not np.isfinite(v).all():
+        raise ValueError("`values` contains NaN or inf; the mean is undefined.")
+    v = np.sort(v)
     if larger_is_worse:
         v = v[::-1]
     k = max(1, int(round(fraction * len(v))))
     return float(v[:k].mean())
 
 
+def _array(x, *, name: str) -> np.ndarray:
+    """``x`` (a tensor or array-like of real numbers) as a float64 NumPy array, or a ValueError naming it."""
+    if isinstance(x, torch.Tensor):
+        check_has_data(x, name=name)
+        if x.is_complex():
+            raise ValueError(f"`{name}` must be real; got complex dtype {x.dtype}.")
+        return x.detach().cpu().double().numpy()
+    try:
+        a = np.asarray(x)
+    except (TypeError, ValueError) as exc:  # e.g. a ragged list
+        raise ValueError(f"`{name}` must be a tensor or array of real numbers; got {type(x).__name__}.") from exc
+    if a.dtype.kind not in "iuf":
+        raise ValueError(f"`{name}` must be a tensor or array of real numbers; got {type(x).__name__} of dtype {a.dtype}.")
+    return a.astype(float)
+
+
+def _reference(reference) -> np.ndarray:
+    r = _array(reference, name="reference")
+    if r.ndim != 1 or r.size == 0:
+        raise ValueError(f"`reference` must be a point, a vector with one value per objective; got shape {r.shape}.")
+    if not np.isfinite(r).all():
+        raise ValueError(f"`reference` must be finite; got {r.tolist()}.")
+    return r
+
+
 def _best_losses(losses) -> np.ndarray:
-    L = np.asarray(losses.detach().cpu().double().numpy() if isinstance(losses, torch.Tensor) else losses,
-                   dtype=float)
+    L = _array(losses, name="losses")
     if L.ndim != 2 or 0 in L.shape:
         raise ValueError(
             f"`losses` must be a loss matrix of shape [n, m] (objectives x models, like Result.losses); "
@@ -146,7 +206,7 @@ def recovery_error(estimated, true) -> float:
     from scipy.optimize import linear_sum_assignment
 
     def as_array(x, name):
-        a = np.asarray(x.detach().cpu().double().numpy() if isinstance(x, torch.Tensor) else x, dtype=float)
+        a = _array(x, name=name)
         if a.ndim != 2 or 0 in a.shape:
             raise ValueError(f"`{name}` must be a matrix of models, shape [count, dim]; got shape {a.shape}.")
         if not np.isfinite(a).all():

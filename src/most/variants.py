@@ -60,8 +60,12 @@ VARIANTS: dict[str, Callable[[MosT], MosT]] = {
 
 
 def apply(name: str, base: MosT) -> MosT:
-    """The variant ``name`` of ``base`` (see the table above)."""
-    try:
-        return VARIANTS[name](base)
-    except KeyError:
-        raise ValueError(f"Unknown variant {name!r}; choose one of {sorted(VARIANTS)}.") from None
+    """The variant ``name`` of ``base`` (see the table above); ``base`` is a :class:`~most.MosT`."""
+    if not isinstance(name, str) or name not in VARIANTS:
+        raise ValueError(f"Unknown variant {name!r}; choose one of {sorted(VARIANTS)}.")
+    if not isinstance(base, MosT):
+        raise TypeError(
+            f"variants apply to a MosT configuration, e.g. `apply({name!r}, most.MosT(n_models=5))`; got "
+            f"{type(base).__name__}. Linearization, MGDA and WeightedMGDA are separate methods with no variants."
+        )
+    return VARIANTS[name](base)
