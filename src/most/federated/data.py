@@ -412,7 +412,27 @@ def _check_split(split: Sequence[float]) -> tuple[float, float, float]:
         )
     if abs(sum(f) - 1.0) > 1e-6:
         raise ValueError(f"`split` fractions must sum to 1; they sum to {sum(f):.8g}.")
+    empty = [name for name, frac in zip(("validation", "test"), f[1:]) if frac == 0]
+    if empty:
+        raise ValueError(
+            f"`split` = {tuple(split)} gives no client {' or '.join(empty)} samples, but each client's model is "
+            "chosen on its validation samples and scored on its test samples; give both a positive fraction, "
+            "e.g. split = (0.6, 0.2, 0.2)."
+        )
     return f  # type: ignore[return-value]
+
+
+def _check_splits_filled(data: "FederatedDataset", split: Sequence[float], sizes: str) -> "FederatedDataset":
+    """Refuses a data set where the fractions ``split`` left every client without validation or
+    without test samples (fractions too small for the clients' sizes)."""
+    for name, k in (("validation", "val"), ("test", "test")):
+        if not any(data.sizes(k)):
+            raise ValueError(
+                f"{data.name}: `split` = {tuple(split)} leaves every client without {name} samples ({sizes}); "
+                "each client's model is chosen on its validation samples and scored on its test samples. "
+                "Raise the validation and test fractions, or the samples per client."
+            )
+    return data
 
 
 def _split_counts(n: int, fractions: Sequence[float]) -> list[int]:
@@ -552,7 +572,8 @@ def fedprox_synthetic(
       (``np.random.lognormal(4, 2, n).astype(int) + 50``): pass ``samples_per_client=50``.
 
     Each client's samples are shuffled and split ``train:val:test`` by ``split`` (sizes
-    within 1 of ``n_k * split``, largest remainders). All randomness comes from
+    within 1 of ``n_k * split``, largest remainders; every fraction positive, and a split that
+    leaves every client without validation or test samples is refused). All randomness comes from
     ``np.random.default_rng(seed)`` (sizes, ``u``, ``B``, ``v``, then per client ``W_k``,
     ``b_k``, ``x`` and the shuffle), so the result is deterministic per seed (numpy's new
     generator: not the same numbers as FedProx's legacy ``np.random`` calls). Features are
@@ -595,13 +616,14 @@ def fedprox_synthetic(
         y = np.argmax(x @ W + b, axis=1)
         clients.append(_client_from_arrays(x, y, split, rng))
     width = max(5, len(str(n_clients - 1)))
-    return FederatedDataset.from_clients(
+    data = FederatedDataset.from_clients(
         clients,
         name=f"synthetic({alpha:g}, {beta:g})",
         n_classes=n_classes,
         client_ids=[f"f_{k:0{width}d}" for k in range(n_clients)],
         input_shape=(dim,),
     )
+    return _check_splits_filled(data, split, f"clients of {int(sizes.min())} to {int(sizes.max())} samples")
 
 
 # ---------------------------------------------------------------------- FEMNIST (LEAF)
@@ -713,7 +735,8 @@ def load_femnist(
             files (``*.json`` or gzipped ``*.json.gz``). ``None`` reads the environment
             variable ``MOST_FEMNIST``.
         val_fraction: share of each writer's LEAF training samples moved to the validation
-            split (``round(val_fraction * n)``, at most ``n - 1``), chosen at random.
+            split (``round(val_fraction * n)``, at most ``n - 1``), chosen at random; in (0, 1)
+            (a writer with very few samples may still get none).
         seed: seeds the validation split (writers in sorted order, one numpy generator).
         min_train: writers with fewer training samples (after the validation split) are
             left out with a warning naming them.
@@ -731,8 +754,9 @@ def load_femnist(
     JSON files are missing, and ``ValueError`` naming the file and user for malformed
     JSON (missing keys, ``x``/``y`` length mismatch, wrong sample size, bad labels).
     """
-    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 <= val_fraction < 1:
-        raise ValueError(f"`val_fraction` must be a number in [0, 1); got {val_fraction!r}.")
+    if isinstance(val_fraction, bool) or not isinstance(val_fraction, (int, float)) or not 0 < val_fraction < 1:
+        raise ValueError(f"`val_fraction` must be a number in (0, 1): each writer's model is chosen on its validation "
+                         f"samples; got {val_fraction!r}.")
     check_positive_int(min_train, name="min_train")
     directory, source = _resolve_dir(path, FEMNIST_ENV, "FEMNIST data", _FEMNIST_HOW)
     train_files = _leaf_files(directory, "train", source)
@@ -854,7 +878,8 @@ def load_fashion_mnist(
             ``n_clients * samples_per_client`` images are first drawn uniformly at random
             (without replacement) from the pool, so clients have that many samples *on
             average* (sizes still vary with the Dirichlet draws) -- small CPU runs.
-        split: each client's ``train:val:test`` fractions.
+        split: each client's ``train:val:test`` fractions, all positive (a client with very few
+            samples may still get an empty validation or test split, but not every client).
         seed: one ``np.random.default_rng(seed)`` drives the subsample, the label split and
             the per-client shuffles.
         rotations: r in 1..4. Client k's images (all three splits) are turned by
@@ -921,10 +946,12 @@ def load_fashion_mnist(
         x = np.rot90(x_all[idx], k % rotations, axes=(1, 2))  # zero turns: the images as they are
         clients.append(_client_from_arrays(x[:, None], y_all[idx], split, rng, divisor=255))
     width = len(str(n_clients - 1))
-    return FederatedDataset.from_clients(
+    data = FederatedDataset.from_clients(
         clients,
         name=f"fashion_mnist(dirichlet {concentration:g}" + (f", {rotations} rotations)" if rotations > 1 else ")"),
         n_classes=10,
         client_ids=[f"client_{k:0{max(width, 3)}d}" for k in range(n_clients)],
         input_shape=(1, 28, 28),
     )
+    sizes = data.sizes("all")
+    return _check_splits_filled(data, split, f"clients of {min(sizes)} to {max(sizes)} samples")
