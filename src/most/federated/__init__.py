@@ -6,7 +6,8 @@
 * :mod:`most.federated.models` -- client models as flat parameter vectors
   (:func:`logistic_regression`, the paper's :func:`cnn`).
 * :mod:`most.federated.runtime` -- the in-process runtime: pure client steps
-  (:func:`evaluate`, :func:`local_train`) and the round loop (:func:`run_federated`).
+  (:func:`evaluate`, :func:`local_train`), the round loop (:func:`run_federated`) and the
+  checks it makes before any work (:func:`check_inputs`).
 * :mod:`most.federated.methods` -- MosT and the baselines (FedAvg, FedProx, MGDA, w-MGDA,
   linearization, FedMGDA+, IFCA) as server-side objects.
 * :mod:`most.federated.evaluation` -- per-client model selection on validation, worst-k %,
@@ -36,7 +37,16 @@ from .data import (
     load_femnist,
 )
 from .models import FlatModel, cnn, logistic_regression
-from .runtime import FederatedConfig, FederatedResult, RoundLog, evaluate, local_train, pad_split, run_federated
+from .runtime import (
+    FederatedConfig,
+    FederatedResult,
+    RoundLog,
+    check_inputs,
+    evaluate,
+    local_train,
+    pad_split,
+    run_federated,
+)
 
 __all__ = [
     "ClientData",
@@ -53,6 +63,7 @@ __all__ = [
     "FederatedConfig",
     "FederatedResult",
     "RoundLog",
+    "check_inputs",
     "evaluate",
     "local_train",
     "pad_split",

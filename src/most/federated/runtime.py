@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
@@ -40,7 +41,7 @@ from .evaluation import pooled_loss, select_by_loss
 from .models import FlatModel
 
 __all__ = ["Padded", "pad_split", "evaluate", "local_train", "pair_seed", "FederatedConfig", "FederatedResult",
-           "RoundLog", "run_federated"]
+           "RoundLog", "check_inputs", "run_federated"]
 
 
 @dataclass(frozen=True)
@@ -239,12 +240,37 @@ class FederatedConfig:
         check_positive_int(self.eval_every, name="eval_every", minimum=0)
         check_seed(self.seed)
         if self.device is not None:
-            try:
-                device = torch.device(self.device)
-            except (RuntimeError, TypeError) as exc:
-                raise ValueError(f"`device` must name a torch device such as 'cpu' or 'cuda'; got {self.device!r}.") from exc
-            if device.type == "cuda" and not torch.cuda.is_available():
-                raise ValueError(f"`device` is {self.device!r} but CUDA is not available here; use device='cpu'.")
+            _check_device(self.device)
+
+
+def _check_device(name) -> None:
+    """Refuses a device the runtime cannot train on: not a torch device, ``meta`` (tensors
+    without data), a CUDA device that is not there, or one torch cannot allocate on."""
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError) as exc:
+        raise ValueError(f"`device` must name a torch device such as 'cpu' or 'cuda'; got {name!r}.") from exc
+    if device.type == "meta":
+        raise ValueError(f"`device` is {name!r}: meta tensors hold no data, so nothing can be trained or "
+                         "evaluated on them; use device='cpu' or 'cuda'.")
+    if device.type == "cpu":
+        return
+    if device.type == "cuda":  # no CUDA context is made here (a process may fork workers later)
+        if not torch.cuda.is_available():
+            raise ValueError(f"`device` is {name!r} but CUDA is not available here; use device='cpu'.")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise ValueError(f"`device` is {name!r} but this machine has {torch.cuda.device_count()} CUDA "
+                             f"device(s) (0 .. {torch.cuda.device_count() - 1}); use one of them or device='cpu'.")
+        return
+    if device.type == "mps":
+        if not torch.backends.mps.is_available():
+            raise ValueError(f"`device` is {name!r} but MPS is not available here; use device='cpu'.")
+        return
+    try:
+        torch.empty(1, device=device)
+    except Exception as exc:  # noqa: BLE001 (any backend's error: the device cannot be used)
+        raise ValueError(f"`device` is {name!r} but torch cannot allocate tensors there "
+                         f"({type(exc).__name__}: {exc}); use device='cpu' or 'cuda'.") from None
 
 
 @dataclass(frozen=True)
@@ -267,6 +293,13 @@ class FederatedResult:
     ``val_accuracy`` / ``test_accuracy`` are ``[n, m]``; ``choice [n]`` is each client's best
     model on validation; ``history`` one :class:`RoundLog` per round; ``test_probs`` the
     models' predictive distributions on the test split ``[m, n, N, C]`` (for diversity).
+
+    Clients with an empty split (allowed by :class:`~most.federated.ClientData`; the loaders
+    give one to a client with very few samples): a client with no validation sample has a NaN
+    row in ``val_accuracy``, and its ``choice`` is its model with the lowest training loss
+    (:func:`run_federated` warns, naming those clients). A client with no test sample has a NaN
+    row in ``test_accuracy`` and ``test_loss`` and a NaN :attr:`client_accuracy`; it is left
+    out of :attr:`mean_accuracy`, and :attr:`n_tested` counts the clients that are not.
     ``selection_loss [n, m]`` is each final model's mean loss on the client's training and
     validation samples pooled (:func:`~most.federated.evaluation.pooled_loss`; ``None`` when
     the engine did not measure it); :attr:`loss_choice` picks by it.
@@ -296,8 +329,24 @@ class FederatedResult:
         return select_by_loss(self.selection_loss)
 
     @property
+    def tested(self) -> Tensor:
+        """``[n]`` bool: the clients with a test accuracy (those with test samples)."""
+        return ~self.client_accuracy.isnan()
+
+    @property
+    def n_tested(self) -> int:
+        """How many clients :attr:`mean_accuracy` averages over (those with test samples)."""
+        return int(self.tested.sum())
+
+    @property
     def mean_accuracy(self) -> float:
-        return float(self.client_accuracy.mean())
+        """Mean :attr:`client_accuracy` over the clients with test samples (:attr:`n_tested` of
+        them); a client without test samples has no accuracy and is left out."""
+        acc = self.client_accuracy
+        if not self.n_tested:
+            raise ValueError("No client has a test accuracy (no test samples, or no client answered): there is no "
+                             "mean accuracy to report.")
+        return float(acc[self.tested].mean())
 
     def prediction_diversity(self) -> float:
         """Mean pairwise symmetric KL between the models' predictions on the real test inputs
@@ -313,12 +362,137 @@ class FederatedResult:
         return {k: sum(log.seconds[k] for log in self.history) for k in self.history[0].seconds}
 
 
+_METHOD_API = ("n_models", "prox_mu", "check", "initial_params", "reset", "plan", "aggregate")
+
+
+def _describe_type(obj) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _check_method(method) -> None:
+    from . import methods as federated_methods
+
+    if isinstance(method, type):
+        name = method.__name__
+        raise TypeError(f"`method` must be a method object, not the class {_describe_type(method)}: call it, "
+                        f"e.g. `{name}(n_models=3)`.")
+    missing = [a for a in _METHOD_API if not hasattr(method, a)]
+    if not missing:
+        return
+    name = type(method).__name__
+    module = type(method).__module__ or ""
+    if module.startswith("most.") and not module.startswith("most.federated"):
+        hint = (f" {_describe_type(method)} is a centralised method (for most.Problem objectives); "
+                + (f"for federated clients use most.federated.methods.{name}(n_models=...)."
+                   if name in federated_methods.__all__ else
+                   f"the federated methods are {', '.join(n for n in federated_methods.__all__ if n[0].isupper())}."))
+    else:
+        hint = f" It lacks {', '.join(missing)}."
+    raise TypeError(f"`method` must be a federated method of most.federated.methods (e.g. "
+                    f"most.federated.methods.MosT(n_models=3)); got {_describe_type(method)}.{hint}")
+
+
+def _expected_input(model: FlatModel) -> str | None:
+    """What the model's first layer takes, in words (``None`` when it is not a Linear or Conv)."""
+    for module in model._template.modules():
+        if isinstance(module, torch.nn.Linear):
+            return f"inputs of {module.in_features} features"
+        if isinstance(module, torch.nn.modules.conv._ConvNd):
+            dims = len(module.kernel_size)
+            return f"inputs of {module.in_channels} channel(s) and {dims} spatial dimension(s)"
+    return None
+
+
+def _one_forward(model: FlatModel, x: Tensor) -> Tensor:
+    """The model's logits on ``x`` with its template's parameters, batched as the runtime batches
+    them (``vmap`` over one model); no random draw and no buffer of the model is touched."""
+    theta = torch.cat([p.detach().reshape(-1) for p in model._template.parameters()])[None]
+    buffers = {k: b.clone() for k, b in model._buffers.items()}
+
+    def logits(t, inputs):
+        return torch.func.functional_call(model._template, {**buffers, **model.unflatten(t)}, (inputs,))
+
+    with torch.random.fork_rng(devices=[]), torch.no_grad():
+        return vmap(logits, in_dims=(0, None))(theta, x)[0]
+
+
+def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig) -> None:
+    """The checks :func:`run_federated` makes before any work, for the four arguments together.
+
+    Cheap (no training; one forward pass of the model on one training sample), so a driver can
+    check every run before it starts any (``most run`` does). Raises ``TypeError`` for an
+    argument of the wrong kind (a module instead of a :class:`FlatModel`, a method class instead
+    of an instance, a centralised method, a dict instead of a :class:`FederatedConfig`; a
+    ``dataset`` that is not a :class:`FederatedDataset` is a ``ValueError``, as it has always
+    been) and ``ValueError`` for arguments that do not fit together, each saying how to fix it:
+
+    * ``method.check(n_clients)`` (e.g. MosT refuses more models than clients);
+    * a data set where no client has validation samples (each client's model is chosen on them)
+      or no client has test samples (nothing to score);
+    * a model that cannot take the data's samples (input size or shape), or that has fewer
+      outputs than the data has classes.
+
+    A client with an empty validation or test split is allowed (see :class:`FederatedResult`
+    for how it is chosen and scored), as long as some client has each split.
+    """
+    if not isinstance(dataset, FederatedDataset):
+        raise ValueError(f"`dataset` must be a most.federated.FederatedDataset; got {_describe_type(dataset)}.")
+    if not isinstance(model, FlatModel):
+        if isinstance(model, torch.nn.Module):
+            raise TypeError(f"`model` must be a most.federated.FlatModel, which holds the m models as flat vectors; "
+                            f"got the module {type(model).__name__}. Wrap its architecture: "
+                            f"`fl.FlatModel(lambda: {type(model).__name__}(...))` (a function that builds a new "
+                            "module), or use fl.logistic_regression(dim, n_classes) / fl.cnn(n_classes).")
+        raise TypeError(f"`model` must be a most.federated.FlatModel (e.g. fl.logistic_regression(dim, n_classes) or "
+                        f"fl.FlatModel(lambda: Net())); got {_describe_type(model)}.")
+    _check_method(method)
+    if not isinstance(config, FederatedConfig):
+        if isinstance(config, dict):
+            raise TypeError("`config` must be a most.federated.FederatedConfig, not a dict: build it with "
+                            f"`FederatedConfig(**d)` (keys {', '.join(map(str, config)) or 'none'}).")
+        raise TypeError(f"`config` must be a most.federated.FederatedConfig; got {_describe_type(config)}.")
+    method.check(dataset.n_clients)
+
+    for split, use in (("val", "each client's model is chosen on its validation samples"),
+                       ("test", "the models are scored on the clients' test samples")):
+        if not any(getattr(c, f"n_{split}") for c in dataset.clients):
+            raise ValueError(f"{dataset.name!r}: no client has {'validation' if split == 'val' else 'test'} samples, "
+                             f"but {use}. Give the clients a {split} split (e.g. the loaders' "
+                             "split=(0.6, 0.2, 0.2)), or more samples per client.")
+
+    cid = dataset.client_ids[0]
+    x = dataset.clients[0].x_train[:1]
+    sample = f"the data {dataset.name!r} has samples of shape {dataset.input_shape}"
+    fix = (f"Build the model for the data (input size {math.prod(dataset.input_shape)}, {dataset.n_classes} classes, "
+           f"e.g. fl.logistic_regression({math.prod(dataset.input_shape)}, {dataset.n_classes}) for flat features); in "
+           "an experiment file, leave the model's sizes (`dim`, `n_classes`, ...) out of [model]: they are taken "
+           "from the data.")
+    try:
+        out = _one_forward(model, x)
+    except Exception as exc:  # noqa: BLE001 (any error of the user's module on the data)
+        expects = _expected_input(model)
+        expects = f"expects {expects}, but " if expects else "cannot take the data: "
+        first = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
+        raise ValueError(f"The model {model.name} {expects}{sample} ({math.prod(dataset.input_shape)} values): "
+                         f"on the first training sample of client {cid!r} it fails with {type(exc).__name__}: "
+                         f"{first}. " + fix) from exc
+    if out.ndim != 2 or out.shape[0] != 1:
+        raise ValueError(f"The model {model.name} must return logits of shape [batch, n_classes]; on a batch of one "
+                         f"sample of shape {dataset.input_shape} it returned shape {tuple(out.shape)}.")
+    if out.shape[1] < dataset.n_classes:
+        raise ValueError(f"The model {model.name} has {out.shape[1]} outputs, but {dataset.name!r} has "
+                         f"{dataset.n_classes} classes (labels 0 .. {dataset.n_classes - 1}); it needs one output per "
+                         "class. " + fix)
+
+
 def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig, *,
                   progress: bool = False, callback: Callable[[RoundLog, Tensor], None] | None = None,
                   description: str | None = None, checkpoint: Checkpoint | None = None) -> FederatedResult:
     """Trains ``method.n_models`` models on ``dataset`` with the runtime above.
 
     ``method`` is one of :mod:`most.federated.methods` (``MosT``, ``FedAvg``, ``IFCA``, ...).
+    The arguments are checked first, before any work (:func:`check_inputs`).
     ``callback(log, params)`` is called after every round. With a
     :class:`~most.checkpoint.Checkpoint`, the state (models, method state, random generator,
     history) is saved every ``checkpoint.every`` rounds, and a run that finds a checkpoint
@@ -326,15 +500,13 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     """
     from tqdm.auto import tqdm
 
-    if not isinstance(dataset, FederatedDataset):
-        raise ValueError(f"`dataset` must be a most.federated.FederatedDataset; got {type(dataset).__name__}.")
+    check_inputs(dataset, model, method, config)
     device = torch.device(config.device or "cpu")
     train, val, test = (_to(pad_split(dataset, s), device) for s in ("train", "val", "test"))
     probe = train if config.loss_samples is None else Padded(
         train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
         train.counts.clamp(max=config.loss_samples))
     n, m = dataset.n_clients, method.n_models
-    method.check(n)
     gen = torch.Generator().manual_seed(config.seed)
     params = method.initial_params(model, m, gen).to(device)
     method.reset(n, m, gen)
@@ -408,8 +580,15 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     val_loss, val_acc, _ = evaluate(model, params, val)
     train_loss, _, _ = evaluate(model, params, train)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
-    choice = torch.nan_to_num(val_acc, nan=-1.0).argmax(1)
+    choice = torch.nan_to_num(val_acc, nan=-1.0).argmax(1).cpu()
     selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
+    no_val = val.counts.cpu() == 0
+    if no_val.any():  # no validation sample to choose on: the lowest training loss chooses
+        choice = torch.where(no_val, select_by_loss(selection), choice)
+        ids = [dataset.client_ids[i] for i in no_val.nonzero().squeeze(1).tolist()]
+        warnings.warn(f"{dataset.name}: {len(ids)} of {n} clients have no validation samples; their model was "
+                      f"chosen by the lowest training loss instead: {', '.join(ids[:10])}"
+                      + (f" and {len(ids) - 10} more." if len(ids) > 10 else "."), UserWarning, stacklevel=2)
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
                            test_loss=test_loss.cpu(), choice=choice.cpu(), history=history, test_probs=probs.cpu(),
                            test_weight=test.w.cpu(), selection_loss=selection)

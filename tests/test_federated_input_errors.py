@@ -1,0 +1,155 @@
+"""A user's mistake in the federated runtime is a clear error before any work (never a torch
+internal error mid-run), and a client with an empty split never turns into a NaN or an
+arbitrary number passed off as a result."""
+
+import math
+import warnings
+
+import pytest
+import torch
+
+import most
+import most.federated as fl
+from most.federated.methods import FedAvg
+
+CFG = fl.FederatedConfig(rounds=2, eval_every=1)
+
+
+@pytest.fixture(scope="module")
+def data():
+    """3 clients, 5 features, 3 classes."""
+    return fl.fedprox_synthetic(0, 0, n_clients=3, dim=5, n_classes=3, samples_per_client=20, seed=0)
+
+
+def _with(data, k, **splits):
+    """``data`` with client ``k``'s splits replaced (e.g. ``val=0``: its validation split emptied)."""
+    clients = list(data.clients)
+    c = clients[k]
+    parts = {s: (getattr(c, f"x_{s}"), getattr(c, f"y_{s}")) for s in ("train", "val", "test")}
+    for s, n in splits.items():
+        parts[s] = (parts[s][0][:n], parts[s][1][:n])
+    clients[k] = fl.ClientData(*parts["train"], *parts["val"], *parts["test"])
+    return fl.FederatedDataset(data.name, tuple(clients), data.n_classes, data.input_shape, data.client_ids)
+
+
+# ------------------------------------------------------------------ model vs data (A1, A2, A5)
+def test_a_model_for_another_input_size_is_refused_naming_both_sizes(data):
+    with pytest.raises(ValueError, match=r"expects inputs of 7 features.*shape \(5,\).*taken from the data"):
+        fl.run_federated(data, fl.logistic_regression(7, 3), FedAvg(n_models=1), CFG)
+    with pytest.raises(ValueError, match="expects inputs of 7 features"):
+        fl.check_inputs(data, fl.logistic_regression(7, 3), FedAvg(n_models=1), CFG)
+
+
+def test_a_cnn_on_flat_features_is_refused_naming_model_and_data_shapes(data):
+    with pytest.raises(ValueError, match=r"cnn.*channel.*shape \(5,\).*conv2d"):
+        fl.run_federated(data, fl.cnn(3, channels=(2, 2)), FedAvg(n_models=1), CFG)
+
+
+def test_a_model_with_fewer_outputs_than_classes_is_refused(data):
+    with pytest.raises(ValueError, match=r"has 2 outputs, but .* has 3 classes"):
+        fl.run_federated(data, fl.logistic_regression(5, 2), FedAvg(n_models=1), CFG)
+
+
+def test_check_inputs_accepts_valid_inputs_and_leaves_the_model_and_random_state_alone(data):
+    model = fl.logistic_regression(5, 3)
+    before = [p.clone() for p in model._template.parameters()]
+    state = torch.random.get_rng_state()
+    assert fl.check_inputs(data, model, fl.methods.MosT(n_models=2), CFG) is None
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert all(torch.equal(a, b) for a, b in zip(before, model._template.parameters()))
+
+
+# ------------------------------------------------------------------ argument types (A6)
+@pytest.mark.parametrize("bad, match", [
+    (dict(model=torch.nn.Linear(5, 3)), r"`model` must be a most.federated.FlatModel.*fl\.FlatModel\(lambda: Linear"),
+    (dict(model="logreg"), r"`model` must be a most.federated.FlatModel"),
+    (dict(method=FedAvg), r"not the class .*FedAvg: call it, e.g. `FedAvg\(n_models=3\)`"),
+    (dict(method=most.MosT(n_models=2)), r"centralised method.*use most\.federated\.methods\.MosT"),
+    (dict(method=object()), r"`method` must be a federated method of most.federated.methods"),
+    (dict(config={"rounds": 2}), r"not a dict: build it with `FederatedConfig\(\*\*d\)`"),
+])
+def test_arguments_of_the_wrong_kind_are_refused_saying_what_to_pass(data, bad, match):
+    args = dict(dataset=data, model=fl.logistic_regression(5, 3), method=FedAvg(n_models=1), config=CFG) | bad
+    with pytest.raises(TypeError, match=match):
+        fl.run_federated(**args)
+    with pytest.raises(TypeError, match=match):
+        fl.check_inputs(**args)
+
+
+def test_a_dataset_of_the_wrong_kind_is_refused(data):
+    with pytest.raises(ValueError, match=r"`dataset` must be a most.federated.FederatedDataset; got builtins.list"):
+        fl.check_inputs([1, 2], fl.logistic_regression(5, 3), FedAvg(n_models=1), CFG)
+
+
+def test_more_models_than_clients_is_refused_by_check_inputs(data):
+    with pytest.raises(ValueError, match="3 clients < 4 models"):
+        fl.check_inputs(data, fl.logistic_regression(5, 3), fl.methods.MosT(n_models=4), CFG)
+
+
+# ------------------------------------------------------------------ devices (A3)
+@pytest.mark.parametrize("device, match", [
+    ("meta", "meta tensors hold no data"),
+    ("cuda:99", "CUDA"),
+    ("xpu:7", "xpu"),
+])
+def test_a_device_that_cannot_hold_the_run_is_refused_by_the_config(device, match):
+    with pytest.raises(ValueError, match=match):
+        fl.FederatedConfig(device=device)
+    assert fl.FederatedConfig(device="cpu").device == "cpu"
+
+
+# ------------------------------------------------------------------ empty splits (B3)
+def test_a_client_without_test_samples_is_left_out_of_the_mean(data):
+    no_test = _with(data, 1, test=0)
+    result = fl.run_federated(no_test, fl.logistic_regression(5, 3), FedAvg(n_models=2), CFG)
+    assert result.test_accuracy[1].isnan().all() and result.client_accuracy[1].isnan()
+    assert result.n_tested == 2 and result.tested.tolist() == [True, False, True]
+    assert math.isfinite(result.mean_accuracy)
+    assert result.mean_accuracy == pytest.approx(float(result.client_accuracy[[0, 2]].mean()))
+
+
+def test_a_client_without_validation_samples_is_chosen_on_its_training_loss_with_a_warning(data):
+    no_val = _with(data, 2, val=0)
+    with pytest.warns(UserWarning, match=r"1 of 3 clients have no validation samples.*training loss.*f_00002"):
+        result = fl.run_federated(no_val, fl.logistic_regression(5, 3), FedAvg(n_models=3), CFG)
+    assert result.val_accuracy[2].isnan().all()
+    assert int(result.choice[2]) == int(result.loss_choice[2])
+    assert math.isfinite(result.mean_accuracy)
+    assert all(math.isfinite(log.val_accuracy) for log in result.history)
+
+
+def test_no_warning_when_every_client_has_validation_samples(data):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fl.run_federated(data, fl.logistic_regression(5, 3), FedAvg(n_models=2), CFG)
+
+
+@pytest.mark.parametrize("split, match", [("val", "no client has validation samples"),
+                                          ("test", "no client has test samples")])
+def test_a_data_set_without_any_validation_or_test_sample_is_refused_up_front(data, split, match):
+    empty = data
+    for k in range(data.n_clients):
+        empty = _with(empty, k, **{split: 0})
+    for call in (fl.check_inputs, fl.run_federated):
+        with pytest.raises(ValueError, match=match + ".*Give the clients a"):
+            call(empty, fl.logistic_regression(5, 3), FedAvg(n_models=2), CFG)
+
+
+# ------------------------------------------------------------------ loaders' splits (A15)
+@pytest.mark.parametrize("split, match", [
+    ((1.0, 0.0, 0.0), "no client validation or test samples"),
+    ((0.8, 0.2, 0.0), "no client test samples"),
+    ((0.8, 0.0, 0.2), "no client validation samples"),
+])
+def test_a_split_without_validation_or_test_is_refused_by_the_loaders(tmp_path, split, match):
+    with pytest.raises(ValueError, match=match + r".*split = \(0.6, 0.2, 0.2\)"):
+        fl.fedprox_synthetic(0, 0, n_clients=2, samples_per_client=10, split=split)
+    with pytest.raises(ValueError, match=match):  # checked before the files are looked for
+        fl.load_fashion_mnist(tmp_path / "nowhere", split=split)
+
+
+def test_fractions_too_small_for_the_clients_are_refused(tmp_path):
+    with pytest.raises(ValueError, match="leaves every client without validation samples .*10 to 10 samples"):
+        fl.fedprox_synthetic(0, 0, n_clients=2, samples_per_client=10, split=(0.98, 0.01, 0.01))
+    with pytest.raises(ValueError, match=r"`val_fraction` must be a number in \(0, 1\)"):
+        fl.load_femnist(tmp_path, val_fraction=0)
