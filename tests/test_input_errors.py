@@ -508,3 +508,39 @@ def test_best_hypervolume_2d_of_an_empty_front_or_one_outside_the_box_is_zero():
 def test_metrics_refuse_empty_or_misshapen_inputs(call, match):
     with pytest.raises(ValueError, match=match):
         call()
+
+
+# ----------------------------------------------------------------------------- scikit-learn scale
+def _sk_data():
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(30, 2))
+    g = np.repeat(np.arange(3), 10)
+    return X, X[:, 0] + g, g
+
+
+@pytest.mark.parametrize("what, kind", [("X", "regressor"), ("y", "regressor"), ("X", "classifier")])
+def test_sklearn_fit_refuses_data_whose_scale_overflows(what, kind):
+    from most.sklearn import MosTClassifier, MosTRegressor
+
+    X, y, g = _sk_data()
+    if kind == "classifier":  # class labels are not standardised: only X can overflow
+        est, y = MosTClassifier(n_models=2, rounds=2, random_state=0), y > 1
+    else:
+        est = MosTRegressor(n_models=2, rounds=2, random_state=0)
+    X, y = (X * 1e200, y) if what == "X" else (X, y * 1e200)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow RuntimeWarning either
+        with pytest.raises(ValueError, match=rf"`{what}` is too large to standardise in float64: column 0.*Rescale it"):
+            est.fit(X, y, groups=g)
+
+
+def test_sklearn_predict_never_returns_non_finite_values():
+    from most.sklearn import MosTRegressor
+
+    X, y, g = _sk_data()
+    est = MosTRegressor(n_models=2, rounds=2, random_state=0).fit(X, y * 1e150, groups=g)
+    assert np.isfinite(est.predict(X[:3], groups=g[:3])).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match=r"prediction for sample 1 is not finite.*units used in fit"):
+            est.predict(np.array([[0.0, 0.0], [1e200, -1e200]]), groups=g[:2])

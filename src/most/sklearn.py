@@ -160,6 +160,35 @@ def _all_models(params: Tensor, X: Tensor, layers: list[tuple[int, int]]) -> Ten
 
 
 # ---------------------------------------------------------------------- validation
+def _moments(a: np.ndarray, *, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Per-column mean and standard deviation (1 where it is 0) used to standardise ``a``
+    ``[n_samples, k]``; a column whose values overflow them in float64 is refused."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        mean, scale = a.mean(axis=0), a.std(axis=0)
+    bad = ~(np.isfinite(mean) & np.isfinite(scale))
+    if bad.any():
+        col = int(np.argmax(bad))
+        raise ValueError(
+            f"`{name}` is too large to standardise in float64: column {col} (largest magnitude "
+            f"{float(np.abs(a[:, col]).max()):.3g}) overflows its mean or standard deviation. Rescale it "
+            f"before fit, e.g. divide by a constant such as `np.abs({name}).max()`"
+            + (" (and multiply the predictions by it)." if name == "y" else " (and X at predict time too).")
+        )
+    return mean, np.where(scale > 0, scale, 1.0)
+
+
+def _finite_predictions(out: np.ndarray) -> np.ndarray:
+    """``out`` unchanged when finite; a sample whose prediction overflowed is refused, never returned."""
+    bad = ~np.isfinite(out)
+    if bad.any():
+        row = int(np.argwhere(bad)[0][0])
+        raise ValueError(
+            f"The prediction for sample {row} is not finite (it overflows float64): its features lie far "
+            "outside the range of the training data. Check that X is in the units used in fit."
+        )
+    return out
+
+
 def _param_error(estimator: BaseEstimator, name: str, must: str, value: Any) -> ValueError:
     return ValueError(
         f"The '{name}' parameter of {type(estimator).__name__} must be {must}. Got {value!r} instead."
@@ -291,8 +320,7 @@ class _MosTEstimator(BaseEstimator):
                     "into more groups."
                 )
         n_groups = len(seen)
-        mean, scale = X.mean(axis=0), X.std(axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
+        mean, scale = _moments(X, name="X")
         Xt = torch.as_tensor((X - mean) / scale, dtype=_DTYPE)
         targets, n_outputs, fitted = self._encode_targets(y)
         layers = _layer_sizes(X.shape[1], hidden, n_outputs)
@@ -410,7 +438,7 @@ class _MosTEstimator(BaseEstimator):
         Xs = (X - self.mean_) / self.scale_
         route = self._route(Xs, groups)
         outputs = _all_models(torch.as_tensor(self.models_), torch.as_tensor(Xs), self._layers)
-        return outputs[torch.as_tensor(route), torch.arange(Xs.shape[0])].numpy()
+        return _finite_predictions(outputs[torch.as_tensor(route), torch.arange(Xs.shape[0])].numpy())
 
 
 class MosTClassifier(ClassifierMixin, _MosTEstimator):
@@ -577,8 +605,7 @@ class MosTRegressor(RegressorMixin, _MosTEstimator):
 
     def _encode_targets(self, y):
         y2 = y.reshape(len(y), -1)
-        mean, scale = y2.mean(axis=0), y2.std(axis=0)
-        scale = np.where(scale > 0, scale, 1.0)
+        mean, scale = _moments(y2, name="y")
         fitted = {"y_mean_": mean, "y_scale_": scale, "_single_output": y.ndim == 1}
         return torch.as_tensor((y2 - mean) / scale, dtype=_DTYPE), y2.shape[1], fitted
 
@@ -599,7 +626,8 @@ class MosTRegressor(RegressorMixin, _MosTEstimator):
 
     def predict(self, X: Any, groups: Any = None) -> np.ndarray:
         """Predictions of each sample's routed model, ``[N]`` (or ``[N, n_outputs]``)."""
-        out = self._outputs(X, groups) * self.y_scale_ + self.y_mean_
+        with np.errstate(over="ignore", invalid="ignore"):
+            out = _finite_predictions(self._outputs(X, groups) * self.y_scale_ + self.y_mean_)
         return out[:, 0] if self._single_output else out
 
     def score(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> float:
