@@ -355,6 +355,8 @@ def _quad(t):
         lambda: min_norm(torch.eye(3), mask=torch.ones(3, dtype=torch.bool, device="meta")),
         lambda: _fit(most.Problem.from_function(_quad, 3, 6, init=torch.zeros(3, device="meta"))),
         lambda: _fit(most.Problem.from_function(_quad, 3, 6, init=lambda m, g: torch.zeros(m, 3, device="meta"))),
+        lambda: most.Problem.from_instances(lambda th, xi: (xi @ th) ** 2, _X.to("meta"), dim=3),
+        lambda: most.Problem.from_function(_quad, 3, 6, bounds=(torch.zeros(3, device="meta"), 1.0)),
     ],
 )
 def test_meta_tensors_are_refused_by_name(call):

@@ -280,6 +280,8 @@ class Problem:
         data = (data,) if isinstance(data, Tensor) else tuple(data)
         if not data or not all(isinstance(t, Tensor) for t in data):
             raise ValueError("`data` must be a tensor or a sequence of tensors with one row per instance.")
+        for k, t in enumerate(data):
+            check_has_data(t, name="data" if len(data) == 1 else f"data[{k}]")
         sizes = {int(t.shape[0]) if t.ndim else 0 for t in data}
         if len(sizes) != 1 or 0 in sizes:
             raise ValueError(
