@@ -197,7 +197,7 @@ def _bin(name: str) -> str:
 # --------------------------------------------------------------------------- TLS probes
 
 
-def plaintext_http_reply(host: str, port: int, timeout: float = 5.0) -> bytes:
+def plaintext_http_reply(host: str, port: int, timeout: float = 15.0) -> bytes:
     """Send one plain (unencrypted) HTTP/1.1 request; return every byte answered until close.
 
     A plaintext HTTP server answers ``HTTP/1.1 ...``; a TLS-only server takes the request
@@ -220,7 +220,7 @@ def tls_handshake(
     *,
     cafile: str | os.PathLike[str] | None,
     server_hostname: str | None = None,
-    timeout: float = 5.0,
+    timeout: float = 15.0,
 ) -> tuple[str, bytes]:
     """Connect to ``host:port`` as a verifying TLS client; return (TLS version, peer cert DER).
 
