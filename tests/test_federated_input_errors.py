@@ -153,3 +153,35 @@ def test_fractions_too_small_for_the_clients_are_refused(tmp_path):
         fl.fedprox_synthetic(0, 0, n_clients=2, samples_per_client=10, split=(0.98, 0.01, 0.01))
     with pytest.raises(ValueError, match=r"`val_fraction` must be a number in \(0, 1\)"):
         fl.load_femnist(tmp_path, val_fraction=0)
+
+
+# ------------------------------------------------------------------ the drivers score clients as the runtime does
+def test_most_run_leaves_clients_without_test_samples_out_of_its_metrics(data, tmp_path, monkeypatch):
+    from most.experiments import parse_experiment, run_experiment, spec
+    from most.experiments.store import RunFolder
+
+    no_test = _with(data, 1, test=0)
+    monkeypatch.setattr(spec, "_load_data", lambda run: {"data": no_test, "model": fl.logistic_regression(5, 3)})
+    table = {"name": "t", "seeds": [0], "data": {"name": "fedprox_synthetic", "alpha": 0, "beta": 0},
+             "model": {"name": "logistic_regression"},
+             "federated": {"rounds": 2}, "methods": {"FedAvg": {"n_models": 2}}}
+    root = run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
+    result = RunFolder(root / "runs" / "FedAvg" / "seed0").result()
+    expected = fl.run_federated(no_test, fl.logistic_regression(5, 3), FedAvg(n_models=2), fl.FederatedConfig(rounds=2))
+    assert result["tested_clients"] == 2
+    assert result["metrics"]["mean"] == pytest.approx(expected.mean_accuracy)  # not counting client 1 as 0 %
+
+
+def test_flower_chooses_a_client_without_validation_samples_as_the_runtime_does(data):
+    pytest.importorskip("flwr")
+    from most.flower.strategy import MostStrategy
+
+    strategy = MostStrategy(FedAvg(n_models=2), fl.logistic_regression(5, 3), CFG, n_clients=3)
+    nan = float("nan")
+    strategy._final = {"val": torch.tensor([[0.2, 0.8], [nan, nan], [nan, nan]]),
+                       "test": torch.tensor([[0.5, 0.5], [0.4, 0.6], [nan, nan]]),
+                       "test_loss": torch.zeros(3, 2), "diversity": 0.0, "missing": [2],
+                       "selection": torch.tensor([[1.0, 2.0], [3.0, 0.5], [nan, nan]])}
+    strategy.params = torch.zeros(2, 18)
+    result = strategy.result()
+    assert result.choice.tolist() == [1, 1, 0]  # validation; lowest training loss; missing keeps model 0

@@ -206,12 +206,14 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
                 "choice_counts": [], "per_client": [], "val_curve": [], "loss_curve": [], "sparsity": [],
                 "drift": [], "plans": [], "timing": {}}
     seconds = time.perf_counter() - tic
-    val_acc, test_acc = result.val_accuracy.nan_to_num(-1.0), result.test_accuracy.nan_to_num(0.0)
-    sizes = [len(c.y_test) for c in data.clients]
-    summary = ev.summarise(val_acc, test_acc, sizes=sizes)
-    by_loss = ev.summarise(val_acc, test_acc, choice=result.loss_choice, sizes=sizes)
+    # clients without test samples have no accuracy: left out of the summary, not counted as 0 %
+    tested = result.tested
+    val_acc, test_acc = result.val_accuracy[tested].nan_to_num(-1.0), result.test_accuracy[tested]
+    sizes = [len(c.y_test) for c, t in zip(data.clients, tested.tolist()) if t]
+    summary = ev.summarise(val_acc, test_acc, choice=result.choice[tested], sizes=sizes)
+    by_loss = ev.summarise(val_acc, test_acc, choice=result.loss_choice[tested], sizes=sizes)
     plans = [log.plan for log in result.history if log.plan is not None]
-    val_mean = float(val_acc.max(1).values.mean())
+    val_mean = float(result.val_accuracy.nan_to_num(-1.0).max(1).values.mean())
     return {
         "seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds, "val_accuracy": val_mean,
         **{k: v for k, v in summary.items()},

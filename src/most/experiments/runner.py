@@ -120,8 +120,10 @@ def _federated(run, objects, folder, checkpoint, progress, previous=None) -> dic
     else:
         result = run_federated(data, model, objects["method"], objects["config"], progress=progress,
                                callback=on_round, description=description, checkpoint=checkpoint)
-    val, test = result.val_accuracy.nan_to_num(-1.0), result.test_accuracy.nan_to_num(0.0)
-    summary = ev.summarise(val, test)
+    # clients without test samples have no accuracy: left out of the summary, not counted as 0 %
+    tested = result.tested
+    val, test = result.val_accuracy[tested].nan_to_num(-1.0), result.test_accuracy[tested]
+    summary = ev.summarise(val, test, choice=result.choice[tested])
     plans = [log.plan for log in result.history if log.plan is not None]
     folder.write_final({"params": result.params, "assignment": plans[-1] if plans else None,
                         "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy,
@@ -130,6 +132,7 @@ def _federated(run, objects, folder, checkpoint, progress, previous=None) -> dic
     metrics["diversity"] = result.prediction_diversity()
     return {"status": "done", "kind": FEDERATED, "metrics": metrics, "choice_counts": summary["choice_counts"],
             "per_objective": result.client_accuracy.tolist(), "objective_names": list(data.client_ids),
+            "tested_clients": result.n_tested,
             "per_objective_metric": "test accuracy (model chosen on validation)",
             "timings": result.timings(),
             "rounds": len(result.history)}

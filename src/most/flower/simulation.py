@@ -15,7 +15,7 @@ from flwr.serverapp import ServerApp
 
 from ..federated.data import FederatedDataset
 from ..federated.models import FlatModel
-from ..federated.runtime import FederatedConfig
+from ..federated.runtime import FederatedConfig, check_inputs
 from .client import ClientSpec, make_client_app
 from .strategy import FlowerResult, MostStrategy
 
@@ -60,8 +60,7 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
     # deployment would otherwise pay through `import most.flower`
     from flwr.simulation import run_simulation as flwr_run_simulation
 
-    if not isinstance(dataset, FederatedDataset):
-        raise ValueError(f"`dataset` must be a most.federated.FederatedDataset; got {type(dataset).__name__}.")
+    check_inputs(dataset, model, method, config)  # the in-process runtime's checks, before Flower starts
     strategy = MostStrategy(method, model, config, n_clients=dataset.n_clients, client_ids=dataset.client_ids,
                             timeout=timeout, progress=progress)
     outcome: dict = {}

@@ -36,6 +36,7 @@ from torch import Tensor
 
 from ..federated.methods import MosT
 from ..federated.models import FlatModel
+from ..federated.evaluation import select_by_loss
 from ..federated.runtime import FederatedConfig, FederatedResult, RoundLog
 
 __all__ = ["MostStrategy", "FlowerResult"]
@@ -53,6 +54,8 @@ class FlowerResult(FederatedResult):
     (``"final"`` for the last evaluation); ``accuracy`` rows of clients missing at the end
     are NaN. ``selection_loss`` (for :attr:`loss_choice`) is what the clients reported at the
     final evaluation: NaN rows for the missing ones, who then get model 0, as with ``choice``.
+    A client that answered but has no validation sample is chosen by its lowest training loss,
+    as in :func:`~most.federated.run_federated`.
     """
 
     missing: dict = field(default_factory=dict)
@@ -370,7 +373,13 @@ class MostStrategy(Strategy):
         if f["missing"]:
             self.missing["final"] = [self.client_ids[c] for c in f["missing"]]
         choice = torch.nan_to_num(f["val"], nan=-1.0).argmax(1)
+        # a client that answered but has no validation sample: its lowest training loss chooses, as in
+        # run_federated (a missing client has no loss either and keeps model 0)
+        no_val = f["val"].isnan().all(1) & ~f["selection"].isnan().any(1)
+        if no_val.any():
+            choice[no_val] = select_by_loss(f["selection"][no_val])
         return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
-                            test_loss=f["test_loss"], choice=choice, history=list(self.history), selection_loss=f["selection"],
+                            test_loss=f["test_loss"], choice=choice, history=list(self.history),
+                            selection_loss=f["selection"],
                             test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
                             missing=dict(self.missing), diversity=f["diversity"])
