@@ -13,7 +13,7 @@ import torch
 
 import most
 import most.federated as fl
-from most.checkpoint import Checkpoint, CheckpointMismatchError
+from most.checkpoint import Checkpoint, CheckpointError, CheckpointMismatchError
 from most.experiments import parse_experiment, run_experiment
 from most.experiments.runner import execute
 from most.experiments.spec import _centralised_registry, _federated_registry
@@ -40,7 +40,7 @@ def test_a_crafted_checkpoint_is_refused_and_runs_nothing(tmp_path, write):
         ckpt.path.write_bytes(pickle.dumps(payload))
     else:
         torch.save(payload, ckpt.path)
-    with pytest.raises(ValueError, match="cannot be read safely"):
+    with pytest.raises(CheckpointError, match="cannot be read safely"):
         ckpt.load(torch.Generator())
     assert not marker.exists()
 
@@ -283,3 +283,23 @@ def test_adding_a_seed_after_editing_the_file_is_refused(tmp_path):
     table["methods"]["MosT"]["server_lr"] = 5.0  # the same settings: a new seed joins the group
     run_experiment(parse_experiment(dict(table, seeds=[1])), tmp_path, progress=False, echo=lambda s: None)
     assert RunFolder(tmp_path / "fed" / "runs" / "MosT" / "seed1").result() is not None
+
+
+def test_most_run_refuses_a_changed_resume_in_one_line_with_the_users_exit_code(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from most.cli import app
+
+    exp = parse_experiment(_FED)
+    _interrupt(monkeypatch, exp.runs[0], RunFolder(tmp_path / "fed" / "runs" / "MosT" / "seed0"), at_round=4)
+    table = json.loads(json.dumps(_FED))
+    table["methods"]["MosT"]["server_lr"] = 1.0
+    lines = [f"{k} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for name in ("data", "model", "federated"):
+        lines += [f"[{name}]"] + [f"{k} = {json.dumps(v)}" for k, v in table[name].items()]
+    lines += ["[methods.MosT]"] + [f"{k} = {json.dumps(v)}" for k, v in table["methods"]["MosT"].items()]
+    (tmp_path / "fed.toml").write_text("\n".join(lines) + "\n")
+    res = CliRunner().invoke(app, ["run", str(tmp_path / "fed.toml"), "--out", str(tmp_path), "--resume", "--quiet"])
+    assert res.exit_code == 2, res.output
+    assert len(res.stderr.strip().splitlines()) == 1
+    assert "server_lr (5.0 in the checkpoint, 1.0 now)" in res.stderr and "--restart" in res.stderr

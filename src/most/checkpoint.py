@@ -50,7 +50,7 @@ import torch
 
 from ._validation import check_positive_int
 
-__all__ = ["Checkpoint", "CheckpointMismatchError", "atomic_write_bytes", "atomic_write_text", "restore_into",
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatchError", "atomic_write_bytes", "atomic_write_text", "restore_into",
            "fingerprint"]
 
 _CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, functools.partial, type)
@@ -58,7 +58,11 @@ _KIND = "__checkpoint_kind__"  # tags the values that are not plain data
 _FORMAT = 2  # 1 was the pickle of versions before 0.2
 
 
-class CheckpointMismatchError(ValueError):
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be read safely (cut short, not a checkpoint, or holding objects)."""
+
+
+class CheckpointMismatchError(CheckpointError):
     """A checkpoint was written by a run with other settings than the one resuming from it."""
 
 
@@ -283,15 +287,19 @@ class Checkpoint:
         try:
             payload = torch.load(self.path, weights_only=True, map_location="cpu")
         except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise ValueError(
-                f"The checkpoint {self.path} cannot be read safely ({first[:200]}). It was written by an older "
-                "version (a pickle, which is never loaded because unpickling can run code), was cut short, or "
-                "is not a checkpoint; delete it (or use --restart) to start the run over."
+            if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
+                why = "it holds objects other than tensors and plain values, which are never loaded"
+            else:
+                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+                why = f"not a checkpoint archive: {first[:120]}"
+            raise CheckpointError(
+                f"The checkpoint {self.path} cannot be read safely ({why}). It was written by an older version "
+                "(a pickle, which is never loaded because unpickling can run code), was cut short, or is not a "
+                "checkpoint; delete it (or use --restart) to start the run over."
             ) from None
         if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
-            raise ValueError(f"The checkpoint {self.path} is not a checkpoint of this version; delete it (or use "
-                             "--restart) to start the run over.")
+            raise CheckpointError(f"The checkpoint {self.path} is not a checkpoint of this version; delete it (or "
+                                  "use --restart) to start the run over.")
         return payload
 
     def load(self, generator: torch.Generator | None = None, *, settings: dict | None = None) -> dict | None:

@@ -300,6 +300,7 @@ def run_cmd(
     threads: int = typer.Option(1, min=1, help="torch threads (1 gives the same numbers on every machine)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars (for CI and logs)."),
 ) -> None:
+    from .checkpoint import CheckpointError
     from .config import ConfigError
     from .experiments import load_experiment, run_experiment
     from .experiments.spec import check_runs
@@ -318,7 +319,7 @@ def run_cmd(
         return
     try:
         root = run_experiment(exp, out, resume=resume, restart=restart, progress=not quiet, echo=typer.echo)
-    except (ConfigError, CorruptFileError):
+    except (ConfigError, CorruptFileError, CheckpointError):  # the user's to fix: one line, exit code 2
         raise
     except ValueError as exc:  # e.g. a run diverged: finished runs and checkpoints are kept
         raise _Failure(f"{exc} Finished runs are kept; fix the file and run the command again.", 1) from exc
