@@ -303,3 +303,16 @@ def test_most_run_refuses_a_changed_resume_in_one_line_with_the_users_exit_code(
     assert res.exit_code == 2, res.output
     assert len(res.stderr.strip().splitlines()) == 1
     assert "server_lr (5.0 in the checkpoint, 1.0 now)" in res.stderr and "--restart" in res.stderr
+
+
+@pytest.mark.parametrize("round_", [-3, 0, 99, 2.5])
+def test_a_checkpoint_whose_round_was_edited_is_refused(tmp_path, round_):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    ckpt = Checkpoint(tmp_path / "c", every=2)
+    method = most.MosT(n_models=2, rounds=6, lr=0.1)
+    method.fit(problem, checkpoint=ckpt)
+    payload = torch.load(ckpt.path, weights_only=True)
+    payload["state"]["round"] = round_
+    torch.save(payload, ckpt.path)
+    with pytest.raises(CheckpointError, match=r"is inconsistent \(round .* of 6, with 6 rounds of history\)"):
+        method.fit(problem, checkpoint=ckpt)

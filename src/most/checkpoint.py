@@ -302,12 +302,15 @@ class Checkpoint:
                                   "use --restart) to start the run over.")
         return payload
 
-    def load(self, generator: torch.Generator | None = None, *, settings: dict | None = None) -> dict | None:
+    def load(self, generator: torch.Generator | None = None, *, settings: dict | None = None,
+             rounds: int | None = None) -> dict | None:
         """The saved state (``None`` if there is none); restores ``generator``'s state.
 
         Raises :class:`CheckpointMismatchError` if the checkpoint's fingerprint differs from
         this checkpoint's ``fingerprint``, or, when given, its loop ``settings`` from these.
-        Objects saved in the state come back as saved state, for :func:`restore_into`.
+        Objects saved in the state come back as saved state, for :func:`restore_into`. With
+        ``rounds``, the saved ``round`` must lie in ``1 .. rounds`` with one ``history`` entry
+        per round done (a file edited by hand is refused, not resumed into a wrong history).
         """
         if not self.path.is_file():
             return None
@@ -323,6 +326,17 @@ class Checkpoint:
                 f"{f' and {len(diffs) - 6} more' if len(diffs) > 6 else ''}. Resume with the same settings, or "
                 "start over (--restart, or delete the checkpoint)."
             )
+        if rounds is not None:
+            done, history = payload["state"].get("round"), payload["state"].get("history")
+            if isinstance(history, dict) and history.get(_KIND) == "list":
+                history = history["items"]
+            if (isinstance(done, bool) or not isinstance(done, int) or not 1 <= done <= rounds
+                    or not isinstance(history, list) or len(history) != done):
+                raise CheckpointError(
+                    f"The checkpoint {self.path} is inconsistent (round {done!r} of {rounds}, with "
+                    f"{len(history) if isinstance(history, list) else 'no'} rounds of history): it was edited or "
+                    "damaged. Delete it (or use --restart) to start the run over."
+                )
         if generator is not None and payload["generator_state"] is not None:
             generator.set_state(payload["generator_state"])
         return {k: v if isinstance(v, dict) and v.get(_KIND) == "object" else _decode(v, generator, where=k)

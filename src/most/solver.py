@@ -195,7 +195,8 @@ def run(
     components = {"assignment": assignment, "weighting": weighting, "combiner": combiner}
     settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
                     optimizer=optimizer, **components)
-    if checkpoint is not None and (state := checkpoint.load(generator, settings=settings)) is not None:
+    state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
+    if state is not None:
         params, opt_state, plan, start = (state[k] for k in ("params", "opt_state", "plan", "round"))
         history = [RoundRecord(**record) for record in state["history"]]
         for name, obj in components.items():

@@ -515,7 +515,8 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     start = 0
     settings = dict(n=n, m=m, dim=int(params.shape[1]), config=replace(config, device=None), method=method,
                     model=model, clients=list(dataset.client_ids))
-    if checkpoint is not None and (state := checkpoint.load(gen, settings=settings)) is not None:
+    state = None if checkpoint is None else checkpoint.load(gen, settings=settings, rounds=config.rounds)
+    if state is not None:
         params, previous, start = state["params"].to(device), state["previous"], state["round"]
         history = [RoundLog(**log) for log in state["history"]]
         previous = None if previous is None else previous.to(device)
