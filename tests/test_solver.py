@@ -323,3 +323,12 @@ def test_bad_marginals_from_a_custom_schedule_name_the_round():
     problem = quadratic_clusters(2, 3, seed=0)
     with pytest.raises(ValueError, match=r"At round 2, in the assignment: `a` must sum to 1"):
         most.MosT(n_models=2, rounds=5, marginals=Broken()).fit(problem)
+
+
+def test_numpy_and_tensor_settings_are_stored_as_plain_numbers():
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=2, seed=0)
+    method = most.MosT(n_models=np.int64(2), rounds=torch.tensor(3), lr=np.array([0.1]), seed=torch.tensor(3))
+    assert (method.n_models, method.rounds, method.lr, method.seed) == (2, 3, 0.1, 3)
+    assert all(type(v) in (int, float) for v in (method.n_models, method.rounds, method.lr, method.seed))
+    reference = most.MosT(n_models=2, rounds=3, lr=0.1, seed=3).fit(problem)
+    assert torch.equal(method.fit(problem).params, reference.params)

@@ -286,11 +286,10 @@ class _Method:
     optimizer: UpdateRule = field(default_factory=SGD)
 
     def __post_init__(self):
-        check_seed(self.seed)
-        check_positive_int(self.n_models, name="n_models")
-        check_positive_int(self.rounds, name="rounds")
-        check_positive_int(self.inner_steps, name="inner_steps")
-        check_positive(self.lr, name="lr")
+        # stored as the plain numbers they were checked as (a NumPy scalar or 0-d tensor is accepted)
+        for name, check in (("seed", check_seed), ("n_models", check_positive_int), ("rounds", check_positive_int),
+                            ("inner_steps", check_positive_int), ("lr", check_positive)):
+            object.__setattr__(self, name, check(getattr(self, name), name=name))
 
     def components(self) -> tuple[Assignment, Weighting, Combiner]:
         raise NotImplementedError
