@@ -316,3 +316,25 @@ def test_a_checkpoint_whose_round_was_edited_is_refused(tmp_path, round_):
     torch.save(payload, ckpt.path)
     with pytest.raises(CheckpointError, match=r"is inconsistent \(round .* of 6, with 6 rounds of history\)"):
         method.fit(problem, checkpoint=ckpt)
+
+
+@pytest.mark.parametrize("where", ["run folder", "group folder", "file"])
+def test_a_run_never_writes_through_a_symbolic_link(tmp_path, where):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "metrics.jsonl").write_text("")
+    runs = tmp_path / "out" / "fed" / "runs"
+    runs.mkdir(parents=True)
+    if where == "run folder":
+        (runs / "MosT").mkdir()
+        (runs / "MosT" / "seed0").symlink_to(victim)
+    elif where == "group folder":
+        (runs / "MosT").symlink_to(victim)
+    else:
+        (runs / "MosT" / "seed0").mkdir(parents=True)
+        (runs / "MosT" / "seed0" / "metrics.jsonl").symlink_to(victim / "metrics.jsonl")
+    with pytest.raises(ValueError, match="is a symbolic link; a run writes only inside"):
+        run_experiment(parse_experiment(dict(_FED, seeds=[0])), tmp_path / "out", restart=True, progress=False,
+                       echo=lambda s: None)
+    assert sorted(p.name for p in victim.iterdir()) == ["metrics.jsonl"]
+    assert (victim / "metrics.jsonl").read_text() == ""
