@@ -54,6 +54,16 @@ def test_bench_command_writes_results_table_and_figures(tmp_path):
         assert (out / f"hv_area_{name}.png").stat().st_size > 1000
 
 
+def test_the_table_names_the_limit_by_its_number_of_points(tmp_path):
+    out = tmp_path / "fo"
+    res = runner.invoke(app, ["bench", "few-objective", "--out", str(out), "--problem", "zdt1", "--method", "MGDA",
+                              "--seed", "0", "--zdt-rounds", "2", "--n-models", "2", "--quiet"])
+    assert res.exit_code == 0, res.output
+    table = (out / "table.md").read_text()
+    limit = best_hypervolume_2d(zdt("zdt1").metadata["front"], zdt("zdt1").metadata["reference_point"], 2)
+    assert f"| *2-point limit* | {limit:.3f} |" in table and "5-point" not in table
+
+
 def test_bench_bad_input_is_refused_before_any_work(tmp_path):
     res = runner.invoke(app, ["bench", "few-objective", "--out", str(tmp_path), "--method", "NSGA-II", "--quiet"])
     assert res.exit_code != 0 and "Unknown method" in res.output
