@@ -276,3 +276,14 @@ def test_a_checkpoint_path_that_is_a_folder_is_refused_before_any_round(tmp_path
 
     with pytest.raises(ValueError, match="is a folder; give a file path inside it"):
         Checkpoint(tmp_path)
+
+
+def test_sizes_too_large_for_memory_are_one_line(tmp_path):
+    experiment = tmp_path / "big.toml"
+    experiment.write_text('seeds = [0]\n[problem]\nname = "quadratic_clusters"\nn_clusters = 1000000000000\n'
+                          '[methods.MosT]\nn_models = 2\nrounds = 2\n')
+    for args in (["run", str(experiment), "--dry-run"], ["demo", "--n-objectives", "100000000000", "--n-models", "2",
+                                                          "--rounds", "1", "--out", str(tmp_path / "d")]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2, (args, res.output)
+        assert len(res.stderr.strip().splitlines()) == 1 and "out of memory" in res.stderr

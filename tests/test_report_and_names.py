@@ -318,3 +318,14 @@ def test_report_names_a_config_copied_from_another_group(results):
     with pytest.raises(ValueError, match=r"MosT/seed0/config\.json is corrupt \(it is the configuration of group "
                                          r"'FedAvg', but it lies in the folder of 'MosT'"):
         report(results / "fed")
+
+
+@pytest.mark.parametrize("edit, message", [
+    ({"status": "running"}, r"its status is 'running', not 'done'"),
+    ({"per_objective": [1.0, 2.0]}, r"2 per-objective values for 8 objectives"),
+])
+def test_a_result_edited_out_of_shape_is_named(results, edit, message):
+    path = results / "fed" / "runs" / "MosT" / "seed0" / "result.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
+    with pytest.raises(ValueError, match=r"result\.json is corrupt \(" + message):
+        report(results / "fed")

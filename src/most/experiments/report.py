@@ -55,6 +55,11 @@ def _checked(run: Run) -> Run:
         if per is not None and not (isinstance(per, list) and all(
                 v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in per)):
             raise CorruptFileError(folder.result_file, "`per_objective` is not a list of numbers")
+        names = result.get("objective_names")
+        if isinstance(per, list) and isinstance(names, list) and len(per) != len(names):
+            raise CorruptFileError(folder.result_file, f"{len(per)} per-objective values for {len(names)} objectives")
+        if result.get("status", "done") != "done":
+            raise CorruptFileError(folder.result_file, f"its status is {result.get('status')!r}, not 'done'")
     return folder, config, result
 
 
