@@ -546,3 +546,22 @@ def test_sklearn_predict_never_returns_non_finite_values():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match=r"prediction for sample 1 is not finite.*units used in fit"):
             est.predict(np.array([[0.0, 0.0], [1e200, -1e200]]), groups=g[:2])
+
+
+def test_best_hypervolume_2d_caps_k_at_the_front_size():
+    # k far above the number of points used to loop k times (a hang for k = 10**9)
+    front = [[0.1, 0.9], [0.9, 0.1]]
+    expected = most.metrics.best_hypervolume_2d(front, [1, 1], 2)
+    assert most.metrics.best_hypervolume_2d(front, [1, 1], 10**9) == expected
+    assert most.metrics.best_hypervolume_2d(_FRONT, [2, 2], 10**12) == pytest.approx(3.25)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: most.metrics.hypervolume(np.array([[0.0, 0.0]]), [1e200, 1e200]),
+    lambda: most.metrics.best_hypervolume_2d([[0.0, 0.0]], [1e200, 1e200], 1),
+])
+def test_a_hypervolume_that_overflows_float64_is_refused_not_returned_as_inf(call):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no overflow RuntimeWarning either
+        with pytest.raises(ValueError, match=r"hypervolume overflows float64.*Rescale the objectives"):
+            call()

@@ -3,6 +3,7 @@ and many-objective summaries of a loss matrix (worst / average best loss, model 
 
 from __future__ import annotations
 
+import math
 import warnings
 
 import numpy as np
@@ -37,7 +38,9 @@ def hypervolume(points, reference) -> HypervolumeResult:
 
     Computed by :func:`moocore.hypervolume`. Points not strictly inside the reference box add
     nothing; their number is returned in ``.outside``. A set whose points are all equal gets
-    its true hypervolume, with a warning that the set is degenerate.
+    its true hypervolume, with a warning that the set is degenerate. A hypervolume too large
+    for float64 (e.g. a reference point of ``1e200``) is refused with a ``ValueError`` rather
+    than returned as ``inf``.
     """
     import moocore
 
@@ -53,7 +56,20 @@ def hypervolume(points, reference) -> HypervolumeResult:
         warnings.warn("All solutions are equal: the set is degenerate (its hypervolume is that of one point).",
                       stacklevel=2)
     value = float(moocore.hypervolume(pts[inside], ref=ref)) if inside.any() else 0.0
+    _check_finite_volume(value, ref, pts[inside])
     return HypervolumeResult(value, outside)
+
+
+def _check_finite_volume(value: float, ref: np.ndarray, pts: np.ndarray) -> None:
+    """Refuses a hypervolume that overflowed float64 (finite inputs, infinite or NaN volume)."""
+    if not math.isfinite(value):
+        span = (ref - pts.min(0)) if len(pts) else ref
+        raise ValueError(
+            f"The hypervolume overflows float64 (it is {value}): the box between the points and the reference "
+            f"point is too large (its sides reach {float(np.max(np.abs(span))):.3g}). Rescale the objectives "
+            "and the reference point (e.g. divide both by the reference point's size) or use a reference point "
+            "closer to the points."
+        )
 
 
 def best_hypervolume_2d(front, reference, k: int) -> float:
@@ -66,6 +82,9 @@ def best_hypervolume_2d(front, reference, k: int) -> float:
 
     ``reference`` is a finite point ``[2]`` and ``k`` an int >= 1. Points not strictly inside
     the reference box add nothing; an empty front, or one with no point inside, gives 0.0.
+    ``k`` larger than the number N of points inside the box is the same as ``k = N`` (k points
+    cannot do better than all N), so the cost is ``O(min(k, N) N^2)``. A hypervolume too large
+    for float64 is refused with a ``ValueError``, as in :func:`hypervolume`.
 
     >>> best_hypervolume_2d([[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]], [2.0, 2.0], k=1)
     2.25
@@ -88,15 +107,17 @@ def best_hypervolume_2d(front, reference, k: int) -> float:
     if len(f) == 0:
         return 0.0
     f = f[np.argsort(f[:, 0])]
-    height = r[1] - f[:, 1]
-    value = (r[0] - f[:, 0]) * height  # one point: V1[i]
-    best = value.max()
-    gap = f[None, :, 0] - f[:, None, 0]  # [i, j]: f1_j - f1_i
-    valid = gap > 0
-    for _ in range(1, k):
-        cand = np.where(valid, gap * height[:, None] + value[None, :], -np.inf)
-        value = cand.max(1)
-        best = max(best, value.max())
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is refused below, with its reason
+        height = r[1] - f[:, 1]
+        value = (r[0] - f[:, 0]) * height  # one point: V1[i]
+        best = value.max()
+        gap = f[None, :, 0] - f[:, None, 0]  # [i, j]: f1_j - f1_i
+        valid = gap > 0
+        for _ in range(1, min(k, len(f))):  # k > N points cannot do better than all N
+            cand = np.where(valid, gap * height[:, None] + value[None, :], -np.inf)
+            value = cand.max(1)
+            best = max(best, value.max())
+    _check_finite_volume(float(best), r, f)
     return float(best)
 
 
