@@ -185,3 +185,71 @@ def test_flower_chooses_a_client_without_validation_samples_as_the_runtime_does(
     strategy.params = torch.zeros(2, 18)
     result = strategy.result()
     assert result.choice.tolist() == [1, 1, 0]  # validation; lowest training loss; missing keeps model 0
+
+
+# ------------------------------------------------------------------ components and flags of the methods
+def test_a_component_class_instead_of_an_instance_is_refused():
+    import most.methods as mm
+
+    with pytest.raises(TypeError, match=r"`combiner` must be an instance.*pass an instance, e\.g\. STCHSetCombiner\(\)"):
+        fl.methods.SetScalarization(n_models=2, combiner=most.baselines.STCHSetCombiner)
+    with pytest.raises(TypeError, match=r"`marginals` must be an instance.*e\.g\. Uniform\(\)"):
+        fl.methods.MosT(n_models=2, marginals=mm.Uniform)
+    with pytest.raises(TypeError, match=r"`weighting` must be an instance.*e\.g\. MajorityShare\(\)"):
+        fl.methods.MosT(n_models=2, weighting=mm.MajorityShare)
+    fl.methods.SetScalarization(n_models=2, combiner=most.baselines.STCHSetCombiner())  # an instance is fine
+
+
+@pytest.mark.parametrize("make", [
+    lambda v: fl.methods.MosT(n_models=2, warm_start=v),
+    lambda v: fl.FederatedConfig(pair_seeds=v),
+])
+def test_bool_settings_must_be_bools(make):
+    import numpy as np
+
+    for bad in ("no", "false", 1, None):
+        with pytest.raises(TypeError, match=r"must be True or False"):
+            make(bad)
+    assert make(np.bool_(True)) is not None and make(False) is not None
+
+
+# ------------------------------------------------------------------ MosT that never leaves its warm-up
+def test_most_whose_warmup_takes_every_round_warns_that_the_run_is_fedavg(data):
+    model = fl.logistic_regression(5, 3)
+    for rounds in (2, 5):
+        with pytest.warns(UserWarning, match=rf"warmup_rounds=5\) with rounds={rounds}.*FedAvg with 2 copies"):
+            fl.check_inputs(data, model, fl.methods.MosT(n_models=2), fl.FederatedConfig(rounds=rounds))
+    with pytest.warns(UserWarning, match=r"warmup_rounds=5\) with rounds=5.*Set warmup_rounds lower"):
+        result = fl.run_federated(data, model, fl.methods.MosT(n_models=2), fl.FederatedConfig(rounds=5))
+    assert torch.equal(result.params[0], result.params[1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for method, rounds in ((fl.methods.MosT(n_models=2), 6), (fl.methods.MosT(n_models=2, warmup_rounds=0), 1),
+                               (fl.methods.MosT(n_models=2, split="updates"), 5)):
+            fl.check_inputs(data, model, method, fl.FederatedConfig(rounds=rounds))
+
+
+# ------------------------------------------------------------------ the model's forward pass on the data
+def test_a_model_that_fails_on_the_data_for_another_reason_is_not_called_a_size_mismatch(data):
+    from torch import nn
+
+    bn = fl.FlatModel(lambda: nn.Sequential(nn.Linear(5, 3), nn.BatchNorm1d(3, track_running_stats=False)))
+    with pytest.raises(ValueError, match=r"fails on the data .*batch of 1 training sample.*Expected more than 1 "
+                                         r"value per channel.*batch_size >= 2") as info:
+        fl.check_inputs(data, bn, FedAvg(n_models=1), fl.FederatedConfig(rounds=2, batch_size=1))
+    assert "expects" not in str(info.value)
+    double = fl.FlatModel(lambda: nn.Linear(5, 3).double())
+    with pytest.raises(ValueError, match=r"has float64 parameters, but .* as float32") as info:
+        fl.check_inputs(data, double, FedAvg(n_models=1), CFG)
+    assert "expects" not in str(info.value)
+
+
+def test_the_forward_check_uses_a_training_batch_so_a_batchnorm_model_is_accepted(data):
+    from torch import nn
+
+    bn = fl.FlatModel(lambda: nn.Sequential(nn.Linear(5, 3), nn.BatchNorm1d(3, track_running_stats=False)))
+    state = torch.random.get_rng_state()
+    fl.check_inputs(data, bn, FedAvg(n_models=1), CFG)  # batches of 10, as training uses
+    assert torch.equal(torch.random.get_rng_state(), state)
+    result = fl.run_federated(data, bn, FedAvg(n_models=1), CFG)
+    assert math.isfinite(result.mean_accuracy)

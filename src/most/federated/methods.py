@@ -169,6 +169,29 @@ def balanced_update_groups(deltas: Tensor, m: int, generator: torch.Generator, m
     return labels
 
 
+# ----------------------------------------------------------------------------- argument checks
+def check_bool(value, *, name: str) -> bool:
+    """``value`` as a bool: a Python or NumPy bool only. A string such as ``"no"`` is truthy,
+    and ``0``/``1`` hide a mistaken argument, so both are refused with a ``TypeError``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False; got {value!r} ({type(value).__name__}). A string such as "
+                        "'no' or 'false' counts as true in Python: pass the bool itself.")
+    return bool(value)
+
+
+def check_component(value, *, name: str, example: str, base: type | None = None, needs: str | None = None) -> None:
+    """Refuses a component given as a class instead of an instance (``combiner=STCHSetCombiner``,
+    ``weighting=MajorityShare``): the class would be called in place of the instance's method and
+    fail in the middle of a run."""
+    if isinstance(value, type):
+        raise TypeError(f"`{name}` must be an instance, not the class {value.__module__}.{value.__qualname__}: "
+                        f"pass an instance, e.g. {value.__name__}().")
+    if base is not None and not isinstance(value, base):
+        raise TypeError(f"`{name}` must be a {base.__module__}.{base.__qualname__} (e.g. {example}); got {value!r}.")
+    if needs is not None and not callable(getattr(value, needs, None)):
+        raise ValueError(f"`{name}` must have {needs}(...), e.g. {example}; got {value!r}.")
+
+
 # ----------------------------------------------------------------------------- methods
 @dataclass
 class _FederatedMethod:
@@ -377,6 +400,12 @@ class MosT(_FederatedMethod):
 
     def __post_init__(self):
         super().__post_init__()
+        check_component(self.marginals, name="marginals", example="most.methods.Uniform()", base=Marginals)
+        check_component(self.weighting, name="weighting", example="most.methods.MajorityShare()")
+        if not callable(self.weighting):
+            raise TypeError("`weighting` must map the plan Gamma to per-pair weights (e.g. most.methods.MajorityShare() "
+                            f"or most.methods.GammaWeights()); got {self.weighting!r}.")
+        self.warm_start = check_bool(self.warm_start, name="warm_start")
         check_positive_int(self.shares, name="shares")
         if self.shares > self.n_models:
             raise ValueError(f"`shares`={self.shares} asks each client to train more models than there are "
@@ -488,6 +517,8 @@ class SetScalarization(_FederatedMethod):
 
     def __post_init__(self):
         super().__post_init__()
+        if isinstance(self.combiner, type):
+            check_component(self.combiner, name="combiner", example="most.baselines.STCHSetCombiner()")
         if not hasattr(self.combiner, "coefficients"):
             raise ValueError("`combiner` must have coefficients(losses [m, n]), e.g. most.baselines.STCHSetCombiner().")
 

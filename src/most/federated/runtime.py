@@ -38,6 +38,7 @@ from .._validation import check_positive, check_positive_int, check_seed
 from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
 from .evaluation import pooled_loss, select_by_loss
+from .methods import check_bool
 from .models import FlatModel
 
 __all__ = ["Padded", "pad_split", "evaluate", "local_train", "pair_seed", "FederatedConfig", "FederatedResult",
@@ -239,6 +240,7 @@ class FederatedConfig:
             raise ValueError(f"`participation` must be in (0, 1]; got {self.participation}.")
         check_positive_int(self.eval_every, name="eval_every", minimum=0)
         check_seed(self.seed)
+        object.__setattr__(self, "pair_seeds", check_bool(self.pair_seeds, name="pair_seeds"))
         if self.device is not None:
             _check_device(self.device)
 
@@ -393,20 +395,41 @@ def _check_method(method) -> None:
                     f"most.federated.methods.MosT(n_models=3)); got {_describe_type(method)}.{hint}")
 
 
-def _expected_input(model: FlatModel) -> str | None:
-    """What the model's first layer takes, in words (``None`` when it is not a Linear or Conv)."""
+def _input_mismatch(model: FlatModel, shape: tuple[int, ...]) -> str | None:
+    """What the model's first layer takes, in words, when that differs from samples of ``shape``
+    (``None`` when the sizes agree, or the first layer is not a Linear or Conv)."""
     for module in model._template.modules():
         if isinstance(module, torch.nn.Linear):
+            if module.in_features in (shape[-1] if shape else 1, math.prod(shape)):
+                return None
             return f"inputs of {module.in_features} features"
         if isinstance(module, torch.nn.modules.conv._ConvNd):
             dims = len(module.kernel_size)
+            if len(shape) in (dims, dims + 1) and (len(shape) == dims or shape[0] == module.in_channels):
+                return None
             return f"inputs of {module.in_channels} channel(s) and {dims} spatial dimension(s)"
     return None
 
 
-def _one_forward(model: FlatModel, x: Tensor) -> Tensor:
+def _check_batch(dataset: FederatedDataset, batch_size: int) -> Tensor:
+    """Training samples as :func:`local_train` batches them: ``min(batch_size, N)`` rows, ``N``
+    the largest client's training samples (a batch is padded to that width; a layer with batch
+    statistics, such as BatchNorm, fails on a batch of one and works on more), taken from the
+    first clients, in the dtype the runtime stacks the clients' data in (:func:`pad_split`)."""
+    want = max(1, min(batch_size, max(c.n_train for c in dataset.clients)))
+    parts, have = [], 0
+    for c in dataset.clients:
+        if have >= want:
+            break
+        part = c.x_train[: want - have]
+        parts.append(part)
+        have += len(part)
+    return torch.cat(parts).to(torch.get_default_dtype())
+
+
+def _forward(model: FlatModel, x: Tensor) -> Tensor:
     """The model's logits on ``x`` with its template's parameters, batched as the runtime batches
-    them (``vmap`` over one model); no random draw and no buffer of the model is touched."""
+    them (``vmap`` over one model); no gradient, no random draw and no buffer of the model is touched."""
     theta = torch.cat([p.detach().reshape(-1) for p in model._template.parameters()])[None]
     buffers = {k: b.clone() for k, b in model._buffers.items()}
 
@@ -420,7 +443,8 @@ def _one_forward(model: FlatModel, x: Tensor) -> Tensor:
 def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig) -> None:
     """The checks :func:`run_federated` makes before any work, for the four arguments together.
 
-    Cheap (no training; one forward pass of the model on one training sample), so a driver can
+    Cheap (no training; one forward pass of the model, without gradients, on a batch of
+    ``min(batch_size, N)`` training samples, as wide as training's batches), so a driver can
     check every run before it starts any (``most run`` does). Raises ``TypeError`` for an
     argument of the wrong kind (a module instead of a :class:`FlatModel`, a method class instead
     of an instance, a centralised method, a dict instead of a :class:`FederatedConfig`; a
@@ -430,8 +454,12 @@ def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: Fe
     * ``method.check(n_clients)`` (e.g. MosT refuses more models than clients);
     * a data set where no client has validation samples (each client's model is chosen on them)
       or no client has test samples (nothing to score);
-    * a model that cannot take the data's samples (input size or shape), or that has fewer
-      outputs than the data has classes.
+    * a model that cannot take the data's samples (input size or shape, dtype, or any other
+      failure of its forward pass, with torch's reason), or that has fewer outputs than the data
+      has classes.
+
+    It warns (``UserWarning``) when MosT's warm-up takes every round (``rounds <=
+    warmup_rounds``): the run is then FedAvg with m copies of one model.
 
     A client with an empty validation or test split is allowed (see :class:`FederatedResult`
     for how it is chosen and scored), as long as some client has each split.
@@ -461,29 +489,73 @@ def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: Fe
                              f"but {use}. Give the clients a {split} split (e.g. the loaders' "
                              "split=(0.6, 0.2, 0.2)), or more samples per client.")
 
-    cid = dataset.client_ids[0]
-    x = dataset.clients[0].x_train[:1]
-    sample = f"the data {dataset.name!r} has samples of shape {dataset.input_shape}"
-    fix = (f"Build the model for the data (input size {math.prod(dataset.input_shape)}, {dataset.n_classes} classes, "
-           f"e.g. fl.logistic_regression({math.prod(dataset.input_shape)}, {dataset.n_classes}) for flat features); in "
+    _warn_if_most_never_leaves_its_warmup(method, config)
+
+    x = _check_batch(dataset, config.batch_size)
+    shape, size = dataset.input_shape, math.prod(dataset.input_shape)
+    batch = f"a batch of {len(x)} training sample{'s' if len(x) > 1 else ''} of shape {shape}, as training batches them"
+    fix = (f"Build the model for the data (input size {size}, {dataset.n_classes} classes, "
+           f"e.g. fl.logistic_regression({size}, {dataset.n_classes}) for flat features); in "
            "an experiment file, leave the model's sizes (`dim`, `n_classes`, ...) out of [model]: they are taken "
            "from the data.")
     try:
-        out = _one_forward(model, x)
+        out = _forward(model, x)
     except Exception as exc:  # noqa: BLE001 (any error of the user's module on the data)
-        expects = _expected_input(model)
-        expects = f"expects {expects}, but " if expects else "cannot take the data: "
-        first = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
-        raise ValueError(f"The model {model.name} {expects}{sample} ({math.prod(dataset.input_shape)} values): "
-                         f"on the first training sample of client {cid!r} it fails with {type(exc).__name__}: "
-                         f"{first}. " + fix) from exc
-    if out.ndim != 2 or out.shape[0] != 1:
-        raise ValueError(f"The model {model.name} must return logits of shape [batch, n_classes]; on a batch of one "
-                         f"sample of shape {dataset.input_shape} it returned shape {tuple(out.shape)}.")
+        reason = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
+        reason = f"{type(exc).__name__}: {reason}"
+        expects = _input_mismatch(model, shape)
+        if expects is not None:
+            raise ValueError(f"The model {model.name} expects {expects}, but the data {dataset.name!r} has samples of "
+                             f"shape {shape} ({size} values): on {batch} it fails with {reason}. " + fix) from exc
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model._template.parameters()
+                         if p.is_floating_point() and p.dtype != x.dtype})
+        if dtypes:
+            data_dtype = str(x.dtype).removeprefix("torch.")
+            raise ValueError(f"The model {model.name} has {' and '.join(dtypes)} parameters, but the runtime gives it "
+                             f"the data {dataset.name!r} as {data_dtype} (torch's default dtype): on {batch} it fails "
+                             f"with {reason}. Build the model in {data_dtype} (e.g. leave out `.double()`), or convert "
+                             "the inputs inside its forward.") from exc
+        raise ValueError(f"The model {model.name} fails on the data {dataset.name!r} ({batch}): {reason}. Fix the "
+                         "module so that it runs on such a batch (its sizes fit the data: input size "
+                         f"{size}, {dataset.n_classes} classes)."
+                         + (" A layer with batch statistics (BatchNorm) cannot train on batches of one sample: use "
+                            "batch_size >= 2." if len(x) == 1 else "")) from exc
+    if out.ndim != 2 or out.shape[0] != len(x):
+        raise ValueError(f"The model {model.name} must return logits of shape [batch, n_classes]; on {batch} "
+                         f"it returned shape {tuple(out.shape)}.")
     if out.shape[1] < dataset.n_classes:
         raise ValueError(f"The model {model.name} has {out.shape[1]} outputs, but {dataset.name!r} has "
                          f"{dataset.n_classes} classes (labels 0 .. {dataset.n_classes - 1}); it needs one output per "
                          "class. " + fix)
+
+
+def _warn_if_most_never_leaves_its_warmup(method, config: FederatedConfig) -> None:
+    """MosT's warm-up trains one shared model; with no round after it, the m models stay copies."""
+    from .methods import MosT
+
+    if not isinstance(method, MosT) or method.n_models < 2 or not method.warmup_rounds:
+        return
+    split_by_updates = method.split == "updates"
+    if config.rounds > method.warmup_rounds or (split_by_updates and config.rounds == method.warmup_rounds):
+        return
+    warnings.warn(
+        f"MosT(warmup_rounds={method.warmup_rounds}) with rounds={config.rounds}: every round is a warm-up round, "
+        f"so MosT never assigns clients to models and the run is FedAvg with {method.n_models} copies of one model "
+        "(the m models end identical). Set warmup_rounds lower (e.g. warmup_rounds=0 or 1) or rounds higher "
+        f"(more than {method.warmup_rounds - int(split_by_updates)}).", UserWarning, stacklevel=_caller_level())
+
+
+def _caller_level() -> int:
+    """The ``stacklevel`` that points a warning at the first caller outside this package (the
+    user's call of run_federated or check_inputs), whichever driver of the package it came through."""
+    import os
+    import sys
+
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig, *,
