@@ -253,3 +253,42 @@ def test_the_forward_check_uses_a_training_batch_so_a_batchnorm_model_is_accepte
     assert torch.equal(torch.random.get_rng_state(), state)
     result = fl.run_federated(data, bn, FedAvg(n_models=1), CFG)
     assert math.isfinite(result.mean_accuracy)
+
+
+# ------------------------------------------------------------------ data helpers and client-side steps
+@pytest.mark.parametrize("labels, match", [
+    ([0.5, 1.5], r"non-integer label 0\.5"),
+    (["a", "b"], r"non-numeric values"),
+])
+def test_dirichlet_label_split_refuses_labels_that_are_not_integers(labels, match):
+    import numpy as np
+
+    with pytest.raises(ValueError, match=r"`labels` must hold integer class labels.*" + match + r".*np\.unique"):
+        fl.dirichlet_label_split(np.array(labels), 2, 1.0)
+    assert [p.tolist() for p in fl.dirichlet_label_split(np.array([0.0, 1.0, 1.0]), 2, 1.0, seed=0)] == \
+        [p.tolist() for p in fl.dirichlet_label_split([0, 1, 1], 2, 1.0, seed=0)]  # integer-valued floats are fine
+
+
+def test_load_femnist_refuses_a_non_bool_ink(tmp_path):
+    with pytest.raises(TypeError, match=r"`ink` must be True or False"):
+        fl.load_femnist(tmp_path, ink="yes")
+
+
+def test_evaluate_checks_the_kinds_of_its_arguments(data):
+    model = fl.logistic_regression(5, 3)
+    params = model.init(2, torch.Generator().manual_seed(0))
+    val = fl.pad_split(data, "val")
+    with pytest.raises(TypeError, match=r"`model` must be a most.federated.FlatModel.*got NoneType"):
+        fl.evaluate(None, None, None)
+    with pytest.raises(TypeError, match=r"`params` must be a tensor \[m, d\]"):
+        fl.evaluate(model, params.tolist(), val)
+    with pytest.raises(ValueError, match=r"`params` must have shape \[m, 18\].*got \(18,\)"):
+        fl.evaluate(model, params[0], val)
+    with pytest.raises(TypeError, match=r"`data` must be a most.federated.runtime.Padded.*pad_split"):
+        fl.evaluate(model, params, data)
+    with pytest.raises(TypeError, match=r"`clients` must be None .* integer tensor"):
+        fl.evaluate(model, params, val, clients=[0, 1])
+    with pytest.raises(TypeError, match=r"`return_probs` must be True or False"):
+        fl.evaluate(model, params, val, return_probs="yes")
+    loss, acc, probs = fl.evaluate(model, params, val, clients=torch.tensor([0, 2]))
+    assert loss.shape == (2, 2) and probs is None

@@ -500,7 +500,8 @@ def dirichlet_label_split(labels, n_clients: int, concentration: float, seed=0) 
     sizes are random too, and a client may receive nothing (no resampling is done).
 
     Args:
-        labels: ``[N]`` integer labels (array-like or tensor).
+        labels: ``[N]`` integer labels (array-like or tensor); a non-integer label is refused
+            with a ``ValueError``.
         n_clients: number of parts.
         concentration: the Dirichlet parameter (> 0).
         seed: an int, a ``numpy.random.Generator`` (drawn from, so it advances) or a
@@ -515,9 +516,7 @@ def dirichlet_label_split(labels, n_clients: int, concentration: float, seed=0) 
     """
     check_positive_int(n_clients, name="n_clients")
     concentration = _check_fraction_number(concentration, name="concentration")
-    y = labels.detach().cpu().numpy() if isinstance(labels, Tensor) else np.asarray(labels)
-    if y.ndim != 1:
-        raise ValueError(f"`labels` must be a vector [N]; got shape {y.shape}.")
+    y = _as_labels(labels, what="`labels`").detach().cpu().numpy()  # integer class labels, a vector [N]
     rng = _numpy_rng(seed)
     pieces: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
     for c in np.unique(y):
@@ -758,6 +757,9 @@ def load_femnist(
         raise ValueError(f"`val_fraction` must be a number in (0, 1): each writer's model is chosen on its validation "
                          f"samples; got {val_fraction!r}.")
     check_positive_int(min_train, name="min_train")
+    from .methods import check_bool
+
+    ink = check_bool(ink, name="ink")
     directory, source = _resolve_dir(path, FEMNIST_ENV, "FEMNIST data", _FEMNIST_HOW)
     train_files = _leaf_files(directory, "train", source)
     test_files = _leaf_files(directory, "test", source)

@@ -98,7 +98,11 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     padding rows are meaningless; otherwise ``None``). Clients with
     no sample in this split get NaN. Evaluated in chunks of about ``max_samples`` inputs per
     model, so memory stays bounded.
+
+    Raises ``TypeError`` for arguments of the wrong kind and ``ValueError`` for ``params`` that
+    are not ``[m, model.dim]``.
     """
+    _check_evaluate_args(model, params, data, clients, max_samples, return_probs)
     idx = torch.arange(data.n_clients) if clients is None else clients
     x, y, w = data.x[idx], data.y[idx], data.w[idx]
     n, N = y.shape
@@ -119,6 +123,28 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     loss = ((ce * w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
     acc = ((correct * w).sum(-1) / denom).T
     return loss, acc, (logits.softmax(-1) if return_probs else None)
+
+
+def _check_evaluate_args(model, params, data, clients, max_samples, return_probs) -> None:
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"`model` must be a most.federated.FlatModel (e.g. fl.logistic_regression(dim, n_classes)); "
+                        f"got {type(model).__name__}.")
+    if not isinstance(params, Tensor):
+        raise TypeError(f"`params` must be a tensor [m, d] of flat model parameters (e.g. model.init(m, generator)); "
+                        f"got {type(params).__name__}.")
+    if params.ndim != 2 or params.shape[1] != model.dim:
+        raise ValueError(f"`params` must have shape [m, {model.dim}] (m models of the {model.dim} parameters of "
+                         f"{model.name}); got {tuple(params.shape)}.")
+    if not isinstance(data, Padded):
+        raise TypeError(f"`data` must be a most.federated.runtime.Padded split (e.g. fl.pad_split(dataset, 'val')); "
+                        f"got {type(data).__name__}.")
+    if clients is not None and not (isinstance(clients, Tensor) and not clients.is_floating_point()
+                                    and clients.dtype != torch.bool and clients.ndim == 1):
+        raise TypeError("`clients` must be None (every client) or an integer tensor [k] of client indices; got "
+                        + (f"a {clients.dtype} tensor of shape {tuple(clients.shape)}." if isinstance(clients, Tensor)
+                           else f"{type(clients).__name__}."))
+    check_positive_int(max_samples, name="max_samples")
+    check_bool(return_probs, name="return_probs")
 
 
 def pair_seed(seed: int, round: int, client: int, model: int) -> int:
