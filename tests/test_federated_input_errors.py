@@ -292,3 +292,16 @@ def test_evaluate_checks_the_kinds_of_its_arguments(data):
         fl.evaluate(model, params, val, return_probs="yes")
     loss, acc, probs = fl.evaluate(model, params, val, clients=torch.tensor([0, 2]))
     assert loss.shape == (2, 2) and probs is None
+
+
+def test_numpy_and_tensor_settings_are_stored_as_plain_numbers(data):
+    import numpy as np
+
+    config = fl.FederatedConfig(lr=np.array([0.05]), rounds=np.int64(2), seed=torch.tensor(0))
+    method = fl.methods.FedAvg(n_models=np.int64(2), server_lr=np.float32(1.0))
+    assert (config.lr, config.rounds, config.seed, method.n_models, method.server_lr) == (0.05, 2, 0, 2, 1.0)
+    assert config == fl.FederatedConfig(lr=0.05, rounds=2, seed=0)
+    result = fl.run_federated(data, fl.logistic_regression(5, 3), method, config)  # failed in training before
+    reference = fl.run_federated(data, fl.logistic_regression(5, 3), fl.methods.FedAvg(n_models=2),
+                                 fl.FederatedConfig(lr=0.05, rounds=2, seed=0))
+    assert torch.equal(result.params, reference.params)

@@ -200,9 +200,9 @@ class _FederatedMethod:
 
     prox_mu: float = field(default=0.0, init=False)
 
-    def __post_init__(self):
-        check_positive_int(self.n_models, name="n_models")
-        check_positive(self.server_lr, name="server_lr")
+    def __post_init__(self):  # stored as the plain numbers they were checked as
+        object.__setattr__(self, "n_models", check_positive_int(self.n_models, name="n_models"))
+        object.__setattr__(self, "server_lr", check_positive(self.server_lr, name="server_lr"))
 
     def check(self, n_clients: int) -> None:
         pass

@@ -254,18 +254,19 @@ class FederatedConfig:
     pair_seeds: bool = False
 
     def __post_init__(self):
-        check_positive_int(self.rounds, name="rounds")
-        check_positive_int(self.local_epochs, name="local_epochs")
-        check_positive_int(self.batch_size, name="batch_size")
-        check_positive(self.lr, name="lr")
-        if self.loss_samples is not None:
-            check_positive_int(self.loss_samples, name="loss_samples")
         from .._validation import as_number
 
-        if not (0 < as_number(self.participation, name="participation", kind="a number in (0, 1]") <= 1):
+        # each setting is stored as the plain number it was checked as (NumPy scalars, 0-d tensors accepted)
+        checks = {"rounds": check_positive_int, "local_epochs": check_positive_int, "batch_size": check_positive_int,
+                  "lr": check_positive, "seed": check_seed,
+                  "eval_every": lambda v, name: check_positive_int(v, name=name, minimum=0),
+                  "loss_samples": lambda v, name: None if v is None else check_positive_int(v, name=name)}
+        for name, check in checks.items():
+            object.__setattr__(self, name, check(getattr(self, name), name=name))
+        participation = as_number(self.participation, name="participation", kind="a number in (0, 1]")
+        if not 0 < participation <= 1:
             raise ValueError(f"`participation` must be in (0, 1]; got {self.participation}.")
-        check_positive_int(self.eval_every, name="eval_every", minimum=0)
-        check_seed(self.seed)
+        object.__setattr__(self, "participation", float(participation))
         object.__setattr__(self, "pair_seeds", check_bool(self.pair_seeds, name="pair_seeds"))
         if self.device is not None:
             _check_device(self.device)
