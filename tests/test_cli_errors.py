@@ -287,3 +287,17 @@ def test_sizes_too_large_for_memory_are_one_line(tmp_path):
         res = CliRunner().invoke(app, args)
         assert res.exit_code == 2, (args, res.output)
         assert len(res.stderr.strip().splitlines()) == 1 and "out of memory" in res.stderr
+
+
+def test_a_warning_for_the_user_is_one_line(tmp_path):
+    experiment = tmp_path / "fed.toml"
+    experiment.write_text('seeds = [0]\n[data]\nname = "fedprox_synthetic"\nalpha = 0.0\nbeta = 0.0\nn_clients = 6\n'
+                          'samples_per_client = 30\n[model]\nname = "logistic_regression"\n[federated]\nrounds = 2\n'
+                          '[methods.MosT]\nn_models = 2\n')
+    res = subprocess.run([sys.executable, "-m", "most.cli", "run", str(experiment), "--out", str(tmp_path / "r"),
+                          "--quiet"], capture_output=True, text=True, timeout=300,
+                         env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert res.returncode == 0, res.stderr
+    lines = [line for line in res.stderr.splitlines() if "warmup_rounds" in line]
+    assert lines and all(line.startswith("Warning: MosT(warmup_rounds=5) with rounds=2") for line in lines)
+    assert ".py:" not in res.stderr  # no file and line of the library or of typer

@@ -329,3 +329,12 @@ def test_a_result_edited_out_of_shape_is_named(results, edit, message):
     path.write_text(json.dumps({**json.loads(path.read_text()), **edit}))
     with pytest.raises(ValueError, match=r"result\.json is corrupt \(" + message):
         report(results / "fed")
+
+
+def test_a_metric_that_most_run_never_writes_is_named(results):
+    path = results / "fed" / "runs" / "MosT" / "seed0" / "result.json"
+    result = json.loads(path.read_text())
+    result["metrics"]["mean"] = 1e400  # JSON for inf: `most run` writes NaN and inf as null
+    path.write_text(json.dumps(result).replace("Infinity", "1e400"))
+    with pytest.raises(ValueError, match=r"result\.json is corrupt \(a metric is NaN or infinite"):
+        report(results / "fed")

@@ -332,3 +332,15 @@ def test_numpy_and_tensor_settings_are_stored_as_plain_numbers():
     assert all(type(v) in (int, float) for v in (method.n_models, method.rounds, method.lr, method.seed))
     reference = most.MosT(n_models=2, rounds=3, lr=0.1, seed=3).fit(problem)
     assert torch.equal(method.fit(problem).params, reference.params)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: most.Problem.from_function(lambda th: ((th[None, :] - torch.ones(6, 3)) ** 2).sum(1), 4, 6),
+    lambda: most.Problem.from_module(lambda: torch.nn.Linear(2, 1), [lambda f: f(torch.ones(1, 3)).sum() ** 2]),
+    lambda: most.Problem.from_module(lambda: torch.nn.Linear(2, 1).double(),
+                                     [lambda f: f(torch.ones(1, 2)).sum() ** 2]),
+])
+def test_objectives_that_fail_on_the_parameters_are_named_as_the_cause(make):
+    with pytest.raises(ValueError, match=r"The objectives fail on the models' parameters .*Check that every "
+                                         r"objective takes parameters of that size and dtype"):
+        most.MosT(n_models=1, rounds=2).fit(make())

@@ -170,6 +170,14 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show the traceback 
 
         most bench federated --rho 0 0
     """
+    if not debug:  # a warning for the user is one line, without the file and source line it was raised at
+        import warnings
+
+        warnings.formatwarning = _one_line_warning
+
+
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"Warning: {' '.join(str(message).split())}\n"
 
 
 @app.command()

@@ -204,10 +204,19 @@ def run(
     bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start, total=rounds)
     for t in bar:
         tic = time.perf_counter()
-        if combiner.active_only:  # gradients come after the plan, for the served objectives only
-            losses, jac = problem.loss_matrix(params), None
-        else:
-            losses, jac = problem.jacobian(params)
+        try:
+            if combiner.active_only:  # gradients come after the plan, for the served objectives only
+                losses, jac = problem.loss_matrix(params), None
+            else:
+                losses, jac = problem.jacobian(params)
+        except RuntimeError as exc:  # torch's error inside the user's objectives, at their first evaluation
+            if t != start:
+                raise
+            raise ValueError(
+                f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
+                f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
+                "of that size and dtype (and, for modules, inputs of the module's size and dtype)."
+            ) from exc
         _check_finite(losses, jac, problem, t, None)
         grad_s = time.perf_counter() - tic
 

@@ -48,6 +48,9 @@ def _checked(run: Run) -> Run:
         if not isinstance(metrics, dict) or not all(
                 v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in metrics.values()):
             raise CorruptFileError(folder.result_file, "no `metrics` table of numbers in it")
+        if any(isinstance(v, float) and not math.isfinite(v) for v in metrics.values()):
+            # `most run` writes NaN and inf as null: a non-finite number was put there by hand
+            raise CorruptFileError(folder.result_file, "a metric is NaN or infinite, which `most run` never writes")
         seconds = result.get("seconds")
         if seconds is not None and (isinstance(seconds, bool) or not isinstance(seconds, (int, float))):
             raise CorruptFileError(folder.result_file, f"`seconds` is {seconds!r}, not a number")
