@@ -203,3 +203,23 @@ def _check_bound(value, *, name: str, positive: bool, allow_inf: bool) -> float:
     if not (v > 0 if positive else v >= 0):
         raise ValueError(f"`{name}` must be a {sign} number; got {value!r}.")
     return v
+
+
+def check_bool(value, *, name: str) -> bool:
+    """``value`` as a bool: a Python or NumPy bool only. A string such as ``"no"`` is truthy,
+    and ``0``/``1`` hide a mistaken argument, so both are refused with a ``TypeError``."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"`{name}` must be True or False; got {value!r} ({type(value).__name__}). A string such as "
+                        "'no' or 'false' counts as true in Python: pass the bool itself.")
+    return bool(value)
+
+
+def check_component(value, *, name: str, example: str, base: type | None = None) -> None:
+    """Refuses a component given as a class instead of an instance (``combiner=STCHSetCombiner``,
+    ``weighting=MajorityShare``): the class would be called in place of the instance's method and
+    fail in the middle of a run."""
+    if isinstance(value, type):
+        raise TypeError(f"`{name}` must be an instance, not the class {value.__module__}.{value.__qualname__}: "
+                        f"pass an instance, e.g. {value.__name__}().")
+    if base is not None and not isinstance(value, base):
+        raise TypeError(f"`{name}` must be a {base.__module__}.{base.__qualname__} (e.g. {example}); got {value!r}.")

@@ -46,7 +46,7 @@ from torch import Tensor
 
 from .._paths import resolve_dir as _resolve_dir
 from .._random import derive_seed
-from .._validation import check_positive_int
+from .._validation import check_bool, check_positive_int
 
 __all__ = [
     "ClientData",
@@ -757,8 +757,6 @@ def load_femnist(
         raise ValueError(f"`val_fraction` must be a number in (0, 1): each writer's model is chosen on its validation "
                          f"samples; got {val_fraction!r}.")
     check_positive_int(min_train, name="min_train")
-    from .methods import check_bool
-
     ink = check_bool(ink, name="ink")
     directory, source = _resolve_dir(path, FEMNIST_ENV, "FEMNIST data", _FEMNIST_HOW)
     train_files = _leaf_files(directory, "train", source)

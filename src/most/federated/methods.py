@@ -32,7 +32,7 @@ from torch import Tensor
 
 from .. import transport
 from .._random import derive_seed, dirichlet
-from .._validation import check_non_negative, check_positive, check_positive_int
+from .._validation import check_bool, check_component, check_non_negative, check_positive, check_positive_int
 from ..methods import MajorityShare, Marginals, Shares, TransportAssignment, Uniform, Weighting
 from ..mgda import min_norm
 
@@ -167,29 +167,6 @@ def balanced_update_groups(deltas: Tensor, m: int, generator: torch.Generator, m
                 mean = u[labels == j].sum(0)
                 c[j] = mean / mean.norm().clamp_min(1e-300)
     return labels
-
-
-# ----------------------------------------------------------------------------- argument checks
-def check_bool(value, *, name: str) -> bool:
-    """``value`` as a bool: a Python or NumPy bool only. A string such as ``"no"`` is truthy,
-    and ``0``/``1`` hide a mistaken argument, so both are refused with a ``TypeError``."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"`{name}` must be True or False; got {value!r} ({type(value).__name__}). A string such as "
-                        "'no' or 'false' counts as true in Python: pass the bool itself.")
-    return bool(value)
-
-
-def check_component(value, *, name: str, example: str, base: type | None = None, needs: str | None = None) -> None:
-    """Refuses a component given as a class instead of an instance (``combiner=STCHSetCombiner``,
-    ``weighting=MajorityShare``): the class would be called in place of the instance's method and
-    fail in the middle of a run."""
-    if isinstance(value, type):
-        raise TypeError(f"`{name}` must be an instance, not the class {value.__module__}.{value.__qualname__}: "
-                        f"pass an instance, e.g. {value.__name__}().")
-    if base is not None and not isinstance(value, base):
-        raise TypeError(f"`{name}` must be a {base.__module__}.{base.__qualname__} (e.g. {example}); got {value!r}.")
-    if needs is not None and not callable(getattr(value, needs, None)):
-        raise ValueError(f"`{name}` must have {needs}(...), e.g. {example}; got {value!r}.")
 
 
 # ----------------------------------------------------------------------------- methods
@@ -517,8 +494,7 @@ class SetScalarization(_FederatedMethod):
 
     def __post_init__(self):
         super().__post_init__()
-        if isinstance(self.combiner, type):
-            check_component(self.combiner, name="combiner", example="most.baselines.STCHSetCombiner()")
+        check_component(self.combiner, name="combiner", example="most.baselines.STCHSetCombiner()")
         if not hasattr(self.combiner, "coefficients"):
             raise ValueError("`combiner` must have coefficients(losses [m, n]), e.g. most.baselines.STCHSetCombiner().")
 

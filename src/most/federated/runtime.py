@@ -34,11 +34,10 @@ from torch.func import grad, vmap
 from torch.nn.functional import cross_entropy
 
 from .._random import derive_seed
-from .._validation import check_positive, check_positive_int, check_seed
+from .._validation import check_bool, check_positive, check_positive_int, check_seed
 from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
 from .evaluation import pooled_loss, select_by_loss
-from .methods import check_bool
 from .models import FlatModel
 
 __all__ = ["Padded", "pad_split", "evaluate", "local_train", "pair_seed", "FederatedConfig", "FederatedResult",
