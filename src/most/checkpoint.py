@@ -50,7 +50,7 @@ import torch
 
 from ._validation import check_positive_int
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatchError", "atomic_write_bytes", "atomic_write_text", "restore_into",
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatchError", "differing_paths", "atomic_write_bytes", "atomic_write_text", "restore_into",
            "fingerprint"]
 
 _CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, functools.partial, type)
@@ -224,15 +224,21 @@ def fingerprint(value):
 _fingerprint = fingerprint
 
 
-def _differences(old, new, path="") -> list[str]:
+def differing_paths(old, new, path: str = "") -> list[tuple[str, object, object]]:
+    """``(dotted path, old value, new value)`` for every leaf where two nested dicts differ
+    (a key missing on one side counts as ``None``; NaN equals NaN)."""
     if isinstance(old, dict) and isinstance(new, dict):
         out = []
         for k in sorted(set(old) | set(new), key=str):
-            out += _differences(old.get(k), new.get(k), f"{path}.{k}" if path else str(k))
+            out += differing_paths(old.get(k), new.get(k), f"{path}.{k}" if path else str(k))
         return out
     if old != new and not (isinstance(old, float) and isinstance(new, float) and old != old and new != new):
-        return [f"{path or 'value'} ({_short(old)} in the checkpoint, {_short(new)} now)"]
+        return [(path or "value", old, new)]
     return []
+
+
+def _differences(old, new) -> list[str]:
+    return [f"{path} ({_short(a)} in the checkpoint, {_short(b)} now)" for path, a, b in differing_paths(old, new)]
 
 
 def _short(value) -> str:

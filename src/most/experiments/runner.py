@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from ..checkpoint import atomic_write_text
+from ..checkpoint import atomic_write_text, differing_paths
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
 from .store import RunFolder, dumps, seedless
@@ -187,17 +187,7 @@ def _centralised(run, objects, folder, checkpoint, progress, previous=None) -> d
 
 def _differing_keys(stored: dict, new: dict) -> list[str]:
     """The dotted keys where ``stored`` (a ``config.json``) differs from ``new`` (a run's config)."""
-    diffs = []
-
-    def walk(a, b, path):
-        if isinstance(a, dict) and isinstance(b, dict):
-            for k in sorted(set(a) | set(b)):
-                walk(a.get(k), b.get(k), f"{path}.{k}" if path else k)
-        elif a != b:
-            diffs.append(path)
-
-    walk({k: stored.get(k) for k in new}, new, "")
-    return diffs
+    return [path for path, _, _ in differing_paths({k: stored.get(k) for k in new}, new)]
 
 
 def _same(stored: dict, run: RunSpec) -> list[str]:
