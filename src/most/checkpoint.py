@@ -50,8 +50,8 @@ import torch
 
 from ._validation import check_positive_int
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatchError", "differing_paths", "atomic_write_bytes", "atomic_write_text", "restore_into",
-           "fingerprint"]
+__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatchError", "atomic_write_bytes", "atomic_write_text",
+           "differing_paths", "fingerprint", "restore_into"]
 
 _CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, functools.partial, type)
 _KIND = "__checkpoint_kind__"  # tags the values that are not plain data
