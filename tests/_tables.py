@@ -11,7 +11,7 @@ FED = {
     "data": {"name": "fedprox_synthetic", "alpha": 0.0, "beta": 0.0, "n_clients": 8, "samples_per_client": 40},
     "model": {"name": "logistic_regression"},
     "federated": {"rounds": 6, "eval_every": 3},
-    "methods": {"MosT": {"n_models": 2, "server_lr": 3.0, "warmup_rounds": 1}, "FedAvg": {"n_models": 2}},
+    "methods": {"MosT": {"n_models": 2, "server_lr": 3.0, "warmup": {"type": "WarmUp", "rounds": 1}}, "FedAvg": {"n_models": 2}},
 }
 
 #: a centralised experiment of two methods on 12 clustered quadratic objectives

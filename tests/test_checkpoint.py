@@ -116,7 +116,7 @@ _FED = {
     "data": {"name": "fedprox_synthetic", "alpha": 0.0, "beta": 0.0, "n_clients": 8, "samples_per_client": 40},
     "model": {"name": "logistic_regression"},
     "federated": {"rounds": 8, "eval_every": 4},
-    "methods": {"MosT": {"n_models": 2, "server_lr": 5.0, "warmup_rounds": 1}},
+    "methods": {"MosT": {"n_models": 2, "server_lr": 5.0, "warmup": {"type": "WarmUp", "rounds": 1}}},
 }
 
 
@@ -297,7 +297,9 @@ def test_most_run_refuses_a_changed_resume_in_one_line_with_the_users_exit_code(
     lines = [f"{k} = {json.dumps(v)}" for k, v in table.items() if not isinstance(v, dict)]
     for name in ("data", "model", "federated"):
         lines += [f"[{name}]"] + [f"{k} = {json.dumps(v)}" for k, v in table[name].items()]
-    lines += ["[methods.MosT]"] + [f"{k} = {json.dumps(v)}" for k, v in table["methods"]["MosT"].items()]
+    inline = lambda v: ("{ " + ", ".join(f"{k} = {json.dumps(x)}" for k, x in v.items()) + " }"  # noqa: E731
+                        if isinstance(v, dict) else json.dumps(v))
+    lines += ["[methods.MosT]"] + [f"{k} = {inline(v)}" for k, v in table["methods"]["MosT"].items()]
     (tmp_path / "fed.toml").write_text("\n".join(lines) + "\n")
     res = CliRunner().invoke(app, ["run", str(tmp_path / "fed.toml"), "--out", str(tmp_path), "--resume", "--quiet"])
     assert res.exit_code == 2, res.output

@@ -219,13 +219,13 @@ def test_most_whose_warmup_takes_every_round_warns_that_the_run_is_fedavg(data):
     for rounds in (2, 5):
         with pytest.warns(UserWarning, match=rf"warmup_rounds=5\) with rounds={rounds}.*FedAvg with 2 copies"):
             fl.check_inputs(data, model, fl.methods.MosT(n_models=2), fl.FederatedConfig(rounds=rounds))
-    with pytest.warns(UserWarning, match=r"warmup_rounds=5\) with rounds=5.*Set warmup_rounds lower"):
+    with pytest.warns(UserWarning, match=r"warmup_rounds=5\) with rounds=5.*Use a shorter warm-up"):
         result = fl.run_federated(data, model, fl.methods.MosT(n_models=2), fl.FederatedConfig(rounds=5))
     assert torch.equal(result.params[0], result.params[1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        for method, rounds in ((fl.methods.MosT(n_models=2), 6), (fl.methods.MosT(n_models=2, warmup_rounds=0), 1),
-                               (fl.methods.MosT(n_models=2, split="updates"), 5)):
+        for method, rounds in ((fl.methods.MosT(n_models=2), 6), (fl.methods.MosT(n_models=2, warmup=None), 1),
+                               (fl.methods.MosT(n_models=2, warmup=fl.methods.GroupedWarmUp(5)), 5)):
             fl.check_inputs(data, model, method, fl.FederatedConfig(rounds=rounds))
 
 

@@ -11,9 +11,9 @@ from scipy.optimize import minimize
 import most.federated as fl
 from most import transport
 from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
-from most.methods import Curriculum, GammaWeights, ObjectivesSelectModels
+from most.methods import CappedTransportAssignment, Curriculum, GammaWeights, MinNorm, ObjectivesSelectModels, Shares, WeightedSum
 from most.federated import methods as F
-from most.federated.methods import balanced_update_groups, min_norm_box, min_norm_combination, weighted_mean
+from most.federated.methods import GroupedWarmUp, WarmUp, balanced_update_groups, combine_updates, min_norm_box
 from most.federated.runtime import Padded, local_train
 
 
@@ -65,15 +65,31 @@ def test_local_train_matches_a_plain_sgd_loop_and_padding_never_steps(small, mu)
         torch.testing.assert_close(out[i], expected, atol=1e-5, rtol=1e-5)
 
 
+def min_norm_combination(params, deltas, pair_model, weight, server_lr, coordinates=None):
+    combiner = MinNorm(coordinates=None if coordinates is None else (coordinates.start, coordinates.stop))
+    return params - server_lr * combine_updates(combiner, params.shape[0], deltas, pair_model, weight)
+
+
 def test_weighted_mean_and_min_norm_combination():
     params = torch.zeros(2, 3)
     deltas = torch.tensor([[1.0, 0, 0], [0, 1.0, 0], [2.0, 2.0, 2.0]])
     pair_model = torch.tensor([0, 0, 1])
-    new = weighted_mean(params, deltas, pair_model, torch.tensor([1.0, 3.0, 1.0], dtype=torch.float64), 2.0)
-    torch.testing.assert_close(new, torch.tensor([[-0.5, -1.5, 0.0], [-4.0, -4.0, -4.0]]))
+    step = combine_updates(WeightedSum(), 2, deltas, pair_model, torch.tensor([1.0, 3.0, 1.0], dtype=torch.float64))
+    torch.testing.assert_close(params - 2.0 * step, torch.tensor([[-0.5, -1.5, 0.0], [-4.0, -4.0, -4.0]]))
     # min-norm of {e1, e2} is (1/2, 1/2); a model with one client moves by its update
     new = min_norm_combination(params, deltas, pair_model, torch.ones(3, dtype=torch.float64), 1.0)
     torch.testing.assert_close(new, torch.tensor([[-0.5, -0.5, 0.0], [-2.0, -2.0, -2.0]]), atol=1e-6, rtol=0)
+    # a client whose update is zero does not put the origin in the hull and stop its model
+    zero = torch.tensor([[1.0, 0, 0], [0.0, 0.0, 0.0], [2.0, 2.0, 2.0]])
+    new = min_norm_combination(params, zero, pair_model, torch.ones(3, dtype=torch.float64), 1.0)
+    torch.testing.assert_close(new, torch.tensor([[-1.0, 0.0, 0.0], [-2.0, -2.0, -2.0]]), atol=1e-6, rtol=0)
+    # the deprecated spellings still give the same steps
+    with pytest.warns(DeprecationWarning):
+        old = F.weighted_mean(params, deltas, pair_model, torch.tensor([1.0, 3.0, 1.0], dtype=torch.float64), 2.0)
+    torch.testing.assert_close(old, torch.tensor([[-0.5, -1.5, 0.0], [-4.0, -4.0, -4.0]]))
+    with pytest.warns(DeprecationWarning):
+        old = F.min_norm_combination(params, deltas, pair_model, torch.ones(3, dtype=torch.float64), 1.0)
+    torch.testing.assert_close(old, torch.tensor([[-0.5, -0.5, 0.0], [-2.0, -2.0, -2.0]]), atol=1e-6, rtol=0)
 
 
 def test_min_norm_combination_on_a_subset_of_coordinates():
@@ -109,18 +125,16 @@ def test_most_gram_on_resolves_the_parameter_before_training(small):
     model = fl.logistic_regression(60, 10)
     assert model.coordinates("bias") == slice(600, 610) == model.coordinates("last")
     assert fl.cnn(62, channels=(8, 16)).coordinates("last") == fl.cnn(62, channels=(8, 16)).coordinates("fc.bias")
-    with pytest.raises(ValueError, match="combine='min_norm'"):
-        F.MosT(2, gram_on="bias")
-    with pytest.raises(ValueError, match="a string"):
-        F.MosT(2, combine="min_norm", gram_on=3)
+    with pytest.raises(ValueError, match="or the name of a parameter"):
+        MinNorm(coordinates=3)
     rounds = []
     with pytest.raises(ValueError, match=r"no parameter 'fc.bias'; its parameters are 'weight', 'bias'"):
-        fl.run_federated(small, model, F.MosT(2, combine="min_norm", gram_on="fc.bias"),
+        fl.run_federated(small, model, F.MosT(2, combiner=MinNorm(coordinates="fc.bias")),
                          fl.FederatedConfig(rounds=3, seed=0), callback=lambda log, params: rounds.append(log))
     assert rounds == []  # refused before any round
     cfg = fl.FederatedConfig(rounds=4, seed=0)
-    on_bias = fl.run_federated(small, model, F.MosT(2, combine="min_norm", gram_on="bias", warmup_rounds=1), cfg)
-    default = fl.run_federated(small, model, F.MosT(2, combine="min_norm", warmup_rounds=1), cfg)
+    on_bias = fl.run_federated(small, model, F.MosT(2, combiner=MinNorm(coordinates="bias"), warmup=WarmUp(1)), cfg)
+    default = fl.run_federated(small, model, F.MosT(2, combiner=MinNorm(), warmup=WarmUp(1)), cfg)
     assert not torch.equal(on_bias.params, default.params)
     assert torch.isfinite(on_bias.params).all() and on_bias.mean_accuracy > 0.2
 
@@ -164,16 +178,17 @@ def test_min_norm_box_does_not_depend_on_the_blas_thread_count():
 def test_most_plans_are_feasible_transport_plans_and_ifca_is_hard(small):
     model = fl.logistic_regression(60, 10)
     cfg = fl.FederatedConfig(rounds=4, lr=0.05, seed=0, eval_every=2)
-    res = fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=0), cfg)
+    res = fl.run_federated(small, model, F.MosT(n_models=3, warmup=None), cfg)
     for log in res.history:
         torch.testing.assert_close(log.plan.sum(1), torch.full((8,), 1 / 8, dtype=log.plan.dtype))
         torch.testing.assert_close(log.plan.sum(0), torch.full((3,), 1 / 3, dtype=log.plan.dtype))
     assert res.history[1].val_accuracy is not None and res.history[0].val_accuracy is None
     ifca = fl.run_federated(small, model, F.IFCA(n_models=3), cfg)
     for log in ifca.history:
-        assert set(log.plan.unique().tolist()) <= {0.0, 1.0} and (log.plan.sum(1) == 1).all()
+        hard = log.plan * 8  # a transport plan (rows of mass 1/n), each client whole on one model
+        assert set(hard.unique().tolist()) <= {0.0, 1.0} and (hard.sum(1) == 1).all()
     # same seed, same result; partial participation samples a subset of clients
-    again = fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=0), cfg)
+    again = fl.run_federated(small, model, F.MosT(n_models=3, warmup=None), cfg)
     torch.testing.assert_close(res.params, again.params)
     part = fl.run_federated(small, model, F.FedAvg(n_models=2), fl.FederatedConfig(rounds=2, participation=0.5))
     assert all(len(log.clients) == 4 for log in part.history)
@@ -196,7 +211,7 @@ def test_loss_choice_picks_the_lowest_loss_on_training_and_validation_data(small
 def test_warm_up_trains_one_shared_model_then_splits(small):
     model = fl.logistic_regression(60, 10)
     seen = []
-    fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=2),
+    fl.run_federated(small, model, F.MosT(n_models=3, warmup=WarmUp(2)),
                      fl.FederatedConfig(rounds=4, lr=0.05, seed=0, eval_every=0),
                      callback=lambda log, params: seen.append((log.plan, params.clone())))
     for plan, params in seen[:2]:
@@ -259,15 +274,15 @@ def test_balanced_update_groups_edge_cases_and_bad_input():
 
 def test_update_split_gives_each_model_its_groups_mean_step():
     x, truth = _planted([5, 5, 5], d=12, seed=7)
-    method = F.MosT(3, server_lr=2.0, warmup_rounds=4, split="updates")
+    method = F.MosT(3, server_lr=2.0, warmup=GroupedWarmUp(4))
     method.reset(15, 3, torch.Generator().manual_seed(0))
     theta = torch.randn(12)
     params = theta.repeat(3, 1)
     counts = torch.arange(1, 16)
     pair_model = torch.zeros(15, dtype=torch.long)  # warm-up: every client trains model 0
-    not_last = method.aggregate(params, x, pair_model, torch.arange(15), torch.ones(15), counts=counts, round=2)
+    not_last = method.aggregate(params, x, pair_model, counts.double(), round=2)
     assert (not_last == not_last[0]).all()  # before the last warm-up round: one shared step
-    new = method.aggregate(params, x, pair_model, torch.arange(15), torch.ones(15), counts=counts, round=3)
+    new = method.aggregate(params, x, pair_model, counts.double(), round=3)
     for j in range(3):
         rows = [i for i in range(15) if truth[i] == j]
         w = counts[rows].double()
@@ -280,18 +295,18 @@ def test_update_split_is_fixed_at_reset_so_a_restored_method_splits_the_same_way
     import pickle
 
     x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))  # no structure: the seeding decides
-    args = (torch.zeros(4, 6), x, torch.zeros(20, dtype=torch.long), torch.arange(20), torch.ones(20))
+    args = (torch.zeros(4, 6), x, torch.zeros(20, dtype=torch.long), torch.ones(20, dtype=torch.float64))
 
     def split(method):
-        return method.aggregate(*args, counts=torch.ones(20), round=0)
+        return method.aggregate(*args, round=0)
 
     gen = torch.Generator().manual_seed(0)
-    method = F.MosT(4, warmup_rounds=1, split="updates")
+    method = F.MosT(4, warmup=GroupedWarmUp(1))
     method.reset(20, 4, gen)
     restored = pickle.loads(pickle.dumps(method))  # as a checkpoint stores it
     torch.rand(100, generator=gen)  # the run's generator moves on (local training) before the split
     assert torch.equal(split(method), split(restored))
-    other = F.MosT(4, warmup_rounds=1, split="updates")
+    other = F.MosT(4, warmup=GroupedWarmUp(1))
     other.reset(20, 4, torch.Generator().manual_seed(1))
     assert not torch.equal(split(other), split(method))  # the seed does decide here
 
@@ -299,26 +314,25 @@ def test_update_split_is_fixed_at_reset_so_a_restored_method_splits_the_same_way
 def test_update_split_in_a_run_starts_the_models_apart(small):
     model = fl.logistic_regression(60, 10)
     seen = []
-    fl.run_federated(small, model, F.MosT(n_models=3, warmup_rounds=2, split="updates"),
+    fl.run_federated(small, model, F.MosT(n_models=3, warmup=GroupedWarmUp(2)),
                      fl.FederatedConfig(rounds=3, lr=0.05, seed=0, eval_every=0),
                      callback=lambda log, params: seen.append(params.clone()))
     assert (seen[0] == seen[0][0]).all()
     assert len({tuple(r.tolist()) for r in seen[1]}) == 3  # apart right after the last warm-up round
-    with pytest.raises(ValueError, match="'losses' or 'updates'"):
-        F.MosT(2, split="kmeans")
-    with pytest.raises(ValueError, match="warmup_rounds >= 1"):
-        F.MosT(2, split="updates", warmup_rounds=0)
+    with pytest.raises(TypeError, match="warmup"):
+        F.MosT(2, warmup="kmeans")
+    with pytest.raises(ValueError, match="rounds >= 1"):
+        F.MosT(2, warmup=GroupedWarmUp(0))
     with pytest.raises(RuntimeError, match="reset"):
-        F.MosT(2, split="updates", warmup_rounds=1).aggregate(
-            torch.zeros(2, 3), torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.arange(4), torch.ones(4),
-            counts=torch.ones(4), round=0)
+        F.MosT(2, warmup=GroupedWarmUp(1)).aggregate(
+            torch.zeros(2, 3), torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.ones(4), round=0)
 
 
 def test_shares_train_each_client_on_its_k_best_models_under_the_balance(small):
     model = fl.logistic_regression(60, 10)
     cfg = fl.FederatedConfig(rounds=5, lr=0.05, seed=0, eval_every=0)
     seen = []
-    res = fl.run_federated(small, model, F.MosT(n_models=4, warmup_rounds=2, shares=2), cfg,
+    res = fl.run_federated(small, model, F.MosT(n_models=4, warmup=WarmUp(2), assignment=CappedTransportAssignment(2), weighting=Shares()), cfg,
                            callback=lambda log, params: seen.append(log))
     for log in seen[2:]:
         units = log.plan * 8 * 2  # 8 clients, 2 models each, 4 clients per model
@@ -326,23 +340,23 @@ def test_shares_train_each_client_on_its_k_best_models_under_the_balance(small):
         assert (units.round().sum(1) == 2).all() and (units.round().sum(0) == 4).all()
     assert res.mean_accuracy > 0.3
     # the plan is the capped transport of the round's losses; each pair is weighted by its share
-    method = F.MosT(n_models=4, warmup_rounds=0, shares=2)
+    method = F.MosT(n_models=4, warmup=WarmUp(0), assignment=CappedTransportAssignment(2), weighting=Shares())
     method.reset(8, 4, torch.Generator().manual_seed(0))
     losses = torch.rand(8, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    gamma, w = method.plan(losses, 0, 10, None, counts=torch.ones(8))
+    gamma, w = method.plan(losses, 0, 10, None)
     expected = transport.solve_capped(losses, torch.full((8,), 1 / 8), torch.full((4,), 1 / 4), max_share=0.5)
     torch.testing.assert_close(gamma, expected.plan)
     torch.testing.assert_close(w, (gamma * 8).T)
     # one share is the default method; shares = m gives every client every model equally
-    one = F.MosT(n_models=4, warmup_rounds=0, shares=1)
+    one = F.MosT(n_models=4, warmup=WarmUp(0), assignment=CappedTransportAssignment(1), weighting=Shares())
     one.reset(8, 4, torch.Generator().manual_seed(0))
-    plain = F.MosT(n_models=4, warmup_rounds=0)
+    plain = F.MosT(n_models=4, warmup=None)
     plain.reset(8, 4, torch.Generator().manual_seed(0))
-    for x, y in zip(one.plan(losses, 0, 10, None, counts=torch.ones(8)), plain.plan(losses, 0, 10, None, counts=torch.ones(8))):
+    for x, y in zip(one.plan(losses, 0, 10, None), plain.plan(losses, 0, 10, None)):
         torch.testing.assert_close(x, y)
-    every = F.MosT(n_models=4, warmup_rounds=0, shares=4)
+    every = F.MosT(n_models=4, warmup=WarmUp(0), assignment=CappedTransportAssignment(4), weighting=Shares())
     every.reset(8, 4, torch.Generator().manual_seed(0))
-    torch.testing.assert_close(every.plan(losses, 0, 10, None, counts=torch.ones(8))[1],
+    torch.testing.assert_close(every.plan(losses, 0, 10, None)[1],
                                torch.full((4, 8), 0.25, dtype=torch.float64))
 
 
@@ -351,7 +365,7 @@ def test_shares_under_partial_participation_plan_over_the_sampled_clients(small)
     # model on 2 of them; the clients left out train nothing
     model = fl.logistic_regression(60, 10)
     seen = []
-    fl.run_federated(small, model, F.MosT(n_models=4, warmup_rounds=1, shares=2),
+    fl.run_federated(small, model, F.MosT(n_models=4, warmup=WarmUp(1), assignment=CappedTransportAssignment(2), weighting=Shares()),
                      fl.FederatedConfig(rounds=5, lr=0.05, seed=0, eval_every=0, participation=0.5),
                      callback=lambda log, params: seen.append(log))
     assert {tuple(log.clients.tolist()) for log in seen[1:]} != {tuple(seen[1].clients.tolist())}  # resampled
@@ -364,20 +378,20 @@ def test_shares_under_partial_participation_plan_over_the_sampled_clients(small)
 
 def test_shares_bad_input():
     with pytest.raises(ValueError, match="more models than there are"):
-        F.MosT(3, shares=4)
+        F.MosT(3, assignment=CappedTransportAssignment(4)).check(10)
     with pytest.raises(ValueError, match="shares"):
-        F.MosT(3, shares=0)
-    for bad in (dict(transport="sinkhorn"), dict(diversity=0.1), dict(weighting=GammaWeights()),
-                dict(marginals=ObjectivesSelectModels()), dict(marginals=Curriculum())):
-        with pytest.raises(ValueError, match="transport='exact', diversity=0, uniform marginals and the default"):
-            F.MosT(3, shares=2, **bad)
+        CappedTransportAssignment(0)
+    for bad in (dict(transport="sinkhorn"), dict(diversity=0.1), dict(marginals=ObjectivesSelectModels()),
+                dict(marginals=Curriculum())):
+        with pytest.raises(ValueError, match="`assignment` replaces the transport fields"):
+            F.MosT(3, assignment=CappedTransportAssignment(2), **bad)
 
 
 def test_every_method_trains_on_synthetic_data(small):
     model = fl.logistic_regression(60, 10)
     cfg = fl.FederatedConfig(rounds=15, lr=0.05, seed=1, eval_every=0)
     chance = 0.1
-    for method in [F.MosT(3), F.MosT(3, combine="min_norm", warmup_rounds=0), F.MosT(3, server_lr=2.0), F.FedAvg(3),
+    for method in [F.MosT(3), F.MosT(3, combiner=MinNorm(), warmup=None), F.MosT(3, server_lr=2.0), F.FedAvg(3),
                    F.FedProx(3, mu=0.1), F.MGDA(3), F.WeightedMGDA(3), F.Linearization(3), F.FedMGDAPlus(3),
                    F.IFCA(3), F.SetScalarization(3, combiner=STCHSetCombiner()),
                    F.SetScalarization(3, combiner=TCHSetCombiner()),
@@ -396,8 +410,8 @@ def test_bad_input(small):
         fl.FederatedConfig(loss_samples=0)
     with pytest.raises(ValueError, match="participation"):
         fl.FederatedConfig(participation=0.0)
-    with pytest.raises(ValueError, match="combine"):
-        F.MosT(2, combine="median")
+    with pytest.raises(TypeError, match="combiner"):
+        F.MosT(2, combiner="median")
     with pytest.raises(ValueError, match="FederatedDataset"):
         fl.run_federated([1, 2], model, F.FedAvg(2), fl.FederatedConfig(rounds=1))
     with pytest.raises(ValueError, match="must name a torch device"):
@@ -407,7 +421,7 @@ def test_bad_input(small):
             fl.FederatedConfig(device="cuda")
 
 
-ALL_METHODS = [F.MosT(3), F.MosT(3, combine="min_norm", warmup_rounds=0), F.MGDA(3), F.Linearization(3),
+ALL_METHODS = [F.MosT(3), F.MosT(3, combiner=MinNorm(), warmup=None), F.MGDA(3), F.Linearization(3),
                F.FedMGDAPlus(3), F.IFCA(3), F.SetScalarization(3, combiner=STCHSetCombiner())]
 
 

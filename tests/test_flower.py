@@ -17,6 +17,7 @@ import torch
 
 pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most[flower]'")
 
+import most  # noqa: E402
 import most.federated as fl  # noqa: E402
 from most.federated import methods as F  # noqa: E402
 from most.flower import ClientSpec, MostStrategy, client_losses, client_train, make_client_app  # noqa: E402
@@ -49,10 +50,13 @@ def _config(**kw):
 
 
 BUILDERS = {
-    "MosT": lambda: F.MosT(3, server_lr=3.0, warmup_rounds=2),
-    "MosT (update split)": lambda: F.MosT(3, server_lr=3.0, warmup_rounds=2, split="updates"),
-    "MosT (2 shares)": lambda: F.MosT(3, server_lr=3.0, warmup_rounds=2, shares=2),
-    "MosT (paper)": lambda: F.MosT(3, server_lr=2.0, warmup_rounds=0, combine="min_norm", diversity=0.1),
+    "MosT": lambda: F.MosT(3, server_lr=3.0, warmup=F.WarmUp(2)),
+    "MosT (update split)": lambda: F.MosT(3, server_lr=3.0, warmup=F.GroupedWarmUp(2)),
+    "MosT (2 shares)": lambda: F.MosT(3, server_lr=3.0, warmup=F.WarmUp(2),
+                                      assignment=most.methods.CappedTransportAssignment(2),
+                                      weighting=most.methods.Shares()),
+    "MosT (paper)": lambda: F.MosT(3, server_lr=2.0, warmup=None, combiner=most.MinNorm(), diversity=0.1),
+    "MosT (Adam server step)": lambda: F.MosT(3, server_lr=0.05, warmup=F.WarmUp(1), optimizer=most.optim.Adam()),
     "FedAvg": lambda: F.FedAvg(2, server_lr=2.0),
     "FedProx": lambda: F.FedProx(2, mu=0.1),
     "MGDA": lambda: F.MGDA(2),
@@ -100,7 +104,7 @@ def test_pair_seeds_make_batches_independent_of_the_other_pairs(data, model):
 
 def test_clients_receive_only_the_models_they_are_assigned(data, model):
     grid = LocalGrid(_app(data, model), N)
-    strategy = MostStrategy(F.MosT(3, server_lr=3.0, warmup_rounds=1), model, _config(rounds=4), n_clients=N)
+    strategy = MostStrategy(F.MosT(3, server_lr=3.0, warmup=F.WarmUp(1)), model, _config(rounds=4), n_clients=N)
     result = strategy.run(grid)
     trained = [(node, msg) for node, msg in grid.delivered if msg.metadata.message_type == "train"]
     assert trained
@@ -130,7 +134,7 @@ def test_a_client_that_stops_answering_is_left_out_and_reported(data, model):
             g.down.add(lost)
 
     grid.on_round = crash_at_round_2
-    strategy = MostStrategy(F.MosT(3, server_lr=3.0, warmup_rounds=1), model, _config(rounds=5), n_clients=N,
+    strategy = MostStrategy(F.MosT(3, server_lr=3.0, warmup=F.WarmUp(1)), model, _config(rounds=5), n_clients=N,
                             client_ids=data.client_ids)
     result = strategy.run(grid)
     assert len(result.history) == 5
@@ -168,7 +172,7 @@ def test_a_client_whose_training_fails_is_dropped_from_that_aggregation(data, mo
 def test_too_few_clients_leave_the_models_unchanged(data, model):
     grid = LocalGrid(_app(data, model), N)
     grid.on_round = lambda g, msg: g.down.update(g.nodes[2:]) if msg.content["config"].get("round") == 1 else None
-    strategy = MostStrategy(F.MosT(3, warmup_rounds=0), model, _config(rounds=3), n_clients=N)
+    strategy = MostStrategy(F.MosT(3, warmup=None), model, _config(rounds=3), n_clients=N)
     before = []
     result = strategy.run(grid, callback=lambda log, params: before.append(params.clone()))
     torch.testing.assert_close(before[1], before[0])  # round 1: 2 clients < 3 models
@@ -247,8 +251,8 @@ def test_flower_simulation_matches_the_in_process_runtime(tmp_path, monkeypatch)
     data = fl.fedprox_synthetic(0.0, 0.0, n_clients=30, seed=1)
     model = fl.logistic_regression(60, 10)
     config = fl.FederatedConfig(rounds=6, eval_every=3, seed=1, pair_seeds=True)
-    result = run_simulation(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=0), config, num_cpus=2)
-    reference = fl.run_federated(data, model, F.MosT(5, server_lr=5.0, warmup_rounds=0), config)
+    result = run_simulation(data, model, F.MosT(5, server_lr=5.0, warmup=None), config, num_cpus=2)
+    reference = fl.run_federated(data, model, F.MosT(5, server_lr=5.0, warmup=None), config)
     plans = [(a.plan, b.plan) for a, b in zip(result.history, reference.history) if a.plan is not None]
     assert len(plans) == 6
     for ours, theirs in plans:
@@ -275,7 +279,7 @@ rounds = 3
 eval_every = 3
 [methods.MosT]
 n_models = 2
-warmup_rounds = 1
+warmup = { type = "WarmUp", rounds = 1 }
 """
 
 

@@ -287,7 +287,7 @@ def test_federated_features_must_be_finite_numbers(x, match):
         (lambda: most.federated.FederatedConfig(eval_every=-1), "`eval_every` must be an int >= 0"),
         (lambda: most.federated.methods.FedAvg(n_models=2, server_lr=math.inf), "`server_lr` must be a positive finite"),
         (lambda: most.federated.methods.MosT(n_models=2, server_lr=math.nan), "`server_lr` must be a positive finite"),
-        (lambda: most.federated.methods.MosT(n_models=2, warmup_rounds=1.5), "`warmup_rounds` must be an int >= 0"),
+        (lambda: most.federated.methods.WarmUp(rounds=1.5), "`rounds` must be an int >= 0"),
         (lambda: most.federated.methods.Linearization(n_models=2, concentration=math.inf), "`concentration`"),
     ],
 )

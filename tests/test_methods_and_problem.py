@@ -177,9 +177,13 @@ def test_min_norm_on_coordinates_solves_their_qp_and_combines_the_full_gradients
     full = MinNorm()(jac, weights)
     for a, b in zip(MinNorm(coordinates=(0, 8))(jac, weights), full):  # all coordinates: the plain solve
         torch.testing.assert_close(a, b)
-    for bad in ((3, 3), (-1, 2), (0.0, 2), (2,), "last"):
+    for bad in ((3, 3), (-1, 2), (0.0, 2), (2,), ""):
         with pytest.raises(ValueError, match="start, stop"):
             MinNorm(coordinates=bad)
+    # a parameter's name is resolved by the loop; used unresolved it is refused, not misread
+    with pytest.raises(RuntimeError, match="resolve it first"):
+        MinNorm(coordinates="last")(jac, weights)
+    assert MinNorm(coordinates="last").resolve(lambda name: slice(5, 8)) == MinNorm(coordinates=(5, 8))
     with pytest.raises(ValueError, match="outside the 8 parameters"):
         MinNorm(coordinates=(4, 9))(jac, weights)
 

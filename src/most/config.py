@@ -45,11 +45,15 @@ class ConfigError(ValueError):
 
 def _components() -> dict[str, type]:  # imported late: config is imported by the modules it names
     from . import baselines, methods, optim
+    from .federated import methods as federated
 
     classes = [
         methods.Uniform, methods.Curriculum, methods.ObjectivesSelectModels, methods.ModelsSelectObjectives,
-        methods.MajorityShare, methods.GammaWeights, methods.MinNorm, methods.WeightedSum,
+        methods.CappedTransportAssignment,
+        methods.MajorityShare, methods.Shares, methods.GammaWeights, methods.Support, methods.RelativeWeights,
+        methods.MinNorm, methods.WeightedSum, federated.BoxMinNorm,
         methods.DirichletExtension, methods.TchebycheffExtension,
+        federated.WarmUp, federated.GroupedWarmUp,
         optim.SGD, optim.Adam,
         baselines.TCHSetCombiner, baselines.STCHSetCombiner, baselines.SumOfMinimumCombiner,
     ]

@@ -44,6 +44,7 @@ mass of, weighted by share.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -55,12 +56,13 @@ from torch import Tensor
 from . import transport
 from ._random import dirichlet
 from ._validation import check_non_negative, check_positive, check_positive_int
-from .mgda import min_norm
+from .mgda import FLOAT32_TOL, ZERO_GRADIENT_RTOL, combine_min_norm  # noqa: F401 (re-exported)
 from .problem import Problem
 
 __all__ = [
     "Assignment",
     "TransportAssignment",
+    "CappedTransportAssignment",
     "RandomAssignment",
     "EqualAssignment",
     "Marginals",
@@ -72,6 +74,8 @@ __all__ = [
     "MajorityShare",
     "Shares",
     "GammaWeights",
+    "Support",
+    "RelativeWeights",
     "Combiner",
     "MinNorm",
     "WeightedSum",
@@ -219,6 +223,31 @@ class TransportAssignment(Assignment):
         ).plan
 
 
+@dataclass(frozen=True)
+class CappedTransportAssignment(Assignment):
+    """The exact transport with every share capped: ``Gamma_ij <= alpha_i / shares``
+    (:func:`most.transport.solve_capped`), so each objective is served by at least ``shares``
+    models under the balance. With :class:`Shares` as the weighting each model combines about
+    ``n * shares / m`` objectives, weighted by their shares (``shares = m``: every model
+    serves every objective, as in FedAvg)."""
+
+    shares: int = 2
+    marginals: Marginals = Uniform()
+
+    def __post_init__(self):
+        object.__setattr__(self, "shares", check_positive_int(self.shares, name="shares"))
+        if not isinstance(self.marginals, Marginals):
+            raise TypeError(f"`marginals` must be a most.methods.Marginals (e.g. Uniform()); got {self.marginals!r}.")
+
+    def __call__(self, losses, round, total, previous=None):
+        m = losses.shape[1]
+        if self.shares > m:
+            raise ValueError(f"`shares`={self.shares} asks each objective to be served by more models than there "
+                             f"are ({m}); use 1 <= shares <= n_models.")
+        a, b = self.marginals(losses, round, total)
+        return transport.solve_capped(losses, a, b, max_share=1.0 / self.shares).plan
+
+
 class RandomAssignment(Assignment):
     """A fixed random plan: column j is a Dirichlet(c) draw over objectives, scaled to 1/m.
 
@@ -238,6 +267,13 @@ class RandomAssignment(Assignment):
         if self._plan is None or self._plan.shape != losses.shape:
             raise RuntimeError("RandomAssignment.reset(n, m, generator) must be called before the first round.")
         return self._plan.to(losses)
+
+    def rows(self, objectives: Tensor) -> Tensor:
+        """The fixed plan's rows of ``objectives`` (indices among all n): the plan of a round in
+        which only those objectives take part (federated clients sampled by participation)."""
+        if self._plan is None:
+            raise RuntimeError("RandomAssignment.reset(n, m, generator) must be called before the first round.")
+        return self._plan[objectives.to(self._plan.device)]
 
     def __repr__(self):
         return f"RandomAssignment(concentration={self.concentration!r})"
@@ -312,6 +348,26 @@ class GammaWeights(Weighting):
         return (plan.shape[0] * plan).T.contiguous()
 
 
+@dataclass(frozen=True)
+class Support(Weighting):
+    """Every objective the plan gives mass to counts fully: ``W[j, i] = 1`` where ``Gamma_ij > 0``.
+
+    With :class:`EqualAssignment` every model serves every objective with weight 1 (federated
+    FedAvg and MGDA); with a hard plan each objective counts for its model."""
+
+    def __call__(self, plan):
+        return (plan > 0).T.to(plan.dtype).contiguous()
+
+
+@dataclass(frozen=True)
+class RelativeWeights(Weighting):
+    """The plan's proportions with the largest weight 1: ``W[j, i] = Gamma_ij / max Gamma``
+    (federated w-MGDA: a fixed random plan reweighting the client updates)."""
+
+    def __call__(self, plan):
+        return (plan / plan.max().clamp_min(torch.finfo(plan.dtype).tiny)).T.contiguous()
+
+
 # ============================================================================ combiners
 class Combiner(ABC):
     """``(jacobian [m, n, d], W [m, n]) -> (direction [m, d], lambda [m, n])``.
@@ -335,18 +391,6 @@ class Combiner(ABC):
     ) -> tuple[Tensor, Tensor]: ...
 
 
-#: Rows whose norm is below this fraction of the largest row are treated as zero gradients.
-ZERO_GRADIENT_RTOL = 1e-12
-
-#: Min-norm duality-gap tolerance (relative to the largest squared gradient norm) for float32
-#: gradients. Their Gram entries are good to ~1e-7 relative, so a tighter gap asks Frank-Wolfe
-#: to resolve rounding noise. Measured: MosT-E's linear mixtures make nearly collinear rows
-#: (a 4 x 4 Gramian of rank 2 up to float32 noise); with the float64 default (1e-10), or even
-#: 1e-8, the gap plateaued at 1e-9..4e-7 and each call ran to ``max_iter`` (137 s for a
-#: 300-round fairness run), while 1e-6 converges in one iteration to the same norm (to 1e-11).
-FLOAT32_TOL = 1e-6
-
-
 @dataclass(frozen=True)
 class MinNorm(Combiner):
     """MGDA: the min-norm element of the hull of the rows ``W[j, i] * grad L_i(theta_j)``.
@@ -362,59 +406,46 @@ class MinNorm(Combiner):
     ``coordinates=(start, stop)`` solves for the weights on the Gram matrix of those
     coordinates of the gradients only -- the paper's speed-up, "MGDA on a subset of model
     parameters like the final layer's bias" (Section 6) -- and combines the full gradients with
-    them (:meth:`most.Problem.coordinates` finds a parameter's range, e.g. ``"last"``). The
-    direction is then a common descent direction for those coordinates, not necessarily for
-    all; the Gram matrix costs ``O(n^2 (stop - start))`` instead of ``O(n^2 d)``.
+    them. ``coordinates`` may also name a parameter of the model (``"last"``, e.g. the final
+    layer's bias, or a name such as ``"0.bias"``): the loop resolves it before the first round,
+    against :meth:`most.Problem.coordinates` (a problem built with ``from_module``) or
+    :meth:`most.federated.FlatModel.coordinates`. The direction is then a common descent
+    direction for those coordinates, not necessarily for all; the Gram matrix costs
+    ``O(n^2 (stop - start))`` instead of ``O(n^2 d)``.
+
+    Eq. 9 itself is formed by :func:`most.mgda.min_norm_direction`, for every caller.
     """
 
     max_iter: int | None = None
     tol: float | None = None
-    coordinates: tuple[int, int] | None = None
+    coordinates: tuple[int, int] | str | None = None
     active_only: ClassVar[bool] = True
 
     def __post_init__(self):
-        if self.coordinates is not None:
-            c = self.coordinates
-            if (not isinstance(c, (tuple, list)) or len(c) != 2
-                    or not all(isinstance(v, int) and not isinstance(v, bool) for v in c) or not 0 <= c[0] < c[1]):
-                raise ValueError(f"`coordinates` must be (start, stop) with 0 <= start < stop, e.g. "
-                                 f"problem.coordinates('last'); got {c!r}.")
-            object.__setattr__(self, "coordinates", tuple(c))
+        c = self.coordinates
+        if c is None or (isinstance(c, str) and c):
+            return
+        if (not isinstance(c, (tuple, list)) or len(c) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in c) or not 0 <= c[0] < c[1]):
+            raise ValueError(f"`coordinates` must be (start, stop) with 0 <= start < stop, or the name of a "
+                             f"parameter such as 'last'; got {c!r}.")
+        object.__setattr__(self, "coordinates", tuple(c))
+
+    def resolve(self, lookup) -> "MinNorm":
+        """This combiner with a parameter name in ``coordinates`` replaced by its ``(start, stop)``,
+        from ``lookup(name)`` (a problem's or a federated model's ``coordinates``)."""
+        if not isinstance(self.coordinates, str):
+            return self
+        found = lookup(self.coordinates)
+        found = (found.start, found.stop) if isinstance(found, slice) else tuple(found)
+        return dataclasses.replace(self, coordinates=found)
 
     def __call__(self, jacobian, weights, *, losses=None, params=None):
-        # The Gramian is formed in float64: literal Gamma weights can be ~1e-30, which
-        # float32 would flush to denormals and turn the Gramian into noise.
-        jac64 = jacobian.to(torch.float64)
-        w64 = weights.to(device=jacobian.device, dtype=torch.float64)
-        sub = jac64
-        if self.coordinates is not None:
-            start, stop = self.coordinates
-            if stop > jacobian.shape[-1]:
-                raise ValueError(f"`coordinates` {self.coordinates} lie outside the {jacobian.shape[-1]} parameters "
-                                 "of a model; take them from problem.coordinates(name).")
-            sub = jac64[..., start:stop]
-        rows = w64.unsqueeze(-1) * sub  # [m, n, d] (or the chosen coordinates)
-        gram = rows @ rows.transpose(1, 2)
-        gram = 0.5 * (gram + gram.transpose(1, 2))
-        if not torch.isfinite(gram).all():
-            raise ValueError(
-                "The gradients are too large: their Gram matrix overflows. The iterates are diverging; "
-                "try a smaller `lr`."
-            )
-        # An objective whose (projected) gradient vanishes is already stationary: it cannot
-        # change to first order along any direction, so it must not put the origin in the
-        # hull and stop the model (MGDA would then halt at a merely weakly Pareto point).
-        # The test is on the objective's own gradient, not the weighted row: a tiny weight
-        # (a sliver of a dense plan) does not make an objective stationary.
-        norms = sub.norm(dim=-1)
-        live = norms > ZERO_GRADIENT_RTOL * norms.amax(-1, keepdim=True)
-        tol = self.tol
-        if tol is None and jacobian.dtype in (torch.float32, torch.float16, torch.bfloat16):
-            tol = FLOAT32_TOL
-        result = min_norm(gram, mask=(w64 > 0) & live, max_iter=self.max_iter, tol=tol)
-        coeff = result.weights * w64  # [m, n]
-        direction = torch.einsum("mn,mnd->md", coeff, jac64)
-        return direction.to(jacobian.dtype), result.weights.to(jacobian.dtype)
+        if isinstance(self.coordinates, str):
+            raise RuntimeError(f"MinNorm(coordinates={self.coordinates!r}) names a parameter: resolve it first "
+                               "(combiner.resolve(problem.coordinates)); MosT's loops do so before the first round.")
+        return combine_min_norm(jacobian, weights, coordinates=self.coordinates, max_iter=self.max_iter,
+                                tol=self.tol)
 
 
 @dataclass(frozen=True)

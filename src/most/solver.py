@@ -186,6 +186,8 @@ def run(
     if not torch.isfinite(params).all():
         raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
     assignment.reset(n, m, generator)
+    if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
+        combiner = combiner.resolve(problem.coordinates)
     optimizer = SGD() if optimizer is None else optimizer
     opt_state = optimizer.init(params)
 
@@ -282,6 +284,26 @@ def run(
     return Result(params=params.detach(), assignment=plan.detach(), losses=final, history=history, problem=problem)
 
 
+_TRANSPORT_DEFAULTS = dict(transport="exact", diversity=0.0, reg=None, warm_start=False)
+
+
+def transport_assignment(method) -> Assignment:
+    """The assignment of a MosT configuration (centralised or federated): its ``assignment`` if
+    given, else the :class:`~most.methods.TransportAssignment` of its transport fields."""
+    if method.assignment is None:
+        return TransportAssignment(method=method.transport, diversity=method.diversity, marginals=method.marginals,
+                                   reg=method.reg, warm_start=method.warm_start)
+    if not isinstance(method.assignment, Assignment):
+        raise TypeError(f"`assignment` must be a most.methods.Assignment (e.g. "
+                        f"most.methods.CappedTransportAssignment(shares=2)); got {method.assignment!r}.")
+    changed = [k for k, v in _TRANSPORT_DEFAULTS.items() if getattr(method, k) != v]
+    if changed or type(method.marginals) is not Uniform:
+        changed += [] if type(method.marginals) is Uniform else ["marginals"]
+        raise ValueError(f"`assignment` replaces the transport fields, so {', '.join(changed)} must keep their "
+                         "defaults; set them on the assignment itself.")
+    return method.assignment
+
+
 @dataclass(frozen=True)
 class _Method:
     """Fields shared by every method; ``fit`` runs :func:`run`."""
@@ -360,6 +382,9 @@ class MosT(_Method):
         extension: :class:`~most.methods.DirichletExtension` for MosT-E (n < m).
         reg: strength of the iterative transport solvers.
         warm_start: start each round's transport from the previous plan.
+        assignment: instead of the transport fields above, any
+            :class:`~most.methods.Assignment` (e.g.
+            :class:`~most.methods.CappedTransportAssignment`).
         progress: show a progress bar.
         optimizer: the update rule, :class:`~most.optim.SGD` (default, Algorithm 1) or
             :class:`~most.optim.Adam`.
@@ -373,20 +398,14 @@ class MosT(_Method):
     extension: DirichletExtension | TchebycheffExtension | None = None
     reg: float | None = None
     warm_start: bool = False
+    assignment: Assignment | None = None
 
     def __post_init__(self):
         super().__post_init__()
         self.components()  # the transport assignment validates `transport` and `diversity`
 
     def components(self):
-        assignment = TransportAssignment(
-            method=self.transport,
-            diversity=self.diversity,
-            marginals=self.marginals,
-            reg=self.reg,
-            warm_start=self.warm_start,
-        )
-        return assignment, self.weighting, self.combiner
+        return transport_assignment(self), self.weighting, self.combiner
 
     def prepare(self, problem, generator):
         if self.extension is not None:

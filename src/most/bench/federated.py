@@ -43,7 +43,8 @@ from ..federated import methods as F
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist
 from ..federated.models import FlatModel, cnn, logistic_regression
 from ..federated.runtime import FederatedConfig, run_federated
-from ..methods import Curriculum, GammaWeights, ModelsSelectObjectives, ObjectivesSelectModels, Uniform
+from ..methods import (CappedTransportAssignment, Curriculum, GammaWeights, MinNorm, ModelsSelectObjectives,
+                       ObjectivesSelectModels, Shares, Uniform, WeightedSum)
 
 __all__ = ["FederatedBenchConfig", "METHODS", "method_grids", "run_benchmark", "table_markdown"]
 
@@ -52,30 +53,34 @@ _TAU = 0.1
 
 
 def _paper(m, eta, **changes):
-    base = dict(n_models=m, server_lr=eta, combine="min_norm", warmup_rounds=0, weighting=GammaWeights(),
+    base = dict(n_models=m, server_lr=eta, combiner=MinNorm(), warmup=None, weighting=GammaWeights(),
                 marginals=Curriculum(), diversity=_TAU)
     base.update(changes)
     return F.MosT(**base)
 
 
+def _capped(m, eta):
+    return F.MosT(m, server_lr=eta, assignment=CappedTransportAssignment(2), weighting=Shares())
+
+
 #: name -> (builder(n_models, server_lr, extra) -> method, extra values searched on validation)
 METHODS: dict[str, tuple[Callable, tuple]] = {
     "MosT": (lambda m, eta, x: F.MosT(m, server_lr=eta), (None,)),
-    "MosT (min-norm)": (lambda m, eta, x: F.MosT(m, server_lr=eta, combine="min_norm"), (None,)),
+    "MosT (min-norm)": (lambda m, eta, x: F.MosT(m, server_lr=eta, combiner=MinNorm()), (None,)),
     "MosT (min-norm, last-layer bias)": (
-        lambda m, eta, x: F.MosT(m, server_lr=eta, combine="min_norm", gram_on="last"), (None,)),
-    "MosT (update split)": (lambda m, eta, x: F.MosT(m, server_lr=eta, split="updates"), (None,)),
-    "MosT (2 shares)": (lambda m, eta, x: F.MosT(m, server_lr=eta, shares=2), (None,)),
+        lambda m, eta, x: F.MosT(m, server_lr=eta, combiner=MinNorm(coordinates="last")), (None,)),
+    "MosT (update split)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.GroupedWarmUp(5)), (None,)),
+    "MosT (2 shares)": (lambda m, eta, x: _capped(m, eta), (None,)),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
-    "MosT (warm-up 15)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup_rounds=15), (None,)),
-    "MosT (warm-up 30)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup_rounds=30), (None,)),
+    "MosT (warm-up 15)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.WarmUp(15)), (None,)),
+    "MosT (warm-up 30)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.WarmUp(30)), (None,)),
     "MosT + R": (lambda m, eta, x: F.MosT(m, server_lr=eta, diversity=_TAU), (None,)),
     "MosT (paper)": (lambda m, eta, x: _paper(m, eta), (None,)),
     "MosT w/o R": (lambda m, eta, x: _paper(m, eta, diversity=0.0), (None,)),
     "MosT w/o curriculum": (lambda m, eta, x: _paper(m, eta, marginals=Uniform()), (None,)),
     "MosT(O)": (lambda m, eta, x: _paper(m, eta, marginals=ObjectivesSelectModels()), (None,)),
     "MosT(M)": (lambda m, eta, x: _paper(m, eta, marginals=ModelsSelectObjectives()), (None,)),
-    "MosT(L)": (lambda m, eta, x: _paper(m, eta, combine="mean"), (None,)),
+    "MosT(L)": (lambda m, eta, x: _paper(m, eta, combiner=WeightedSum()), (None,)),
     "IFCA": (lambda m, eta, x: F.IFCA(m, server_lr=eta), (None,)),
     "FedAvg": (lambda m, eta, x: F.FedAvg(m, server_lr=eta), (None,)),
     "FedProx": (lambda m, eta, x: F.FedProx(m, server_lr=eta, mu=x), (0.001, 0.01, 0.1, 1.0)),

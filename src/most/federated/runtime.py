@@ -39,6 +39,7 @@ from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
 from .evaluation import pooled_loss, select_by_loss
 from .models import FlatModel
+from .server import RoundLog, Server, choose_models, pair_seed
 
 __all__ = ["Padded", "pad_split", "evaluate", "local_train", "pair_seed", "FederatedConfig", "FederatedResult",
            "RoundLog", "check_inputs", "run_federated"]
@@ -144,12 +145,6 @@ def _check_evaluate_args(model, params, data, clients, max_samples, return_probs
                            else f"{type(clients).__name__}."))
     check_positive_int(max_samples, name="max_samples")
     check_bool(return_probs, name="return_probs")
-
-
-def pair_seed(seed: int, round: int, client: int, model: int) -> int:
-    """The seed of one (round, client, model) pair's batch order under ``pair_seeds=True``:
-    a function of the four integers alone, so any process (a Flower client) can draw it."""
-    return int(np.random.SeedSequence([seed, round, client, model]).generate_state(1, np.uint64)[0] >> 1)
 
 
 def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, *, epochs: int,
@@ -302,19 +297,6 @@ def _check_device(name) -> None:
 
 
 @dataclass(frozen=True)
-class RoundLog:
-    """One round: the clients that took part, the plan, mean best-model training loss,
-    validation accuracy (if evaluated this round) and timings."""
-
-    round: int
-    clients: Tensor
-    plan: Tensor | None
-    train_loss: float
-    val_accuracy: float | None
-    seconds: dict
-
-
-@dataclass(frozen=True)
 class FederatedResult:
     """Final models and their evaluation.
 
@@ -390,7 +372,8 @@ class FederatedResult:
         return {k: sum(log.seconds[k] for log in self.history) for k in self.history[0].seconds}
 
 
-_METHOD_API = ("n_models", "prox_mu", "check", "initial_params", "reset", "plan", "aggregate")
+_METHOD_API = ("n_models", "prox_mu", "min_clients", "check", "initial_params", "reset", "plan", "pair_weights",
+               "aggregate")
 
 
 def _describe_type(obj) -> str:
@@ -414,11 +397,18 @@ def _check_method(method) -> None:
         hint = (f" {_describe_type(method)} is a centralised method (for most.Problem objectives); "
                 + (f"for federated clients use most.federated.methods.{name}(n_models=...)."
                    if name in federated_methods.__all__ else
-                   f"the federated methods are {', '.join(n for n in federated_methods.__all__ if n[0].isupper())}."))
+                   f"the federated methods are {', '.join(_federated_method_names())}."))
     else:
         hint = f" It lacks {', '.join(missing)}."
     raise TypeError(f"`method` must be a federated method of most.federated.methods (e.g. "
                     f"most.federated.methods.MosT(n_models=3)); got {_describe_type(method)}.{hint}")
+
+
+def _federated_method_names() -> list[str]:
+    from . import methods as F
+
+    return [n for n in F.__all__ if isinstance(getattr(F, n), type) and issubclass(getattr(F, n), F.FederatedMethod)
+            and n != "FederatedMethod"]
 
 
 def _input_mismatch(model: FlatModel, shape: tuple[int, ...]) -> str | None:
@@ -561,14 +551,16 @@ def _warn_if_most_never_leaves_its_warmup(method, config: FederatedConfig) -> No
 
     if not isinstance(method, MosT) or method.n_models < 2 or not method.warmup_rounds:
         return
-    split_by_updates = method.split == "updates"
+    from .methods import GroupedWarmUp
+
+    split_by_updates = isinstance(method.warmup, GroupedWarmUp)
     if config.rounds > method.warmup_rounds or (split_by_updates and config.rounds == method.warmup_rounds):
         return
     warnings.warn(
         f"MosT(warmup_rounds={method.warmup_rounds}) with rounds={config.rounds}: every round is a warm-up round, "
         f"so MosT never assigns clients to models and the run is FedAvg with {method.n_models} copies of one model "
-        "(the m models end identical). Set warmup_rounds lower (e.g. warmup_rounds=0 or 1) or rounds higher "
-        f"(more than {method.warmup_rounds - int(split_by_updates)}).", UserWarning, stacklevel=_caller_level())
+        "(the m models end identical). Use a shorter warm-up (e.g. warmup=WarmUp(rounds=1), or warmup=None) or more "
+        f"rounds (more than {method.warmup_rounds - int(split_by_updates)}).", UserWarning, stacklevel=_caller_level())
 
 
 def _caller_level() -> int:
@@ -604,90 +596,76 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     probe = train if config.loss_samples is None else Padded(
         train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
         train.counts.clamp(max=config.loss_samples))
-    n, m = dataset.n_clients, method.n_models
-    gen = torch.Generator().manual_seed(config.seed)
-    params = method.initial_params(model, m, gen).to(device)
-    method.reset(n, m, gen)
-    history: list[RoundLog] = []
-    previous = None
-    start = 0
-    settings = dict(n=n, m=m, dim=int(params.shape[1]), config=replace(config, device=None), method=method,
-                    model=model, clients=list(dataset.client_ids))
-    state = None if checkpoint is None else checkpoint.load(gen, settings=settings, rounds=config.rounds)
-    if state is not None:
-        params, previous, start = state["params"].to(device), state["previous"], state["round"]
-        history = [RoundLog(**log) for log in state["history"]]
-        previous = None if previous is None else previous.to(device)
-        restore_into(method, state["method"], gen)
-    n_part = max(1, round(config.participation * n))
+    server = Server(method, model, config, train.counts.cpu(), device=device)
+    start = _resume(server, dataset, config, checkpoint)
     bar = tqdm(range(start, config.rounds), desc=description or type(method).__name__, disable=not progress,
                leave=False, initial=start, total=config.rounds)
     for t in bar:
-        tic = time.perf_counter()
-        clients = torch.arange(n) if n_part == n else torch.randperm(n, generator=gen)[:n_part].sort().values
-        clients = clients.to(device)
-        losses, _, _ = evaluate(model, params, probe, clients=clients)
-        if not torch.isfinite(losses).all():
-            i, j = (int(v) for v in (~torch.isfinite(losses)).nonzero()[0])
-            raise ValueError(
-                f"At round {t}, the training loss of client {dataset.client_ids[int(clients[i])]} on model {j} is "
-                f"{float(losses[i, j])}: training diverged. Try a smaller local `lr`, or a smaller server step."
-            )
-        eval_s = time.perf_counter() - tic
-
-        tic = time.perf_counter()
-        plan, weights = method.plan(losses, t, config.rounds, previous, counts=train.counts[clients], clients=clients)
-        previous = plan if n_part == n else None  # a warm start needs the same clients
-        plan_s = time.perf_counter() - tic
-
-        tic = time.perf_counter()
-        pair_model, pair_client = weights.nonzero(as_tuple=True)  # pairs (model j, local client index)
-        cidx = clients[pair_client]
-        seeds = ([pair_seed(config.seed, t, int(c), int(j)) for c, j in zip(cidx.tolist(), pair_model.tolist())]
-                 if config.pair_seeds else None)
-        local = local_train(model, params[pair_model], train.x[cidx], train.y[cidx], train.w[cidx],
-                            epochs=config.local_epochs, batch_size=config.batch_size, lr=config.lr,
-                            prox_mu=method.prox_mu, generator=gen, seeds=seeds)
-        deltas = params[pair_model] - local
-        train_s = time.perf_counter() - tic
-
-        tic = time.perf_counter()
-        params = method.aggregate(params, deltas, pair_model, pair_client, weights[pair_model, pair_client],
-                                  counts=train.counts[cidx], round=t)
-        agg_s = time.perf_counter() - tic
-
-        val_acc = None
-        if config.eval_every and ((t + 1) % config.eval_every == 0 or t + 1 == config.rounds):
-            _, va, _ = evaluate(model, params, val)
-            val_acc = float(va.max(1).values.nanmean())
-        log = RoundLog(round=t, clients=clients.cpu(), plan=None if plan is None else plan.detach().cpu(),
-                       train_loss=float(losses.min(1).values.mean()), val_accuracy=val_acc,
-                       seconds={"evaluate": eval_s, "plan": plan_s, "local_training": train_s, "aggregate": agg_s})
-        history.append(log)
+        log = _round(server, t, model, train, probe, val, dataset.client_ids)
         if progress:
             post = {"loss": f"{log.train_loss:.3f}"}
             if log.plan is not None:
                 post["gamma_zeros"] = f"{float((log.plan <= 1e-12).double().mean()):.0%}"
             bar.set_postfix(post, refresh=False)
         if callback is not None:
-            callback(log, params)
+            callback(log, server.params)
         if checkpoint is not None and checkpoint.due(t, config.rounds):
-            saved_previous = None if previous is None else previous.cpu()
-            checkpoint.save(dict(round=t + 1, params=params.cpu(), previous=saved_previous,
-                                 history=[vars(log) for log in history], method=method), gen, settings=settings)
+            checkpoint.save(server.state(t + 1), server.generator, settings=_settings(server, dataset, config))
+    return _final(server, dataset, model, train, val, test)
 
+
+def _settings(server: Server, dataset: FederatedDataset, config: FederatedConfig) -> dict:
+    return dict(n=server.n, m=server.m, dim=int(server.params.shape[1]), config=replace(config, device=None),
+                method=server.method, model=server.model, clients=list(dataset.client_ids))
+
+
+def _resume(server: Server, dataset, config, checkpoint: Checkpoint | None) -> int:
+    """The round to start from: 0, or the checkpoint's (its state restored into ``server``)."""
+    if checkpoint is None:
+        return 0
+    state = checkpoint.load(server.generator, settings=_settings(server, dataset, config), rounds=config.rounds)
+    return 0 if state is None else server.restore(state)
+
+
+def _round(server: Server, t: int, model: FlatModel, train: Padded, probe: Padded, val: Padded,
+           client_ids) -> RoundLog:
+    """One round in this process: every client answers, all pairs train at once."""
+    config, device = server.config, server.params.device
+    tic = time.perf_counter()
+    clients = server.sample(t).to(device)
+    losses, _, _ = evaluate(model, server.params, probe, clients=clients)
+    evaluate_s = time.perf_counter() - tic
+    state = server.plan(t, clients, clients, losses, client_ids)
+    state.seconds["evaluate"] = evaluate_s
+    tic = time.perf_counter()
+    cidx = state.pair_clients.to(device)
+    local = local_train(model, server.params[state.pair_model], train.x[cidx], train.y[cidx], train.w[cidx],
+                        epochs=config.local_epochs, batch_size=config.batch_size, lr=config.lr,
+                        prox_mu=server.method.prox_mu, generator=server.generator, seeds=server.pair_seeds(state))
+    deltas = server.params[state.pair_model] - local
+    state.seconds["local_training"] = time.perf_counter() - tic
+    server.update(state, deltas)
+    val_acc = None
+    if config.eval_every and server.evaluate_due(t):
+        _, va, _ = evaluate(model, server.params, val)
+        val_acc = float(va.max(1).values.nanmean())
+    return server.log(state, val_acc)
+
+
+def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: Padded, val: Padded,
+           test: Padded) -> FederatedResult:
+    """The final evaluation: each client's model chosen on validation (or by training loss)."""
+    params = server.params
     val_loss, val_acc, _ = evaluate(model, params, val)
     train_loss, _, _ = evaluate(model, params, train)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
-    choice = torch.nan_to_num(val_acc, nan=-1.0).argmax(1).cpu()
     selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
-    no_val = val.counts.cpu() == 0
-    if no_val.any():  # no validation sample to choose on: the lowest training loss chooses
-        choice = torch.where(no_val, select_by_loss(selection), choice)
-        ids = [dataset.client_ids[i] for i in no_val.nonzero().squeeze(1).tolist()]
-        warnings.warn(f"{dataset.name}: {len(ids)} of {n} clients have no validation samples; their model was "
+    choice, by_loss = choose_models(val_acc.cpu(), selection)
+    if by_loss.any():
+        ids = [dataset.client_ids[i] for i in by_loss.nonzero().squeeze(1).tolist()]
+        warnings.warn(f"{dataset.name}: {len(ids)} of {server.n} clients have no validation samples; their model was "
                       f"chosen by the lowest training loss instead: {', '.join(ids[:10])}"
-                      + (f" and {len(ids) - 10} more." if len(ids) > 10 else "."), UserWarning, stacklevel=2)
+                      + (f" and {len(ids) - 10} more." if len(ids) > 10 else "."), UserWarning, stacklevel=3)
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
-                           test_loss=test_loss.cpu(), choice=choice.cpu(), history=history, test_probs=probs.cpu(),
-                           test_weight=test.w.cpu(), selection_loss=selection)
+                           test_loss=test_loss.cpu(), choice=choice.cpu(), history=server.history,
+                           test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection)

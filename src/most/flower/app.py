@@ -105,7 +105,7 @@ class AppSettings:
 
     def build(self):
         """``(method, model, FederatedConfig)``."""
-        extra = {"warmup_rounds": self.warmup_rounds} if self.method == "MosT" else {}
+        extra = {"warmup": _methods.WarmUp(self.warmup_rounds)} if self.method == "MosT" else {}
         method = METHODS[self.method](self.n_models, server_lr=self.server_lr, **extra)
         config = FederatedConfig(rounds=self.rounds, local_epochs=self.local_epochs, batch_size=self.batch_size,
                                  lr=self.lr, eval_every=self.eval_every, seed=self.seed, pair_seeds=True)

@@ -34,10 +34,9 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp.strategy import Strategy
 from torch import Tensor
 
-from ..federated.methods import MosT
 from ..federated.models import FlatModel
-from ..federated.evaluation import select_by_loss
 from ..federated.runtime import FederatedConfig, FederatedResult, RoundLog
+from ..federated.server import RoundState, Server, choose_models
 
 __all__ = ["MostStrategy", "FlowerResult"]
 
@@ -103,19 +102,31 @@ class MostStrategy(Strategy):
         self.m = method.n_models
         self.client_ids = list(client_ids) if client_ids is not None else [str(i) for i in range(n_clients)]
         self.timeout, self.wait_for_clients, self.progress = timeout, wait_for_clients, progress
-        self._gen = torch.Generator().manual_seed(config.seed)
-        self.params = method.initial_params(model, self.m, self._gen).float()
-        method.reset(n_clients, self.m, self._gen)
-        self.history: list[RoundLog] = []
+        # the clients report their sample counts when they describe themselves
+        self.server = Server(method, model, config, torch.zeros(n_clients, dtype=torch.long))
+        self.server.params = self.server.params.float()
         self.missing: dict = {}
         self.messages: list = []  # (round, kind, client, model indices sent) for audits
         self._node_of: dict[int, int] = {}  # client -> node id
         self._client_at: dict[int, int] = {}  # node id -> client
-        self._counts = torch.zeros(n_clients, dtype=torch.long)
-        self._previous = None
-        self._round: dict = {}
+        self._round: RoundState | None = None
+        self._sent: dict[int, list[int]] = {}  # client -> models sent to train this round
+        self._tic = 0.0
         self._final: dict | None = None
         self._grid = None
+
+    @property
+    def params(self) -> Tensor:
+        """The m models, ``[m, d]``."""
+        return self.server.params
+
+    @params.setter
+    def params(self, value: Tensor) -> None:
+        self.server.params = value
+
+    @property
+    def history(self) -> list[RoundLog]:
+        return self.server.history
 
     # ------------------------------------------------------------------ helpers
     def _record(self, round: int, kind: str, client: int, models: list[int]):
@@ -170,7 +181,7 @@ class MostStrategy(Strategy):
                 self._client_at.pop(old, None)
             self._node_of[client] = node
             self._client_at[node] = client
-            self._counts[client] = int(metrics["num-examples"])
+            self.server.counts[client] = int(metrics["num-examples"])
 
     def _discover(self, grid) -> None:
         """At the start: waits up to ``wait_for_clients`` for the n clients, then maps them."""
@@ -198,9 +209,7 @@ class MostStrategy(Strategy):
         elif new := [node for node in grid.get_node_ids() if node not in self._client_at]:
             self._describe(grid, new)  # clients that connected late, or came back under a new node id
         tic = time.perf_counter()
-        n_part = max(1, round(self.config.participation * self.n))
-        sampled = (torch.arange(self.n) if n_part == self.n
-                   else torch.randperm(self.n, generator=self._gen)[:n_part].sort().values)
+        sampled = self.server.sample(t)
         asked = [int(c) for c in sampled if int(c) in self._node_of]
         probe = {"loss-samples": self.config.loss_samples or 0, "round": t}
         msgs = []
@@ -209,46 +218,34 @@ class MostStrategy(Strategy):
                                       {"config": probe, "models": self._models_record(self.params)}))
             self._record(t, "query", c, list(range(self.m)))
         good = self._send(grid, msgs)
-        missing = sorted(set(int(c) for c in sampled) - set(good))
         clients = torch.tensor(sorted(good), dtype=torch.long)
-        state = {"t": t, "missing": missing, "clients": clients, "weights": None, "plan": None, "sent": {},
-                 "seconds": {"evaluate": time.perf_counter() - tic}}
-        self._round = state
-        if len(clients) < (self.m if isinstance(self.method, MosT) else 1):
+        losses = (torch.tensor([list(good[int(c)]["metrics"]["loss"]) for c in clients], dtype=torch.float32)
+                  if len(clients) else None)
+        evaluate_s = time.perf_counter() - tic
+        state = self._round = self.server.plan(t, sampled, clients, losses, self.client_ids)
+        state.seconds["evaluate"] = evaluate_s
+        if state.skipped:
             log.warning("Round %d: only %d clients answered; the models stay as they are.", t, len(clients))
-            state["seconds"].update(plan=0.0)
             return []
-        losses = torch.tensor([list(good[int(c)]["metrics"]["loss"]) for c in clients], dtype=torch.float32)
-        if not torch.isfinite(losses).all():
-            i, j = (int(v) for v in (~torch.isfinite(losses)).nonzero()[0])
-            raise ValueError(
-                f"At round {t}, the training loss of client {self.client_ids[int(clients[i])]} on model {j} is "
-                f"{float(losses[i, j])}: training diverged. Try a smaller local `lr`, or a smaller server step.")
-        tic = time.perf_counter()
-        previous = self._previous if self._previous is not None and len(clients) == self.n else None
-        plan, weights = self.method.plan(losses, t, self.config.rounds, previous, counts=self._counts[clients],
-                                         clients=clients)
-        self._previous = plan if len(clients) == self.n else None
-        state.update(plan=plan, weights=weights, losses=losses)
-        state["seconds"]["plan"] = time.perf_counter() - tic
-        state["tic"] = time.perf_counter()
+        self._tic = time.perf_counter()
+        self._sent = {}
         msgs = []
-        for a, c in enumerate(clients.tolist()):
-            models = weights[:, a].nonzero().squeeze(1).tolist()
+        for c in clients.tolist():
+            models = state.models_of(c)
             if not models:
                 continue
             record = ArrayRecord({f"model.{j}": self.params[j].contiguous() for j in models})
             cfg = {"round": t, "seed": self.config.seed, "models": models, "epochs": self.config.local_epochs,
                    "batch-size": self.config.batch_size, "lr": self.config.lr, "prox-mu": float(self.method.prox_mu)}
             msgs.append(self._message(MessageType.TRAIN, self._node_of[c], {"config": cfg, "models": record}))
-            state["sent"][c] = models
+            self._sent[c] = models
             self._record(t, "train", c, models)
         return msgs
 
     def aggregate_train(self, server_round, replies):
         state = self._round
-        if state.get("weights") is None:  # a skipped round
-            state["seconds"].update(local_training=0.0, aggregate=0.0)
+        if state.skipped:
+            state.seconds.update(local_training=0.0, aggregate=0.0)
             return None, None
         good: dict[int, object] = {}
         for reply in replies:
@@ -256,35 +253,22 @@ class MostStrategy(Strategy):
                 log.warning("Training on node %s failed: %s", reply.metadata.src_node_id, reply.error.reason)
                 continue
             good[int(reply.content["metrics"]["client"])] = reply.content
-        failed = sorted(set(state["sent"]) - set(good))
-        state["missing"] = sorted(set(state["missing"]) | set(failed))
-        state["seconds"]["local_training"] = time.perf_counter() - state.pop("tic")
-        tic = time.perf_counter()
-        clients, weights = state["clients"], state["weights"]
-        pair_model, pair_client = weights.nonzero(as_tuple=True)  # the in-process order: by model, then client
-        keep = torch.tensor([int(clients[a]) in good for a in pair_client.tolist()], dtype=torch.bool)
-        pair_model, pair_client = pair_model[keep], pair_client[keep]
-        if len(pair_model):
-            deltas = torch.stack([torch.from_numpy(good[int(clients[a])]["updates"][f"delta.{j}"].numpy())
-                                  for j, a in zip(pair_model.tolist(), pair_client.tolist())])
-            cidx = clients[pair_client]
-            self.params = self.method.aggregate(self.params, deltas, pair_model, pair_client,
-                                                weights[pair_model, pair_client], counts=self._counts[cidx],
-                                                round=state["t"]).float()
-        state["seconds"]["aggregate"] = time.perf_counter() - tic
-        losses = state["losses"]
-        metrics = MetricRecord({"train-loss": float(losses.min(1).values.mean()), "clients": len(clients),
-                                "missing": len(state["missing"])})
+        failed = sorted(set(self._sent) - set(good))
+        state.missing = sorted(set(state.missing) | set(failed))
+        state.seconds["local_training"] = time.perf_counter() - self._tic
+        pair_clients = state.pair_clients.tolist()
+        keep = torch.tensor([c in good for c in pair_clients], dtype=torch.bool)
+        deltas = [torch.from_numpy(good[c]["updates"][f"delta.{j}"].numpy())
+                  for c, j, k in zip(pair_clients, state.pair_model.tolist(), keep.tolist()) if k]
+        self.server.update(state, torch.stack(deltas) if deltas else torch.zeros(0, self.model.dim), keep)
+        self.server.params = self.server.params.float()
+        metrics = MetricRecord({"train-loss": float(state.losses.min(1).values.mean()), "clients": len(state.clients),
+                                "missing": len(state.missing)})
         return ArrayRecord({"params": self.params.contiguous()}), metrics
-
-    def _evaluate_due(self, t: int) -> bool:
-        last = t + 1 == self.config.rounds
-        every = self.config.eval_every
-        return last or bool(every and (t + 1) % every == 0)
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         t = server_round - 1
-        if not self._evaluate_due(t):
+        if not self.server.evaluate_due(t):
             return []
         msgs = []
         for c, node in sorted(self._node_of.items()):
@@ -295,10 +279,10 @@ class MostStrategy(Strategy):
 
     def aggregate_evaluate(self, server_round, replies):
         state = self._round
-        t = state["t"]
+        t = state.round
         val_acc = None
         out = None
-        if self._evaluate_due(t):
+        if self.server.evaluate_due(t):
             nan = float("nan")
             val = torch.full((self.n, self.m), nan)
             test = torch.full((self.n, self.m), nan)
@@ -323,24 +307,17 @@ class MostStrategy(Strategy):
             self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
                            "missing": sorted(set(range(self.n)) - answered),
                            "diversity": div_sum / div_count if div_count else nan}
-            mean_best = float(val.max(1).values.nanmean())
-            if self.config.eval_every:
-                val_acc = mean_best
-            out = MetricRecord({"val-accuracy": mean_best})
-        plan = state.get("plan")
-        losses = state.get("losses")
-        self.history.append(RoundLog(
-            round=t, clients=state["clients"], plan=None if plan is None else plan.detach().cpu(),
-            train_loss=float("nan") if losses is None else float(losses.min(1).values.mean()), val_accuracy=val_acc,
-            seconds={k: state["seconds"].get(k, 0.0) for k in ("evaluate", "plan", "local_training", "aggregate")}))
-        if state["missing"]:
-            self.missing[t] = [self.client_ids[c] for c in state["missing"]]
+            val_acc = float(val.max(1).values.nanmean())
+            out = MetricRecord({"val-accuracy": val_acc})
+        self.server.log(state, val_acc)
+        if state.missing:
+            self.missing[t] = [self.client_ids[c] for c in state.missing]
             log.warning("Round %d: missing clients %s", t, self.missing[t])
         if self._callback is not None:
             self._callback(self.history[-1], self.params)
         if self._bar is not None:
             self._bar.update(1)
-            self._bar.set_postfix({"loss": f"{self.history[-1].train_loss:.3f}", "missing": len(state["missing"])},
+            self._bar.set_postfix({"loss": f"{self.history[-1].train_loss:.3f}", "missing": len(state.missing)},
                                   refresh=False)
         return out
 
@@ -372,12 +349,9 @@ class MostStrategy(Strategy):
         f = self._final
         if f["missing"]:
             self.missing["final"] = [self.client_ids[c] for c in f["missing"]]
-        choice = torch.nan_to_num(f["val"], nan=-1.0).argmax(1)
         # a client that answered but has no validation sample: its lowest training loss chooses, as in
         # run_federated (a missing client has no loss either and keeps model 0)
-        no_val = f["val"].isnan().all(1) & ~f["selection"].isnan().any(1)
-        if no_val.any():
-            choice[no_val] = select_by_loss(f["selection"][no_val])
+        choice, _ = choose_models(f["val"], f["selection"])
         return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
                             selection_loss=f["selection"],

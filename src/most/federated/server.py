@@ -1,0 +1,231 @@
+r"""The server's round, shared by the in-process runtime and the Flower strategy.
+
+One :class:`Server` holds the m models, the run's generator and the method, and states each
+round in the same steps whatever carries the messages::
+
+    clients = server.sample(t)                        # participation
+    losses  = <each client's loss on the m models>    # the engine asks the clients
+    state   = server.plan(t, answered, losses)        # check losses -> Gamma -> W -> pairs
+    deltas  = <local training of state's pairs>       # the engine trains (client, model) pairs
+    server.update(state, deltas)                      # combine -> update rule
+    server.log(state, val_accuracy)                   # one RoundLog
+
+:func:`most.federated.run_federated` runs these steps in one process;
+:class:`most.flower.MostStrategy` runs them across Flower's three hooks, carrying a typed
+:class:`RoundState` between them. Client sampling, the non-finite-loss check, the warm-start
+rule, the evaluation schedule, the pair weights and the final choice of each client's model
+are written here once, so the two runtimes cannot drift.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from .evaluation import select_by_loss
+
+if TYPE_CHECKING:
+    from .runtime import FederatedConfig
+
+__all__ = ["RoundLog", "RoundState", "Server", "choose_models", "pair_seed"]
+
+
+@dataclass(frozen=True)
+class RoundLog:
+    """One round: the clients that took part, the plan, mean best-model training loss,
+    validation accuracy (if evaluated this round) and timings."""
+
+    round: int
+    clients: Tensor
+    plan: Tensor | None
+    train_loss: float
+    val_accuracy: float | None
+    seconds: dict
+
+
+def pair_seed(seed: int, round: int, client: int, model: int) -> int:
+    """The seed of one (round, client, model) pair's batch order under ``pair_seeds=True``:
+    a function of the four integers alone, so any process (a Flower client) can draw it."""
+    return int(np.random.SeedSequence([seed, round, client, model]).generate_state(1, np.uint64)[0] >> 1)
+
+
+@dataclass
+class RoundState:
+    """One round between its steps.
+
+    Attributes:
+        round: the round index t.
+        sampled: the clients asked this round (indices among all n).
+        clients: those whose losses arrived (the rows of ``losses`` and the columns of ``weights``).
+        losses: ``[len(clients), m]`` their losses on the m models (None for a skipped round).
+        plan: the method's plan Gamma (None when it has none to log, or the round is skipped).
+        weights: ``W [m, len(clients)]`` (None: the round is skipped, too few clients answered).
+        pair_model, pair_client: the trained pairs (model j, local client index), model-major.
+        missing: clients asked that did not answer a step.
+        seconds: time per phase (evaluate, plan, local_training, aggregate).
+    """
+
+    round: int
+    sampled: Tensor
+    clients: Tensor
+    losses: Tensor | None = None
+    plan: Tensor | None = None
+    weights: Tensor | None = None
+    pair_model: Tensor | None = None
+    pair_client: Tensor | None = None
+    missing: list[int] = field(default_factory=list)
+    seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def skipped(self) -> bool:
+        return self.weights is None
+
+    @property
+    def pair_clients(self) -> Tensor:
+        """The client (among all n) of each pair."""
+        return self.clients[self.pair_client.to(self.clients.device)]
+
+    def models_of(self, client: int) -> list[int]:
+        """The models ``client`` (among all n) trains this round."""
+        local = (self.clients == client).nonzero()
+        if self.skipped or not len(local):
+            return []
+        return self.pair_model[self.pair_client == int(local[0, 0])].tolist()
+
+
+class Server:
+    """The server side of a federated run: the m models and the steps of a round.
+
+    Args:
+        method: a :mod:`most.federated.methods` object.
+        model: the architecture; its ``init`` gives the initial models (from ``config.seed``).
+        config: the protocol (:class:`~most.federated.FederatedConfig`).
+        counts: ``[n]`` each client's number of training samples (for sample-weighted means;
+            an engine that learns them later sets :attr:`counts` before the first round).
+        device: where the models live.
+    """
+
+    def __init__(self, method, model, config: "FederatedConfig", counts: Tensor, *, device=None):
+        self.method, self.model, self.config = method, model, config
+        self.n, self.m = len(counts), method.n_models
+        self.counts = counts.clone()
+        self.generator = torch.Generator().manual_seed(config.seed)
+        self.params = method.initial_params(model, self.m, self.generator).to(device or "cpu")
+        method.reset(self.n, self.m, self.generator, model)
+        self.previous: Tensor | None = None
+        self.history: list[RoundLog] = []
+
+    # ------------------------------------------------------------------ the steps of a round
+    def sample(self, t: int) -> Tensor:
+        """The participating clients of round ``t``, sorted (all of them at full participation)."""
+        k = max(1, round(self.config.participation * self.n))
+        if k == self.n:
+            return torch.arange(self.n)
+        return torch.randperm(self.n, generator=self.generator)[:k].sort().values
+
+    def plan(self, t: int, sampled: Tensor, clients: Tensor, losses: Tensor | None,
+             client_ids: list[str] | None = None) -> RoundState:
+        """Checks the losses of the clients that answered and plans the round: Gamma, W and the
+        pairs to train. Fewer answers than the method needs (MosT: m) skip the round."""
+        state = RoundState(round=t, sampled=sampled.cpu(), clients=clients.cpu(),
+                           missing=sorted(set(sampled.tolist()) - set(clients.tolist())))
+        if len(clients) < min(self.method.min_clients, len(sampled)) or not len(clients):
+            state.seconds["plan"] = 0.0
+            return state
+        _check_losses(t, clients, losses, client_ids)
+        tic = time.perf_counter()
+        full = len(clients) == self.n
+        previous = self.previous if full else None  # a warm start needs the same clients
+        plan, weights = self.method.plan(losses, t, self.config.rounds, previous,
+                                         clients=None if full else clients.to(losses.device))
+        self.previous = plan if full else None
+        state.losses, state.plan, state.weights = losses, plan, weights
+        state.pair_model, state.pair_client = weights.nonzero(as_tuple=True)  # by model, then client
+        state.seconds["plan"] = time.perf_counter() - tic
+        return state
+
+    def pair_seeds(self, state: RoundState) -> list[int] | None:
+        """One batch-order seed per pair (:func:`pair_seed`) under ``config.pair_seeds``, else None."""
+        if not self.config.pair_seeds:
+            return None
+        return [pair_seed(self.config.seed, state.round, int(c), int(j))
+                for c, j in zip(state.pair_clients.tolist(), state.pair_model.tolist())]
+
+    def update(self, state: RoundState, deltas: Tensor, keep: Tensor | None = None) -> Tensor:
+        """Combines the pairs' updates ``deltas [P, d]`` (``Delta_ij = theta_j - theta_ij``, in the
+        order of the state's pairs, or of the pairs where ``keep`` is True) and takes the server
+        step; returns the new models."""
+        tic = time.perf_counter()
+        pair_model, pair_client = state.pair_model, state.pair_client
+        if keep is not None:
+            pair_model, pair_client = pair_model[keep], pair_client[keep]
+        if len(pair_model):
+            cidx = state.clients[pair_client.cpu()]
+            weight = self.method.pair_weights(state.weights[pair_model, pair_client],
+                                              self.counts[cidx].to(state.weights.device), state.round)
+            params = self.method.aggregate(self.params, deltas.to(self.params), pair_model.to(self.params.device),
+                                           weight, round=state.round)
+            self.params = params.to(self.params.dtype)
+        state.seconds["aggregate"] = time.perf_counter() - tic
+        return self.params
+
+    def evaluate_due(self, t: int) -> bool:
+        """Whether round ``t`` ends with a validation evaluation (every ``eval_every`` rounds, and the last)."""
+        return t + 1 == self.config.rounds or bool(self.config.eval_every and (t + 1) % self.config.eval_every == 0)
+
+    def log(self, state: RoundState, val_accuracy: float | None) -> RoundLog:
+        """Records the round (one :class:`RoundLog`) and returns it."""
+        losses = state.losses
+        log = RoundLog(round=state.round, clients=state.clients.cpu(),
+                       plan=None if state.plan is None else state.plan.detach().cpu(),
+                       train_loss=float("nan") if losses is None else float(losses.min(1).values.mean()),
+                       val_accuracy=val_accuracy if self.config.eval_every else None,
+                       seconds={k: state.seconds.get(k, 0.0) for k in ("evaluate", "plan", "local_training",
+                                                                       "aggregate")})
+        self.history.append(log)
+        return log
+
+    # ------------------------------------------------------------------ checkpoints
+    def state(self, round: int) -> dict:
+        """What a checkpoint holds after ``round`` rounds (tensors on the CPU)."""
+        return dict(round=round, params=self.params.cpu(), previous=None if self.previous is None else self.previous.cpu(),
+                    history=[vars(log) for log in self.history], method=self.method)
+
+    def restore(self, state: dict) -> int:
+        """Continues from a checkpoint's state; returns the round to start from."""
+        from ..checkpoint import restore_into
+
+        device = self.params.device
+        self.params = state["params"].to(device)
+        self.previous = None if state["previous"] is None else state["previous"].to(device)
+        self.history = [RoundLog(**log) for log in state["history"]]
+        restore_into(self.method, state["method"], self.generator)
+        return int(state["round"])
+
+
+def _check_losses(t: int, clients: Tensor, losses: Tensor, client_ids: list[str] | None) -> None:
+    if torch.isfinite(losses).all():
+        return
+    i, j = (int(v) for v in (~torch.isfinite(losses)).nonzero()[0])
+    c = int(clients[i])
+    name = client_ids[c] if client_ids is not None else str(c)
+    raise ValueError(f"At round {t}, the training loss of client {name} on model {j} is {float(losses[i, j])}: "
+                     "training diverged. Try a smaller local `lr`, or a smaller server step.")
+
+
+def choose_models(val_accuracy: Tensor, selection_loss: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Each client's model: its best on validation accuracy; a client with no validation
+    accuracy (an all-NaN row) but a selection loss takes its lowest-loss model. Returns
+    ``(choice [n], chosen_by_loss [n] bool)``."""
+    choice = torch.nan_to_num(val_accuracy, nan=-1.0).argmax(1)
+    if selection_loss is None:
+        return choice, torch.zeros_like(choice, dtype=torch.bool)
+    by_loss = val_accuracy.isnan().all(1) & ~selection_loss.isnan().any(1)
+    if by_loss.any():
+        choice = torch.where(by_loss, select_by_loss(selection_loss).to(choice.device), choice)
+    return choice, by_loss
