@@ -191,8 +191,17 @@ def test_checkpoint_restores_generator_and_shared_references(tmp_path):
     resumed = fl.methods.Linearization(n_models=2)
     resumed.reset(5, 2, torch.Generator().manual_seed(7))  # another draw: the restore must replace it
     restore_into(resumed, state["method"], other)
-    assert resumed._generator is other  # the method's reference points at the live generator
-    assert torch.equal(resumed._weights, method._weights)
+    assert torch.equal(resumed._parts[0]._plan, method._parts[0]._plan)
+
+    class Holder:  # an object that keeps a reference to the run's generator
+        def __init__(self, generator):
+            self.generator = generator
+
+    ckpt.save({"holder": Holder(gen)}, gen)
+    live = torch.Generator().manual_seed(5)
+    restored = Holder(torch.Generator())
+    restore_into(restored, ckpt.load(live)["holder"], live)
+    assert restored.generator is live  # the reference points at the live generator, not a copy
 
 
 class _Kill(Exception):
@@ -228,8 +237,8 @@ def test_resume_equals_uninterrupted_run_centralised(tmp_path, method):
 
 
 @pytest.mark.parametrize("split", [
-    dict(warmup_rounds=2),
-    dict(warmup_rounds=7, split="updates"),  # the split (round 6) falls between the checkpoint (5) and the kill (7)
+    dict(warmup=fl.methods.WarmUp(2)),
+    dict(warmup=fl.methods.GroupedWarmUp(7)),  # the split (round 6) falls between the checkpoint (5) and the kill (7)
 ])
 def test_resume_equals_uninterrupted_run_federated(tmp_path, split):
     data = fl.fedprox_synthetic(0.5, 0.5, n_clients=10, samples_per_client=40, seed=0)

@@ -43,26 +43,11 @@ class ConfigError(ValueError):
     """A configuration value is missing, unknown or of the wrong type; the message names its path."""
 
 
-def _components() -> dict[str, type]:  # imported late: config is imported by the modules it names
-    from . import baselines, methods, optim
-    from .federated import methods as federated
-
-    classes = [
-        methods.Uniform, methods.Curriculum, methods.ObjectivesSelectModels, methods.ModelsSelectObjectives,
-        methods.CappedTransportAssignment,
-        methods.MajorityShare, methods.Shares, methods.GammaWeights, methods.Support, methods.RelativeWeights,
-        methods.MinNorm, methods.WeightedSum, federated.BoxMinNorm,
-        methods.DirichletExtension, methods.TchebycheffExtension,
-        federated.WarmUp, federated.GroupedWarmUp,
-        optim.SGD, optim.Adam,
-        baselines.TCHSetCombiner, baselines.STCHSetCombiner, baselines.SumOfMinimumCombiner,
-    ]
-    return {c.__name__: c for c in classes}
-
-
 @functools.lru_cache(maxsize=None)
 def _registry() -> dict[str, type]:
-    return _components()
+    from .registry import components
+
+    return components()
 
 
 def components() -> dict[str, type]:

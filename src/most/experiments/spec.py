@@ -63,33 +63,15 @@ __all__ = ["Experiment", "RunSpec", "load_experiment", "parse_experiment", "chec
 
 
 def _federated_registry():
-    from .. import federated as fl
-    from ..federated import methods as F
+    from .. import registry
 
-    data = {"fedprox_synthetic": fl.fedprox_synthetic, "femnist": fl.load_femnist,
-            "fashion_mnist": fl.load_fashion_mnist}
-    models = {"logistic_regression": fl.logistic_regression, "cnn": fl.cnn}
-    methods = {c.__name__: c for c in (F.MosT, F.FedAvg, F.FedProx, F.MGDA, F.FedMGDAPlus, F.IFCA,
-                                       F.Linearization, F.WeightedMGDA, F.SetScalarization)}
-    return data, models, methods
+    return registry.datasets(), registry.models(), registry.methods(registry.FEDERATED)
 
 
 def _centralised_registry():
-    from .. import baselines, problems, solver
+    from .. import registry
 
-    def _zdt(name):
-        def make(n_var: int = 30):
-            return problems.zdt(name, n_var=n_var)
-
-        make.__name__ = name
-        return make
-
-    probs = {"quadratic_clusters": problems.quadratic_clusters, "mixed_regression": problems.mixed_regression,
-             **{name: _zdt(name) for name in ("zdt1", "zdt2", "zdt3")}}
-    methods = {c.__name__: c for c in (solver.MosT, solver.Linearization, solver.MGDA, solver.WeightedMGDA,
-                                       baselines.EPO, baselines.MOOSVGD, baselines.TCHSet, baselines.STCHSet,
-                                       baselines.SumOfMinimum)}
-    return probs, methods
+    return registry.problems(), registry.methods(registry.CENTRALISED)
 
 
 FEDERATED = "federated"

@@ -278,7 +278,7 @@ class FederatedMethod:
     optimizer: UpdateRule = field(default_factory=SGD)
 
     #: FedProx's proximal weight in local training (0: none).
-    prox_mu: float = field(default=0.0, init=False)
+    prox_mu: float = field(default=0.0, init=False, repr=False)
     #: Whether each pair's update is weighted by its client's sample count (FedAvg's mean).
     by_samples: ClassVar[bool] = False
     #: Whether the plan is a transport plan worth logging (and reporting Gamma metrics of).

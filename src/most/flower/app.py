@@ -32,6 +32,7 @@ from flwr.serverapp import ServerApp
 from ..checkpoint import atomic_write_bytes, atomic_write_text
 from ..config import did_you_mean
 from ..experiments.store import dumps
+from .. import registry
 from ..federated import methods as _methods
 from ..federated.data import fedprox_synthetic
 from ..federated.models import logistic_regression
@@ -41,9 +42,9 @@ from .strategy import MostStrategy
 
 __all__ = ["AppSettings", "server_app", "client_app", "METHODS"]
 
-#: Methods the app can run, by name (``method`` in the run config).
-METHODS = {name: getattr(_methods, name) for name in ("MosT", "FedAvg", "FedProx", "MGDA", "IFCA", "FedMGDAPlus",
-                                                      "Linearization", "WeightedMGDA")}
+#: Methods the app can run, by name (``method`` in the run config): the registry's federated
+#: methods that need no component argument.
+METHODS = {name: cls for name, cls in registry.methods(registry.FEDERATED).items() if name != "SetScalarization"}
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,169 @@
+"""One registry: the names the library builds things by, each mapped to its factory.
+
+Experiment files (``most run``), the configuration tables (:mod:`most.config`), the bench
+suites (``most bench``) and the Flower app look names up here and nowhere else, so a new
+method, component, data set or variant is added in one place.
+
+* :func:`components` -- marginals, assignments, weightings, combiners, update rules,
+  extensions and warm-ups (a TOML table's ``type = "Curriculum"``);
+* :func:`methods` -- the methods of one setting, ``"centralised"`` or ``"federated"``;
+* :func:`problems`, :func:`datasets`, :func:`models` -- what experiment files name;
+* :data:`VARIANTS` and :func:`variant` -- the ablations of MosT (paper Appendix E, Table 7),
+  one table for both settings (see :mod:`most.variants`).
+
+Example:
+    >>> from most import registry
+    >>> sorted(registry.methods("federated"))[:3]
+    ['FedAvg', 'FedMGDAPlus', 'FedProx']
+    >>> registry.variant("paper", registry.methods("federated")["MosT"](n_models=3)).combiner
+    MinNorm(max_iter=None, tol=None, coordinates=None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from typing import Callable
+
+__all__ = ["CENTRALISED", "FEDERATED", "components", "methods", "problems", "datasets", "models", "VARIANTS",
+           "variant"]
+
+CENTRALISED = "centralised"
+FEDERATED = "federated"
+
+
+@functools.lru_cache(maxsize=None)
+def _components() -> dict[str, type]:
+    from . import baselines, methods as m, optim
+    from .federated import methods as F
+
+    classes = [
+        m.Uniform, m.Curriculum, m.ObjectivesSelectModels, m.ModelsSelectObjectives,
+        m.TransportAssignment, m.CappedTransportAssignment, m.RandomAssignment, m.EqualAssignment,
+        baselines.BestModelAssignment,
+        m.MajorityShare, m.Shares, m.GammaWeights, m.Support, m.RelativeWeights,
+        m.MinNorm, m.WeightedSum, F.BoxMinNorm,
+        m.DirichletExtension, m.TchebycheffExtension,
+        F.WarmUp, F.GroupedWarmUp,
+        optim.SGD, optim.Adam,
+        baselines.TCHSetCombiner, baselines.STCHSetCombiner, baselines.SumOfMinimumCombiner,
+    ]
+    return {c.__name__: c for c in classes}
+
+
+def components() -> dict[str, type]:
+    """The component classes by name (what a table's ``type`` may name)."""
+    return dict(_components())
+
+
+@functools.lru_cache(maxsize=None)
+def _methods(setting: str) -> dict[str, type]:
+    if setting == FEDERATED:
+        from .federated import methods as F
+
+        classes = (F.MosT, F.FedAvg, F.FedProx, F.MGDA, F.FedMGDAPlus, F.IFCA, F.Linearization, F.WeightedMGDA,
+                   F.SetScalarization)
+    elif setting == CENTRALISED:
+        from . import baselines, solver
+
+        classes = (solver.MosT, solver.Linearization, solver.MGDA, solver.WeightedMGDA, baselines.EPO,
+                   baselines.MOOSVGD, baselines.TCHSet, baselines.STCHSet, baselines.SumOfMinimum)
+    else:
+        raise ValueError(f"`setting` must be {CENTRALISED!r} or {FEDERATED!r}; got {setting!r}.")
+    return {c.__name__: c for c in classes}
+
+
+def methods(setting: str) -> dict[str, type]:
+    """The method classes of ``setting`` (``"centralised"`` or ``"federated"``) by name."""
+    return dict(_methods(setting))
+
+
+def problems() -> dict[str, Callable]:
+    """Centralised problems an experiment file may name."""
+    from . import problems as P
+
+    def _zdt(name):
+        def make(n_var: int = 30):
+            return P.zdt(name, n_var=n_var)
+
+        make.__name__ = name
+        return make
+
+    return {"quadratic_clusters": P.quadratic_clusters, "mixed_regression": P.mixed_regression,
+            **{name: _zdt(name) for name in ("zdt1", "zdt2", "zdt3")}}
+
+
+def datasets() -> dict[str, Callable]:
+    """Federated data sets an experiment file may name."""
+    from . import federated as fl
+
+    return {"fedprox_synthetic": fl.fedprox_synthetic, "femnist": fl.load_femnist,
+            "fashion_mnist": fl.load_fashion_mnist}
+
+
+def models() -> dict[str, Callable]:
+    """Federated model architectures an experiment file may name."""
+    from . import federated as fl
+
+    return {"logistic_regression": fl.logistic_regression, "cnn": fl.cnn}
+
+
+def _paper(base):
+    """The algorithm as written: Gamma-weighted MGDA (GammaWeights, MinNorm) with the curriculum
+    of Section 3.3; in federated learning also m random starts (no warm-up)."""
+    from .methods import Curriculum, GammaWeights, MinNorm
+
+    changes = dict(weighting=GammaWeights(), marginals=Curriculum(), combiner=MinNorm())
+    if hasattr(base, "warmup"):
+        changes["warmup"] = None
+    return changes
+
+
+def _changes(**fixed) -> Callable:
+    return lambda base: fixed
+
+
+def _lazy(name: str, factory: str, **kwargs) -> Callable:
+    """Changes that build a component by its registry name when applied (no import at load time)."""
+    return lambda base: {name: components()[factory](**kwargs)}
+
+
+#: name -> (changes(base) -> dict of fields, what the variant changes). A variant applies to a
+#: centralised :class:`most.MosT` and to a federated :class:`most.federated.methods.MosT` alike.
+VARIANTS: dict[str, tuple[Callable, str]] = {
+    "paper": (_paper, "the algorithm as written: Gamma-weighted MGDA (GammaWeights, MinNorm) and the curriculum "
+                      "of Section 3.3 (federated: no warm-up)"),
+    "no-R": (_changes(diversity=0.0), "tau = 0 (no diversity regulariser)"),
+    "no-curriculum": (_lazy("marginals", "Uniform"), "uniform marginals throughout"),
+    "curriculum": (_lazy("marginals", "Curriculum"), "the alpha/beta curriculum of Section 3.3"),
+    "O": (_lazy("marginals", "ObjectivesSelectModels"), '"objectives select models": the beta constraint dropped'),
+    "M": (_lazy("marginals", "ModelsSelectObjectives"), '"models select objectives": the alpha constraint dropped'),
+    "L": (lambda base: {**_lazy("weighting", "GammaWeights")(base), **_lazy("combiner", "WeightedSum")(base)},
+          "Gamma-weighted mean of gradients (or updates) instead of the min-norm direction"),
+    "literal": (_lazy("weighting", "GammaWeights"), "Gamma-weighted min-norm (GammaWeights), everything else "
+                                                    "unchanged"),
+    "E": (_lazy("extension", "DirichletExtension"), "MosT-E: 20 Dirichlet(1) mixtures of the objectives added "
+                                                    "(centralised only)"),
+}
+
+
+def variant(name: str, base, *more: str):
+    """The variant ``name`` of ``base`` (a centralised or federated MosT), then each of ``more``
+    on the result (``variant("paper", base, "no-R")``)."""
+    from .federated.methods import MosT as FederatedMosT
+    from .solver import MosT
+
+    if not isinstance(name, str) or name not in VARIANTS:
+        raise ValueError(f"Unknown variant {name!r}; choose one of {sorted(VARIANTS)}.")
+    if not isinstance(base, (MosT, FederatedMosT)):
+        raise TypeError(
+            f"variants apply to a MosT configuration, e.g. `apply({name!r}, most.MosT(n_models=5))`; got "
+            f"{type(base).__name__}. Linearization, MGDA and WeightedMGDA are separate methods with no variants."
+        )
+    changes = VARIANTS[name][0](base)
+    unknown = [k for k in changes if k not in {f.name for f in dataclasses.fields(base)}]
+    if unknown:
+        raise ValueError(f"The variant {name!r} changes {', '.join(unknown)}, which a {type(base).__module__}."
+                         f"{type(base).__name__} does not have.")
+    out = dataclasses.replace(base, **changes)
+    return variant(more[0], out, *more[1:]) if more else out
