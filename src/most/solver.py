@@ -189,99 +189,138 @@ def run(
     if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
         combiner = combiner.resolve(problem.coordinates)
     optimizer = SGD() if optimizer is None else optimizer
-    opt_state = optimizer.init(params)
-
-    history: list[RoundRecord] = []
-    plan: Tensor | None = None
-    start = 0
-    components = {"assignment": assignment, "weighting": weighting, "combiner": combiner}
+    loop = _Loop(problem, m, rounds, inner_steps, lr, assignment, weighting, combiner, optimizer,
+                 params=params, opt_state=optimizer.init(params))
     settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
-                    optimizer=optimizer, **components)
+                    optimizer=optimizer, **loop.components)
+    start = 0
     state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
     if state is not None:
-        params, opt_state, plan, start = (state[k] for k in ("params", "opt_state", "plan", "round"))
-        history = [RoundRecord(**record) for record in state["history"]]
-        for name, obj in components.items():
-            restore_into(obj, state[name], generator)
+        start = loop.restore(state, generator)
     bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start, total=rounds)
     for t in bar:
-        tic = time.perf_counter()
+        record = loop.round(t, first=t == start)
+        if progress:
+            best = record.losses.min(1).values.mean()
+            sparsity = float((record.plan <= 1e-12).float().mean())
+            bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
+        if callback is not None:
+            callback(record, loop.params)
+        if checkpoint is not None and checkpoint.due(t, rounds):
+            checkpoint.save(loop.state(t + 1), generator, settings=settings)
+
+    final = problem.loss_matrix(loop.params)
+    _check_finite(final, None, problem, rounds, None)
+    return Result(params=loop.params.detach(), assignment=loop.plan.detach(), losses=final, history=loop.history,
+                  problem=problem)
+
+
+@dataclass
+class _Loop:
+    """The state of :func:`run` between rounds, and one round of Algorithm 1."""
+
+    problem: Problem
+    m: int
+    rounds: int
+    inner_steps: int
+    lr: float
+    assignment: Assignment
+    weighting: Weighting
+    combiner: Combiner
+    optimizer: UpdateRule
+    params: Tensor
+    opt_state: object
+    plan: Tensor | None = None
+    history: list[RoundRecord] = field(default_factory=list)
+
+    @property
+    def components(self) -> dict:
+        return {"assignment": self.assignment, "weighting": self.weighting, "combiner": self.combiner}
+
+    def state(self, round: int) -> dict:
+        """What a checkpoint holds after ``round`` rounds."""
+        return dict(round=round, params=self.params.detach(), opt_state=self.opt_state, plan=self.plan.detach(),
+                    history=[vars(r) for r in self.history], **self.components)
+
+    def restore(self, state: dict, generator: torch.Generator) -> int:
+        """Continues from a checkpoint's state; returns the round to start from."""
+        self.params, self.opt_state, self.plan = state["params"], state["opt_state"], state["plan"]
+        self.history = [RoundRecord(**record) for record in state["history"]]
+        for name, obj in self.components.items():
+            restore_into(obj, state[name], generator)
+        return int(state["round"])
+
+    def _losses(self, t: int, first: bool) -> tuple[Tensor, Tensor | None]:
+        """The loss matrix (and the full Jacobian when the combiner reads every row)."""
+        problem, params = self.problem, self.params
         try:
-            if combiner.active_only:  # gradients come after the plan, for the served objectives only
-                losses, jac = problem.loss_matrix(params), None
-            else:
-                losses, jac = problem.jacobian(params)
+            if self.combiner.active_only:  # gradients come after the plan, for the served objectives only
+                return problem.loss_matrix(params), None
+            return problem.jacobian(params)
         except RuntimeError as exc:  # torch's error inside the user's objectives, at their first evaluation
-            if t != start:
+            if not first:
                 raise
             raise ValueError(
                 f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
                 f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
                 "of that size and dtype (and, for modules, inputs of the module's size and dtype)."
             ) from exc
-        _check_finite(losses, jac, problem, t, None)
+
+    def round(self, t: int, first: bool = False) -> RoundRecord:
+        """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps."""
+        tic = time.perf_counter()
+        losses, jac = self._losses(t, first)
+        _check_finite(losses, jac, self.problem, t, None)
         grad_s = time.perf_counter() - tic
 
         tic = time.perf_counter()
         try:
-            plan = assignment(losses.detach(), t, rounds, previous=plan)
+            self.plan = self.assignment(losses.detach(), t, self.rounds, previous=self.plan)
         except ValueError as exc:
             raise ValueError(f"At round {t}, in the assignment: {exc}") from exc
-        weights = weighting(plan)
+        weights = self.weighting(self.plan)
         transport_s = time.perf_counter() - tic
 
+        lam, min_norm_s, step_grad_s = self._steps(t, losses, jac, weights)
+        record = RoundRecord(round=t, plan=self.plan.detach().cpu(), losses=losses.detach().cpu(),
+                             weights=lam.detach().cpu(), transport_seconds=transport_s, min_norm_seconds=min_norm_s,
+                             gradient_seconds=grad_s + step_grad_s)
+        self.history.append(record)
+        return record
+
+    def _steps(self, t: int, losses: Tensor, jac: Tensor | None, weights: Tensor) -> tuple[Tensor, float, float]:
+        """The K inner steps under one plan; returns the last combiner weights ``[m, n]`` and the
+        seconds spent combining and evaluating gradients."""
+        problem, combiner, n, m = self.problem, self.combiner, self.problem.n_objectives, self.m
         rows = _active_rows(weights) if combiner.active_only else None
         step_weights = weights if rows is None else weights.gather(1, rows[0]) * rows[1]
-        min_norm_s = 0.0
-        lam = torch.zeros(m, n, dtype=params.dtype, device=params.device)
+        min_norm_s = grad_s = 0.0
+        lam = torch.zeros(m, n, dtype=self.params.dtype, device=self.params.device)
         step_losses = losses
-        for k in range(inner_steps):
+        for k in range(self.inner_steps):
             if k > 0 or jac is None:
                 tic = time.perf_counter()
                 if rows is None:
-                    step_losses, jac = problem.jacobian(params)
+                    step_losses, jac = problem.jacobian(self.params)
                 elif k == 0:  # at the parameters of the loss matrix: only the gradients are new
-                    jac = problem.active_gradients(params, rows[0])
+                    jac = problem.active_gradients(self.params, rows[0])
                 else:
-                    step_losses, jac = problem.active_jacobian(params, rows[0])
+                    step_losses, jac = problem.active_jacobian(self.params, rows[0])
                 _check_finite(step_losses, jac, problem, t, k, None if rows is None else rows[0])
                 grad_s += time.perf_counter() - tic
-            jac = problem.tangent_jacobian(params, jac.detach())
+            jac = problem.tangent_jacobian(self.params, jac.detach())
             tic = time.perf_counter()
             try:
-                direction, lam = combiner(jac, step_weights, losses=step_losses.detach().T, params=params.detach())
+                direction, lam = combiner(jac, step_weights, losses=step_losses.detach().T, params=self.params.detach())
             except ValueError as exc:
                 raise ValueError(f"At round {t}, inner step {k}: {exc}") from exc
             if rows is not None:  # back to [m, n]; padding rows carry weight 0
                 lam = torch.zeros(m, n, dtype=lam.dtype, device=lam.device).scatter_add_(
                     1, rows[0], lam * rows[1].to(lam))
             min_norm_s += time.perf_counter() - tic
-            params, opt_state = optimizer.step(params.detach(), direction, opt_state, lr)
-            params = problem.apply_projection(params)
-
-        record = RoundRecord(
-            round=t,
-            plan=plan.detach().cpu(),
-            losses=losses.detach().cpu(),
-            weights=lam.detach().cpu(),
-            transport_seconds=transport_s,
-            min_norm_seconds=min_norm_s,
-            gradient_seconds=grad_s,
-        )
-        history.append(record)
-        if progress:
-            best = losses.min(1).values.mean()
-            sparsity = float((plan <= 1e-12).float().mean())
-            bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
-        if callback is not None:
-            callback(record, params)
-        if checkpoint is not None and checkpoint.due(t, rounds):
-            checkpoint.save(dict(round=t + 1, params=params.detach(), opt_state=opt_state, plan=plan.detach(),
-                                 history=[vars(r) for r in history], **components), generator, settings=settings)
-
-    final = problem.loss_matrix(params)
-    _check_finite(final, None, problem, rounds, None)
-    return Result(params=params.detach(), assignment=plan.detach(), losses=final, history=history, problem=problem)
+            self.params, self.opt_state = self.optimizer.step(self.params.detach(), direction, self.opt_state, self.lr)
+            self.params = problem.apply_projection(self.params)
+        return lam, min_norm_s, grad_s
 
 
 _TRANSPORT_DEFAULTS = dict(transport="exact", diversity=0.0, reg=None, warm_start=False)
