@@ -333,6 +333,54 @@ def _pick(x: Tensor, idx: Tensor) -> Tensor:
     return x.gather(1, idx[:, None]).squeeze(1)
 
 
+def _start(G: Tensor, mask: Tensor, diag: Tensor, has_any: Tensor) -> tuple[Tensor, Tensor]:
+    """The first iterate ``(lambda, G lambda)`` of :func:`_away_step_frank_wolfe`."""
+    B, n, _ = G.shape
+    dev, dt = G.device, G.dtype
+    if n <= _UNIFORM_START_MAX_N and bool(has_any.any()):
+        # Small problems: start from the uniform weights over the allowed objectives and take
+        # the minor cycles of a face correction at once. The minimiser over the affine hull of
+        # all of them, clipped to the simplex, is often the optimum already, where starting
+        # from one vertex costs at least one iteration per vertex of the optimal face.
+        lam = mask.to(dt) / mask.sum(dim=-1, keepdim=True).clamp_min(1).to(dt)
+        Glam = torch.bmm(G, lam.unsqueeze(-1)).squeeze(-1)
+        return _minor_cycles(G, lam, Glam, has_any)
+    # Start at the (allowed) vertex with the smallest G_ii.
+    i0 = diag.masked_fill(~mask, float("inf")).argmin(dim=-1)  # [B]
+    live = has_any.to(dt)
+    lam = torch.zeros(B, n, dtype=dt, device=dev)
+    lam[torch.arange(B, device=dev), i0] = live
+    Glam = G[torch.arange(B, device=dev), i0] * live[:, None]  # row i0 == column i0 (G symmetric)
+    return lam, Glam
+
+
+def _pairwise_step(G, diag, lam, Glam, f, s, gs, v, gv, fw, step, pos) -> tuple[Tensor, Tensor]:
+    """One Frank-Wolfe (``fw``) or away step with exact line search, for the problems in ``step``."""
+    B, n, _ = G.shape
+    inf = float("inf")
+    # FW step:   d = e_s - λ, γ ∈ [0, 1];            -dᵀGλ = f - (Gλ)_s; dᵀGd = G_ss - 2(Gλ)_s + f
+    # Away step: d = λ - e_v, γ ∈ [0, λ_v/(1-λ_v)];  -dᵀGλ = (Gλ)_v - f; dᵀGd = G_vv - 2(Gλ)_v + f
+    idx = torch.where(fw, s, v)
+    g_idx = torch.where(fw, gs, gv)
+    num = torch.where(fw, f - gs, gv - f)
+    den = _pick(diag, idx) - 2.0 * g_idx + f
+    lam_v = _pick(lam, v)
+    gmax = torch.where(fw, 1.0, lam_v / (1.0 - lam_v))
+    gamma = torch.where(den > 0, num / den, inf)
+    gamma = torch.minimum(gamma.clamp_min(0.0), gmax)
+    gamma = torch.where(step, gamma, 0.0)
+
+    a = torch.where(fw, 1.0 - gamma, 1.0 + gamma)  # λ ← a λ + c e_idx
+    c = torch.where(fw, gamma, -gamma)
+    lam = (a[:, None] * lam).scatter_add_(1, idx[:, None], c[:, None])
+    G_idx = G.gather(1, idx[:, None, None].expand(B, 1, n)).squeeze(1)
+    Glam = a[:, None] * Glam + c[:, None] * G_idx
+    # Drop steps remove the away vertex exactly; guard against -0.0-ish round-off.
+    drop = step & ~fw & (gamma >= gmax)
+    lam = torch.where(drop[:, None] & (pos[None, :] == v[:, None]), 0.0, lam)
+    return lam.clamp_min(0.0), Glam
+
+
 def _away_step_frank_wolfe(
     G: Tensor, mask: Tensor, *, max_iter: int, tol: float
 ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -353,21 +401,7 @@ def _away_step_frank_wolfe(
     scale = diag.masked_fill(~mask, -inf).amax(dim=-1).clamp_min(tiny)
     thr = tol * scale  # [B]
 
-    if n <= _UNIFORM_START_MAX_N and bool(has_any.any()):
-        # Small problems: start from the uniform weights over the allowed objectives and take
-        # the minor cycles of a face correction at once. The minimiser over the affine hull of
-        # all of them, clipped to the simplex, is often the optimum already, where starting
-        # from one vertex costs at least one iteration per vertex of the optimal face.
-        lam = mask.to(dt) / mask.sum(dim=-1, keepdim=True).clamp_min(1).to(dt)
-        Glam = torch.bmm(G, lam.unsqueeze(-1)).squeeze(-1)
-        lam, Glam = _minor_cycles(G, lam, Glam, has_any)
-    else:
-        # Start at the (allowed) vertex with the smallest G_ii.
-        i0 = diag.masked_fill(~mask, inf).argmin(dim=-1)  # [B]
-        live = has_any.to(dt)
-        lam = torch.zeros(B, n, dtype=dt, device=dev)
-        lam[torch.arange(B, device=dev), i0] = live
-        Glam = G[torch.arange(B, device=dev), i0] * live[:, None]  # row i0 == column i0 (G symmetric)
+    lam, Glam = _start(G, mask, diag, has_any)
 
     done = ~has_any
     n_iter = torch.zeros(B, dtype=torch.long, device=dev)
@@ -394,28 +428,7 @@ def _away_step_frank_wolfe(
 
         step = ~done
         n_iter += step
-        fw = gap_fw >= gap_aw
-        # FW step:   d = e_s - λ, γ ∈ [0, 1];            -dᵀGλ = f - (Gλ)_s; dᵀGd = G_ss - 2(Gλ)_s + f
-        # Away step: d = λ - e_v, γ ∈ [0, λ_v/(1-λ_v)];  -dᵀGλ = (Gλ)_v - f; dᵀGd = G_vv - 2(Gλ)_v + f
-        idx = torch.where(fw, s, v)
-        g_idx = torch.where(fw, gs, gv)
-        num = torch.where(fw, f - gs, gv - f)
-        den = _pick(diag, idx) - 2.0 * g_idx + f
-        lam_v = _pick(lam, v)
-        gmax = torch.where(fw, 1.0, lam_v / (1.0 - lam_v))
-        gamma = torch.where(den > 0, num / den, inf)
-        gamma = torch.minimum(gamma.clamp_min(0.0), gmax)
-        gamma = torch.where(step, gamma, 0.0)
-
-        a = torch.where(fw, 1.0 - gamma, 1.0 + gamma)  # λ ← a λ + c e_idx
-        c = torch.where(fw, gamma, -gamma)
-        lam = (a[:, None] * lam).scatter_add_(1, idx[:, None], c[:, None])
-        G_idx = G.gather(1, idx[:, None, None].expand(B, 1, n)).squeeze(1)
-        Glam = a[:, None] * Glam + c[:, None] * G_idx
-        # Drop steps remove the away vertex exactly; guard against -0.0-ish round-off.
-        drop = step & ~fw & (gamma >= gmax)
-        lam = torch.where(drop[:, None] & (pos[None, :] == v[:, None]), 0.0, lam)
-        lam = lam.clamp_min(0.0)
+        lam, Glam = _pairwise_step(G, diag, lam, Glam, f, s, gs, v, gv, gap_fw >= gap_aw, step, pos)
         it += 1
         if _CORRECT_EVERY and it % _CORRECT_EVERY == 0:
             lam, Glam = _minor_cycles(G, lam, Glam, ~done)

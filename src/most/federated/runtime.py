@@ -506,8 +506,13 @@ def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: Fe
                              "split=(0.6, 0.2, 0.2)), or more samples per client.")
 
     _warn_if_most_never_leaves_its_warmup(method, config)
+    _check_model_on_data(dataset, model, config.batch_size)
 
-    x = _check_batch(dataset, config.batch_size)
+
+def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size: int) -> None:
+    """One forward pass of ``model`` on a training batch: a model that cannot take the data's
+    samples, or has too few outputs, is refused with torch's reason and how to fix it."""
+    x = _check_batch(dataset, batch_size)
     shape, size = dataset.input_shape, math.prod(dataset.input_shape)
     batch = f"a batch of {len(x)} training sample{'s' if len(x) > 1 else ''} of shape {shape}, as training batches them"
     fix = (f"Build the model for the data (input size {size}, {dataset.n_classes} classes, "
