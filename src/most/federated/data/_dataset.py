@@ -44,9 +44,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._paths import resolve_dir as _resolve_dir
-from .._random import derive_seed
-from .._validation import check_bool, check_positive_int
+from ..._paths import resolve_dir as _resolve_dir
+from ..._random import derive_seed
+from ..._validation import check_bool, check_positive_int
 
 __all__ = [
     "ClientData",
