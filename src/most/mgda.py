@@ -148,15 +148,19 @@ def _compute_device(device: torch.device) -> torch.device:
     return torch.device("cpu") if device.type == "mps" else device
 
 
+def _real_tensor(value, *, name: str, real: str, shape: str) -> Tensor:
+    """``value`` as a real tensor of 2 or 3 dimensions (a problem or a batch of them)."""
+    if isinstance(value, Tensor) and value.is_complex():
+        raise ValueError(f"`{name}` must be {real}; got a complex tensor.")
+    t = as_tensor(value, name=name)
+    if t.ndim not in (2, 3):
+        raise ValueError(f"`{name}` must have shape {shape}; got shape {tuple(t.shape)}.")
+    return t
+
+
 def _check_gram(gram) -> Tensor:
-    if isinstance(gram, Tensor) and gram.is_complex():
-        raise ValueError("`gram` must be a real matrix; got a complex tensor.")
-    g = as_tensor(gram, name="gram")
-    if g.ndim not in (2, 3):
-        raise ValueError(
-            "`gram` must have shape [n, n] (one problem) or [B, n, n] (a batch of B problems); "
-            f"got shape {tuple(g.shape)}."
-        )
+    g = _real_tensor(gram, name="gram", real="a real matrix",
+                     shape="[n, n] (one problem) or [B, n, n] (a batch of B problems)")
     if g.shape[-1] != g.shape[-2]:
         raise ValueError(f"`gram` must be square in its last two dimensions; got shape {tuple(g.shape)}.")
     if g.shape[-1] == 0:
@@ -663,14 +667,7 @@ def min_norm_direction(
 
 def _check_direction_args(jacobian, weights) -> tuple[Tensor, Tensor]:
     """The Jacobian as a tensor and the weights as float64 ``[n]`` or ``[B, n]`` (ones by default)."""
-    if isinstance(jacobian, Tensor) and jacobian.is_complex():
-        raise ValueError("`jacobian` must be real; got a complex tensor.")
-    J = as_tensor(jacobian, name="jacobian")
-    if J.ndim not in (2, 3):
-        raise ValueError(
-            "`jacobian` must have shape [n, d] (n gradients of dimension d) or [B, n, d]; "
-            f"got shape {tuple(J.shape)}."
-        )
+    J = _real_tensor(jacobian, name="jacobian", real="real", shape="[n, d] (n gradients of dimension d) or [B, n, d]")
     if J.shape[-2] == 0 or J.shape[-1] == 0:
         raise ValueError(
             f"`jacobian` has shape {tuple(J.shape)}: it needs at least one gradient (n >= 1) of dimension d >= 1."

@@ -33,8 +33,8 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from dataclasses import dataclass, field, fields
+from typing import Callable, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -51,6 +51,7 @@ from ..methods import (
     GammaWeights,
     MajorityShare,
     Marginals,
+    MinNorm,
     RandomAssignment,
     RelativeWeights,
     Support,
@@ -287,6 +288,9 @@ class FederatedMethod:
     def __post_init__(self):  # stored as the plain numbers they were checked as
         self.n_models = check_positive_int(self.n_models, name="n_models")
         self.server_lr = check_positive(self.server_lr, name="server_lr")
+        for f in fields(self):  # a subclass's numeric fields name their check
+            if "check" in f.metadata:
+                setattr(self, f.name, f.metadata["check"](getattr(self, f.name), name=f.name))
         check_component(self.optimizer, name="optimizer", example="most.optim.SGD()", base=UpdateRule)
         self._opt_state = None
         self._parts: tuple[Assignment, Weighting, Combiner] | None = None
@@ -361,53 +365,51 @@ class FederatedMethod:
 
 
 @dataclass
-class FedAvg(FederatedMethod):
+class _EveryPair(FederatedMethod):
+    """Every client trains every model (:class:`~most.methods.EqualAssignment`, weight 1 each);
+    a subclass names the combination of the updates."""
+
+    logs_plan: ClassVar[bool] = False
+    #: the combination of each model's updates, built from the method's fields
+    combination: ClassVar[Callable[["_EveryPair"], Combiner]]
+
+    def components(self):
+        return EqualAssignment(), Support(), self.combination()
+
+
+@dataclass
+class FedAvg(_EveryPair):
     """m independent FedAvg runs: every client trains every model; sample-size-weighted mean."""
 
     by_samples: ClassVar[bool] = True
-    logs_plan: ClassVar[bool] = False
-
-    def components(self):
-        return EqualAssignment(), Support(), WeightedSum()
+    combination = lambda self: WeightedSum()  # noqa: E731
 
 
 @dataclass
 class FedProx(FedAvg):
     """FedAvg with the local proximal term ``mu / 2 ||w - w_t||^2`` (Li et al. 2020)."""
 
-    mu: float = 0.01
+    mu: float = field(default=0.01, metadata={"check": check_non_negative})
 
     def __post_init__(self):
         super().__post_init__()
-        self.prox_mu = check_non_negative(self.mu, name="mu")
+        self.prox_mu = self.mu
 
 
 @dataclass
-class MGDA(FederatedMethod):
+class MGDA(_EveryPair):
     """m independent runs of federated MGDA: the min-norm element of the hull of all client
     updates (:class:`~most.methods.MinNorm`, unit weights)."""
 
-    logs_plan: ClassVar[bool] = False
-
-    def components(self):
-        from ..methods import MinNorm
-
-        return EqualAssignment(), Support(), MinNorm()
+    combination = lambda self: MinNorm()  # noqa: E731
 
 
 @dataclass
-class FedMGDAPlus(FederatedMethod):
+class FedMGDAPlus(_EveryPair):
     """FedMGDA+ (Hu et al. 2022): normalised client updates, min-norm within ``|lambda_i - 1/n| <= eps``."""
 
-    eps: float = 0.1
-    logs_plan: ClassVar[bool] = False
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_non_negative(self.eps, name="eps")
-
-    def components(self):
-        return EqualAssignment(), Support(), BoxMinNorm(self.eps)
+    eps: float = field(default=0.1, metadata={"check": check_non_negative})
+    combination = lambda self: BoxMinNorm(self.eps)  # noqa: E731
 
 
 @dataclass
@@ -415,11 +417,7 @@ class Linearization(FederatedMethod):
     """Model j minimises a fixed random convex combination of the client losses
     (:class:`~most.methods.RandomAssignment`, the weighted mean of the updates)."""
 
-    concentration: float = 1.0
-
-    def __post_init__(self):
-        super().__post_init__()
-        check_positive(self.concentration, name="concentration")
+    concentration: float = field(default=1.0, metadata={"check": check_positive})
 
     def components(self):
         return RandomAssignment(self.concentration), GammaWeights(), WeightedSum()
@@ -431,8 +429,6 @@ class WeightedMGDA(Linearization):
     weight scaled to 1)."""
 
     def components(self):
-        from ..methods import MinNorm
-
         return RandomAssignment(self.concentration), RelativeWeights(), MinNorm()
 
 
@@ -611,8 +607,6 @@ def min_norm_combination(params: Tensor, deltas: Tensor, pair_model: Tensor, wei
                          tol: float = 1e-6, coordinates: slice | None = None) -> Tensor:
     """Deprecated: ``params - server_lr * combine_updates(MinNorm(...), ...)`` (which also
     leaves out zero updates, so that they cannot stop a model)."""
-    from ..methods import MinNorm
-
     warnings.warn("most.federated.methods.min_norm_combination is deprecated; use combine_updates(most.MinNorm(), "
                   "...) and the update rule.", DeprecationWarning, stacklevel=2)
     coords = None if coordinates is None else (coordinates.start or 0, coordinates.stop)
