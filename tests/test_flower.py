@@ -227,7 +227,7 @@ def test_app_settings_from_run_config():
         AppSettings.from_run_config({"num-client": 4})
     with pytest.raises(ValueError, match="Unknown method 'MOST'"):
         AppSettings.from_run_config({"method": "MOST"})
-    with pytest.raises(ValueError, match="must be a int"):
+    with pytest.raises(ValueError, match="run-config.rounds: expected an integer; got 'many'"):
         AppSettings.from_run_config({"rounds": "many"})
 
 

@@ -30,7 +30,7 @@ import torch
 from flwr.serverapp import ServerApp
 
 from ..checkpoint import atomic_write_bytes, atomic_write_text
-from ..config import did_you_mean
+from ..config import build, did_you_mean
 from ..experiments.store import dumps
 from .. import registry
 from ..federated import methods as _methods
@@ -86,31 +86,21 @@ class AppSettings:
 
     @classmethod
     def from_run_config(cls, run_config) -> "AppSettings":
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        values = {}
-        for key, value in dict(run_config).items():
-            name = key.replace("-", "_")
-            if name not in fields:
-                raise ValueError(f"Unknown run-config key {key!r}{did_you_mean(name, fields)}; "
-                                 f"known: {', '.join(k.replace('_', '-') for k in fields)}.")
-            kind = type(fields[name].default)
-            try:
-                values[name] = kind(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"Run-config key {key!r} must be a {kind.__name__}; got {value!r}.") from None
-        settings = cls(**values)
+        """The settings of a Flower run config (dashed keys), each value checked as an experiment
+        file's are (:func:`most.config.build`: unknown keys with a suggestion, wrong types)."""
+        values = {str(key).replace("-", "_"): value for key, value in dict(run_config).items()}
+        settings = build(cls, values, path="run-config")
         if settings.method not in METHODS:
             raise ValueError(f"Unknown method {settings.method!r}{did_you_mean(settings.method, METHODS)}; "
                              f"choose from {', '.join(METHODS)}.")
         return settings
 
     def build(self):
-        """``(method, model, FederatedConfig)``."""
+        """``(method, model, FederatedConfig)``: the protocol fields are FederatedConfig's own."""
         extra = {"warmup": _methods.WarmUp(self.warmup_rounds)} if self.method == "MosT" else {}
         method = METHODS[self.method](self.n_models, server_lr=self.server_lr, **extra)
-        config = FederatedConfig(rounds=self.rounds, local_epochs=self.local_epochs, batch_size=self.batch_size,
-                                 lr=self.lr, eval_every=self.eval_every, seed=self.seed, pair_seeds=True)
-        return method, logistic_regression(60, 10), config
+        protocol = {f.name: getattr(self, f.name) for f in dataclasses.fields(FederatedConfig) if hasattr(self, f.name)}
+        return method, logistic_regression(60, 10), FederatedConfig(**protocol, pair_seeds=True)
 
     def data(self):
         return fedprox_synthetic(self.rho1, self.rho2, n_clients=self.num_clients,
