@@ -1,0 +1,179 @@
+"""Fashion-MNIST idx files split over clients with a Dirichlet label skew."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import struct
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..._paths import resolve_dir as _resolve_dir
+from ..._validation import check_positive_int
+from ._dataset import (FederatedDataset, _check_fraction_number, _check_split, _check_splits_filled,
+                       _client_from_arrays, _numpy_rng, dirichlet_label_split)
+
+__all__ = ["load_fashion_mnist", "FASHION_MNIST_ENV", "FASHION_MNIST_DEFAULT_DIR"]
+
+#: Environment variable read by :func:`load_fashion_mnist` when no path is given.
+FASHION_MNIST_ENV = "MOST_FASHION_MNIST"
+#: Where Debian's ``dataset-fashion-mnist`` package installs the idx files.
+FASHION_MNIST_DEFAULT_DIR = "/usr/share/datasets/fashion-mnist"
+
+_FASHION_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+_FASHION_HOW = (
+    "Install Debian's package (`apt-get install dataset-fashion-mnist`, files in "
+    f"{FASHION_MNIST_DEFAULT_DIR}) or download the four files from "
+    "https://github.com/zalandoresearch/fashion-mnist and set the environment variable "
+    f"{FASHION_MNIST_ENV} to their directory (or pass it as `load_fashion_mnist(path)`)."
+)
+
+
+def _read_idx(file: Path) -> np.ndarray:
+    """An idx file (gzipped or not) of unsigned bytes, as a ``uint8`` array."""
+    try:
+        opener = gzip.open if file.name.endswith(".gz") else open
+        with opener(file, "rb") as handle:
+            raw = handle.read()
+    except (OSError, EOFError) as exc:
+        raise ValueError(f"{file}: cannot be read as a{' gzipped' if file.name.endswith('.gz') else 'n'} "
+                         f"idx file ({exc}).") from exc
+    if len(raw) < 4:
+        raise ValueError(f"{file}: too short for an idx header ({len(raw)} bytes).")
+    zero, code, ndim = struct.unpack(">HBB", raw[:4])
+    if zero != 0 or code != 0x08 or ndim == 0:
+        raise ValueError(f"{file}: not an idx file of unsigned bytes (magic {raw[:4].hex()}; expected 000008xx).")
+    header = 4 + 4 * ndim
+    if len(raw) < header:
+        raise ValueError(f"{file}: truncated idx header.")
+    dims = struct.unpack(f">{ndim}I", raw[4:header])
+    expected = int(np.prod(dims))
+    if len(raw) - header != expected:
+        raise ValueError(f"{file}: the header announces {dims} = {expected} bytes of data; the file has "
+                         f"{len(raw) - header}.")
+    return np.frombuffer(raw, dtype=np.uint8, offset=header).reshape(dims)
+
+
+def _fashion_file(directory: Path, name: str) -> Path | None:
+    for candidate in (directory / name, directory / name[: -len(".gz")]):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def load_fashion_mnist(
+    path: str | os.PathLike | None = None,
+    *,
+    n_clients: int = 100,
+    concentration: float = 0.3,
+    samples_per_client: int | None = None,
+    split: Sequence[float] = (0.6, 0.2, 0.2),
+    seed: int = 0,
+    rotations: int = 1,
+) -> FederatedDataset:
+    """Fashion-MNIST over ``n_clients`` clients with a Dirichlet(``concentration``) label skew.
+
+    Args:
+        path: the directory with ``train-images-idx3-ubyte.gz``, ``train-labels-idx1-ubyte.gz``,
+            ``t10k-images-idx3-ubyte.gz`` and ``t10k-labels-idx1-ubyte.gz`` (uncompressed
+            files without ``.gz`` also work). ``None``: the environment variable
+            ``MOST_FASHION_MNIST``, else ``/usr/share/datasets/fashion-mnist`` (Debian's
+            ``dataset-fashion-mnist``).
+        n_clients: number of clients before empty ones are dropped.
+        concentration: Dirichlet parameter of :func:`dirichlet_label_split` (smaller: more skew).
+        samples_per_client: ``None`` uses all 70000 images; otherwise
+            ``n_clients * samples_per_client`` images are first drawn uniformly at random
+            (without replacement) from the pool, so clients have that many samples *on
+            average* (sizes still vary with the Dirichlet draws) -- small CPU runs.
+        split: each client's ``train:val:test`` fractions, all positive (a client with very few
+            samples may still get an empty validation or test split, but not every client).
+        seed: one ``np.random.default_rng(seed)`` drives the subsample, the label split and
+            the per-client shuffles.
+        rotations: r in 1..4. Client k's images (all three splits) are turned by
+            ``90 * (k mod r)`` degrees, so the clients fall into r equal groups that need
+            different models (the rotated-image clusters of IFCA's experiments, Ghosh et al.
+            2020). ``1`` (default): no rotation; the data are the same for every r but for
+            the turn.
+
+    The official train (60000) and test (10000) images are pooled before splitting, so
+    each client's test split follows its own label distribution. Pixels are scaled to
+    [0, 1] (``/ 255``), shape ``(1, 28, 28)``, ``float32``; 10 classes. Clients that get no
+    training sample are left out with a warning naming them. Client ids: ``client_000``,
+    ``client_001``, ... (positions before dropping).
+
+    Raises ``FileNotFoundError`` naming the directory and each missing file (with how to
+    get them), and ``ValueError`` naming the file for a malformed idx file.
+    """
+    check_positive_int(n_clients, name="n_clients")
+    concentration = _check_fraction_number(concentration, name="concentration")
+    if samples_per_client is not None:
+        check_positive_int(samples_per_client, name="samples_per_client")
+    split = _check_split(split)
+    if isinstance(rotations, bool) or not isinstance(rotations, (int, np.integer)) or not 1 <= rotations <= 4:
+        raise ValueError(f"`rotations` must be a whole number from 1 to 4 (quarter turns); got {rotations!r}.")
+    x_all, y_all = _read_fashion(path)
+    rng = _numpy_rng(seed)
+    pool = _pool(len(y_all), n_clients, samples_per_client, rng)
+    parts = dirichlet_label_split(y_all[pool], n_clients, concentration, seed=rng)
+    clients = []
+    for k, part in enumerate(parts):
+        idx = pool[part]
+        x = np.rot90(x_all[idx], k % rotations, axes=(1, 2))  # zero turns: the images as they are
+        clients.append(_client_from_arrays(x[:, None], y_all[idx], split, rng, divisor=255))
+    width = len(str(n_clients - 1))
+    data = FederatedDataset.from_clients(
+        clients,
+        name=f"fashion_mnist(dirichlet {concentration:g}" + (f", {rotations} rotations)" if rotations > 1 else ")"),
+        n_classes=10,
+        client_ids=[f"client_{k:0{max(width, 3)}d}" for k in range(n_clients)],
+        input_shape=(1, 28, 28),
+    )
+    sizes = data.sizes("all")
+    return _check_splits_filled(data, split, f"clients of {min(sizes)} to {max(sizes)} samples")
+
+
+def _read_fashion(path: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
+    """The official train and test images (``uint8`` ``[N, 28, 28]``) and labels, pooled."""
+    directory, source = _resolve_dir(path, FASHION_MNIST_ENV, "Fashion-MNIST data", _FASHION_HOW,
+                                     default=FASHION_MNIST_DEFAULT_DIR)
+    found = {name: _fashion_file(directory, name) for name in _FASHION_FILES}
+    missing = [name for name, f in found.items() if f is None]
+    if missing:
+        raise FileNotFoundError(
+            f"Fashion-MNIST: {os.path.abspath(directory)}{source} lacks {', '.join(missing)}. {_FASHION_HOW}"
+        )
+    arrays = {name: _read_idx(f) for name, f in found.items()}  # type: ignore[arg-type]
+    images, labels = [], []
+    for img_name, lab_name in (_FASHION_FILES[:2], _FASHION_FILES[2:]):
+        img, lab = arrays[img_name], arrays[lab_name]
+        if img.ndim != 3 or img.shape[1:] != (28, 28):
+            raise ValueError(f"{found[img_name]}: expected images of shape [N, 28, 28]; got {img.shape}.")
+        if lab.ndim != 1 or lab.shape[0] != img.shape[0]:
+            raise ValueError(f"{found[lab_name]}: expected {img.shape[0]} labels (one per image in "
+                             f"{found[img_name].name}); got shape {lab.shape}.")
+        if lab.size and lab.max() > 9:
+            raise ValueError(f"{found[lab_name]}: labels must be in 0 .. 9; found {int(lab.max())}.")
+        images.append(img)
+        labels.append(lab)
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def _pool(n_images: int, n_clients: int, samples_per_client: int | None, rng: np.random.Generator) -> np.ndarray:
+    """The sorted indices of the images dealt out to the clients: all, or a uniform subsample of
+    ``n_clients * samples_per_client``."""
+    if samples_per_client is None:
+        return np.arange(n_images)
+    total = n_clients * samples_per_client
+    if total > n_images:
+        raise ValueError(
+            f"`n_clients * samples_per_client` = {total} exceeds the {n_images} Fashion-MNIST images; "
+            "lower one of them (or use samples_per_client=None for all images)."
+        )
+    return np.sort(rng.choice(n_images, size=total, replace=False))
