@@ -74,13 +74,9 @@ def solve_newton(
     was reached with a column-marginal L1 violation ``≤ tol`` before the rounding.
     """
     c = (cost - cost.min()) / scale
-    m = c.shape[1]
-    top = max(float(c.max()), reg)
-    n_stages = max(1, math.ceil(math.log(top / reg) / math.log(EPS_FACTOR)) + 1) if top > reg else 1
-    eps_list = [max(reg, top / EPS_FACTOR**k) for k in range(n_stages)]
-    eps_list[-1] = reg
+    eps_list = _eps_stages(c, reg)
     g = torch.zeros_like(b)
-    eye = torch.eye(m, dtype=c.dtype, device=c.device)
+    eye = torch.eye(c.shape[1], dtype=c.dtype, device=c.device)
     uniform = bool((a == a[0]).all())
     it = 0
     err = math.inf
@@ -90,58 +86,92 @@ def solve_newton(
             break
         stage = k
         stage_tol = tol if k == len(eps_list) - 1 else max(tol, STAGE_TOL)
-        value, P = _evaluate(g, c, a, b, eps)
-        while True:
-            col = a @ P
-            grad = b - col
-            err = float(grad.abs().sum())
-            if err <= stage_tol or it >= max_iter:
-                break
-            it += 1
-            second = float(a[0]) * (P.T @ P) if uniform else P.T @ (a[:, None] * P)  # Pᵀ diag(a) P
-            hess = (torch.diag(col) - second) / eps  # -∇²F, PSD, null space ⊇ 1
-            # The constant vector is a null direction of F; a tiny ridge fixes the gauge.
-            ridge = 1e-10 * float(hess.diagonal().max()) + 1e-300
-            step = torch.linalg.solve(hess + ridge * eye, grad)
-            # No useful step moves a potential by more than the (normalised) cost range; a
-            # nearly flat semi-dual (every row's mass on one column, as when R(Γ) has pushed
-            # the plan to a vertex) would otherwise give steps too long for the line search.
-            step = step / max(1.0, float(step.abs().max()) / MAX_STEP)
-            slope = float(grad @ step)
-            t = 1.0
-            new_value, new_P = value, P
-            if 0 < slope <= RESOLUTION * max(1.0, abs(value)):
-                # Close to the optimum the increase of F is below what float64 can resolve, so
-                # a line search cannot judge the step; Newton's local quadratic convergence holds.
-                g = g + step
-                value, P = _evaluate(g, c, a, b, eps)
-                continue
-            while slope > 0:
-                new_value, new_P = _evaluate(g + t * step, c, a, b, eps)
-                if new_value >= value + ARMIJO * t * slope or t <= MIN_NEWTON_STEP:
-                    break
-                t *= 0.5
-            if not (slope > 0 and new_value >= value + ARMIJO * t * slope):
-                # Newton's model is poor here: F is nearly flat (most rows' mass on one column,
-                # as when R(Γ) has pushed the plan to a vertex) and its Hessian nearly zero.
-                # Take the Sinkhorn column update instead -- an exact block maximisation of the
-                # dual, which increases F -- and, since F is close to linear along it, keep
-                # doubling it while F still increases, to cross the flat region quickly.
-                direction = eps * (b.log() - col.clamp_min(torch.finfo(col.dtype).tiny).log())
-                longest = MAX_STEP / max(float(direction.abs().max()), torch.finfo(c.dtype).tiny)
-                new_value, new_P = _evaluate(g + direction, c, a, b, eps)
-                if not new_value > value:  # no ascent left at this precision
-                    break
-                t = 1.0
-                while 2 * t <= longest:
-                    far_value, far_P = _evaluate(g + 2 * t * direction, c, a, b, eps)
-                    if not far_value > new_value:
-                        break
-                    t, new_value, new_P = 2 * t, far_value, far_P
-                g, value, P = g + t * direction, new_value, new_P
-                continue
-            g, value, P = g + t * step, new_value, new_P
+        g, P, it, err = _stage(g, c, a, b, eps, stage_tol=stage_tol, it=it, max_iter=max_iter, eye=eye,
+                               uniform=uniform)
         if err > stage_tol:
             break
     converged = stage == len(eps_list) - 1 and err <= tol
     return round_to_feasible(P.mul_(a[:, None]), a, b), it, converged
+
+
+def _eps_stages(c: Tensor, reg: float) -> list[float]:
+    """The ε of each stage: from the (normalised) cost range down to ``reg`` by ``EPS_FACTOR``."""
+    top = max(float(c.max()), reg)
+    n_stages = max(1, math.ceil(math.log(top / reg) / math.log(EPS_FACTOR)) + 1) if top > reg else 1
+    eps_list = [max(reg, top / EPS_FACTOR**k) for k in range(n_stages)]
+    eps_list[-1] = reg
+    return eps_list
+
+
+def _stage(g: Tensor, c: Tensor, a: Tensor, b: Tensor, eps: float, *, stage_tol: float, it: int, max_iter: int,
+           eye: Tensor, uniform: bool) -> tuple[Tensor, Tensor, int, float]:
+    """Steps at one ε until the column violation is ``≤ stage_tol``, the step count reaches
+    ``max_iter`` or no ascent is left: returns ``(g, P, it, err)``."""
+    value, P = _evaluate(g, c, a, b, eps)
+    while True:
+        col = a @ P
+        grad = b - col
+        err = float(grad.abs().sum())
+        if err <= stage_tol or it >= max_iter:
+            break
+        it += 1
+        step, slope = _newton_step(P, col, grad, a, eps, eye=eye, uniform=uniform)
+        t = 1.0
+        new_value, new_P = value, P
+        if 0 < slope <= RESOLUTION * max(1.0, abs(value)):
+            # Close to the optimum the increase of F is below what float64 can resolve, so
+            # a line search cannot judge the step; Newton's local quadratic convergence holds.
+            g = g + step
+            value, P = _evaluate(g, c, a, b, eps)
+            continue
+        while slope > 0:
+            new_value, new_P = _evaluate(g + t * step, c, a, b, eps)
+            if new_value >= value + ARMIJO * t * slope or t <= MIN_NEWTON_STEP:
+                break
+            t *= 0.5
+        if not (slope > 0 and new_value >= value + ARMIJO * t * slope):
+            moved = _sinkhorn_step(g, col, value, c, a, b, eps)
+            if moved is None:  # no ascent left at this precision
+                break
+            g, value, P = moved
+            continue
+        g, value, P = g + t * step, new_value, new_P
+    return g, P, it, err
+
+
+def _newton_step(P: Tensor, col: Tensor, grad: Tensor, a: Tensor, eps: float, *, eye: Tensor,
+                 uniform: bool) -> tuple[Tensor, float]:
+    """The Newton step on ``F`` and its slope ``∇F · step``."""
+    second = float(a[0]) * (P.T @ P) if uniform else P.T @ (a[:, None] * P)  # Pᵀ diag(a) P
+    hess = (torch.diag(col) - second) / eps  # -∇²F, PSD, null space ⊇ 1
+    # The constant vector is a null direction of F; a tiny ridge fixes the gauge.
+    ridge = 1e-10 * float(hess.diagonal().max()) + 1e-300
+    step = torch.linalg.solve(hess + ridge * eye, grad)
+    # No useful step moves a potential by more than the (normalised) cost range; a
+    # nearly flat semi-dual (every row's mass on one column, as when R(Γ) has pushed
+    # the plan to a vertex) would otherwise give steps too long for the line search.
+    step = step / max(1.0, float(step.abs().max()) / MAX_STEP)
+    return step, float(grad @ step)
+
+
+def _sinkhorn_step(g: Tensor, col: Tensor, value: float, c: Tensor, a: Tensor, b: Tensor,
+                   eps: float) -> tuple[Tensor, float, Tensor] | None:
+    """Where Newton's model is poor: ``(g, F(g), P)`` after the Sinkhorn column update, or
+    ``None`` where that does not increase ``F``.
+
+    ``F`` is nearly flat there (most rows' mass on one column, as when R(Γ) has pushed the
+    plan to a vertex) and its Hessian nearly zero. The Sinkhorn column update is an exact
+    block maximisation of the dual, which increases F; since F is close to linear along it,
+    it is doubled while F still increases, to cross the flat region quickly."""
+    direction = eps * (b.log() - col.clamp_min(torch.finfo(col.dtype).tiny).log())
+    longest = MAX_STEP / max(float(direction.abs().max()), torch.finfo(c.dtype).tiny)
+    new_value, new_P = _evaluate(g + direction, c, a, b, eps)
+    if not new_value > value:
+        return None
+    t = 1.0
+    while 2 * t <= longest:
+        far_value, far_P = _evaluate(g + 2 * t * direction, c, a, b, eps)
+        if not far_value > new_value:
+            break
+        t, new_value, new_P = 2 * t, far_value, far_P
+    return g + t * direction, new_value, new_P
