@@ -298,6 +298,6 @@ def test_a_warning_for_the_user_is_one_line(tmp_path):
                           "--quiet"], capture_output=True, text=True, timeout=300,
                          env=dict(os.environ, OMP_NUM_THREADS="1"))
     assert res.returncode == 0, res.stderr
-    lines = [line for line in res.stderr.splitlines() if "warmup_rounds" in line]
-    assert lines and all(line.startswith("Warning: MosT(warmup_rounds=5) with rounds=2") for line in lines)
+    lines = [line for line in res.stderr.splitlines() if "WarmUp(rounds=5)" in line]
+    assert lines and all(line.startswith("Warning: MosT(warmup=WarmUp(rounds=5)) with rounds=2") for line in lines)
     assert ".py:" not in res.stderr  # no file and line of the library or of typer

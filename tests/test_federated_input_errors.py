@@ -217,9 +217,9 @@ def test_bool_settings_must_be_bools(make):
 def test_most_whose_warmup_takes_every_round_warns_that_the_run_is_fedavg(data):
     model = fl.logistic_regression(5, 3)
     for rounds in (2, 5):
-        with pytest.warns(UserWarning, match=rf"warmup_rounds=5\) with rounds={rounds}.*FedAvg with 2 copies"):
+        with pytest.warns(UserWarning, match=rf"warmup=WarmUp\(rounds=5\)\) with rounds={rounds}.*FedAvg with 2 copies"):
             fl.check_inputs(data, model, fl.methods.MosT(n_models=2), fl.FederatedConfig(rounds=rounds))
-    with pytest.warns(UserWarning, match=r"warmup_rounds=5\) with rounds=5.*Use a shorter warm-up"):
+    with pytest.warns(UserWarning, match=r"warmup=WarmUp\(rounds=5\)\) with rounds=5.*Use a shorter warm-up"):
         result = fl.run_federated(data, model, fl.methods.MosT(n_models=2), fl.FederatedConfig(rounds=5))
     assert torch.equal(result.params[0], result.params[1])
     with warnings.catch_warnings():

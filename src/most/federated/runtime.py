@@ -562,7 +562,7 @@ def _warn_if_most_never_leaves_its_warmup(method, config: FederatedConfig) -> No
     if config.rounds > method.warmup_rounds or (split_by_updates and config.rounds == method.warmup_rounds):
         return
     warnings.warn(
-        f"MosT(warmup_rounds={method.warmup_rounds}) with rounds={config.rounds}: every round is a warm-up round, "
+        f"MosT(warmup={method.warmup!r}) with rounds={config.rounds}: every round is a warm-up round, "
         f"so MosT never assigns clients to models and the run is FedAvg with {method.n_models} copies of one model "
         "(the m models end identical). Use a shorter warm-up (e.g. warmup=WarmUp(rounds=1), or warmup=None) or more "
         f"rounds (more than {method.warmup_rounds - int(split_by_updates)}).", UserWarning, stacklevel=_caller_level())
