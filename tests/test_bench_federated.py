@@ -400,10 +400,15 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
         return ["bench", "federated", "--rounds", "4", "--seed", "0", "--seed", "1", "--server-lr", "1",
                 "--server-lr", "3", "--method", "MosT", "--method", "FedProx", "--out", str(out), "--quiet", *extra]
 
+    def finished(out):
+        return sorted(p.parent for p in (out / fb.RUNS_DIR).rglob("result.json"))
+
+    n_runs = 2 * (2 + 2 * 4)  # seeds x (MosT's 2 server steps + FedProx's 2 steps x 4 mu)
     res = runner.invoke(app, args(tmp_path / "whole"))
     assert res.exit_code == 0, res.output
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())
-    assert not (tmp_path / "whole" / fb.RUNS_FILE).exists()  # removed once the results are written
+    assert len(finished(tmp_path / "whole")) == n_runs  # one run folder per candidate, kept with the results
+    assert tmp_path / "whole" / "runs" / "FedProx_server_lr=3.0_extra=0.01" / "seed1" in finished(tmp_path / "whole")
 
     real, made, limit = fb._run_one, [], [5]
 
@@ -415,21 +420,24 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
 
     monkeypatch.setattr(fb, "_run_one", stopped_after_the_limit)
     res = runner.invoke(app, args(tmp_path / "cut"))
-    assert res.exit_code == 130 and "--resume" in res.output
-    runs = tmp_path / "cut" / fb.RUNS_FILE
-    assert len(runs.read_text().splitlines()) == 1 + 5 and not (tmp_path / "cut" / "results.json").exists()
-    with runs.open("a") as handle:  # a line cut short when the call was stopped
-        handle.write('{"method": "FedProx", "run": {"seed"')
+    assert res.exit_code == 130 and "--resume" in res.output and f"{tmp_path / 'cut' / 'runs'}" in _flat(res.output)
+    runs = tmp_path / "cut" / fb.RUNS_DIR
+    assert len(finished(tmp_path / "cut")) == 5 and not (tmp_path / "cut" / "results.json").exists()
+    # a run stopped between its two files: a config.json without result.json, and a temporary file
+    cut_short = runs / "FedProx_server_lr=3.0_extra=1.0" / "seed1"
+    cut_short.mkdir(parents=True)
+    stored = json.loads((finished(tmp_path / "cut")[0] / "config.json").read_text())
+    (cut_short / "config.json").write_text(json.dumps({**stored, "key": [1, "FedProx", 3.0, 1.0]}))
+    (cut_short / ".result.json.123.tmp").write_text('{"seed"')
     made.clear()
     limit[0] = 3
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))  # stopped again, three runs later
-    assert res.exit_code == 130 and len(made) == 3
-    assert len(runs.read_text().splitlines()) == 1 + 8  # the cut line dropped, the new runs on lines of their own
+    assert res.exit_code == 130 and len(made) == 3 and len(finished(tmp_path / "cut")) == 8
     monkeypatch.setattr(fb, "_run_one", lambda *a: made.append(a[3:]) or real(*a))
     made.clear()
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
     assert res.exit_code == 0, res.output
-    assert len(made) == 2 * (2 + 2 * 4) - 8  # only the missing candidates ran
+    assert len(made) == n_runs - 8  # only the missing candidates ran
     cut = json.loads((tmp_path / "cut" / "results.json").read_text())
     for name in ("MosT", "FedProx"):
         for a, b in zip(whole["methods"][name]["runs"], cut["methods"][name]["runs"]):
@@ -437,19 +445,26 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
                 k: v for k, v in b.items() if k not in ("seconds", "timing")}
     assert cut["paired_vs_most"] == whole["paired_vs_most"]
 
-    # other settings in the runs file are refused before any work; so is a file with runs without --resume
-    runs.write_text(json.dumps({"settings": {"dataset": "synthetic", "rho": [1.0, 1.0]}}) + "\n")
+    # finished runs made with other settings are refused before any work, naming what differs
+    config_file = finished(tmp_path / "cut")[0] / "config.json"
+    kept = config_file.read_text()
+    stored = json.loads(kept)
+    stored["settings"]["protocol"]["rounds"] = 5
+    config_file.write_text(json.dumps(stored))
     made.clear()
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
-    assert res.exit_code != 0 and "othersettings" in _flat(res.output) and made == []
-    runs.write_text("not json\n")
+    assert res.exit_code == 2 and "othersettings:protocol.rounds(5then,4now)" in _flat(res.output) and made == []
+    config_file.write_text("not json")
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
-    assert res.exit_code != 0 and "isnotarunsfile" in _flat(res.output)
-    runs.write_text(json.dumps({"settings": {}}) + "\n" + '{"key": [0], "run": {}}\n')
-    res = runner.invoke(app, args(tmp_path / "cut"))  # without --resume a file with runs is refused ...
-    assert res.exit_code != 0 and "holds1finishedrun(s)" in _flat(res.output) and made == []
-    res = runner.invoke(app, args(tmp_path / "cut", "--restart"))  # ... and --restart starts again
-    assert res.exit_code == 0 and len(made) == 2 * (2 + 2 * 4)
+    assert res.exit_code == 2 and f"{config_file}iscorrupt" in _flat(res.output) and made == []
+    config_file.write_text(kept)
+    res = runner.invoke(app, args(tmp_path / "cut"))  # without --resume finished runs are refused ...
+    assert res.exit_code == 2 and f"holds{n_runs}finishedrun(s)" in _flat(res.output) and made == []
+    res = runner.invoke(app, args(tmp_path / "cut", "--resume"))  # ... reused with it (the results again) ...
+    assert res.exit_code == 0 and made == []
+    assert json.loads((tmp_path / "cut" / "results.json").read_text())["methods"] == cut["methods"]
+    res = runner.invoke(app, args(tmp_path / "cut", "--restart"))  # ... and made again with --restart
+    assert res.exit_code == 0 and len(made) == n_runs and len(finished(tmp_path / "cut")) == n_runs
 
 
 def test_runs_in_worker_processes_give_the_results_of_one_process(tmp_path):

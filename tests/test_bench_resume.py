@@ -1,19 +1,23 @@
-"""Resuming an interrupted `most bench` call: the runs file, and resumed results equal to an
-uninterrupted call's (few-objective, mtl; the federated table's test is in
-test_bench_federated.py, the prompts' in test_prompts.py)."""
+"""Resuming an interrupted `most bench` call: the run store (``OUT/runs``, the results store of
+`most run`), and resumed results equal to an uninterrupted call's (few-objective, mtl; the
+federated table's test is in test_bench_federated.py, the prompts' in test_prompts.py)."""
 
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
+from pathlib import Path
 
 import pytest
 from _shared import SHARED_DATA
 from typer.testing import CliRunner
 
 from most.bench import _runs
-from most.bench._runs import RUNS_FILE, RunLog
+from most.bench._runs import LEGACY_RUNS_FILE, RUNS_DIR, RunStore, folder_name
 from most.cli import app
+from most.experiments.store import CorruptFileError
 
 runner = CliRunner()
 
@@ -31,11 +35,16 @@ def _without_seconds(value):
     return value
 
 
+def _finished(out: Path) -> int:
+    """The finished runs kept in ``out``."""
+    return len(list((out / RUNS_DIR).rglob("result.json")))
+
+
 @pytest.fixture
 def stop_after(monkeypatch):
     """``stop_after(k)``: the next calls record k runs, then are stopped (KeyboardInterrupt) as the
     next run would be recorded; ``made`` counts the runs recorded since the last ``stop_after``."""
-    real, state = RunLog.add, {"limit": None, "made": 0}
+    real, state = RunStore.add, {"limit": None, "made": 0}
 
     def add(self, key, run):
         if state["limit"] is not None and state["made"] == state["limit"]:
@@ -43,7 +52,7 @@ def stop_after(monkeypatch):
         state["made"] += 1
         return real(self, key, run)
 
-    monkeypatch.setattr(_runs.RunLog, "add", add)
+    monkeypatch.setattr(_runs.RunStore, "add", add)
 
     def set_limit(k):
         state.update(limit=k, made=0)
@@ -52,35 +61,110 @@ def stop_after(monkeypatch):
     return set_limit
 
 
-def test_the_runs_file_keeps_runs_drops_a_cut_line_and_refuses_other_settings(tmp_path):
-    log = RunLog(tmp_path, {"rounds": 3}, suite="mtl")
-    log.add(("MosT", 0), {"accuracy": 0.5})
-    log.add(("fair", "EPO", 1, 0.05, (20, 1.0)), {"accuracy": [0.1, 0.2]})
-    assert log.run(("MosT", 0), lambda: pytest.fail("a recorded run is not made again")) == {"accuracy": 0.5}
-    with (tmp_path / RUNS_FILE).open("a") as handle:
-        handle.write('{"key": ["MGDA", 0], "run": {"accu')  # stopped while writing
-    again = RunLog(tmp_path, {"rounds": 3}, suite="mtl", resume=True)
-    assert again.get(("fair", "EPO", 1, 0.05, (20, 1.0))) == {"accuracy": [0.1, 0.2]}  # tuples match their lists
-    assert again.get(("MGDA", 0)) is None and again.get(("MosT", 1)) is None
-    assert len((tmp_path / RUNS_FILE).read_text().splitlines()) == 3  # the cut line is gone
-    again.add(("MGDA", 0), {"accuracy": 0.25})  # appended on a line of its own
-    assert RunLog(tmp_path, {"rounds": 3}, suite="mtl", resume=True).get(("MGDA", 0)) == {"accuracy": 0.25}
+def _store(out, settings=None, **kwargs) -> RunStore:
+    return RunStore(out, {"rounds": 3} if settings is None else settings, suite="mtl",
+                    folder=lambda key: folder_name(*key[:-1], f"seed{key[-1]}"), **kwargs)
 
-    with pytest.raises(ValueError, match=r"other settings \(lr, rounds differ\).*leave out --resume"):
-        RunLog(tmp_path, {"rounds": 4, "lr": 0.1}, suite="mtl", resume=True)
-    with pytest.raises(ValueError, match=r"holds 3 finished run\(s\).*--resume.*--restart"):
-        RunLog(tmp_path, {"rounds": 4}, suite="mtl")  # a forgotten --resume does not drop the runs
+
+def test_every_run_is_a_run_folder_read_back_as_a_resumed_call_reads_it(tmp_path):
+    store = _store(tmp_path)
+    assert store.missing([("MosT", 0)]) == [("MosT", 0)] and not (tmp_path / RUNS_DIR).exists()  # nothing written yet
+    run = {"accuracy": 0.1 + 0.2, "curve": [(0, 0.5)], "val": -math.inf, "mean": math.nan}
+    back = store.add(("MosT", 0), run)
+    folder = tmp_path / RUNS_DIR / "MosT" / "seed0"
+    assert json.loads((folder / "config.json").read_text()) == {"suite": "mtl", "key": ["MosT", 0],
+                                                                 "settings": {"rounds": 3}}
+    # the numbers exactly (a failed candidate's -inf and NaN too), tuples as the lists JSON keeps
+    assert back["accuracy"] == 0.1 + 0.2 and back["curve"] == [[0, 0.5]] and back["val"] == -math.inf
+    assert math.isnan(back["mean"]) and store.get(("MosT", 0)) == back | {"mean": back["mean"]}
+    store.add(("fair", ("EPO", ("lr", 0.05), ("variant", (20, 1.0))), 1), {"accuracy": [0.1, 0.2]})
+    assert (tmp_path / RUNS_DIR / "fair" / "EPO_lr=0.05_variant=20_1.0" / "seed1" / "result.json").is_file()
+
+    again = _store(tmp_path, resume=True)
+    assert again.missing([("MosT", 0), ("MosT", 1), ("MGDA", 0)]) == [("MosT", 1), ("MGDA", 0)]
+    assert again.get(("fair", ("EPO", ("lr", 0.05), ("variant", (20, 1.0))), 1)) == {"accuracy": [0.1, 0.2]}
+    # a run stopped between its two files: its config.json alone does not make it finished
+    (tmp_path / RUNS_DIR / "MGDA" / "seed0").mkdir(parents=True)
+    (tmp_path / RUNS_DIR / "MGDA" / "seed0" / "config.json").write_text(
+        json.dumps({"suite": "mtl", "key": ["MGDA", 0], "settings": {"rounds": 3}}))
+    assert _store(tmp_path, resume=True).missing([("MGDA", 0)]) == [("MGDA", 0)]
+
+
+def test_finished_runs_are_kept_unless_restart_and_other_settings_are_named(tmp_path):
+    first = _store(tmp_path)  # a folder without finished runs needs neither flag
+    first.add(("MosT", 0), {"accuracy": 0.5})
+    first.add(("MosT", 1), {"accuracy": 0.25})
+    with pytest.raises(ValueError, match=r"holds 2 finished run\(s\).*--resume.*--restart"):
+        _store(tmp_path)  # a forgotten --resume does not drop the runs
+    with pytest.raises(ValueError, match=r"other settings: lr \(null then, 0.1 now\); rounds \(3 then, 4 now\)"
+                                         r".*--restart"):
+        _store(tmp_path, {"rounds": 4, "lr": 0.1}, resume=True)
+    with pytest.raises(ValueError, match=r"other settings: rounds"):
+        _store(tmp_path, {"rounds": 4})  # named without --resume too
     with pytest.raises(ValueError, match="exclude each other"):
-        RunLog(tmp_path, {"rounds": 4}, suite="mtl", resume=True, restart=True)
-    RunLog(tmp_path, {"rounds": 4}, suite="mtl", restart=True)  # starts the file again
-    assert RunLog(tmp_path, {"rounds": 4}, suite="mtl", resume=True).done == {}
-    RunLog(tmp_path, {"rounds": 5}, suite="mtl")  # a file without runs needs neither
-    (tmp_path / RUNS_FILE).write_text("rounds = 3\n")
-    with pytest.raises(ValueError, match="not a runs file written by `most bench mtl`"):
-        RunLog(tmp_path, {"rounds": 3}, suite="mtl", resume=True)
-    RunLog(tmp_path, {}, suite="mtl").remove()
-    assert not (tmp_path / RUNS_FILE).exists()
-    assert RunLog(tmp_path, {}, suite="mtl", resume=True).done == {}  # nothing to resume: starts afresh
+        _store(tmp_path, resume=True, restart=True)
+    assert _store(tmp_path, {"rounds": 4}, restart=True).missing([("MosT", 0)]) == [("MosT", 0)]
+    assert not (tmp_path / RUNS_DIR).exists()  # the runs of the earlier call are gone
+    _store(tmp_path, resume=True)  # nothing to resume: starts afresh
+
+
+def test_what_is_not_a_run_of_the_suite_is_refused_and_never_removed(tmp_path):
+    RunStore(tmp_path, {}, suite="few-objective", folder=lambda key: "a/seed0").add(("a", 0), {"v": 1})
+    for flags in ({}, {"resume": True}, {"restart": True}):
+        with pytest.raises(ValueError, match=r"not a run of `most bench mtl` \(it is one of `most bench few-objective`"):
+            _store(tmp_path, **flags)
+    other = tmp_path / "other"  # a folder of `most run` (its config.json names no suite)
+    (other / RUNS_DIR / "MosT" / "seed0").mkdir(parents=True)
+    (other / RUNS_DIR / "MosT" / "seed0" / "config.json").write_text(json.dumps({"group": "MosT", "seed": 0}))
+    with pytest.raises(ValueError, match="it is one of another command"):
+        _store(other, restart=True)
+    assert (other / RUNS_DIR / "MosT" / "seed0" / "config.json").is_file()
+    linked = tmp_path / "linked"  # runs reached through a link would be written, or removed, elsewhere
+    linked.mkdir()
+    (linked / RUNS_DIR).symlink_to(other / RUNS_DIR)
+    with pytest.raises(ValueError, match="is a symbolic link"):
+        _store(linked, restart=True)
+    assert (other / RUNS_DIR / "MosT" / "seed0" / "config.json").is_file()
+
+
+def test_a_runs_file_of_an_earlier_version_is_refused_until_restart(tmp_path):
+    (tmp_path / LEGACY_RUNS_FILE).write_text(json.dumps({"settings": {"rounds": 3}}) + "\n")
+    for flags in ({}, {"resume": True}):
+        with pytest.raises(ValueError, match=rf"{re.escape(str(tmp_path / LEGACY_RUNS_FILE))} holds runs in the format "
+                                              r"of an earlier version.*--restart"):
+            _store(tmp_path, **flags)
+    _store(tmp_path, restart=True)
+    assert not (tmp_path / LEGACY_RUNS_FILE).exists()
+
+
+def test_damaged_run_files_are_named(tmp_path):
+    store = _store(tmp_path)
+    store.add(("MosT", 0), {"v": 1})
+    folder = tmp_path / RUNS_DIR / "MosT" / "seed0"
+    (folder / "result.json").write_text('{"v": ')  # edited by hand: the writes themselves are atomic
+    with pytest.raises(CorruptFileError, match=rf"{re.escape(str(folder / 'result.json'))} is corrupt"):
+        _store(tmp_path, resume=True).get(("MosT", 0))
+    (folder / "config.json").write_text("not json")
+    with pytest.raises(CorruptFileError, match=rf"{re.escape(str(folder / 'config.json'))} is corrupt"):
+        _store(tmp_path, resume=True)
+    (folder / "config.json").write_text(json.dumps({"suite": "mtl", "key": ["MGDA", 0], "settings": {"rounds": 3}}))
+    with pytest.raises(CorruptFileError, match=r"holds the run \['MGDA', 0\], not \['MosT', 0\]"):
+        _store(tmp_path, resume=True).missing([("MosT", 0)])
+    with pytest.raises(ValueError, match="would share the folder"):
+        _store(tmp_path / "new").missing([("MosT (a)", 0), ("MosT a", 0)])
+
+
+def test_run_files_are_written_atomically(tmp_path, monkeypatch):
+    names, real = [], os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        names.append(Path(dst).name)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    _store(tmp_path).add(("MosT", 0), {"v": 1})
+    assert names == ["config.json", "result.json"]  # the result, which marks the run done, last
+    assert not list(tmp_path.rglob("*.tmp"))
 
 
 def test_an_interrupted_few_objective_call_resumes_to_the_same_results(tmp_path, stop_after):
@@ -93,14 +177,16 @@ def test_an_interrupted_few_objective_call_resumes_to_the_same_results(tmp_path,
     state = stop_after(None)
     res = runner.invoke(app, args(tmp_path / "whole"))
     assert res.exit_code == 0, res.output
-    assert state["made"] == n_runs and not (tmp_path / "whole" / RUNS_FILE).exists()
+    assert state["made"] == n_runs == _finished(tmp_path / "whole")  # the runs are kept beside the results
     whole = json.loads((tmp_path / "whole" / "results.json").read_text())
 
     state = stop_after(7)  # inside the fairness search, after the ZDT runs
     res = runner.invoke(app, args(tmp_path / "cut"))
-    assert res.exit_code == 130 and "--resume" in res.output and f"{tmp_path / 'cut'}" in _flat(res.output)
-    assert len((tmp_path / "cut" / RUNS_FILE).read_text().splitlines()) == 1 + 7
-    assert not (tmp_path / "cut" / "results.json").exists()
+    assert res.exit_code == 130 and "--resume" in res.output and f"{tmp_path / 'cut' / RUNS_DIR}" in _flat(res.output)
+    assert _finished(tmp_path / "cut") == 7 and not (tmp_path / "cut" / "results.json").exists()
+    state = stop_after(None)
+    res = runner.invoke(app, args(tmp_path / "cut"))  # without --resume the finished runs are not dropped
+    assert res.exit_code == 2 and "holds7finishedrun(s)" in _flat(res.output) and state["made"] == 0
     state = stop_after(None)
     res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
     assert res.exit_code == 0, res.output
@@ -115,7 +201,7 @@ def test_an_interrupted_few_objective_call_resumes_to_the_same_results(tmp_path,
     state = stop_after(None)
     res = runner.invoke(app, args(tmp_path / "jobs", "--resume", "--jobs", "2"))
     assert res.exit_code == 0, res.output
-    assert state["made"] == n_runs - 3 and not (tmp_path / "jobs" / RUNS_FILE).exists()
+    assert state["made"] == n_runs - 3 and _finished(tmp_path / "jobs") == n_runs
     jobs = json.loads((tmp_path / "jobs" / "results.json").read_text())
     assert _without_seconds(jobs["problems"]) == _without_seconds(whole["problems"])
 
@@ -125,7 +211,10 @@ def test_an_interrupted_few_objective_call_resumes_to_the_same_results(tmp_path,
     assert res.exit_code == 130
     state = stop_after(None)
     res = runner.invoke(app, args(tmp_path / "cut2", "--resume", "--zdt-rounds", "16"))
-    assert res.exit_code != 0 and "zdt_roundsdiffer" in _flat(res.output) and state["made"] == 0
+    assert res.exit_code != 0 and "othersettings:zdt_rounds(15then,16now)" in _flat(res.output)
+    assert state["made"] == 0
+    res = runner.invoke(app, args(tmp_path / "cut2", "--restart", "--zdt-rounds", "16"))  # starts over
+    assert res.exit_code == 0 and state["made"] == n_runs == _finished(tmp_path / "cut2")
 
 
 OFFICE = SHARED_DATA / "office_caltech10"

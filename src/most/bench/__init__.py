@@ -5,14 +5,19 @@
 * :mod:`most.bench.federated` -- federated learning (Table 2): MosT against the FL baselines.
 * :mod:`most.bench.mtl` -- multi-task learning on Office-Caltech10 (Table 3).
 
-Every suite takes a typed config dataclass, writes ``results.json`` and its figures to an
-output folder, and returns the results as a dict.
+Every suite takes a typed config dataclass (a :class:`SuiteConfig`), records each finished run
+in the results store of ``most run`` (``OUT/runs/``, :mod:`most.bench._runs`), writes
+``results.json``, ``table.md`` and its figures to the output folder, and returns the results as a
+dict.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar, Mapping
 
 import numpy as np
 
@@ -26,6 +31,38 @@ def check_choices(methods, known, seeds) -> None:
         raise ValueError(f"Unknown method(s) {unknown}; choose from {list(known)}.")
     if not seeds:
         raise ValueError("Give at least one seed.")
+
+
+@dataclass(frozen=True)
+class SuiteConfig:
+    """What the settings of every suite share; a suite's config adds its own fields after these.
+
+    Args:
+        methods: names from the suite's methods; empty: its default methods (all, for most suites).
+        seeds: one run per seed.
+    """
+
+    methods: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (0, 1, 2)
+
+    #: the suite's methods by name, and the names an empty ``methods`` stands for (default: all)
+    _known: ClassVar[Mapping] = {}
+    _default_methods: ClassVar[tuple[str, ...] | None] = None
+    #: fields a call may change and still reuse the finished runs of an earlier call (it adds runs)
+    _resume_free: ClassVar[tuple[str, ...]] = ("methods", "seeds", "out", "progress")
+
+    def __post_init__(self):
+        if not self.methods:
+            object.__setattr__(self, "methods", tuple(self._default_methods or self._known))
+        check_choices(self.methods, self._known, self.seeds)
+
+    def plain(self) -> dict:
+        """The fields as plain values (paths as strings), as ``results.json`` records them."""
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(self).items()}
+
+    def settings(self, **extra) -> dict:
+        """What the runs depend on (the fields but those a resumed call may change), with ``extra``."""
+        return {**{k: v for k, v in self.plain().items() if k not in self._resume_free}, **extra}
 
 
 def mean_std(values, scale: float = 1.0) -> str:

@@ -1,125 +1,202 @@
-"""The file of a suite's finished runs, so that an interrupted ``most bench`` call can resume.
+"""The finished runs of a ``most bench`` call, in the results store of ``most run``.
 
-Every finished run is appended as one JSON line, ``{"key": [...], "run": {...}}``, to
-``OUT/runs.jsonl``, under a first line with the call's settings. A call with ``resume`` reuses
-the runs recorded by an earlier call with the same settings and makes only the missing ones;
-the file is removed once ``results.json`` is written.
+Every finished run is a run folder of :mod:`most.experiments.store` under ``OUT/runs``::
+
+    OUT/
+        results.json, table.md, *.png   the suite's outputs, written once every run is done
+        runs/FOLDER/                    one per run; the suite names it (``MosT/seed0``, ...)
+            config.json                 the suite, the run's key and the call's settings
+            result.json                 the run's numbers (written atomically); marks the run done
+
+Resuming works as for ``most run``: a stopped call leaves its finished runs; a call with
+``resume`` keeps and skips those made with the same settings and makes only the missing ones;
+finished runs made with other settings are refused, naming what differs (:class:`RunStore`).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .._env import environ
-from ..checkpoint import atomic_write_text
+from ..checkpoint import differing_paths, fingerprint
+from ..experiments.spec import _safe
+from ..experiments.store import CorruptFileError, RunFolder, check_no_links, dumps
 
-#: the file of finished runs in a suite's output folder (removed once results.json is written)
-RUNS_FILE = "runs.jsonl"
+#: the folder of a suite's run folders, in its output folder
+RUNS_DIR = "runs"
+#: the one file of finished runs that versions before the results store wrote; never read
+LEGACY_RUNS_FILE = "runs.jsonl"
 
 
-def _key(key) -> str:
-    return json.dumps(list(key))
+def _plain(value):
+    """``value`` as it reads back from a run's ``config.json`` (tuples as lists, paths as strings, ...)."""
+    return json.loads(dumps(fingerprint(value)))
 
 
-class RunLog:
-    """The finished runs of one ``most bench SUITE`` call, kept in ``out / RUNS_FILE``.
+def _short(value) -> str:
+    text = json.dumps(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def folder_name(*parts) -> str:
+    """A run folder's path from its parts: each part a name made safe for a file name, or a
+    ``(name, value)`` pair, written ``name=value`` (``lr=0.01``); the pairs of one part are joined
+    by ``_``. ``folder_name("zdt1", ("MGDA", ("lr", 0.01)), "seed0")`` is ``zdt1/MGDA_lr=0.01/seed0``."""
+    def one(part) -> str:
+        if isinstance(part, str):
+            return _safe(part)
+        return "_".join(one(p) if isinstance(p, str) else _safe(f"{p[0]}={_value(p[1])}") for p in part)
+
+    return "/".join(one(part) for part in parts)
+
+
+def _value(value) -> str:
+    if isinstance(value, (list, tuple)):
+        return ",".join(_value(v) for v in value)
+    return repr(value)
+
+
+class RunStore:
+    """The finished runs of one ``most bench SUITE`` call, kept in ``out / RUNS_DIR``.
 
     Args:
         out: the suite's output folder.
-        settings: what the runs depend on (JSON-able); a resumed call must give the same.
-        suite: the command's name, for messages.
-        resume: reuse the runs recorded by an earlier call.
-        restart: start the file again even if it holds runs of an earlier call.
+        settings: what the runs depend on; a call that reuses finished runs must give the same.
+        suite: the command's name (``mtl``, ``federated``, ...), written into every run folder.
+        folder: a run's folder, relative to ``out / RUNS_DIR``, from its key (:func:`folder_name`).
+        resume: keep the finished runs of an earlier call and make only the missing ones.
+        restart: remove the runs of an earlier call first.
 
-    Raises ``ValueError``, before any work, when resuming from a file that was written with other
-    settings or is not a runs file, and when the file holds runs but neither ``resume`` nor
-    ``restart`` is given (so that a forgotten ``--resume`` does not throw hours of runs away).
-    Keys are sequences of JSON values; a suite builds them the same way on every call
-    (``float(lr)``, not ``1`` in one call and ``1.0`` in the next)."""
+    Raises ``ValueError`` before any work: when finished runs were made with other settings
+    (naming what differs), when the folder holds finished runs but neither ``resume`` nor
+    ``restart`` is given (a forgotten ``--resume`` never costs the finished runs), when it holds
+    folders that are not runs of this suite (``restart`` never removes them), and when it holds
+    the ``runs.jsonl`` of an earlier version (``restart`` removes it). A stored file that cannot be
+    read raises :class:`~most.experiments.store.CorruptFileError`. Keys are tuples of JSON
+    values, built the same way on every call (``float(lr)``, not ``1`` in one call and ``1.0``
+    in the next)."""
 
-    def __init__(self, out, settings: dict, *, suite: str, resume: bool = False, restart: bool = False):
-        self.path = Path(out) / RUNS_FILE
-        self.settings = json.loads(json.dumps(settings))
-        self.suite = suite
+    def __init__(self, out, settings: dict, *, suite: str, folder: Callable[[tuple], str], resume: bool = False,
+                 restart: bool = False):
         if resume and restart:
             raise ValueError("--resume and --restart exclude each other; choose one.")
-        if not (resume or restart) and self.path.is_file():
-            held = len(self._text().splitlines()) - 1
-            if held > 0:
-                raise ValueError(f"{self.path} holds {held} finished run(s) of a call that was stopped: continue "
-                                 "them with --resume, or start over with --restart.")
-        self.done: dict[str, dict] = self._read() if resume else {}
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if not (resume and self.path.is_file()):
-            atomic_write_text(self.path, json.dumps({"settings": self.settings}) + "\n")
+        self.out, self.root = Path(out), Path(out) / RUNS_DIR
+        self.settings, self.suite, self._folder = _plain(settings), suite, folder
+        legacy = self.out / LEGACY_RUNS_FILE
+        if legacy.exists() and not restart:
+            raise ValueError(f"{legacy} holds runs in the format of an earlier version, which is no longer read; "
+                             "start over with --restart (which removes it), or choose another --out.")
+        if self.root.exists() and not self.root.is_dir():
+            raise ValueError(f"{self.root} is a file, not the folder of the runs; remove it, or choose another --out.")
+        if self.root.exists():
+            check_no_links(self.out, self.root)  # the runs are written, and removed, only inside out
+        stored = self._stored()
+        if restart:
+            legacy.unlink(missing_ok=True)
+            self._remove([folder for folder, _ in stored])
+            return
+        finished = [(folder, config) for folder, config in stored if folder.status == "done"]
+        self._check_settings(finished)
+        if finished and not resume:
+            raise ValueError(f"{self.root} holds {len(finished)} finished run(s) of an earlier call: reuse them "
+                             "with --resume (only the missing runs are made), or start over with --restart.")
 
-    def _text(self) -> str:
-        try:
-            return self.path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as exc:
-            raise ValueError(f"{self.path} is not a runs file written by `most bench {self.suite}` (not UTF-8 text "
-                             f"at byte {exc.start}); remove it, or choose another --out.") from None
+    def _stored(self) -> list[tuple[RunFolder, dict]]:
+        """Every run folder below the root, with its ``config.json``; refuses folders that are
+        not runs of this suite."""
+        out = []
+        for config_file in sorted(self.root.rglob("config.json")) if self.root.is_dir() else ():
+            folder = RunFolder(config_file.parent)
+            config = folder.stored_config()
+            if config.get("suite") != self.suite or not isinstance(config.get("settings"), dict):
+                what = f"`most bench {config['suite']}`" if isinstance(config.get("suite"), str) else "another command"
+                raise ValueError(f"{folder.path} is not a run of `most bench {self.suite}` (it is one of {what}); "
+                                 "choose another --out.")
+            out.append((folder, config))
+        return out
 
-    def _read(self) -> dict:
-        """The runs in the file. A last line cut short by an interruption is dropped from the file,
-        so that the runs appended next start on a line of their own; a bad line before the last
-        one raises ``ValueError`` naming the file and the line (the file was damaged, and the runs
-        after that line would be lost silently)."""
-        if not self.path.is_file():
-            return {}
-        text = self._text()
-        lines = text.splitlines()
-        try:
-            header = json.loads(lines[0])["settings"]
-        except (IndexError, json.JSONDecodeError, KeyError, TypeError):
-            raise ValueError(f"{self.path} is not a runs file written by `most bench {self.suite}`; remove it, or "
-                             "choose another --out.") from None
-        if header != self.settings:
-            differ = sorted(k for k in header.keys() | self.settings.keys() if header.get(k) != self.settings.get(k))
-            raise ValueError(f"{self.path} holds runs made with other settings ({', '.join(differ)} differ); resume "
-                             "with those settings, choose another --out, or leave out --resume to start again.")
-        done, kept = {}, lines[:1]
-        for number, line in enumerate(lines[1:], 2):
-            try:
-                record = json.loads(line)
-                key, run = _key(record["key"]), record["run"]
-                if not isinstance(run, dict):
-                    raise TypeError
-            except (json.JSONDecodeError, KeyError, TypeError):
-                if number == len(lines):  # the line being written when the call was stopped
-                    break
-                raise ValueError(
-                    f"{self.path}, line {number} of {len(lines)}: not a finished run (the file was damaged). Delete "
-                    "that line to keep the other runs and repeat the command with --resume, or start over with "
-                    "--restart.") from None
-            done[key] = run
-            kept.append(line)
-        if len(kept) < len(lines) or not text.endswith("\n"):
-            atomic_write_text(self.path, "\n".join(kept) + "\n")
-        return done
+    def _check_settings(self, finished: list[tuple[RunFolder, dict]]) -> None:
+        differ: dict[str, tuple] = {}
+        for _, config in finished:
+            for path, old, new in differing_paths(config["settings"], self.settings):
+                differ.setdefault(path, (old, new))
+        if differ:
+            named = "; ".join(f"{path} ({_short(old)} then, {_short(new)} now)"
+                              for path, (old, new) in list(differ.items())[:6])
+            more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
+            raise ValueError(f"{self.root} holds runs made with other settings: {named}{more}. Repeat the call with "
+                             "those settings to reuse them, start over with --restart, or choose another --out.")
+
+    def _remove(self, folders: list[RunFolder]) -> None:
+        for folder in folders:
+            check_no_links(self.root, folder.path)
+            shutil.rmtree(folder.path)
+        for path in sorted((p for p in self.root.rglob("*") if p.is_dir()), reverse=True) if self.root.is_dir() else ():
+            if not any(path.iterdir()):
+                path.rmdir()
+        if self.root.is_dir() and not any(self.root.iterdir()):
+            self.root.rmdir()
+
+    def folder(self, key) -> RunFolder:
+        """The run folder of ``key``."""
+        return RunFolder(self.root / self._folder(tuple(key)))
+
+    def missing(self, keys: list) -> list:
+        """The keys without a finished run, in order; refuses two keys with one folder."""
+        seen: dict = {}
+        for key in keys:
+            other = seen.setdefault(self.folder(key).path, key)
+            if other != key:
+                raise ValueError(f"The runs {other} and {key} would share the folder {self.folder(key).path}; give "
+                                 "the methods names that differ in more than punctuation.")
+        return [key for key in keys if not self.done(key)]
+
+    def make(self, keys: list, jobs: int, *, here: Callable, worker: Callable, config, desc: str,
+             postfix: Callable[[tuple], dict] | None = None) -> None:
+        """Makes the runs of ``keys`` that are not finished (:func:`make_runs`: ``here(key)`` in this
+        process, or ``worker((config, key))`` in ``jobs`` worker processes) and records each one as
+        it ends, under a progress bar (``desc``; ``postfix(key)`` names the last run; off unless
+        ``config.progress``)."""
+        from tqdm.auto import tqdm
+
+        missing = self.missing(keys)
+        with tqdm(total=len(keys), initial=len(keys) - len(missing), desc=desc, disable=not config.progress) as bar:
+            for key, run in make_runs(missing, jobs, here=here, worker=worker, config=config):
+                self.add(key, run)
+                if postfix is not None:
+                    bar.set_postfix(**postfix(key), refresh=False)
+                bar.update(1)
+
+    def done(self, key) -> bool:
+        """Whether the run of ``key`` is finished (its folder holds ``result.json``, and its
+        ``config.json`` names this key)."""
+        folder = self.folder(key)
+        if folder.status != "done":
+            return False
+        remedy = f"Delete the folder {folder.path} (its run is made again with --resume)."
+        config = folder.stored_config()
+        if config is None:
+            raise CorruptFileError(folder.result_file, "a result without the run's config.json", remedy)
+        if config.get("key") != _plain(list(key)):
+            raise CorruptFileError(folder.config_file, f"it holds the run {config.get('key')}, not {list(key)}", remedy)
+        return True
 
     def get(self, key) -> dict | None:
-        """The run recorded under ``key``, or None."""
-        return self.done.get(_key(key))
+        """The finished run of ``key``, read from its ``result.json``, or None."""
+        return self.folder(key).result() if self.done(key) else None
 
     def add(self, key, run: dict) -> dict:
-        """Records a finished run (written out at once: a run takes seconds, an append far less)
-        and returns it."""
-        with self.path.open("a") as handle:
-            handle.write(json.dumps({"key": list(key), "run": run}) + "\n")
-        self.done[_key(key)] = run
-        return run
-
-    def run(self, key, make) -> dict:
-        """The run recorded under ``key``, else ``make()``'s, recorded."""
-        found = self.get(key)
-        return found if found is not None else self.add(key, make())
-
-    def remove(self) -> None:
-        """Removes the file (once the results are written)."""
-        self.path.unlink(missing_ok=True)
+        """Records a finished run in its folder (``config.json``, then ``result.json``, each
+        written atomically) and returns it as read back, as a resumed call reads it."""
+        folder = self.folder(key)
+        check_no_links(self.root, folder.path)
+        folder.path.mkdir(parents=True, exist_ok=True)
+        folder.write_config({"suite": self.suite, "key": list(key), "settings": self.settings})
+        folder.write_result(run, keep_nonfinite=True)
+        return self.get(key)
 
 
 #: environment variables that set the thread pools of the BLAS and OpenMP libraries a process loads

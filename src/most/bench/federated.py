@@ -15,10 +15,10 @@ server step ``eta_s`` of every method (and FedProx's ``mu``) is chosen per seed 
 clients' validation accuracy; the test numbers of that choice are reported.
 
 Run with ``most bench federated`` (see ``--help``). Every finished candidate run (a method, seed,
-server step and extra value) is appended to ``OUT/runs.jsonl`` as it ends; an interrupted table
-continues with ``--resume`` (``run_benchmark(config, resume=True)``), taking the runs recorded
+server step and extra value) is kept in its own folder under ``OUT/runs/`` as it ends
+(``METHOD_server_lr=ETA[_extra=X]/seedN``, the results store of ``most run``); an interrupted
+table continues with ``--resume`` (``run_benchmark(config, resume=True)``), taking the runs kept
 there instead of running them again, and ends with the same results as an uninterrupted call.
-The file is removed once ``results.json`` is written.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ import torch
 
 from .. import baselines as _b
 from .._validation import check_positive_int
-from . import check_choices, write_results
-from ._runs import RUNS_FILE, RunLog, make_runs
+from . import SuiteConfig, write_results
+from ._runs import RUNS_DIR, RunStore, folder_name
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
@@ -97,18 +97,22 @@ DEFAULT_METHODS = ("MosT", "MosT (min-norm)", "MosT (paper)", "IFCA", "FedAvg", 
                    "w-MGDA", "Linearization")
 
 
+#: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
+RUNS_FILE = RUNS_DIR
+
+
 @dataclass(frozen=True)
-class FederatedBenchConfig:
+class FederatedBenchConfig(SuiteConfig):
     """Settings of ``most bench federated``.
 
     Args:
+        methods: names from :data:`METHODS` (default: :data:`DEFAULT_METHODS`).
+        seeds: one run per seed (data, models and batches).
         dataset: ``synthetic`` (FedProx synthetic(rho1, rho2), 30 clients), ``femnist`` (LEAF
             directory) or ``fashion`` (Fashion-MNIST, 100 clients, Dirichlet(0.3) label skew).
         rho: (rho1, rho2) of the synthetic data.
         sizes: synthetic client sizes: ``equal`` (100 samples each) or ``power_law`` (FedProx's
             recipe: lognormal(4, 2) + 50 samples).
-        methods: names from :data:`METHODS`.
-        seeds: one run per seed (data, models and batches).
         n_models: m, the number of models.
         protocol: the FL protocol shared by every method (:class:`~most.federated.FederatedConfig`:
             rounds, local epochs, batch size, local lr, participation, loss probe); its seed is
@@ -129,7 +133,6 @@ class FederatedBenchConfig:
     dataset: str = "synthetic"
     rho: tuple[float, float] = (0.0, 0.0)
     sizes: str = "equal"
-    methods: tuple[str, ...] = DEFAULT_METHODS
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     n_models: int = 5
     protocol: FederatedConfig = field(default_factory=lambda: FederatedConfig(eval_every=5))
@@ -142,10 +145,14 @@ class FederatedBenchConfig:
     out: Path = Path("bench_out/federated")
     progress: bool = True
 
+    _known = METHODS
+    _default_methods = DEFAULT_METHODS
+    _resume_free = SuiteConfig._resume_free + ("server_lrs",)  # a resumed call may add server steps
+
     def __post_init__(self):
+        super().__post_init__()
         if self.dataset not in ("synthetic", "femnist", "fashion"):
             raise ValueError(f"Unknown dataset {self.dataset!r}; choose 'synthetic', 'femnist' or 'fashion'.")
-        check_choices(self.methods, METHODS, self.seeds)
         if self.sizes not in ("equal", "power_law"):
             raise ValueError(f"Unknown sizes {self.sizes!r}; choose 'equal' or 'power_law'.")
         if self.model not in ("auto", "cnn", "linear"):
@@ -235,60 +242,46 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
     }
 
 
-#: config entries a resumed call may change: it may add methods, seeds or server steps
-_RESUME_FREE = ("methods", "seeds", "server_lrs", "out", "progress")
-
-
-def _run_key(seed, method: str, eta, extra) -> tuple:
-    return int(seed), method, float(eta), None if extra is None else float(extra)
+def _folder(task: tuple) -> str:
+    """A candidate run's folder in ``OUT/runs``: ``METHOD_server_lr=ETA[_extra=X]/seedN``."""
+    seed, name, eta, extra = task
+    extras = (("extra", float(extra)),) if extra is not None else ()
+    return folder_name((name, ("server_lr", float(eta))) + extras, f"seed{int(seed)}")
 
 
 def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and figures to ``config.out``.
 
-    Each finished candidate run is appended to ``config.out / RUNS_FILE``; with ``resume`` the
-    runs recorded there by an earlier, interrupted call with the same settings are reused (the
-    methods, seeds and server steps may differ: only the missing runs are made); ``restart`` starts
-    such a file again, and without either a file holding runs is refused.
+    Each finished candidate run is kept in its folder under ``config.out / RUNS_DIR``
+    (:mod:`most.bench._runs`); with ``resume`` the runs kept there by an earlier call with the same
+    settings are reused (the methods, seeds and server steps may differ: only the missing runs are
+    made); ``restart`` removes them first, and without either finished runs are refused.
 
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
     as this one); every run draws from its own seed, so the results are those of ``jobs=1``
     (only the seconds differ). Methods added to :data:`METHODS` at run time (by a script) are
     not known to the workers and need ``jobs=1``."""
-    from tqdm.auto import tqdm
-
     check_positive_int(jobs, name="jobs")
     if jobs > 1 and (late := [m for m in config.methods if m not in _IMPORTED_METHODS]):
         raise ValueError(f"Method(s) {late} were added to METHODS at run time, which worker processes do not see; "
                          "run them with jobs=1.")
     loaded = [config.seeds[0], _data(config, config.seeds[0])]  # fail before any work if the data is missing
-    results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
-               "label": config.label, "torch": torch.__version__,
+    results = {"config": config.plain(), "label": config.label, "torch": torch.__version__,
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
-    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
-                "torch": results["torch"], "device_name": results["device_name"]}
-    runs = RunLog(config.out, settings, suite="federated", resume=resume, restart=restart)  # checked before any work
+    runs = RunStore(config.out, config.settings(torch=results["torch"], device_name=results["device_name"]),
+                    suite="federated", folder=_folder, resume=resume, restart=restart)  # checked before any work
     tasks = [(seed, name, eta, extra) for seed in config.seeds for name in config.methods
              for eta in config.server_lrs for extra in METHODS[name][1]]
-    missing = [t for t in tasks if runs.get(_run_key(*t)) is None]
-    with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"federated {config.label}",
-              disable=not config.progress) as bar:
-        for task, run in make_runs(missing, jobs, here=lambda task: _make(config, task, loaded), worker=_worker_run,
-                                   config=config):
-            runs.add(_run_key(*task), run)
-            bar.set_postfix(method=task[1], seed=task[0], refresh=False)
-            bar.update(1)
+    runs.make(tasks, jobs, here=lambda task: _make(config, task, loaded), worker=_worker_run, config=config,
+              desc=f"federated {config.label}", postfix=lambda task: {"method": task[1], "seed": task[0]})
     for seed in config.seeds:
         for name in config.methods:
-            candidates = [runs.get(_run_key(seed, name, eta, extra))
-                          for eta in config.server_lrs for extra in METHODS[name][1]]
+            candidates = [runs.get((seed, name, eta, extra)) for eta in config.server_lrs for extra in METHODS[name][1]]
             best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
             best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
             results["methods"][name]["runs"].append(best)
     _summarise(results)
-    results = write_results(results, config.out, _figures, table_markdown)
-    runs.remove()
-    return results
+    return write_results(results, config.out, _figures, table_markdown)
 
 
 def _make(config: FederatedBenchConfig, task: tuple, loaded: list) -> dict:

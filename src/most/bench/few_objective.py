@@ -23,8 +23,9 @@ Methods (:data:`METHODS`):
   composes :func:`most.run` directly), to show why the extension is needed.
 * ``Linearization``, ``MGDA``, ``EPO``, ``MOO-SVGD`` -- the baselines.
 
-Run it with ``most bench few-objective --out DIR`` (see ``--help``). Every finished run is appended
-to ``OUT/runs.jsonl``; a call that was stopped continues with ``--resume``.
+Run it with ``most bench few-objective --out DIR`` (see ``--help``). Every finished run is kept in
+its own folder under ``OUT/runs/`` (the results store of ``most run``); a call that was stopped
+continues with ``--resume``.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import dataclasses
 import math
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -42,8 +43,8 @@ import torch
 
 from .. import plots
 from .._validation import check_positive_int
-from . import check_choices, write_results
-from ._runs import RUNS_FILE, RunLog, make_runs
+from . import SuiteConfig, write_results
+from ._runs import RUNS_DIR, RunStore, folder_name
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
@@ -128,15 +129,19 @@ METHODS: dict[str, _Spec] = {
 }
 
 
+#: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
+RUNS_FILE = RUNS_DIR
+
+
 @dataclass(frozen=True)
-class FewObjectiveConfig:
+class FewObjectiveConfig(SuiteConfig):
     """Settings of the few-objective benchmark (``most bench few-objective``).
 
     Args:
+        methods: names from :data:`METHODS` (default: all).
+        seeds: one run per seed (fairness: the data and its split are fixed, seed 0).
         out: folder for ``results.json``, ``table.md`` and the figures.
         problems: any of ``zdt1, zdt2, zdt3, synthetic, german``.
-        methods: names from :data:`METHODS`.
-        seeds: one run per seed (fairness: the data and its split are fixed, seed 0).
         n_models: m, the number of solutions.
         zdt_rounds, zdt_lr: the ZDT budget (Adam).
         fairness_rounds, fairness_lrs: the fairness budget and the learning rates searched on
@@ -147,8 +152,6 @@ class FewObjectiveConfig:
 
     out: Path = Path("bench_out/few_objective")
     problems: tuple[str, ...] = ZDT_PROBLEMS + FAIRNESS_PROBLEMS
-    methods: tuple[str, ...] = tuple(METHODS)
-    seeds: tuple[int, ...] = (0, 1, 2)
     n_models: int = 5
     zdt_rounds: int = 1000
     zdt_lr: float = 5e-3
@@ -157,11 +160,14 @@ class FewObjectiveConfig:
     german_path: Path | None = None
     progress: bool = True
 
+    _known = METHODS
+    _resume_free = SuiteConfig._resume_free + ("problems",)  # a resumed call may add problems
+
     def __post_init__(self):
+        super().__post_init__()
         unknown = [p for p in self.problems if p not in ZDT_PROBLEMS + FAIRNESS_PROBLEMS]
         if unknown:
             raise ValueError(f"Unknown problem(s) {unknown}; choose from {list(ZDT_PROBLEMS + FAIRNESS_PROBLEMS)}.")
-        check_choices(self.methods, METHODS, self.seeds)
         if self.n_models < 2:
             raise ValueError(f"n_models must be at least 2 to trade objectives off; got {self.n_models}.")
 
@@ -217,7 +223,7 @@ def _fairness_run(config: FewObjectiveConfig, data, name: str, method: str, seed
 
 
 def _tasks(config: FewObjectiveConfig) -> list[tuple]:
-    """Every run of the call, as its key in the runs file: ``(problem, method, seed)`` on ZDT,
+    """Every run of the call, as its key in the run store: ``(problem, method, seed)`` on ZDT,
     ``(problem, method, seed, lr, variant)`` for each candidate of the fairness search."""
     tasks = []
     for name in config.problems:
@@ -248,7 +254,18 @@ def _worker_run(job):
     return task, _make(config, task, _worker_data)
 
 
-def _zdt_results(name: str, config: FewObjectiveConfig, runs: RunLog) -> dict:
+def _folder(task: tuple) -> str:
+    """A run's folder in ``OUT/runs``: ``PROBLEM/METHOD/seedN`` on ZDT,
+    ``PROBLEM/METHOD_lr=LR[_variant=...]/seedN`` for a candidate of the fairness search."""
+    name, method, seed = task[:3]
+    if len(task) == 3:
+        return folder_name(name, method, f"seed{seed}")
+    lr, variant = task[3:]
+    return folder_name(name, (method, ("lr", lr)) + ((("variant", variant),) if variant is not None else ()),
+                       f"seed{seed}")
+
+
+def _zdt_results(name: str, config: FewObjectiveConfig, runs: RunStore) -> dict:
     problem = zdt(name)
     ref = problem.metadata["reference_point"]
     return {"reference_point": list(ref), "limit": best_hypervolume_2d(problem.metadata["front"], ref, config.n_models),
@@ -257,7 +274,7 @@ def _zdt_results(name: str, config: FewObjectiveConfig, runs: RunLog) -> dict:
                         for method in config.methods}}
 
 
-def _fairness_results(name: str, config: FewObjectiveConfig, runs: RunLog) -> dict:
+def _fairness_results(name: str, config: FewObjectiveConfig, runs: RunStore) -> dict:
     # 1) every candidate (method x lr x variant x seed) was trained once;
     # 2) the validation reference point is shared by all candidates (upper bounds of their values);
     # 3) per method and seed, the candidate with the best validation hypervolume is kept;
@@ -333,48 +350,32 @@ def _figures(results: dict, out: Path) -> list[str]:
     return written
 
 
-#: config entries a resumed call may change: it may add problems, methods or seeds
-_RESUME_FREE = ("problems", "methods", "seeds", "out", "progress")
-
-
 def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
     """Runs the benchmark, writes ``results.json``, ``table.md`` and the figures to ``config.out``.
 
-    Each finished run (on the fairness problems: each candidate of the search) is appended to
-    ``config.out / RUNS_FILE``; with ``resume`` the runs recorded there by an earlier, interrupted
-    call with the same settings are reused (the problems, methods and seeds may differ: only the
-    missing runs are made); ``restart`` starts such a file again, and without either a file
-    holding runs is refused.
+    Each finished run (on the fairness problems: each candidate of the search) is kept in its
+    folder under ``config.out / RUNS_DIR`` (:mod:`most.bench._runs`); with ``resume`` the runs kept
+    there by an earlier call with the same settings are reused (the problems, methods and seeds may
+    differ: only the missing runs are made); ``restart`` removes them first, and without either
+    finished runs are refused.
 
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
     as this one); every run draws from its own seed, so the results are those of ``jobs=1``
     (only the seconds differ)."""
-    from tqdm.auto import tqdm
-
     check_positive_int(jobs, name="jobs")
     if "german" in config.problems:
         load_german_credit(config.german_path)  # fail before any work if the data is missing
-    results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
-               "torch": torch.__version__, "problems": {}}
-    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
-    runs = RunLog(config.out, settings, suite="few-objective", resume=resume, restart=restart)  # checked before any work
-    tasks = _tasks(config)
-    missing = [t for t in tasks if runs.get(t) is None]
-    with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc="few-objective",
-              disable=not config.progress) as bar:
-        data: dict = {}  # this process's fairness data, by problem
-        for task, run in make_runs(missing, jobs, here=lambda task: _make(config, task, data), worker=_worker_run,
-                                   config=config):
-            runs.add(task, run)
-            bar.set_postfix(problem=task[0], method=task[1], refresh=False)
-            bar.update(1)
+    results = {"config": config.plain(), "torch": torch.__version__, "problems": {}}
+    runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="few-objective", folder=_folder,
+                    resume=resume, restart=restart)  # checked before any work
+    data: dict = {}  # this process's fairness data, by problem
+    runs.make(_tasks(config), jobs, here=lambda task: _make(config, task, data), worker=_worker_run, config=config,
+              desc="few-objective", postfix=lambda task: {"problem": task[0], "method": task[1]})
     for name in config.problems:
         assemble = _zdt_results if name in ZDT_PROBLEMS else _fairness_results
         results["problems"][name] = assemble(name, config, runs)
     _summarise(results)
-    results = write_results(results, config.out, _figures, table_markdown, json_default=_json_default)
-    runs.remove()
-    return results
+    return write_results(results, config.out, _figures, table_markdown, json_default=_json_default)
 
 
 def _json_default(v):

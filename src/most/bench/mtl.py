@@ -21,13 +21,13 @@ learning rate and batch size (fixed in advance, not tuned on the test split).
 * ``Linearization`` -- model j minimises a random Dirichlet(1) combination of the losses.
 * ``EPO`` -- model j converges to the Pareto point on its preference ray (default rays).
 
-Run it with ``most bench mtl --out DIR`` (see ``--help``). Every finished run is appended to
-``OUT/runs.jsonl``; a call that was stopped continues with ``--resume``.
+Run it with ``most bench mtl --out DIR`` (see ``--help``). Every finished run is kept in its own
+folder under ``OUT/runs/`` (``METHOD/seedN``, the results store of ``most run``); a call that was
+stopped continues with ``--resume``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +38,8 @@ import torch
 from torch import nn
 
 from .._validation import check_positive, check_positive_int
-from . import check_choices, mean_std, write_results
-from ._runs import RUNS_FILE, RunLog, make_runs
+from . import SuiteConfig, mean_std, write_results
+from ._runs import RUNS_DIR, RunStore, folder_name
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem
@@ -61,14 +61,18 @@ METHODS: dict[str, Callable] = {
 PAPER = {"MGDA": 80.74, "Linearization": 61.26, "EPO": 61.05, "MosT": 82.98}
 
 
+#: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
+RUNS_FILE = RUNS_DIR
+
+
 @dataclass(frozen=True)
-class MTLConfig:
+class MTLConfig(SuiteConfig):
     """Settings of ``most bench mtl``.
 
     Args:
-        features: ``surf`` (MLP on the 800-d SURF features) or ``images`` (CNN on 32x32 images).
-        methods: names from :data:`METHODS`.
+        methods: names from :data:`METHODS` (default: all).
         seeds: one run per seed (data split, initial models, mini-batches).
+        features: ``surf`` (MLP on the 800-d SURF features) or ``images`` (CNN on 32x32 images).
         n_models: m.
         rounds: rounds (one Adam step per model each).
         lr: Adam's learning rate, the same for every method.
@@ -80,8 +84,6 @@ class MTLConfig:
     """
 
     features: str = "surf"
-    methods: tuple[str, ...] = tuple(METHODS)
-    seeds: tuple[int, ...] = (0, 1, 2)
     n_models: int = 4
     rounds: int = 500
     lr: float = 1e-3
@@ -92,10 +94,12 @@ class MTLConfig:
     out: Path = Path("bench_out/mtl")
     progress: bool = True
 
+    _known = METHODS
+
     def __post_init__(self):
+        super().__post_init__()
         if self.features not in ("surf", "images"):
             raise ValueError(f"Unknown features {self.features!r}; choose 'surf' or 'images'.")
-        check_choices(self.methods, METHODS, self.seeds)
         for name in ("n_models", "rounds", "batch_size", "image_size"):
             check_positive_int(getattr(self, name), name=name)
         if len(self.channels) != 3 or min(self.channels) < 1:
@@ -171,42 +175,34 @@ def _run_one(config: MTLConfig, data, name: str, seed: int) -> dict:
             "assignment": result.assignment.tolist()}
 
 
-#: config entries a resumed call may change: it may add methods or seeds
-_RESUME_FREE = ("methods", "seeds", "out", "progress")
+def _folder(task: tuple) -> str:
+    """A run's folder in ``OUT/runs``: ``METHOD/seedN``."""
+    name, seed = task
+    return folder_name(name, f"seed{seed}")
 
 
 def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
 
-    Each finished run is appended to ``config.out / RUNS_FILE``; with ``resume`` the runs recorded
-    there by an earlier, interrupted call with the same settings are reused (the methods and seeds
-    may differ: only the missing runs are made); ``restart`` starts such a file again, and
-    without either a file holding runs is refused. ``jobs`` > 1 makes the runs in that many
-    worker processes, with the results of ``jobs=1`` (each run draws from its own seed)."""
-    from tqdm.auto import tqdm
-
+    Each finished run is kept in its folder under ``config.out / RUNS_DIR`` (:mod:`most.bench._runs`);
+    with ``resume`` the runs kept there by an earlier call with the same settings are reused (the
+    methods and seeds may differ: only the missing runs are made); ``restart`` removes them first,
+    and without either finished runs are refused. ``jobs`` > 1 makes the runs in that many worker
+    processes, with the results of ``jobs=1`` (each run draws from its own seed)."""
     check_positive_int(jobs, name="jobs")
-    results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
-               "torch": torch.__version__, "runs": [], "figures": []}
+    results = {"config": config.plain(), "torch": torch.__version__, "runs": [], "figures": []}
     datas = {}
     for seed in config.seeds:  # fail before any work if the data is missing
         datas[seed] = load_office_caltech10(config.data_path, features=config.features, seed=seed,
                                             image_size=config.image_size)
     results["domains"] = list(datas[config.seeds[0]].domains)
-    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE}, "torch": results["torch"]}
-    runs = RunLog(config.out, settings, suite="mtl", resume=resume, restart=restart)  # checked before any work
+    runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="mtl", folder=_folder, resume=resume,
+                    restart=restart)  # checked before any work
     tasks = [(name, seed) for name in config.methods for seed in config.seeds]
-    missing = [t for t in tasks if runs.get(t) is None]
-    with tqdm(total=len(tasks), initial=len(tasks) - len(missing), desc=f"mtl {config.features}",
-              disable=not config.progress) as bar:
-        for task, run in make_runs(missing, jobs, here=lambda t: _run_one(config, datas[t[1]], *t), worker=_worker_run,
-                                   config=config):
-            runs.add(task, run)
-            bar.update(1)
+    runs.make(tasks, jobs, here=lambda t: _run_one(config, datas[t[1]], *t), worker=_worker_run, config=config,
+              desc=f"mtl {config.features}")
     results["runs"] = [runs.get(t) for t in tasks]
-    results = write_results(results, config.out, _figures, table_markdown)
-    runs.remove()
-    return results
+    return write_results(results, config.out, _figures, table_markdown)
 
 
 #: a worker process's data, by seed

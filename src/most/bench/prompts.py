@@ -24,13 +24,13 @@ For every run the results also give the best single prompt (chosen on validation
 (the best prompt per test instance, an upper bound), and the majority-class accuracy.
 
 Run it with ``most bench prompts --data-path ../shared/data/superglue --out DIR`` (see
-``--help``); it needs ``pip install 'most[prompts]'``. Every finished run is appended to
-``OUT/runs.jsonl``; a call that was stopped continues with ``--resume``.
+``--help``); it needs ``pip install 'most[prompts]'``. Every finished run is kept in its own
+folder under ``OUT/runs/`` (``TASK/METHOD/seedN``, the results store of ``most run``); a call that
+was stopped continues with ``--resume``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,8 +41,8 @@ import torch
 from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
-from . import check_choices, mean_std, write_results
-from ._runs import RUNS_FILE, RunLog
+from . import SuiteConfig, mean_std, write_results
+from ._runs import RUNS_DIR, RunStore, folder_name
 from ..optim import Adam
 from ..solver import MGDA, Linearization, MosT
 
@@ -66,14 +66,18 @@ PAPER = {
 }
 
 
+#: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
+RUNS_FILE = RUNS_DIR
+
+
 @dataclass(frozen=True)
-class PromptsConfig:
+class PromptsConfig(SuiteConfig):
     """Settings of ``most bench prompts``.
 
     Args:
-        tasks: from :data:`TASKS`.
-        methods: names from :data:`METHODS`.
+        methods: names from :data:`METHODS` (default: all).
         seeds: one run per seed (training sample, val/test halves, initial prompts).
+        tasks: from :data:`TASKS`.
         n_models: m, the number of prompts.
         n_train: n, training instances (objectives) per task.
         n_tokens: vectors per prompt.
@@ -88,8 +92,6 @@ class PromptsConfig:
     """
 
     tasks: tuple[str, ...] = TASKS
-    methods: tuple[str, ...] = tuple(METHODS)
-    seeds: tuple[int, ...] = (0, 1, 2)
     n_models: int = 3
     n_train: int = 128
     n_tokens: int = 4
@@ -103,11 +105,14 @@ class PromptsConfig:
     out: Path = Path("bench_out/prompts")
     progress: bool = True
 
+    _known = METHODS
+    _resume_free = SuiteConfig._resume_free + ("tasks",)  # a resumed call may add tasks
+
     def __post_init__(self):
+        super().__post_init__()
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown or not self.tasks:
             raise ValueError(f"Unknown or no task(s) {unknown}; choose from {list(TASKS)}.")
-        check_choices(self.methods, METHODS, self.seeds)
         for name in ("n_models", "n_train", "n_tokens", "max_length", "rounds", "dispatcher_epochs"):
             check_positive_int(getattr(self, name), name=name)
         if isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0:
@@ -164,17 +169,19 @@ def _run_one(config: PromptsConfig, model, task, encoded, index, name: str, seed
     }
 
 
-#: config entries a resumed call may change: it may add tasks, methods or seeds
-_RESUME_FREE = ("tasks", "methods", "seeds", "out", "progress")
+def _folder(key: tuple) -> str:
+    """A run's folder in ``OUT/runs``: ``TASK/METHOD/seedN``."""
+    task, name, seed = key
+    return folder_name(task, name, f"seed{seed}")
 
 
 def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool = False) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
 
-    Each finished run is appended to ``config.out / RUNS_FILE``; with ``resume`` the runs recorded
-    there by an earlier, interrupted call with the same settings are reused (the tasks, methods and
-    seeds may differ: only the missing runs are made, and a task is encoded only if it has some);
-    ``restart`` starts such a file again, and without either a file holding runs is refused."""
+    Each finished run is kept in its folder under ``config.out / RUNS_DIR`` (:mod:`most.bench._runs`);
+    with ``resume`` the runs kept there by an earlier call with the same settings are reused (the
+    tasks, methods and seeds may differ: only the missing runs are made, and a task is encoded only
+    if it has some); ``restart`` removes them first, and without either finished runs are refused."""
     from tqdm.auto import tqdm
 
     from ..problems import load_superglue
@@ -184,34 +191,27 @@ def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool 
     encoder.check_layer(config.layer)
     tasks = {t: {seed: load_superglue(t, config.data_path, n_train=config.n_train, seed=seed) for seed in config.seeds}
              for t in config.tasks}
-    results = {"config": {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(config).items()},
-               "encoder": repr(encoder), "torch": torch.__version__, "threads": torch.get_num_threads(),
-               "runs": [], "figures": [], "encode_seconds": {}}
-    settings = {**{k: v for k, v in results["config"].items() if k not in _RESUME_FREE},
-                "encoder": results["encoder"], "torch": results["torch"]}
-    runs = RunLog(config.out, settings, suite="prompts", resume=resume, restart=restart)  # checked before any work
-    with tqdm(total=len(config.tasks) * len(config.methods) * len(config.seeds), desc="prompts",
-              disable=not config.progress) as bar:
-        for name, by_seed in tasks.items():
-            encoded = None
-            for method in config.methods:
-                for seed in config.seeds:
-                    bar.set_postfix(task=name, method=method, seed=seed, refresh=False)
-                    run = runs.get((name, method, seed))
-                    if run is None:
-                        if encoded is None:
-                            tic = time.perf_counter()
-                            encoded, index = _encode_task(encoder, by_seed, config)
-                            results["encode_seconds"][name] = time.perf_counter() - tic
-                            model = SoftPromptModel(encoder, layer=config.layer, n_tokens=config.n_tokens,
-                                                    n_labels=by_seed[config.seeds[0]].n_labels)
-                        run = runs.add((name, method, seed),
-                                       _run_one(config, model, by_seed[seed], encoded, index, method, seed))
-                    results["runs"].append(run)
-                    bar.update(1)
-    results = write_results(results, config.out, _figures, table_markdown)
-    runs.remove()
-    return results
+    results = {"config": config.plain(), "encoder": repr(encoder), "torch": torch.__version__,
+               "threads": torch.get_num_threads(), "runs": [], "figures": [], "encode_seconds": {}}
+    runs = RunStore(config.out, config.settings(encoder=results["encoder"], torch=results["torch"]), suite="prompts",
+                    folder=_folder, resume=resume, restart=restart)  # checked before any work
+    keys = [(name, method, seed) for name in config.tasks for method in config.methods for seed in config.seeds]
+    missing = runs.missing(keys)
+    with tqdm(total=len(keys), initial=len(keys) - len(missing), desc="prompts", disable=not config.progress) as bar:
+        for name in dict.fromkeys(key[0] for key in missing):  # each task encoded once, if it has runs to make
+            by_seed = tasks[name]
+            tic = time.perf_counter()
+            encoded, index = _encode_task(encoder, by_seed, config)
+            results["encode_seconds"][name] = time.perf_counter() - tic
+            model = SoftPromptModel(encoder, layer=config.layer, n_tokens=config.n_tokens,
+                                    n_labels=by_seed[config.seeds[0]].n_labels)
+            for key in (key for key in missing if key[0] == name):
+                _, method, seed = key
+                bar.set_postfix(task=name, method=method, seed=seed, refresh=False)
+                runs.add(key, _run_one(config, model, by_seed[seed], encoded, index, method, seed))
+                bar.update(1)
+    results["runs"] = [runs.get(key) for key in keys]
+    return write_results(results, config.out, _figures, table_markdown)
 
 
 def table_markdown(results: dict) -> str:

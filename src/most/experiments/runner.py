@@ -17,7 +17,7 @@ import torch
 from ..checkpoint import atomic_write_text, differing_paths
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
-from .store import RunFolder, dumps, seedless
+from .store import RunFolder, check_no_links, dumps, seedless
 
 __all__ = ["run_experiment", "execute", "fingerprint", "InterruptedRunsError"]
 
@@ -195,21 +195,6 @@ def _same(stored: dict, run: RunSpec) -> list[str]:
     return _differing_keys(stored, json.loads(dumps(run.config)))
 
 
-def _check_no_links(root: Path, folder: Path) -> None:
-    """Refuses a run folder reached through a symbolic link, or holding one: a run writes only
-    inside the results root (a shared results folder could point a run's writes elsewhere)."""
-    path = root
-    for part in folder.relative_to(root).parts:
-        path = path / part
-        if path.is_symlink():
-            raise ConfigError(f"{path} is a symbolic link; a run writes only inside {root}. Replace it with a "
-                              "real folder, or write to another --out.")
-    for entry in folder.iterdir() if folder.is_dir() else ():
-        if entry.is_symlink():
-            raise ConfigError(f"{entry} is a symbolic link; a run writes only inside {root}. Delete it, or write "
-                              "to another --out.")
-
-
 def _check_other_seeds(experiment: Experiment, root: Path) -> None:
     """Refuses finished runs of a group, under seeds this experiment does not list, that were
     made with another configuration: a report would average them with the new ones."""
@@ -270,7 +255,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     cache: dict = {}
     todo = [(run, folder) for run, folder in folders if folder.status != "done"]
     for _, folder in todo:
-        _check_no_links(root, folder.path)
+        check_no_links(root, folder.path)
     check_runs(experiment, [run for run, _ in todo], cache=cache)  # data-dependent checks, before any run starts
     root.mkdir(parents=True, exist_ok=True)
     if experiment.source:

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text
+from ..config import ConfigError
 
 __all__ = ["RunFolder", "load_runs", "CorruptFileError"]
 
@@ -81,8 +82,15 @@ def _clean(obj):
     return obj
 
 
-def dumps(obj, **kwargs) -> str:
-    return json.dumps(_clean(obj), default=_json_default, **kwargs)
+def dumps(obj, *, keep_nonfinite: bool = False, **kwargs) -> str:
+    """``obj`` as JSON (tensors as lists, paths as strings); NaN and inf become null unless
+    ``keep_nonfinite``, which writes them as ``NaN``/``Infinity`` (as :func:`json.dumps` does)."""
+    return json.dumps(obj if keep_nonfinite else _clean(obj), default=_json_default, **kwargs)
+
+
+def _file(name: str) -> property:
+    """The property of a run folder's file ``name``."""
+    return property(lambda folder: folder.path / name, doc=f"The run's ``{name}``.")
 
 
 @dataclass(frozen=True)
@@ -91,25 +99,11 @@ class RunFolder:
 
     path: Path
 
-    @property
-    def config_file(self) -> Path:
-        return self.path / "config.json"
-
-    @property
-    def metrics_file(self) -> Path:
-        return self.path / "metrics.jsonl"
-
-    @property
-    def result_file(self) -> Path:
-        return self.path / "result.json"
-
-    @property
-    def final_file(self) -> Path:
-        return self.path / "final.pt"
-
-    @property
-    def checkpoint_file(self) -> Path:
-        return self.path / CHECKPOINT
+    config_file = _file("config.json")
+    metrics_file = _file("metrics.jsonl")
+    result_file = _file("result.json")
+    final_file = _file("final.pt")
+    checkpoint_file = _file(CHECKPOINT)
 
     def checkpoint(self, every: int, fingerprint: dict | None = None) -> Checkpoint:
         return Checkpoint(self.checkpoint_file, every=every, fingerprint=fingerprint)
@@ -205,8 +199,11 @@ class RunFolder:
             raise CorruptFileError(self.final_file, f"expected a dict of tensors, found a {type(out).__name__}")
         return out
 
-    def write_result(self, result: dict) -> None:
-        atomic_write_text(self.result_file, dumps(result, indent=2) + "\n")
+    def write_result(self, result: dict, *, keep_nonfinite: bool = False) -> None:
+        """Writes ``result.json`` atomically, which marks the run done. ``keep_nonfinite`` keeps
+        NaN and inf (the bench suites record a failed candidate's numbers as they are); ``most run``
+        writes them as null."""
+        atomic_write_text(self.result_file, dumps(result, keep_nonfinite=keep_nonfinite, indent=2) + "\n")
 
     def result(self) -> dict | None:
         if not self.result_file.is_file():
@@ -217,6 +214,21 @@ class RunFolder:
         """Removes what an unfinished run left (checkpoint, a legacy checkpoint, metrics)."""
         for f in (self.checkpoint_file, self.path / LEGACY_CHECKPOINT, self.metrics_file):
             f.unlink(missing_ok=True)
+
+
+def check_no_links(root: Path, folder: Path) -> None:
+    """Refuses a run folder reached through a symbolic link, or holding one: a run writes only
+    inside the results root (a shared results folder could point a run's writes elsewhere)."""
+    path = root
+    for part in folder.relative_to(root).parts:
+        path = path / part
+        if path.is_symlink():
+            raise ConfigError(f"{path} is a symbolic link; a run writes only inside {root}. Replace it with a "
+                              "real folder, or write to another --out.")
+    for entry in folder.iterdir() if folder.is_dir() else ():
+        if entry.is_symlink():
+            raise ConfigError(f"{entry} is a symbolic link; a run writes only inside {root}. Delete it, or write "
+                              "to another --out.")
 
 
 def seedless(config: dict) -> dict:
