@@ -43,8 +43,8 @@ from ..federated import methods as F
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist
 from ..federated.models import FlatModel, cnn, logistic_regression
 from ..federated.runtime import FederatedConfig, run_federated
-from ..methods import (CappedTransportAssignment, Curriculum, GammaWeights, MinNorm, ModelsSelectObjectives,
-                       ObjectivesSelectModels, Shares, Uniform, WeightedSum)
+from ..methods import CappedTransportAssignment, MinNorm, Shares
+from ..registry import variant
 
 __all__ = ["FederatedBenchConfig", "METHODS", "method_grids", "run_benchmark", "table_markdown"]
 
@@ -52,11 +52,9 @@ __all__ = ["FederatedBenchConfig", "METHODS", "method_grids", "run_benchmark", "
 _TAU = 0.1
 
 
-def _paper(m, eta, **changes):
-    base = dict(n_models=m, server_lr=eta, combiner=MinNorm(), warmup=None, weighting=GammaWeights(),
-                marginals=Curriculum(), diversity=_TAU)
-    base.update(changes)
-    return F.MosT(**base)
+def _paper(m, eta, *more):
+    """The paper's MosT (:data:`most.registry.VARIANTS` ``"paper"``), then the ablations ``more``."""
+    return variant("paper", F.MosT(m, server_lr=eta, diversity=_TAU), *more)
 
 
 def _capped(m, eta):
@@ -76,11 +74,11 @@ METHODS: dict[str, tuple[Callable, tuple]] = {
     "MosT (warm-up 30)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.WarmUp(30)), (None,)),
     "MosT + R": (lambda m, eta, x: F.MosT(m, server_lr=eta, diversity=_TAU), (None,)),
     "MosT (paper)": (lambda m, eta, x: _paper(m, eta), (None,)),
-    "MosT w/o R": (lambda m, eta, x: _paper(m, eta, diversity=0.0), (None,)),
-    "MosT w/o curriculum": (lambda m, eta, x: _paper(m, eta, marginals=Uniform()), (None,)),
-    "MosT(O)": (lambda m, eta, x: _paper(m, eta, marginals=ObjectivesSelectModels()), (None,)),
-    "MosT(M)": (lambda m, eta, x: _paper(m, eta, marginals=ModelsSelectObjectives()), (None,)),
-    "MosT(L)": (lambda m, eta, x: _paper(m, eta, combiner=WeightedSum()), (None,)),
+    "MosT w/o R": (lambda m, eta, x: _paper(m, eta, "no-R"), (None,)),
+    "MosT w/o curriculum": (lambda m, eta, x: _paper(m, eta, "no-curriculum"), (None,)),
+    "MosT(O)": (lambda m, eta, x: _paper(m, eta, "O"), (None,)),
+    "MosT(M)": (lambda m, eta, x: _paper(m, eta, "M"), (None,)),
+    "MosT(L)": (lambda m, eta, x: _paper(m, eta, "L"), (None,)),
     "IFCA": (lambda m, eta, x: F.IFCA(m, server_lr=eta), (None,)),
     "FedAvg": (lambda m, eta, x: F.FedAvg(m, server_lr=eta), (None,)),
     "FedProx": (lambda m, eta, x: F.FedProx(m, server_lr=eta, mu=x), (0.001, 0.01, 0.1, 1.0)),
