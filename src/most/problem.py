@@ -180,39 +180,11 @@ class Problem:
             >>> problem.dim, problem.n_objectives
             (4, 4)
         """
-        if isinstance(model, nn.Module):
-            raise TypeError(
-                f"`model` must be a factory () -> nn.Module, not a module instance: got a {type(model).__name__} "
-                f"instance. Pass a function that builds a new one, e.g. `lambda: {type(model).__name__}(...)` "
-                "(it is called once per model, under the solver's seed, so the models start from different "
-                "parameters)."
-            )
-        if not callable(model):
-            raise ValueError("`model` must be a factory () -> nn.Module, e.g. `lambda: nn.Linear(3, 1)`.")
-        if isinstance(objectives, nn.Module) or callable(objectives):
-            raise TypeError(
-                "`objectives` must be a sequence of callables, one per objective, e.g. `[loss_0, loss_1]`; "
-                f"got a single {type(objectives).__name__}."
-            )
-        objectives = list(objectives)
-        if not objectives:
-            raise ValueError("`objectives` is empty: a problem needs at least one objective.")
-        for k, obj in enumerate(objectives):
-            if not callable(obj):
-                raise TypeError(
-                    f"objective {k} must be a callable objective(forward) -> scalar loss; got {type(obj).__name__}."
-                )
+        objectives = _check_module_objectives(model, objectives)
         names = _check_names(names)
         labels = list(names) if names is not None else None
-        template = model()
-        if not isinstance(template, nn.Module):
-            raise ValueError(f"`model()` must return an nn.Module; got {type(template).__name__}.")
-        param_names = [name for name, _ in template.named_parameters()]
-        shapes = [p.shape for _, p in template.named_parameters()]
+        template, param_names, shapes = _module_template(model)
         sizes = [math.prod(s) for s in shapes]
-        if not param_names:
-            raise ValueError("The module has no parameters to train.")
-        _check_no_running_stats(template)
         buffers = {name: b for name, b in template.named_buffers()}
 
         def unflatten(theta: Tensor) -> dict[str, Tensor]:
@@ -236,16 +208,8 @@ class Problem:
                 ]
             return torch.stack(flats)
 
-        return cls(
-            fn=fn,
-            dim=sum(sizes),
-            n_objectives=len(objectives),
-            init=init,
-            names=names,
-            metadata=dict(metadata or {}),
-            unflatten=unflatten,
-            template=template,
-        )
+        return cls(fn=fn, dim=sum(sizes), n_objectives=len(objectives), init=init, names=names,
+                   metadata=dict(metadata or {}), unflatten=unflatten, template=template)
 
     @classmethod
     def from_instances(
@@ -702,6 +666,48 @@ def _check_bounds(bounds, dim: int, *, init_given: bool) -> None:
             "`bounds` has an infinite bound and no `init` is given: models are drawn uniformly in the box, "
             "which needs finite bounds. Give finite bounds or an `init`."
         )
+
+
+def _check_module_objectives(model, objectives) -> list:
+    """:meth:`Problem.from_module`'s ``model`` (a factory) and ``objectives`` (callables) checked;
+    the objectives as a list."""
+    if isinstance(model, nn.Module):
+        raise TypeError(
+            f"`model` must be a factory () -> nn.Module, not a module instance: got a {type(model).__name__} "
+            f"instance. Pass a function that builds a new one, e.g. `lambda: {type(model).__name__}(...)` "
+            "(it is called once per model, under the solver's seed, so the models start from different "
+            "parameters)."
+        )
+    if not callable(model):
+        raise ValueError("`model` must be a factory () -> nn.Module, e.g. `lambda: nn.Linear(3, 1)`.")
+    if isinstance(objectives, nn.Module) or callable(objectives):
+        raise TypeError(
+            "`objectives` must be a sequence of callables, one per objective, e.g. `[loss_0, loss_1]`; "
+            f"got a single {type(objectives).__name__}."
+        )
+    objectives = list(objectives)
+    if not objectives:
+        raise ValueError("`objectives` is empty: a problem needs at least one objective.")
+    for k, obj in enumerate(objectives):
+        if not callable(obj):
+            raise TypeError(
+                f"objective {k} must be a callable objective(forward) -> scalar loss; got {type(obj).__name__}."
+            )
+    return objectives
+
+
+def _module_template(model: Callable[[], nn.Module]) -> tuple[nn.Module, list[str], list[torch.Size]]:
+    """``model()`` (checked: an ``nn.Module`` with parameters and no running statistics), its
+    parameters' names and shapes."""
+    template = model()
+    if not isinstance(template, nn.Module):
+        raise ValueError(f"`model()` must return an nn.Module; got {type(template).__name__}.")
+    param_names = [name for name, _ in template.named_parameters()]
+    shapes = [p.shape for _, p in template.named_parameters()]
+    if not param_names:
+        raise ValueError("The module has no parameters to train.")
+    _check_no_running_stats(template)
+    return template, param_names, shapes
 
 
 def _check_no_running_stats(template: nn.Module) -> None:

@@ -404,6 +404,21 @@ def load_german_credit(path: str | os.PathLike | None = None) -> FairnessData:
     number of columns, an unknown code, a non-numeric number or a label other than 1/2.
     """
     file = _german_file(path)
+    numeric, codes, labels, sensitive = _read_german(file)
+    X, names = _german_features(numeric, codes)
+    dtype = torch.get_default_dtype()
+    return FairnessData(
+        X=torch.as_tensor(X, dtype=dtype),
+        y=torch.as_tensor(labels, dtype=dtype),
+        z=torch.as_tensor(sensitive, dtype=dtype),
+        feature_names=tuple(names),
+        name="german_credit",
+    )
+
+
+def _read_german(file: Path) -> tuple[list[list[float]], list[list[str]], list[float], list[float]]:
+    """Per data line of ``german.data``: the numerical attributes, the categorical codes (but
+    attribute 9's), the label (1 good, 0 bad) and the sensitive attribute (1 female)."""
     n_fields = len(_GERMAN_ATTRIBUTES) + 1
     numeric: list[list[float]] = []
     codes: list[list[str]] = []
@@ -444,7 +459,11 @@ def load_german_credit(path: str | os.PathLike | None = None) -> FairnessData:
             codes.append(row_cat)
     if not labels:
         raise ValueError(f"{file} contains no data lines.")
+    return numeric, codes, labels, sensitive
 
+
+def _german_features(numeric: list[list[float]], codes: list[list[str]]) -> tuple[np.ndarray, list[str]]:
+    """The feature matrix (standardised numbers, one-hot codes, in attribute order) and its column names."""
     columns: list[np.ndarray] = []
     names: list[str] = []
     num = _standardise(np.asarray(numeric, dtype=np.float64))
@@ -460,11 +479,4 @@ def load_german_credit(path: str | os.PathLike | None = None) -> FairnessData:
             columns.append(np.stack([(col == code).astype(np.float64) for code in levels], axis=1))
             names.extend(f"{attr}={code}" for code in levels)
             i_cat += 1
-    dtype = torch.get_default_dtype()
-    return FairnessData(
-        X=torch.as_tensor(np.concatenate(columns, axis=1), dtype=dtype),
-        y=torch.as_tensor(labels, dtype=dtype),
-        z=torch.as_tensor(sensitive, dtype=dtype),
-        feature_names=tuple(names),
-        name="german_credit",
-    )
+    return np.concatenate(columns, axis=1), names

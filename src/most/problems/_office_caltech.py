@@ -48,6 +48,7 @@ from .._validation import check_positive_int
 from .._paths import resolve_dir
 from .._random import stratified_split as _stratified_split
 from ..config import did_you_mean
+from ._common import check_seed as _check_seed
 
 __all__ = [
     "OFFICE_CALTECH10_CLASSES",
@@ -217,12 +218,6 @@ def _check_domains(domains) -> tuple[str, ...]:
     return tuple(d for d in OFFICE_CALTECH10_DOMAINS if d in domains)
 
 
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"`seed` must be a non-negative int; got {seed!r}.")
-    return int(seed)
-
-
 def _resolve_root(path) -> Path:
     how = (
         f"Pass the Office-Caltech10 directory (the one holding features/surf/ and images/) as "
@@ -355,16 +350,10 @@ def _train_stats(x: np.ndarray, axis: tuple[int, ...]) -> tuple[np.ndarray, np.n
 
 
 # ---------------------------------------------------------------------- loader
-def load_office_caltech10(
-    path: str | os.PathLike | None = None,
-    *,
-    features: str = "surf",
-    image_size: int = 32,
-    split: Sequence[float] = (0.6, 0.2, 0.2),
-    seed: int = 0,
-    domains: Sequence[str] | str | None = None,
-    max_per_domain: int | None = None,
-) -> OfficeCaltech10:
+def load_office_caltech10(path: str | os.PathLike | None = None, *, features: str = "surf", image_size: int = 32,
+                          split: Sequence[float] = (0.6, 0.2, 0.2), seed: int = 0,
+                          domains: Sequence[str] | str | None = None,
+                          max_per_domain: int | None = None) -> OfficeCaltech10:
     """Office-Caltech10 (4 domains, 10 classes), split per domain into train/val/test.
 
     Args:
@@ -422,33 +411,43 @@ def load_office_caltech10(
             ``MOST_OFFICE_CALTECH10`` is unset, when the directory does not exist, or when
             a selected domain's file or folder is missing (the message names it).
     """
-    # 1. Arguments, before touching the file system.
+    # Arguments, then every file or folder needed, before reading any.
+    features, fractions, seed, selected = _check_arguments(features, split, seed, image_size, max_per_domain, domains)
+    root = _resolve_root(path)
+    sources = {d: (_surf_file if features == "surf" else _image_dirs)(root, d) for d in selected}
+    raw, parts, labels = _split_domains(sources, features, fractions, split, seed, max_per_domain)
+    out = _normalised(raw, parts, labels, features, image_size)
+    return OfficeCaltech10(domains=selected, classes=OFFICE_CALTECH10_CLASSES, features=features,
+                           input_shape=tuple(out["x_train"][selected[0]].shape[1:]), root=str(root), **out)
+
+
+def _check_arguments(features, split, seed, image_size, max_per_domain,
+                     domains) -> tuple[str, tuple[float, float, float], int, tuple[str, ...]]:
+    """The checked ``(features, split fractions, seed, domains)``; also checks ``image_size`` and
+    ``max_per_domain``."""
     features = _check_features(features)
     fractions = _check_split(split)
     seed = _check_seed(seed)
     check_positive_int(image_size, name="image_size")
     if max_per_domain is not None:
         check_positive_int(max_per_domain, name="max_per_domain", minimum=3)
-    selected = _check_domains(domains)
+    return features, fractions, seed, _check_domains(domains)
 
-    # 2. Every file or folder needed, before reading any.
-    root = _resolve_root(path)
-    if features == "surf":
-        sources = {d: _surf_file(root, d) for d in selected}
-    else:
-        sources = {d: _image_dirs(root, d) for d in selected}
 
-    # 3. Labels (and SURF rows), subsample and split; no image is decoded yet.
+def _split_domains(sources: dict, features: str, fractions: tuple[float, float, float], split, seed: int,
+                   max_per_domain: int | None) -> tuple[dict, dict[str, list[np.ndarray]], dict[str, np.ndarray]]:
+    """Labels (and SURF rows) of each domain, subsampled and split; no image is decoded yet.
+
+    Returns ``(raw, parts, labels)`` keyed by domain: the SURF rows or the image files, the
+    indices of the train/val/test parts, and the labels of all rows."""
     raw: dict[str, object] = {}
     parts: dict[str, list[np.ndarray]] = {}
     labels: dict[str, np.ndarray] = {}
-    for d in selected:
+    for d, source in sources.items():
         if features == "surf":
-            fts, lab = _read_surf(sources[d])  # type: ignore[arg-type]
-            raw[d] = fts
+            raw[d], lab = _read_surf(source)
         else:
-            files, lab = _list_images(sources[d])  # type: ignore[arg-type]
-            raw[d] = files
+            raw[d], lab = _list_images(source)
         rng = _rng(seed, d)
         keep = _subsample(lab, max_per_domain, rng) if max_per_domain is not None else np.arange(lab.shape[0])
         idx = [keep[p] for p in _stratified_split(lab[keep], fractions, rng)]
@@ -459,11 +458,16 @@ def load_office_caltech10(
                     f"{name} part empty. Raise `max_per_domain` or make every fraction of `split` larger."
                 )
         parts[d], labels[d] = idx, lab
+    return raw, parts, labels
 
-    # 4. Features and normalisation (statistics from each domain's training part).
+
+def _normalised(raw: dict, parts: dict[str, list[np.ndarray]], labels: dict[str, np.ndarray], features: str,
+                image_size: int) -> dict[str, dict[str, Tensor]]:
+    """The fields ``x_*``, ``y_*``, ``mean``, ``std`` of :class:`OfficeCaltech10`: features read
+    and normalised with statistics from each domain's training part."""
     keys = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test", "mean", "std")
     out: dict[str, dict[str, Tensor]] = {k: {} for k in keys}
-    for d in selected:
+    for d in raw:
         if features == "surf":
             fts = raw[d]
             sums = fts.sum(axis=1, keepdims=True)  # type: ignore[union-attr]
@@ -487,13 +491,4 @@ def load_office_caltech10(
             out[f"y_{name}"][d] = torch.from_numpy(labels[d][i].astype(np.int64))
         out["mean"][d] = torch.from_numpy(mean.astype(np.float32))
         out["std"][d] = torch.from_numpy(std.astype(np.float32))
-    input_shape = tuple(out["x_train"][selected[0]].shape[1:])
-
-    return OfficeCaltech10(
-        domains=selected,
-        classes=OFFICE_CALTECH10_CLASSES,
-        features=features,
-        input_shape=input_shape,
-        root=str(root),
-        **out,
-    )
+    return out

@@ -82,6 +82,7 @@ from torch import Tensor
 from .._validation import check_positive_int
 from .._paths import resolve_dir
 from ..config import did_you_mean
+from ._common import check_seed as _check_seed
 
 __all__ = ["TextTask", "load_superglue", "SUPERGLUE_ENV"]
 
@@ -342,12 +343,6 @@ def _halve(items: list[_Instance], rng: np.random.Generator, *, by_group: bool) 
     return sorted(val), sorted(test)
 
 
-def _check_seed(seed) -> int:
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
-        raise ValueError(f"`seed` must be a non-negative int; got {seed!r}.")
-    return int(seed)
-
-
 def load_superglue(
     task: str,
     path: str | os.PathLike | None = None,
@@ -388,6 +383,43 @@ def load_superglue(
     the file and line for malformed or unlabelled records, and for an ``n_train`` larger than
     the training pool (saying how many instances are available).
     """
+    key = _check_task(task)
+    n_train = check_positive_int(n_train, name="n_train")
+    seed = _check_seed(seed)
+    directory, source = _resolve_dir(path)
+    files = _task_files(key, directory, source)
+    pool, val_items, dropped = _read_pools(key, files)
+    # BoolQ without its training split: FewGLUE first, then validation instances.
+    borrow = key == "boolq" and files["train"][0].name != "train.jsonl"
+    _check_n_train(n_train, key, len(pool), len(val_items), borrow, files["train"][0])
+    train_rng, split_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
+    train, val_items, n_borrowed = _draw_train(pool, val_items, n_train, borrow, train_rng)
+    val_idx, test_idx = _halve(val_items, split_rng, by_group=key == "multirc")
+    val, test = [val_items[i] for i in val_idx], [val_items[i] for i in test_idx]
+    info = {
+        "files": {s: [str(f) for f in fs] for s, fs in files.items()},
+        "train_pool": len(pool),
+        "train_from_validation": n_borrowed,
+        "validation_pool": len(val_items),
+        "dropped": dropped,
+        "seed": seed,
+        "text_format": _TEXT_FORMATS[key],
+    }
+    if key == "multirc":
+        info["val_paragraphs"] = len({it.group for it in val})
+        info["test_paragraphs"] = len({it.group for it in test})
+    return TextTask(key, _LABEL_NAMES[key], *_pack(train), *_pack(val), *_pack(test), info=info)
+
+
+_TEXT_FORMATS = {
+    "boolq": "(question, passage)",
+    "multirc": '(question + " " + answer, paragraph)',
+    "wic": '(word + ": " + sentence1, sentence2)',
+}
+
+
+def _check_task(task) -> str:
+    """The task's key (``"boolq"``, ``"multirc"``, ``"wic"``)."""
     if not isinstance(task, str):
         raise ValueError(f"`task` must be one of {', '.join(map(repr, _TASKS))}; got {task!r}.")
     key = task.strip().lower()
@@ -396,84 +428,59 @@ def load_superglue(
             f"Unknown SuperGLUE task {task!r}{did_you_mean(key, _TASKS)}. "
             f"Available: {', '.join(map(repr, _TASKS))}."
         )
-    n_train = check_positive_int(n_train, name="n_train")
-    seed = _check_seed(seed)
-    directory, source = _resolve_dir(path)
-    files = _task_files(key, directory, source)
+    return key
 
+
+def _read_pools(key: str, files: dict[str, list[Path]]) -> tuple[list[_Instance], list[_Instance], dict[str, int]]:
+    """``(training pool, validation split, what was dropped)``, each deduplicated, and nothing of
+    the validation split in the training pool (MultiRC: by paragraph, else by text pair)."""
     read = _READERS[key]
     pool_raw = [it for f in files["train"] for it in read(f)]
     val_raw = read(files["val"][0])
     val_items, val_repeats, val_conflicts = _dedupe(val_raw)
     pool, pool_repeats, pool_conflicts = _dedupe(pool_raw)
-    # Nothing of the validation split may reach train: MultiRC by paragraph, else by text pair.
     held = {it.group for it in val_items} if key == "multirc" else {it.text for it in val_items}
     n_before = len(pool)
     pool = [it for it in pool if (it.group if key == "multirc" else it.text) not in held]
-    pool_overlap = n_before - len(pool)
+    dropped = {
+        "train_repeats": pool_repeats,
+        "train_conflicting_labels": pool_conflicts,
+        "train_in_validation": n_before - len(pool),
+        "validation_repeats": val_repeats,
+        "validation_conflicting_labels": val_conflicts,
+    }
+    return pool, val_items, dropped
 
-    # BoolQ without its training split: FewGLUE first, then validation instances.
-    borrow = key == "boolq" and files["train"][0].name != "train.jsonl"
-    available = len(pool) + (len(val_items) - 2 if borrow else 0)
+
+def _check_n_train(n_train: int, key: str, n_pool: int, n_val: int, borrow: bool, train_file: Path) -> None:
+    available = n_pool + (n_val - 2 if borrow else 0)
     if n_train > available:
         if borrow:
             detail = (
-                f"the training pool is the {len(pool)} FewGLUE instances plus the {len(val_items)} validation "
+                f"the training pool is the {n_pool} FewGLUE instances plus the {n_val} validation "
                 f"instances, less 2 that must remain for the val/test halves"
             )
         else:
-            detail = f"the training split {os.path.abspath(files['train'][0])} has {len(pool)} usable instances"
+            detail = f"the training split {os.path.abspath(train_file)} has {n_pool} usable instances"
         raise ValueError(f"`n_train` = {n_train} is larger than the {available} available for {key}: {detail}.")
 
-    train_rng, split_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
-    order = train_rng.permutation(len(pool)).tolist()
+
+def _draw_train(pool: list[_Instance], val_items: list[_Instance], n_train: int, borrow: bool,
+                rng: np.random.Generator) -> tuple[list[_Instance], list[_Instance], int]:
+    """``(train, what is left of the validation split, instances borrowed from it)``: ``n_train``
+    instances of the pool in random order, then (``borrow``) validation instances."""
+    order = rng.permutation(len(pool)).tolist()
     train = [pool[i] for i in order[:n_train]]
     n_borrowed = 0
     if borrow and n_train > len(pool):
         n_borrowed = n_train - len(pool)
-        taken = train_rng.permutation(len(val_items))[:n_borrowed].tolist()
+        taken = rng.permutation(len(val_items))[:n_borrowed].tolist()
         train += [val_items[i] for i in taken]
         gone = set(taken)
         val_items = [it for i, it in enumerate(val_items) if i not in gone]
-    val_idx, test_idx = _halve(val_items, split_rng, by_group=key == "multirc")
+    return train, val_items, n_borrowed
 
-    info = {
-        "files": {s: [str(f) for f in fs] for s, fs in files.items()},
-        "train_pool": len(pool),
-        "train_from_validation": n_borrowed,
-        "validation_pool": len(val_items),
-        "dropped": {
-            "train_repeats": pool_repeats,
-            "train_conflicting_labels": pool_conflicts,
-            "train_in_validation": pool_overlap,
-            "validation_repeats": val_repeats,
-            "validation_conflicting_labels": val_conflicts,
-        },
-        "seed": seed,
-        "text_format": {
-            "boolq": "(question, passage)",
-            "multirc": '(question + " " + answer, paragraph)',
-            "wic": '(word + ": " + sentence1, sentence2)',
-        }[key],
-    }
-    if key == "multirc":
-        info["val_paragraphs"] = len({val_items[i].group for i in val_idx})
-        info["test_paragraphs"] = len({val_items[i].group for i in test_idx})
 
-    def pack(items: list[_Instance]) -> tuple[list[Pair], Tensor]:
-        return [it.text for it in items], torch.tensor([it.label for it in items], dtype=torch.int64)
-
-    train_texts, train_labels = pack(train)
-    val_texts, val_labels = pack([val_items[i] for i in val_idx])
-    test_texts, test_labels = pack([val_items[i] for i in test_idx])
-    return TextTask(
-        name=key,
-        label_names=_LABEL_NAMES[key],
-        train_texts=train_texts,
-        train_labels=train_labels,
-        val_texts=val_texts,
-        val_labels=val_labels,
-        test_texts=test_texts,
-        test_labels=test_labels,
-        info=info,
-    )
+def _pack(items: list[_Instance]) -> tuple[list[Pair], Tensor]:
+    """``(texts, labels)`` of ``items``."""
+    return [it.text for it in items], torch.tensor([it.label for it in items], dtype=torch.int64)

@@ -10,15 +10,8 @@ from .._validation import check_non_negative, check_positive, check_positive_int
 from ..problem import Problem
 
 
-def quadratic_clusters(
-    n_clusters: int = 4,
-    per_cluster: int = 8,
-    dim: int = 2,
-    *,
-    separation: float = 10.0,
-    spread: float = 1.0,
-    seed: int = 0,
-) -> Problem:
+def quadratic_clusters(n_clusters: int = 4, per_cluster: int = 8, dim: int = 2, *, separation: float = 10.0,
+                       spread: float = 1.0, seed: int = 0) -> Problem:
     """``n_clusters * per_cluster`` quadratic objectives ``||theta - c_i||^2``.
 
     Cluster means sit on a circle (first two coordinates) with ``separation`` between
@@ -68,11 +61,13 @@ class MixedRegression:
 
     @property
     def n_objectives(self) -> int:
-        return int(self.groups.shape[0])
+        """Number of objectives ``n`` (one regression task each)."""
+        return self.groups.shape[0]
 
     @property
     def dim(self) -> int:
-        return int(self.betas.shape[1])
+        """Length of a model's parameter vector (the regressions have no intercept)."""
+        return self.betas.shape[1]
 
     def problem(self, split: str = "train") -> Problem:
         """Mean squared error of each objective on ``split``, as a :class:`~most.Problem`."""
@@ -98,16 +93,8 @@ class MixedRegression:
         return self.problem("test").loss_matrix(params).gather(1, pick[:, None]).squeeze(1)
 
 
-def mixed_regression(
-    n_objectives: int = 40,
-    n_groups: int = 4,
-    dim: int = 10,
-    *,
-    samples: int = 30,
-    noise: float = 0.5,
-    individual: float = 0.1,
-    seed: int = 0,
-) -> MixedRegression:
+def mixed_regression(n_objectives: int = 40, n_groups: int = 4, dim: int = 10, *, samples: int = 30,
+                     noise: float = 0.5, individual: float = 0.1, seed: int = 0) -> MixedRegression:
     """Draws a :class:`MixedRegression` (train, val and test each ``samples`` per objective)."""
     check_positive_int(n_objectives, name="n_objectives")
     check_positive_int(n_groups, name="n_groups")
