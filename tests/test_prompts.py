@@ -156,7 +156,7 @@ def test_a_short_benchmark_run_writes_its_table_and_resumes_when_stopped(encoder
 
     config = PromptsConfig(tasks=("wic",), seeds=(0,), n_train=12, rounds=2, dispatcher_epochs=10,
                            data_path=SUPERGLUE_DIR, out=tmp_path, progress=False)
-    real, made = _runs.RunLog.add, []
+    real, made = _runs.RunStore.add, []
 
     def stopped_at_the_third_run(self, key, run):
         if len(made) == 2:
@@ -164,16 +164,17 @@ def test_a_short_benchmark_run_writes_its_table_and_resumes_when_stopped(encoder
         made.append(key)
         return real(self, key, run)
 
-    monkeypatch.setattr(_runs.RunLog, "add", stopped_at_the_third_run)
+    monkeypatch.setattr(_runs.RunStore, "add", stopped_at_the_third_run)
     with pytest.raises(KeyboardInterrupt):
         run_benchmark(config)
-    recorded = [json.loads(line)["run"] for line in (tmp_path / _runs.RUNS_FILE).read_text().splitlines()[1:]]
+    recorded = [json.loads((tmp_path / _runs.RUNS_DIR / "wic" / name / "seed0" / "result.json").read_text())
+                for name in ("MosT", "MGDA")]
     assert [r["method"] for r in recorded] == ["MosT", "MGDA"] and not (tmp_path / "results.json").exists()
     made.clear()
-    monkeypatch.setattr(_runs.RunLog, "add", lambda self, key, run: made.append(key) or real(self, key, run))
+    monkeypatch.setattr(_runs.RunStore, "add", lambda self, key, run: made.append(key) or real(self, key, run))
     results = run_benchmark(config, resume=True)
     assert made == [("wic", "Linearization", 0)] and results["runs"][:2] == recorded  # only the missing run
-    assert not (tmp_path / _runs.RUNS_FILE).exists()
+    assert len(list((tmp_path / _runs.RUNS_DIR).rglob("result.json"))) == 3  # kept beside the results
     saved = json.loads((tmp_path / "results.json").read_text())
     assert [r["method"] for r in saved["runs"]] == ["MosT", "MGDA", "Linearization"]
     for run in saved["runs"]:

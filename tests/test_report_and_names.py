@@ -258,49 +258,6 @@ def test_bench_results_and_table_are_written_atomically(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "results.json").read_text())["x"] == 1
 
 
-# ----------------------------------------------------------------------------- the bench runs file
-def _runlog(tmp_path, **kwargs):
-    from most.bench._runs import RunLog
-
-    return RunLog(tmp_path, {"a": 1}, suite="test", **kwargs)
-
-
-def test_runs_file_drops_a_last_line_cut_short(tmp_path):
-    log = _runlog(tmp_path)
-    log.add([1], {"v": 1})
-    log.add([2], {"v": 2})
-    path = tmp_path / "runs.jsonl"
-    path.write_text(path.read_text() + '{"key": [3], "ru')
-    log = _runlog(tmp_path, resume=True)
-    assert log.get([1]) == {"v": 1} and log.get([2]) == {"v": 2} and log.get([3]) is None
-    assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == 3
-
-
-def test_runs_file_with_a_corrupt_line_in_the_middle_names_file_and_line(tmp_path):
-    log = _runlog(tmp_path)
-    log.add([1], {"v": 1})
-    log.add([2], {"v": 2})
-    path = tmp_path / "runs.jsonl"
-    lines = path.read_text().splitlines()
-    lines[1] = lines[1][:10]
-    path.write_text("\n".join(lines) + "\n")
-    with pytest.raises(ValueError, match=rf"{str(path)}.*line 2"):
-        _runlog(tmp_path, resume=True)
-    assert path.read_text().splitlines()[2] == lines[2]  # nothing dropped from the file
-
-
-def test_runs_file_rewrite_is_atomic(tmp_path, monkeypatch):
-    written = _replaced(monkeypatch)
-    log = _runlog(tmp_path)
-    log.add([1], {"v": 1})
-    path = tmp_path / "runs.jsonl"
-    path.write_text(path.read_text() + '{"key"')
-    _runlog(tmp_path, resume=True)
-    assert written.count("runs.jsonl") == 2  # the header, then the rewrite without the cut line
-    _no_partial_files(tmp_path)
-    assert os.listdir(tmp_path) == ["runs.jsonl"]
-
-
 # ----------------------------------------------------------------------------- runs that do not belong together
 def test_report_refuses_a_group_whose_seeds_were_made_with_different_settings(results):
     config_file = results / "fed" / "runs" / "MosT" / "seed1" / "config.json"
