@@ -166,6 +166,37 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
 
 def parse_experiment(table: dict, *, default_name: str = "experiment", source: str = "") -> Experiment:
     """:func:`load_experiment` for a table already read."""
+    kind, engine = _check_kind(table)
+    name = _check_name(table.get("name", default_name), given="name" in table)
+    seeds = table.get("seeds", [0])
+    if isinstance(seeds, int) and not isinstance(seeds, bool):
+        seeds = [seeds]
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
+                                                           for s in seeds):
+        raise ConfigError(f"seeds: expected a non-empty list of integers; got {seeds!r}.")
+    if len(set(seeds)) != len(seeds):
+        raise ConfigError(f"seeds: repeated seeds in {seeds!r}.")
+    every = table.get("checkpoint_every", 10)
+    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+        raise ConfigError(f"checkpoint_every: expected a positive integer; got {every!r}.")
+    methods = table.get("methods")
+    if not isinstance(methods, dict) or not methods:
+        raise ConfigError("methods: missing. Add at least one table [methods.LABEL], e.g. [methods.MosT] "
+                          "n_models = 5.")
+    for label, m in methods.items():
+        if not isinstance(m, dict):
+            raise ConfigError(f"methods.{label}: expected a table of the method's fields; got {m!r}.")
+    sweep = _check_sweep(table, methods)
+    runs = _runs(table, kind, engine, methods, sweep, seeds)
+    folders = [r.folder for r in runs]
+    if len(set(folders)) != len(folders):
+        dup = next(f for f in folders if folders.count(f) > 1)
+        raise ConfigError(f"methods: two runs would share the folder {dup!r}; give the methods distinct labels.")
+    return Experiment(name=name, kind=kind, runs=tuple(runs), checkpoint_every=every, source=source)
+
+
+def _check_kind(table) -> tuple[str, str]:
+    """The experiment's kind (federated or centralised) and engine, from its top-level keys."""
     if not isinstance(table, dict):
         raise ConfigError(f"An experiment is a table of keys such as name, seeds, methods (a dict); got a "
                           f"{type(table).__name__}.")
@@ -197,25 +228,11 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
 
         if importlib.util.find_spec("flwr") is None:
             raise ConfigError("engine = \"flower\" needs Flower: pip install 'most[flower]'.")
-    name = _check_name(table.get("name", default_name), given="name" in table)
-    seeds = table.get("seeds", [0])
-    if isinstance(seeds, int) and not isinstance(seeds, bool):
-        seeds = [seeds]
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
-                                                           for s in seeds):
-        raise ConfigError(f"seeds: expected a non-empty list of integers; got {seeds!r}.")
-    if len(set(seeds)) != len(seeds):
-        raise ConfigError(f"seeds: repeated seeds in {seeds!r}.")
-    every = table.get("checkpoint_every", 10)
-    if isinstance(every, bool) or not isinstance(every, int) or every < 1:
-        raise ConfigError(f"checkpoint_every: expected a positive integer; got {every!r}.")
-    methods = table.get("methods")
-    if not isinstance(methods, dict) or not methods:
-        raise ConfigError("methods: missing. Add at least one table [methods.LABEL], e.g. [methods.MosT] "
-                          "n_models = 5.")
-    for label, m in methods.items():
-        if not isinstance(m, dict):
-            raise ConfigError(f"methods.{label}: expected a table of the method's fields; got {m!r}.")
+    return kind, engine
+
+
+def _check_sweep(table: dict, methods: dict) -> dict:
+    """The table ``[sweep]`` (dotted keys into the file, each to a non-empty list of values)."""
     sweep = table.get("sweep", {})
     if not isinstance(sweep, dict):
         raise ConfigError(f"sweep: expected a table of dotted keys to lists of values; got {sweep!r}.")
@@ -230,7 +247,11 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
             raise ConfigError(f"sweep.\"{key}\": no method labelled {head[1]!r}; labels: {', '.join(methods)}.")
         if head[0] in ("data", "model", "federated", "problem") and head[0] not in table:
             raise ConfigError(f"sweep.\"{key}\": this experiment has no [{head[0]}] table.")
+    return sweep
 
+
+def _runs(table: dict, kind: str, engine: str, methods: dict, sweep: dict, seeds: list[int]) -> list[RunSpec]:
+    """One run per method, combination of swept values and seed; every value checked now, before any work."""
     runs = []
     for label, method_table in methods.items():
         keys = [k for k in sweep if not k.startswith("methods.") or k.split(".")[1] == label]
@@ -246,11 +267,7 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
                               config=_with_seed(kind, resolved, seed))
                 _build(run)  # every value checked now, before any work
                 runs.append(run)
-    folders = [r.folder for r in runs]
-    if len(set(folders)) != len(folders):
-        dup = next(f for f in folders if folders.count(f) > 1)
-        raise ConfigError(f"methods: two runs would share the folder {dup!r}; give the methods distinct labels.")
-    return Experiment(name=name, kind=kind, runs=tuple(runs), checkpoint_every=every, source=source)
+    return runs
 
 
 #: characters a name may not hold: path separators and those Windows forbids in file names

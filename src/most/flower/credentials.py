@@ -45,10 +45,8 @@ def make_certificates(
     takes all three (``--ssl-ca-certfile/--ssl-certfile/--ssl-keyfile``); clients (SuperNodes,
     the ``flwr`` CLI, the SuperExec/ServerApp) need only ``ca.crt``.
     """
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
     hosts = [str(h) for h in hosts]
     if not hosts or not all(hosts):
@@ -59,56 +57,12 @@ def make_certificates(
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc)
-    not_before = now - datetime.timedelta(minutes=5)
-    not_after = now + datetime.timedelta(days=valid_days)
+    validity = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=valid_days))
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
-    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "most Flower CA")])
-    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
-
-    def certificate(subject, public_key, *, ca: bool, usage: dict):
-        flags = dict.fromkeys(("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
-                               "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only"), False)
-        return (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_name)
-            .public_key(public_key)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(not_before)
-            .not_valid_after(not_after)
-            .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
-            .add_extension(x509.KeyUsage(**{**flags, **usage}), critical=True)
-        )
-
-    ca_cert = (
-        certificate(ca_name, ca_key.public_key(), ca=True,
-                    usage=dict(digital_signature=True, key_cert_sign=True, crl_sign=True))
-        .add_extension(ca_ski, critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
-
-    sans: list[x509.GeneralName] = []
-    for host in hosts:
-        try:
-            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
-        except ValueError:
-            sans.append(x509.DNSName(host))
+    ca_cert = _ca_certificate(ca_key, validity)
     server_key = ec.generate_private_key(ec.SECP256R1())
-    server_cert = (
-        certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]), server_key.public_key(), ca=False,
-                    usage=dict(digital_signature=True, key_agreement=True))
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        .add_extension(
-            x509.SubjectKeyIdentifier.from_public_key(server_key.public_key()), critical=False
-        )
-        .add_extension(
-            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
-            critical=False,
-        )
-        .sign(ca_key, hashes.SHA256())
-    )
+    server_cert = _server_certificate(hosts, server_key, ca_key, validity)
 
     paths = Certificates(out / "ca.crt", out / "server.pem", out / "server.key")
     paths.ca_cert.write_bytes(ca_cert.public_bytes(serialization.Encoding.PEM))
@@ -122,6 +76,76 @@ def make_certificates(
     )
     paths.server_key.chmod(0o600)
     return paths
+
+
+def _ca_name():
+    """The CA's name: its subject, and the server certificate's issuer."""
+    from cryptography import x509
+    from cryptography.x509.oid import NameOID
+
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "most Flower CA")])
+
+
+def _builder(subject, issuer, public_key, validity, *, ca: bool, usage: dict):
+    """A certificate builder with the fields both certificates have: names, key, serial number,
+    validity, basic constraints and key usage (``usage``: the key-usage flags that are set)."""
+    from cryptography import x509
+
+    flags = dict.fromkeys(("digital_signature", "content_commitment", "key_encipherment", "data_encipherment",
+                           "key_agreement", "key_cert_sign", "crl_sign", "encipher_only", "decipher_only"), False)
+    return (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(public_key)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(validity[0])
+        .not_valid_after(validity[1])
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=0 if ca else None), critical=True)
+        .add_extension(x509.KeyUsage(**{**flags, **usage}), critical=True)
+    )
+
+
+def _ca_certificate(ca_key, validity):
+    """The self-signed CA certificate."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+
+    return (
+        _builder(_ca_name(), _ca_name(), ca_key.public_key(), validity, ca=True,
+                 usage=dict(digital_signature=True, key_cert_sign=True, crl_sign=True))
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+        .sign(ca_key, hashes.SHA256())
+    )
+
+
+def _server_certificate(hosts: list[str], server_key, ca_key, validity):
+    """The server certificate for ``hosts`` (IP addresses or DNS names), signed by the CA."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    sans: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            sans.append(x509.DNSName(host))
+    ca_ski = x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key())
+    return (
+        _builder(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])]), _ca_name(),
+                 server_key.public_key(), validity, ca=False, usage=dict(digital_signature=True, key_agreement=True))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+        .add_extension(
+            x509.SubjectKeyIdentifier.from_public_key(server_key.public_key()), critical=False
+        )
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ca_ski),
+            critical=False,
+        )
+        .sign(ca_key, hashes.SHA256())
+    )
 
 
 class NodeKeys(NamedTuple):
