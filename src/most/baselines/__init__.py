@@ -74,6 +74,7 @@ from torch import Tensor
 from .._validation import check_non_negative, check_positive
 from ..methods import EqualAssignment, GammaWeights
 from ..solver import _Method
+from . import _few_for_many
 from ._epo import EPOCombiner, PreferenceAssignment, check_preferences
 from ._few_for_many import (
     BestModelAssignment,
@@ -90,24 +91,7 @@ from ._few_for_many import (
 )
 from ._svgd import SVGDCombiner
 
-__all__ = [
-    "EPO",
-    "MOOSVGD",
-    "PreferenceAssignment",
-    "EPOCombiner",
-    "SVGDCombiner",
-    "TCHSet",
-    "STCHSet",
-    "SumOfMinimum",
-    "BestModelAssignment",
-    "TCHSetCombiner",
-    "STCHSetCombiner",
-    "SumOfMinimumCombiner",
-    "tch_set",
-    "stch_set",
-    "sum_of_minimum",
-    "kmeanspp_seeding",
-]
+__all__ = ["EPO", "MOOSVGD", "PreferenceAssignment", "EPOCombiner", "SVGDCombiner", *_few_for_many.__all__]
 
 
 def _as_nested_tuple(preferences) -> tuple[tuple[float, ...], ...]:
