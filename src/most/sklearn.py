@@ -524,6 +524,11 @@ class MosTClassifier(ClassifierMixin, _MosTEstimator):
     def _sample_loss(outputs, targets):
         return torch.nn.functional.cross_entropy(outputs, targets, reduction="none")
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.classifier_tags.multi_class = True
+        return tags
+
     def decision_function(self, X: Any, groups: Any = None) -> np.ndarray:
         """Logits of each sample's routed model: ``[N, n_classes]``, or ``[N]`` (the log-odds
         of ``classes_[1]``) for two classes."""
@@ -546,11 +551,6 @@ class MosTClassifier(ClassifierMixin, _MosTEstimator):
     def score(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> float:
         """Accuracy of :meth:`predict` with ``groups``."""
         return float(accuracy_score(y, self.predict(X, groups=groups), sample_weight=sample_weight))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.classifier_tags.multi_class = True
-        return tags
 
 
 class MosTRegressor(RegressorMixin, _MosTEstimator):
@@ -613,6 +613,11 @@ class MosTRegressor(RegressorMixin, _MosTEstimator):
     def _sample_loss(outputs, targets):
         return ((outputs - targets) ** 2).mean(-1)
 
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.target_tags.multi_output = True
+        return tags
+
     @staticmethod
     def _linear_coefficients(fitted: dict[str, Any]) -> dict[str, np.ndarray]:
         """``coef_`` and ``intercept_`` of linear models, in the original units of X and y."""
@@ -633,8 +638,3 @@ class MosTRegressor(RegressorMixin, _MosTEstimator):
     def score(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> float:
         """R^2 of :meth:`predict` with ``groups``."""
         return float(r2_score(y, self.predict(X, groups=groups), sample_weight=sample_weight))
-
-    def __sklearn_tags__(self):
-        tags = super().__sklearn_tags__()
-        tags.target_tags.multi_output = True
-        return tags
