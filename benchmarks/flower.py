@@ -80,10 +80,24 @@ def _loss_pick_accuracy(result) -> float:
     return float(client_accuracy(result.test_accuracy, result.loss_choice).mean())
 
 
+def _flower_deploy():
+    """The module ``tests/_flower_deploy.py``, loaded from its path (the tests' folder is not a
+    package, and nothing is added to ``sys.path``)."""
+    import importlib.util
+
+    name = "_most_flower_deploy"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "_flower_deploy.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module  # before running it: its dataclasses look their module up
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def _deployment(rounds: int) -> dict:
-    """A MosT run on a local TLS + authentication deployment (the tests' harness)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from _flower_deploy import deployment  # noqa: E402
+    """A MosT run on a local TLS + authentication deployment (the tests' harness,
+    ``tests/_flower_deploy.py``, loaded from its file)."""
+    deployment = _flower_deploy().deployment
 
     out = Path(tempfile.mkdtemp(prefix="most_flower_"))
     tic = time.perf_counter()

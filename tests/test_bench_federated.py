@@ -115,13 +115,14 @@ def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):
 
 
 def test_methods_run_later_merge_into_a_results_folder(tmp_path):
+    """most.bench._merge, and its command line benchmarks/merge_federated.py run as a script."""
+    import subprocess
     import sys
     from pathlib import Path
 
-    import pytest
+    from most.bench import _merge
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    merge_federated = pytest.importorskip("merge_federated")
+    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "merge_federated.py")]
 
     def bench(out, *args):
         res = runner.invoke(app, ["bench", "federated", "--rounds", "6", "--server-lr", "3", "--out", str(out),
@@ -136,7 +137,9 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
              for s in (1, 0)]
     alone = bench(tmp_path / "alone", "--seed", "0", "--seed", "1", "--method", "MosT", "--method", "IFCA")
 
-    merge_federated.main([str(tmp_path / "dest"), str(tmp_path / "part1"), str(tmp_path / "part0")])
+    res = subprocess.run([*script, str(tmp_path / "dest"), str(tmp_path / "part1"), str(tmp_path / "part0")],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0 and f"added IFCA to {tmp_path / 'dest'}" in res.stderr, res.stderr
     merged = json.loads((tmp_path / "dest" / "results.json").read_text())
     assert merged["config"]["methods"] == ["MosT", "FedAvg", "IFCA"]
     assert [r["seed"] for r in merged["methods"]["IFCA"]["runs"]] == [0, 1]
@@ -149,28 +152,27 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     # a whole table split over seeds: the second half adds its seeds
     bench(tmp_path / "first", "--seed", "0", "--method", "MosT", "--method", "IFCA")
     second = bench(tmp_path / "second", "--seed", "1", "--method", "MosT", "--method", "IFCA")
-    merge_federated.main([str(tmp_path / "first"), str(tmp_path / "second")])
+    assert _merge.merge_folders(tmp_path / "first", [tmp_path / "second"]) == ["seeds [1]"]
     joined = json.loads((tmp_path / "first" / "results.json").read_text())
     assert joined["config"]["seeds"] == [0, 1]
     assert joined["methods"]["IFCA"]["mean"] == alone["methods"]["IFCA"]["mean"]
     assert joined["paired_vs_most"]["IFCA"] == alone["paired_vs_most"]["IFCA"]
-    with pytest.raises(merge_federated.MergeError, match=r"seeds \[1\], which the destination already has"):
-        merge_federated.merge(json.loads(json.dumps(joined)), [second])
+    with pytest.raises(_merge.MergeError, match=r"seeds \[1\], which the destination already has"):
+        _merge.merge(json.loads(json.dumps(joined)), [second])
     # some methods of a table pooled with a later seed set, into another folder
     bench(tmp_path / "seed0", "--seed", "0", "--method", "MosT", "--method", "FedAvg", "--method", "IFCA")
     before = (tmp_path / "seed0" / "results.json").read_text()
-    merge_federated.main([str(tmp_path / "seed0"), str(tmp_path / "second"), "--method", "MosT", "--method", "IFCA",
-                          "--out", str(tmp_path / "pooled")])
+    _merge.merge_folders(tmp_path / "seed0", [tmp_path / "second"], methods=["MosT", "IFCA"], out=tmp_path / "pooled")
     assert (tmp_path / "seed0" / "results.json").read_text() == before
     pooled = json.loads((tmp_path / "pooled" / "results.json").read_text())
     assert pooled["config"]["methods"] == ["MosT", "IFCA"] and pooled["config"]["seeds"] == [0, 1]
     assert pooled["methods"]["IFCA"]["mean"] == alone["methods"]["IFCA"]["mean"]
     assert pooled["paired_vs_most"] == alone["paired_vs_most"]
-    with pytest.raises(SystemExit, match="part0 has none of the methods"):
-        merge_federated.main([str(tmp_path / "seed0"), str(tmp_path / "part0"), "--method", "MosT",
-                              "--out", str(tmp_path / "none")])
-    with pytest.raises(merge_federated.MergeError, match=r"\['FedProx'\] not in the results"):
-        merge_federated.restrict(pooled, ["FedProx"])
+    with pytest.raises(_merge.MergeError, match="part0 has none of the methods"):
+        _merge.merge_folders(tmp_path / "seed0", [tmp_path / "part0"], methods=["MosT"], out=tmp_path / "none")
+    assert not (tmp_path / "none").exists()
+    with pytest.raises(_merge.MergeError, match=r"\['FedProx'\] not in the results"):
+        _merge.restrict(pooled, ["FedProx"])
 
     bad = [
         (dict(dest, config={**dest["config"], "protocol": {**dest["config"]["protocol"], "rounds": 7}}), [parts[0]],
@@ -181,30 +183,26 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
          "other settings.*'device': 'cuda'"),
         (dest, [bench(tmp_path / "again", "--seed", "0", "--seed", "1", "--method", "FedAvg")], "already in"),
     ]
-    with pytest.raises(SystemExit, match="no results file at .*nowhere"):
-        merge_federated.main([str(tmp_path / "dest"), str(tmp_path / "nowhere")])
+    with pytest.raises(_merge.MergeError, match="no results file at .*nowhere"):
+        _merge.merge_folders(tmp_path / "dest", [tmp_path / "nowhere"])
+    res = subprocess.run([*script, str(tmp_path / "dest"), str(tmp_path / "nowhere")], capture_output=True, text=True,
+                         timeout=600)  # the command line: the reason, and a failed exit
+    assert res.returncode == 1 and "error: no results file at" in res.stderr and "nowhere" in res.stderr
     for target, sources, match in bad:
-        with pytest.raises(merge_federated.MergeError, match=match):
-            merge_federated.merge(json.loads(json.dumps(target)), sources)
+        with pytest.raises(_merge.MergeError, match=match):
+            _merge.merge(json.loads(json.dumps(target)), sources)
     # results written before --rotations existed have no such setting: they turned nothing
     older = json.loads(json.dumps(dest))
     del older["config"]["rotations"]
-    assert merge_federated.merge(older, [parts[0], parts[1]]) == ["IFCA"]
+    assert _merge.merge(older, [parts[0], parts[1]]) == ["IFCA"]
     turned = dict(parts[0], config={**parts[0]["config"], "rotations": 4})
-    with pytest.raises(merge_federated.MergeError, match="other settings.*rotations"):
-        merge_federated.merge(json.loads(json.dumps(dest)), [turned])
+    with pytest.raises(_merge.MergeError, match="other settings.*rotations"):
+        _merge.merge(json.loads(json.dumps(dest)), [turned])
 
 
 def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_grid(tmp_path):
-    import sys
-    from pathlib import Path
-
-    import pytest
-
+    from most.bench import _merge
     from most.bench import federated as fb
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    merge_federated = pytest.importorskip("merge_federated")
 
     def bench(out, *lrs, methods=("MosT", "FedProx"), seeds=(0, 1)):
         args = [a for lr in lrs for a in ("--server-lr", str(lr))] + [a for m in methods for a in ("--method", m)]
@@ -217,7 +215,7 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     extra = bench(tmp_path / "extra", 5)  # wins over 1 in these short runs
     bench(tmp_path / "diverging", 1e38)  # loses to the destination's grid
     alone = bench(tmp_path / "alone", 1, 5, 1e38)
-    merge_federated.main([str(tmp_path / "dest"), str(tmp_path / "extra"), str(tmp_path / "diverging")])
+    _merge.merge_folders(tmp_path / "dest", [tmp_path / "extra", tmp_path / "diverging"])
     merged = json.loads((tmp_path / "dest" / "results.json").read_text())
     assert merged["config"]["server_lrs"] == [1.0, 5.0, 1e38]
     assert {r["server_lr"] for e in merged["methods"].values() for r in e["runs"]} == {5.0}
@@ -230,12 +228,12 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     assert "| FedProx |" in (tmp_path / "dest" / "table.md").read_text()
 
     again = json.loads((tmp_path / "dest" / "results.json").read_text())
-    with pytest.raises(merge_federated.MergeError, match=r"steps \[5.0\] for MosT, which the destination already"):
-        merge_federated.merge(again, [extra])
+    with pytest.raises(_merge.MergeError, match=r"steps \[5.0\] for MosT, which the destination already"):
+        _merge.merge(again, [extra])
     # a method new to the table joins with its own grid; a source mixing new and known methods does not
     own = json.loads(json.dumps(again))
     ifca_3 = bench(tmp_path / "ifca_3", 3, methods=("IFCA",))
-    assert merge_federated.merge(own, [ifca_3]) == ["IFCA"]
+    assert _merge.merge(own, [ifca_3]) == ["IFCA"]
     assert own["config"]["server_lrs_by_method"] == {"MosT": [1.0, 5.0, 1e38], "FedProx": [1.0, 5.0, 1e38],
                                                      "IFCA": [3.0]}
     assert own["config"]["server_lrs"] == [1.0, 5.0, 1e38, 3.0]
@@ -243,16 +241,16 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
         r["per_client"] for r in ifca_3["methods"]["IFCA"]["runs"]]
     assert own["methods"]["MosT"] == again["methods"]["MosT"]
     assert "IFCA over 3" in fb.table_markdown(own)
-    with pytest.raises(merge_federated.MergeError, match="only with methods it has"):
-        merge_federated.merge(json.loads(json.dumps(again)), [bench(tmp_path / "mixed", 3, methods=("MosT", "IFCA"))])
+    with pytest.raises(_merge.MergeError, match="only with methods it has"):
+        _merge.merge(json.loads(json.dumps(again)), [bench(tmp_path / "mixed", 3, methods=("MosT", "IFCA"))])
     split = [bench(tmp_path / f"ifca_s{s}", lr, methods=("IFCA",), seeds=(s,)) for s, lr in ((0, 3), (1, 7))]
-    with pytest.raises(merge_federated.MergeError, match=r"IFCA: source 2 was run with server steps \[7.0\]"):
-        merge_federated.merge(json.loads(json.dumps(again)), split)
+    with pytest.raises(_merge.MergeError, match=r"IFCA: source 2 was run with server steps \[7.0\]"):
+        _merge.merge(json.loads(json.dumps(again)), split)
 
     # an extension of some methods only: theirs choose over the joined grid, the others keep theirs
     most_3 = bench(tmp_path / "most_3", 3, methods=("MosT",))
     partial = json.loads(json.dumps(again))
-    assert merge_federated.merge(partial, [most_3]) == ["server steps [3.0]"]
+    assert _merge.merge(partial, [most_3]) == ["server steps [3.0]"]
     assert partial["config"]["server_lrs_by_method"] == {"MosT": [1.0, 5.0, 1e38, 3.0], "FedProx": [1.0, 5.0, 1e38]}
     assert partial["config"]["server_lrs"] == [1.0, 5.0, 1e38, 3.0]
     assert partial["methods"]["FedProx"] == again["methods"]["FedProx"]
@@ -263,52 +261,14 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
         assert got["server_lr"] == want["server_lr"] and got["per_client"] == want["per_client"]
     note = fb.table_markdown(partial)
     assert "MosT over 1, 5, 1e+38, 3; FedProx over 1, 5, 1e+38" in note
-    with pytest.raises(merge_federated.MergeError, match="server steps \\[3.0\\] for MosT"):
-        merge_federated.merge(json.loads(json.dumps(partial)), [most_3])
-    with pytest.raises(merge_federated.MergeError, match="tuned over different server-step grids"):
-        merge_federated.merge(json.loads(json.dumps(partial)), [bench(tmp_path / "seed_2", 1, 5, 1e38, 3, seeds=(2,))])
+    with pytest.raises(_merge.MergeError, match="server steps \\[3.0\\] for MosT"):
+        _merge.merge(json.loads(json.dumps(partial)), [most_3])
+    with pytest.raises(_merge.MergeError, match="tuned over different server-step grids"):
+        _merge.merge(json.loads(json.dumps(partial)), [bench(tmp_path / "seed_2", 1, 5, 1e38, 3, seeds=(2,))])
     # the other methods' missing steps make the grids equal again
-    merge_federated.merge(partial, [bench(tmp_path / "fedprox_3", 3, methods=("FedProx",))])
+    _merge.merge(partial, [bench(tmp_path / "fedprox_3", 3, methods=("FedProx",))])
     assert "server_lrs_by_method" not in partial["config"]
     assert "grids differ" not in fb.table_markdown(partial)
-
-
-def test_per_sample_accuracy_added_to_older_results_equals_the_benchmarks(tmp_path):
-    import sys
-    from pathlib import Path
-
-    import pytest
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    add_pooled = pytest.importorskip("add_pooled")
-    out = tmp_path / "pl"
-    res = runner.invoke(app, ["bench", "federated", "--sizes", "power_law", "--rounds", "3", "--seed", "0",
-                              "--seed", "1", "--server-lr", "1", "--method", "MosT", "--method", "FedAvg",
-                              "--out", str(out), "--quiet"])
-    assert res.exit_code == 0, res.output
-    written = json.loads((out / "results.json").read_text())
-    older = json.loads(json.dumps(written))
-    for entry in older["methods"].values():
-        for run in entry["runs"]:
-            del run["pooled"], run["pooled_loss_pick"]
-        for k in ("pooled", "pooled_loss_pick"):
-            entry.pop(k, None)
-    (out / "results.json").write_text(json.dumps(older))
-    add_pooled.main([str(out)])
-    filled = json.loads((out / "results.json").read_text())
-    for name, entry in written["methods"].items():
-        got = [r["pooled"] for r in filled["methods"][name]["runs"]]
-        assert np.allclose(got, [r["pooled"] for r in entry["runs"]], rtol=0, atol=1e-12)
-        assert not np.allclose(got, [r["mean"] for r in entry["runs"]])  # unequal sizes: not the mean
-        assert "pooled_loss_pick" not in filled["methods"][name]  # needs the per-client choices
-    table = (out / "table.md").read_text()
-    assert "| per sample | per sample, loss pick |" in table and "| – |" in table
-
-    # a stored value the data does not give back is refused
-    filled["methods"]["MosT"]["runs"][0]["pooled"] += 0.01
-    (out / "results.json").write_text(json.dumps(filled))
-    with pytest.raises(SystemExit, match="MosT, seed 0: stored per-sample accuracy"):
-        add_pooled.main([str(out)])
 
 
 def test_the_table_says_when_the_chosen_server_step_is_the_grids_edge():

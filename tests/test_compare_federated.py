@@ -1,21 +1,27 @@
-"""``benchmarks/compare_federated.py``: a variant run alone, compared seed by seed with a main table."""
+"""A variant run alone, compared seed by seed with a main table: :func:`most.bench._compare.compare`
+and its command line, ``benchmarks/compare_federated.py``, run as a script."""
 
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from most.bench import _compare as compare_federated
 from most.cli import app
 from most.federated import evaluation as ev
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-compare_federated = pytest.importorskip("compare_federated")
-
+ROOT = Path(__file__).resolve().parents[1]
 runner = CliRunner()
 NAME = "MosT (update split)"
+
+
+def _script(*args):
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_federated.py"), *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 
 def _bench(out, *args):
@@ -31,8 +37,10 @@ def test_a_variant_run_alone_is_compared_as_if_run_with_the_table(tmp_path):
     variant = _bench(tmp_path / "variant", *seeds, "--method", NAME)
     together = _bench(tmp_path / "together", *seeds, "--method", NAME, "--method", "IFCA")
     assert (tmp_path / "variant" / "assignment_stack.png").stat().st_size > 1000  # the variant's own plans
-    assert compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "main"), "--method", NAME]) == 0
+    res = _script(tmp_path / "variant", tmp_path / "main", "--method", NAME)
+    assert res.returncode == 0, res.stderr
     text = (tmp_path / "variant" / "compare.md").read_text()
+    assert text == compare_federated.compare(variant, main, NAME) and text in res.stdout
 
     # the interval is the paired difference of the stored runs, and the same as with both run together
     v = [r["mean"] for r in variant["methods"][NAME]["runs"]]
@@ -70,7 +78,7 @@ def test_or_most_reports_the_choice_on_validation_between_the_variant_and_most(t
         compare_federated.compare(variant, no_most, "MosT (warm-up 30)", or_most=True)
 
 
-def test_folders_that_cannot_be_compared_are_refused(tmp_path, capsys):
+def test_folders_that_cannot_be_compared_are_refused(tmp_path):
     main = _bench(tmp_path / "main", "--seed", "0", "--seed", "1", "--method", "MosT")
     variant = _bench(tmp_path / "variant", "--seed", "0", "--seed", "1", "--method", NAME)
     bad = [
@@ -91,15 +99,15 @@ def test_folders_that_cannot_be_compared_are_refused(tmp_path, capsys):
     assert compare_federated.compare(on("cpu"), main, NAME) == compare_federated.compare(variant, main, NAME)
     with pytest.raises(compare_federated.CompareError, match="different settings.*protocol"):
         compare_federated.compare(on("cuda"), main, NAME)
-    with pytest.raises(SystemExit):
-        compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "nowhere"), "--method", NAME])
-    assert "nowhere: no results.json" in capsys.readouterr().err
+    # on the command line: usage errors, before anything is written
+    res = _script(tmp_path / "variant", tmp_path / "nowhere", "--method", NAME)
+    assert res.returncode == 2 and "nowhere: no results.json" in res.stderr
+    res = _script(tmp_path / "variant", tmp_path / "main", "--method", "MosT (capacity)")
+    assert res.returncode == 2 and "no method 'MosT (capacity)'" in res.stderr
     # --report names the file, so a folder with two variants keeps one report per variant
-    assert compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "main"), "--method", NAME,
-                                   "--report", "compare_split.md"]) == 0
+    res = _script(tmp_path / "variant", tmp_path / "main", "--method", NAME, "--report", "compare_split.md")
+    assert res.returncode == 0, res.stderr
     assert (tmp_path / "variant" / "compare_split.md").read_text().startswith(f"# {NAME} against")
     assert not (tmp_path / "variant" / "compare.md").exists()
-    with pytest.raises(SystemExit):
-        compare_federated.main([str(tmp_path / "variant"), str(tmp_path / "main"), "--method", NAME,
-                                "--report", "../x.md"])
-    assert "plain file name" in capsys.readouterr().err
+    res = _script(tmp_path / "variant", tmp_path / "main", "--method", NAME, "--report", "../x.md")
+    assert res.returncode == 2 and "plain file name" in res.stderr

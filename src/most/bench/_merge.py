@@ -1,0 +1,203 @@
+"""Joins results folders of ``most bench federated`` run separately (``benchmarks/merge_federated.py``).
+
+A method missing from a table is run later with the same settings, possibly split over seeds
+into several folders to use several cores, and joined here; a whole table split over seeds is
+joined the same way; and a folder with other server steps extends the grid the step is chosen
+from. Every join checks that the folders were run with the same settings first.
+
+* :func:`merge` appends sources (results dicts) to a destination, in place;
+* :func:`restrict` keeps only some methods of a results dict;
+* :func:`merge_folders` does both on folders and rewrites ``results.json``, ``table.md`` and
+  the figures;
+* :func:`settings` is what two joined (or compared) runs must share.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from . import write_results
+from . import federated as fb
+
+__all__ = ["FREE", "MergeError", "merge", "merge_folders", "restrict", "settings"]
+
+#: Settings that may differ between the destination and a source (the per-method grids are
+#: recorded by a partial grid extension here, never by the benchmark).
+FREE = ("methods", "seeds", "out", "progress", "server_lrs_by_method")
+
+
+class MergeError(ValueError):
+    """A source that cannot be merged into the destination (the message says why)."""
+
+
+def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
+    """The settings two joined runs must share: all but ``free``, the protocol's device ``None``
+    read as ``"cpu"`` (the runtime's default, the same computation), and a missing ``rotations``
+    as 1 (older results). :func:`most.bench._compare.compare` uses it too, with its own ``free``."""
+    fixed = {k: v for k, v in config.items() if k not in free}
+    fixed.setdefault("rotations", 1)  # results written before the setting existed turned nothing
+    if isinstance(fixed.get("protocol"), dict) and fixed["protocol"].get("device") is None:
+        fixed["protocol"] = {**fixed["protocol"], "device": "cpu"}
+    return fixed
+
+
+def merge(dest: dict, sources: list[dict]) -> list[str]:
+    """Appends the methods (or seeds, or server steps) of ``sources`` to ``dest`` (results dicts) in
+    place; returns what was added: method names, ``"seeds [...]"`` and ``"server steps [...]"``.
+
+    * A source with methods the destination lacks adds them; every new method must have exactly
+      the destination's seeds over its sources, each run once.
+    * A source with exactly the destination's methods and other seeds adds those seeds.
+    * A source with the destination's seeds but other server steps extends the grid of the
+      methods it ran: per method and seed the run with the better validation accuracy over both
+      grids is kept (the destination's on a tie), as one run over the joined grid would choose.
+      Methods left out keep their grid, and ``config["server_lrs_by_method"]`` records each
+      method's. Methods new to the destination, run over another grid, join with their own.
+
+    Raises :class:`MergeError` (the message says why) for settings that differ, seeds run twice
+    or missing, methods already there, and steps the destination already has."""
+    fixed = settings(dest["config"])
+    seeds = list(dest["config"]["seeds"])
+    runs: dict[str, list] = {}
+    grids: dict[str, list] = {}  # the new methods run over another grid than the destination's
+    added_more: list[str] = []
+    for i, src in enumerate(sources):
+        other = settings(src["config"])
+        if src.get("torch") != dest.get("torch"):
+            print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
+                  file=sys.stderr)
+        if other.get("server_lrs") != fixed.get("server_lrs") and {**other, "server_lrs": fixed["server_lrs"]} == fixed:
+            if not set(src["methods"]) & set(dest["methods"]):  # new methods, tuned over their own grid
+                for name, entry in src["methods"].items():
+                    if grids.setdefault(name, list(other["server_lrs"])) != list(other["server_lrs"]):
+                        raise MergeError(f"{name}: source {i + 1} was run with server steps {other['server_lrs']}, "
+                                         f"another source with {grids[name]}; join a method's sources over one "
+                                         "grid (a merge of its own first) before adding it.")
+                    runs.setdefault(name, []).extend(entry["runs"])
+                continue
+            _extend_grid(dest, src, i)
+            fixed["server_lrs"] = list(dest["config"]["server_lrs"])
+            added_more.append(f"server steps {list(src['config']['server_lrs'])}")
+            continue
+        differ = sorted(k for k in fixed.keys() | other.keys() if fixed.get(k) != other.get(k))
+        if differ:
+            detail = "; ".join(f"{k}: {fixed.get(k)!r} vs {other.get(k)!r}" for k in differ)
+            raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).")
+        if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
+            if dest["config"].get("server_lrs_by_method"):
+                raise MergeError(f"source {i + 1} adds seeds, but the destination's methods were tuned over different "
+                                 "server-step grids (a partial extension), which one run over the same grid cannot "
+                                 "match; run the destination's missing steps for its other methods first.")
+            again = sorted(set(src["config"]["seeds"]) & set(seeds))
+            if again:
+                raise MergeError(f"source {i + 1} has seeds {again}, which the destination already has.")
+            for name, entry in src["methods"].items():
+                dest["methods"][name]["runs"].extend(entry["runs"])
+            seeds += list(src["config"]["seeds"])
+            dest["config"]["seeds"] = list(seeds)
+            added_more.append(f"seeds {list(src['config']['seeds'])}")
+            continue
+        for name, entry in src["methods"].items():
+            if name in dest["methods"]:
+                raise MergeError(f"{name} is already in the destination; merge only methods it lacks.")
+            runs.setdefault(name, []).extend(entry["runs"])
+    for name, got in runs.items():
+        have = sorted(r["seed"] for r in got)
+        if have != sorted(seeds):
+            raise MergeError(f"{name}: the sources have seeds {have}, the destination {sorted(seeds)}; "
+                             "every seed must be run exactly once.")
+        dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
+        dest["config"]["methods"].append(name)
+        if dest["config"].get("server_lrs_by_method") or name in grids:
+            _record_grids(dest["config"], {**fb.method_grids(dest),
+                                           name: grids.get(name, list(dest["config"]["server_lrs"]))})
+    fb._summarise(dest)
+    return list(runs) + added_more
+
+
+def restrict(results: dict, methods: list[str]) -> dict:
+    """A copy of ``results`` with only ``methods`` (each must be there), their grids and runs; the
+    summaries and paired intervals are recomputed."""
+    missing = [name for name in methods if name not in results["methods"]]
+    if missing:
+        raise MergeError(f"{missing} not in the results (they have {sorted(results['methods'])}).")
+    out = json.loads(json.dumps(results))
+    grids = fb.method_grids(out)
+    out["methods"] = {name: {"runs": out["methods"][name]["runs"]} for name in methods}
+    out["config"]["methods"] = list(methods)
+    _record_grids(out["config"], {name: grids[name] for name in methods})
+    for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
+        out.pop(key, None)
+    fb._summarise(out)
+    return out
+
+
+def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None = None,
+                  out: Path | None = None) -> list[str]:
+    """Joins the results folders ``sources`` to ``dest`` (:func:`merge`) and writes the joined
+    ``results.json``, ``table.md`` and figures to ``out`` (default: ``dest``, rewritten).
+    ``methods``: keep only those methods of the destination and the sources first
+    (:func:`restrict`); each source must have one of them. Returns what was added; raises
+    :class:`MergeError` for a folder without ``results.json`` or sources that cannot be joined."""
+    dest, sources = Path(dest), [Path(s) for s in sources]
+    missing = [str(f / "results.json") for f in (dest, *sources) if not (f / "results.json").is_file()]
+    if missing:
+        raise MergeError(f"no results file at {', '.join(missing)}; pass folders written by `most bench federated`.")
+    joined = json.loads((dest / "results.json").read_text())
+    loaded = [json.loads((s / "results.json").read_text()) for s in sources]
+    if methods:
+        joined = restrict(joined, list(methods))
+        kept = [[name for name in methods if name in src["methods"]] for src in loaded]
+        empty = [str(path) for path, names in zip(sources, kept) if not names]
+        if empty:
+            raise MergeError(f"{', '.join(empty)} has none of the methods {list(methods)}.")
+        loaded = [restrict(src, names) for src, names in zip(loaded, kept)]
+    added = merge(joined, loaded)
+    target = dest if out is None else Path(out)
+    if out is not None:
+        joined["config"]["out"] = str(target)
+    write_results(joined, target, fb._figures, fb.table_markdown)
+    return added
+
+
+def _extend_grid(dest: dict, src: dict, i: int) -> None:
+    """Joins ``src``'s server steps to the grids of ``dest``'s methods that ``src`` ran (all of
+    them, or some, with the destination's seeds): per method and seed, the better run on
+    validation (``dest``'s on a tie, as its steps come first in the joined grid). Methods left
+    out keep their grid, and ``config["server_lrs_by_method"]`` then records every method's."""
+    grids = fb.method_grids(dest)
+    new_steps = list(src["config"]["server_lrs"])
+    unknown = sorted(set(src["methods"]) - set(dest["methods"]))
+    if unknown or sorted(src["config"]["seeds"]) != sorted(dest["config"]["seeds"]):
+        raise MergeError(f"source {i + 1} was run with other server steps ({new_steps}), which extends the "
+                         "destination's grid only with methods it has "
+                         f"({sorted(dest['methods'])}) and its seeds ({sorted(dest['config']['seeds'])}); it has "
+                         f"{sorted(src['methods'])} and {sorted(src['config']['seeds'])}.")
+    for name in src["methods"]:
+        again = sorted(set(new_steps) & set(grids[name]))
+        if again:
+            raise MergeError(f"source {i + 1} has server steps {again} for {name}, which the destination already "
+                             "has; a grid extension needs new values only.")
+    for name, entry in dest["methods"].items():
+        if name not in src["methods"]:
+            continue
+        new = {r["seed"]: r for r in src["methods"][name]["runs"]}
+        for k, old in enumerate(entry["runs"]):
+            run = new[old["seed"]]
+            joined = [tuple(c) for c in old["candidates_val"]] + [tuple(c) for c in run["candidates_val"]]
+            best = run if run["val_accuracy"] > old["val_accuracy"] else old
+            entry["runs"][k] = {**best, "candidates_val": joined}
+        grids[name] = grids[name] + new_steps
+    _record_grids(dest["config"], grids)
+
+
+def _record_grids(config: dict, grids: dict[str, list]) -> None:
+    """Sets ``config``'s grid to the union of the methods' ``grids``, and records each method's in
+    ``server_lrs_by_method`` where they differ (the entry removed where they are all alike)."""
+    config["server_lrs"] = list(dict.fromkeys(step for grid in grids.values() for step in grid))
+    if len({tuple(grid) for grid in grids.values()}) > 1:
+        config["server_lrs_by_method"] = grids
+    else:
+        config.pop("server_lrs_by_method", None)
