@@ -61,10 +61,10 @@ from ._ipot import solve_ipot
 from ._newton import solve_newton
 from ._relaxed import solve_relaxed
 from ._capped import solve_capped
-from ._capped import solve_capacity  # noqa: F401  (public: columns at most capacity * b)
+from ._capped import solve_capacity
 from ._result import TransportResult
 from ._rounding import round_to_feasible
 from ._sinkhorn import solve_sinkhorn
 from ._solve import INIT_ATOL, METHODS, solve
 
-__all__ = ["solve", "solve_capped", "TransportResult", "diversity_regularizer"]
+__all__ = ["solve", "solve_capped", "solve_capacity", "TransportResult", "diversity_regularizer"]
