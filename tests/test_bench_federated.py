@@ -455,4 +455,4 @@ def test_jobs_are_checked_and_methods_added_at_run_time_stay_in_one_process(tmp_
     late = dataclasses.replace(config, methods=("FedAvg (late)",))
     with pytest.raises(ValueError, match=r"added to METHODS at run time.*jobs=1"):
         fb.run_benchmark(late, jobs=2)
-    assert not (tmp_path / fb.RUNS_FILE).exists()  # refused before any work
+    assert not (tmp_path / fb.RUNS_DIR).exists()  # refused before any work

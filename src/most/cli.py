@@ -428,7 +428,7 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
     except KeyboardInterrupt:
-        runs = getattr(suite, "RUNS_FILE", None)
+        runs = getattr(suite, "RUNS_DIR", None)
         if runs is None:
             raise
         typer.echo(f"\nInterrupted. The finished runs are kept in {out}/{runs}; repeat the command with --resume "
@@ -440,8 +440,8 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
 
 _JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads); the results are "
               "those of --jobs 1.")
-_RESTART_HELP = "Start again, dropping the runs a stopped call left in OUT/runs.jsonl."
-_RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs.jsonl; only the "
+_RESTART_HELP = "Start again, removing the run folders a stopped call left in OUT/runs/."
+_RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs/; only the "
                 "missing ones are made.")
 
 # Options the `most bench` commands share, each command giving its own default.
@@ -477,7 +477,7 @@ def bench_few_objective(
     Writes OUT/results.json (every run: points, hypervolume, seconds, chosen hyper-parameters),
     OUT/table.md (mean ± std over seeds) and, per problem, pareto_<name>.png (solutions over the
     true front, one panel per method) and hv_area_<name>.png (the dominated areas). Each finished
-    run is kept in OUT/runs.jsonl until then: a call that was stopped continues with --resume.
+    run is kept as a run folder in OUT/runs/: a call that was stopped continues with --resume.
 
     Examples:
 
@@ -515,8 +515,8 @@ def bench_mtl(
     against MGDA, linearization and EPO; each domain uses its best model on validation.
 
     Writes OUT/results.json (every run: per-domain accuracy, choices, seconds), OUT/table.md
-    (mean ± std over seeds) and OUT/per_domain.png. Each finished run is kept in OUT/runs.jsonl
-    until then: a call that was stopped continues with --resume.
+    (mean ± std over seeds) and OUT/per_domain.png. Each finished run is kept as a run folder
+    in OUT/runs/: a call that was stopped continues with --resume.
 
     Examples:
 
@@ -555,8 +555,8 @@ def bench_prompts(
     picks the prompt of each test instance. Needs the extra: pip install 'most\\[prompts]'.
 
     Writes OUT/results.json (every run: dispatched, single-prompt and oracle accuracy, seconds),
-    OUT/table.md (mean ± std over seeds) and OUT/accuracy.png. Each finished run is kept in
-    OUT/runs.jsonl until then: a call that was stopped continues with --resume.
+    OUT/table.md (mean ± std over seeds) and OUT/accuracy.png. Each finished run is kept as a
+    run folder in OUT/runs/: a call that was stopped continues with --resume.
 
     Examples:
 
@@ -605,8 +605,8 @@ def bench_federated(
     paired difference to every method with a 95 % interval over seeds.
 
     Writes OUT/results.json, OUT/table.md and figures (radar.png, accuracy_curves.png,
-    loss_curves.png, worst_k.png, assignment_stack.png, gamma.png). Each finished run is kept in
-    OUT/runs.jsonl until then: a call that was stopped continues with --resume.
+    loss_curves.png, worst_k.png, assignment_stack.png, gamma.png). Each finished run is kept as a
+    run folder in OUT/runs/: a call that was stopped continues with --resume.
 
     Examples:
 

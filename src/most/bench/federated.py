@@ -96,7 +96,6 @@ DEFAULT_METHODS = ("MosT", "MosT (min-norm)", "MosT (paper)", "IFCA", "FedAvg", 
 
 
 #: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
-RUNS_FILE = RUNS_DIR
 
 
 @dataclass(frozen=True)

@@ -130,7 +130,6 @@ METHODS: dict[str, _Spec] = {
 
 
 #: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
-RUNS_FILE = RUNS_DIR
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,6 @@ PAPER = {"MGDA": 80.74, "Linearization": 61.26, "EPO": 61.05, "MosT": 82.98}
 
 
 #: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
-RUNS_FILE = RUNS_DIR
 
 
 @dataclass(frozen=True)

@@ -67,7 +67,6 @@ PAPER = {
 
 
 #: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
-RUNS_FILE = RUNS_DIR
 
 
 @dataclass(frozen=True)
