@@ -9,7 +9,7 @@ For each method and seed, the same run (FedProx Syn(0,0), 30 clients, the protoc
 and the script records both accuracies (they agree to float precision: same Gamma, same
 models), the wall time of each, Ray's start-up and the per-round overhead of Flower. With
 ``--deployment`` it also times a real local deployment (SuperLink + 3 SuperNodes, TLS and
-SuperNode authentication, ``tests/_flower_deploy.py``).
+SuperNode authentication, ``tests/flower/_deploy.py``).
 
 Writes ``benchmarks/results/flower.md`` and ``flower.json`` (each phase updates its part)::
 
@@ -81,13 +81,13 @@ def _loss_pick_accuracy(result) -> float:
 
 
 def _flower_deploy():
-    """The module ``tests/_flower_deploy.py``, loaded from its path (the tests' folder is not a
+    """The module ``tests/flower/_deploy.py``, loaded from its path (the tests' folder is not a
     package, and nothing is added to ``sys.path``)."""
     import importlib.util
 
     name = "_most_flower_deploy"
     if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "_flower_deploy.py")
+        spec = importlib.util.spec_from_file_location(name, ROOT / "tests" / "flower" / "_deploy.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module  # before running it: its dataclasses look their module up
         spec.loader.exec_module(module)
@@ -96,7 +96,7 @@ def _flower_deploy():
 
 def _deployment(rounds: int) -> dict:
     """A MosT run on a local TLS + authentication deployment (the tests' harness,
-    ``tests/_flower_deploy.py``, loaded from its file)."""
+    ``tests/flower/_deploy.py``, loaded from its file)."""
     deployment = _flower_deploy().deployment
 
     out = Path(tempfile.mkdtemp(prefix="most_flower_"))

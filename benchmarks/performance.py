@@ -1109,7 +1109,7 @@ def cuda_markdown(results: dict) -> str:
     lines += ["", "- CPU is the same machine's cores (torch using all of them); FEMNIST rounds are the mean "
               "after the first round (one CPU round, the rest on CUDA).",
               "- The federated runs agree between the devices up to float32 rounding "
-              "(`tests/test_federated_runtime.py` checks 6 rounds to 1e-3), but over 100 rounds such "
+              "(`tests/federated/test_runtime.py` checks 6 rounds to 1e-3), but over 100 rounds such "
               "differences can move a client to another model in the plan, so a run's final accuracy "
               "can differ by a few clients.",
               "- Small problems (Syn's logistic model, a few min-norm problems) are faster on the CPU: each "

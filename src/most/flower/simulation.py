@@ -54,7 +54,7 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
     Returns:
         the :class:`FlowerResult`; with the same data, seed and settings its Gamma and
         accuracies match ``run_federated(..., FederatedConfig(pair_seeds=True, ...))``
-        (``tests/test_flower.py`` checks this).
+        (``tests/flower/test_strategy.py`` checks this).
     """
     # imported here: flwr.simulation costs about a second, which every ClientApp process of a
     # deployment would otherwise pay through `import most.flower`

@@ -16,7 +16,7 @@ from scipy.optimize import linprog
 from most.bench import _capacity as cap
 from most.methods import TransportAssignment
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _probe(*args):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _shared import SHARED_DATA
+from tests._shared import SHARED_DATA
 import torch
 
 from most.problems import OFFICE_CALTECH10_ENV, OfficeCaltech10, load_office_caltech10

@@ -12,7 +12,7 @@ import pytest
 
 from most.bench import _compare
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 STORED = ROOT / "benchmarks" / "results" / "federated" / "rotated" / "fashion_4"
 
 

@@ -22,8 +22,7 @@ import most.federated as fl  # noqa: E402
 from most.federated import methods as F  # noqa: E402
 from most.flower import ClientSpec, MostStrategy, client_losses, client_train, make_client_app  # noqa: E402
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _flower_grid import LocalGrid  # noqa: E402
+from tests.flower._grid import LocalGrid  # noqa: E402
 
 N = 12
 

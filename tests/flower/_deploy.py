@@ -67,7 +67,7 @@ Flower 1.41 facts this module relies on (read from the installed source, then ve
   :data:`_SUPERNODE_WRAPPER`, which patches the constant). From then on
   ``grid.get_node_ids()`` no longer lists it.
 
-Run ``python tests/_flower_deploy.py`` for a smoke check with a toy app.
+Run ``python tests/flower/_deploy.py`` for a smoke check with a toy app.
 """
 
 from __future__ import annotations

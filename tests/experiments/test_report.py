@@ -15,8 +15,8 @@ import pytest
 from most.config import ConfigError
 from most.experiments import load_experiment, parse_experiment, plot, report, run_experiment
 
-import _tables as tables
-from _tables import with_
+import tests._tables as tables
+from tests._tables import with_
 
 FED = with_(tables.FED, seeds=[0, 1])
 CENTRAL = with_(tables.CENTRAL, seeds=[0], methods={"MosT": {"n_models": 3, "rounds": 8, "lr": 0.1},

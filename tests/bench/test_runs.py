@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-from _shared import SHARED_DATA
+from tests._shared import SHARED_DATA
 from typer.testing import CliRunner
 
 from most.bench import _runs

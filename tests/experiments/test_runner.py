@@ -25,7 +25,7 @@ from most.experiments import (InterruptedRunsError, load_experiment, parse_exper
                               run_experiment)
 from most.experiments.store import RunFolder
 
-from _tables import CENTRAL, FED, with_  # noqa: E402
+from tests._tables import CENTRAL, FED, with_  # noqa: E402
 
 _with = with_
 
@@ -151,7 +151,7 @@ def test_sweep_expands_to_runs_and_seeds_reach_data_and_method():
 
 
 def test_example_files_parse():
-    for path in sorted(Path(__file__).parents[1].joinpath("examples").glob("*.toml")):
+    for path in sorted(Path(__file__).parents[2].joinpath("examples").glob("*.toml")):
         exp = load_experiment(path)
         assert len(exp) >= 1, path
 
@@ -405,7 +405,7 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(tmp_path):
 
 
 def test_readme_experiment_file_parses_and_expands():
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
     blocks = [b.split("```", 1)[0] for b in readme.split("```toml\n")[1:]]
     assert blocks, "the README shows an experiment file"
     from most.experiments.spec import tomllib

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from _shared import SHARED_DATA
+from tests._shared import SHARED_DATA
 import torch
 
 from most.bench import mtl

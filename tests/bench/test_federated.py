@@ -122,7 +122,7 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
 
     from most.bench import _merge
 
-    script = [sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / "merge_federated.py")]
+    script = [sys.executable, str(Path(__file__).resolve().parents[2] / "benchmarks" / "merge_federated.py")]
 
     def bench(out, *args):
         res = runner.invoke(app, ["bench", "federated", "--rounds", "6", "--server-lr", "3", "--out", str(out),
@@ -323,7 +323,7 @@ def test_femnist_cnn_script_runs_pairs_in_lanes_names_folders_and_reports_failur
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parents[1] / "benchmarks" / "femnist_cnn.sh"
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "femnist_cnn.sh"
     data = tmp_path / "leaf"
     for split, n in (("train", 10), ("test", 3)):
         (data / split).mkdir(parents=True)

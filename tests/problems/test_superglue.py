@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
-from _shared import SHARED_DATA
+from tests._shared import SHARED_DATA
 import torch
 
 from most.problems import SUPERGLUE_ENV, TextTask, load_superglue

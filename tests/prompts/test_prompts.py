@@ -10,7 +10,7 @@ import sys
 
 import pytest
 import torch
-from _shared import SHARED_DATA
+from tests._shared import SHARED_DATA
 from torch import nn
 
 from most.prompts import Dispatcher, SoftPromptModel, fit_dispatcher, load_encoder, prompt_embeddings, prompt_problem

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from _shared import SHARED_DATA
+from tests._shared import SHARED_DATA
 import torch
 
 from most.problems._fairness import FairnessData, load_german_credit, zafar_synthetic

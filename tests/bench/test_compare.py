@@ -14,7 +14,7 @@ from most.bench import _compare as compare_federated
 from most.cli import app
 from most.federated import evaluation as ev
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 runner = CliRunner()
 NAME = "MosT (update split)"
 

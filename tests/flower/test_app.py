@@ -18,9 +18,7 @@ connect, so that each test fails if its protection is removed.
 from __future__ import annotations
 
 import json
-import os
 import ssl
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,8 +28,7 @@ import torch
 
 pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most[flower]'")
 
-sys.path.insert(0, os.path.dirname(__file__))
-from _flower_deploy import (  # noqa: E402
+from tests.flower._deploy import (  # noqa: E402
     ACTIVATION_REFUSED,
     HOST,
     REFUSED_CODE,
@@ -48,7 +45,7 @@ from _flower_deploy import (  # noqa: E402
 import most.federated as fl  # noqa: E402
 from most.flower.app import AppSettings  # noqa: E402
 
-APP = Path(__file__).resolve().parents[1] / "examples" / "flower"
+APP = Path(__file__).resolve().parents[2] / "examples" / "flower"
 N_CLIENTS = 3
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("flower-deployment")]
 
