@@ -98,6 +98,8 @@ class RunSpec:
     seed: int
     sweep: dict
     config: dict
+    #: the objects built (and so checked) when the file was read, handed to the run itself
+    _objects: dict | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 
     @property
     def group(self) -> str:
@@ -112,8 +114,12 @@ class RunSpec:
         return f"{_safe(self.group)}/seed{self.seed}"
 
     def build_without_data(self) -> dict[str, Any]:
-        """The typed objects that need no data: ``method``, and ``config`` (federated)."""
-        return _build(self)
+        """The typed objects that need no data: ``method``, and ``config`` (federated). Built once,
+        when the experiment is read: the checks and the run use the same objects (a method's
+        state is reset by the loop at the start of every run)."""
+        if self._objects is None:
+            object.__setattr__(self, "_objects", _build(self))
+        return self._objects
 
     def load_data(self) -> dict[str, Any]:
         """``data`` and ``model`` (federated) or ``problem`` (centralised)."""
@@ -265,7 +271,7 @@ def _runs(table: dict, kind: str, engine: str, methods: dict, sweep: dict, seeds
                     _set(resolved, key, value, label)
                 run = RunSpec(kind=kind, label=label, seed=seed, sweep=dict(zip(keys, values)),
                               config=_with_seed(kind, resolved, seed))
-                _build(run)  # every value checked now, before any work
+                run.build_without_data()  # every value checked now, before any work (and built once)
                 runs.append(run)
     return runs
 
