@@ -470,3 +470,21 @@ def test_tch_set_on_clients_moves_only_the_best_model_of_the_worst_client(small)
     assert int(moved.sum()) == 1
     with pytest.raises(ValueError, match="coefficients"):
         F.SetScalarization(3, combiner=None)
+
+
+def test_the_old_spelling_of_federated_most_still_builds_the_same_method_with_a_warning():
+    from most.methods import MinNorm
+
+    cases = [
+        (dict(combine="min_norm"), dict(combiner=MinNorm())),
+        (dict(combine="mean", warmup_rounds=0), dict(combiner=WeightedSum(), warmup=None)),
+        (dict(gram_on="last", warmup_rounds=2), dict(combiner=MinNorm(coordinates="last"), warmup=WarmUp(2))),
+        (dict(split="updates", warmup_rounds=3), dict(warmup=GroupedWarmUp(3))),
+        (dict(shares=2), dict(assignment=CappedTransportAssignment(2), weighting=Shares())),
+    ]
+    for old, new in cases:
+        with pytest.warns(DeprecationWarning, match="is deprecated: pass components instead"):
+            made = F.MosT(3, server_lr=2.0, **old)
+        assert made == F.MosT(3, server_lr=2.0, **new), old
+    with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="'min_norm' or 'mean'"):
+        F.MosT(3, combine="median")

@@ -52,6 +52,7 @@ from ..methods import (
     MajorityShare,
     Marginals,
     MinNorm,
+    Shares,
     RandomAssignment,
     RelativeWeights,
     Support,
@@ -596,6 +597,51 @@ class MosT(FederatedMethod):
 
 
 # ----------------------------------------------------------------------------- deprecated spellings
+_DEPRECATED = ("combine", "warmup_rounds", "split", "gram_on", "shares")
+
+
+def _translate_deprecated(kwargs: dict, old: dict) -> None:
+    """``MosT(combine=..., warmup_rounds=..., split=..., gram_on=..., shares=...)``, the spelling
+    before the federated methods took components, as the components it meant (with a warning)."""
+    from ..methods import MinNorm
+
+    warnings.warn(f"MosT({', '.join(f'{k}=...' for k in old)}) is deprecated: pass components instead "
+                  "(combiner=most.MinNorm(coordinates=...), warmup=WarmUp(k) / GroupedWarmUp(k) / None, "
+                  "assignment=most.methods.CappedTransportAssignment(k) with weighting=most.methods.Shares()); "
+                  "see the CHANGELOG.", DeprecationWarning, stacklevel=3)
+    combine, gram_on = old.get("combine"), old.get("gram_on")
+    if combine not in (None, "mean", "min_norm"):
+        raise ValueError(f"`combine` must be 'min_norm' or 'mean'; got {combine!r}.")
+    if combine == "min_norm" or gram_on is not None:
+        kwargs["combiner"] = MinNorm(coordinates=gram_on)
+    elif combine == "mean":
+        kwargs["combiner"] = WeightedSum()
+    if "warmup_rounds" in old or "split" in old:
+        rounds = old.get("warmup_rounds", 5)
+        grouped = old.get("split", "losses") == "updates"
+        kwargs["warmup"] = GroupedWarmUp(rounds) if grouped else (WarmUp(rounds) if rounds else None)
+    if old.get("shares", 1) != 1:
+        kwargs["assignment"] = CappedTransportAssignment(old["shares"])
+        kwargs.setdefault("weighting", Shares())
+
+
+def _accept_deprecated(cls):
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        old = {k: kwargs.pop(k) for k in _DEPRECATED if k in kwargs}
+        if old:
+            _translate_deprecated(kwargs, old)
+        init(self, *args, **kwargs)
+
+    cls.__init__ = __init__
+    return cls
+
+
+_accept_deprecated(MosT)
+
+
 def weighted_mean(params: Tensor, deltas: Tensor, pair_model: Tensor, weight: Tensor, server_lr: float) -> Tensor:
     """Deprecated: ``params - server_lr * combine_updates(WeightedSum(), ...)``."""
     warnings.warn("most.federated.methods.weighted_mean is deprecated; use combine_updates(most.WeightedSum(), ...) "
