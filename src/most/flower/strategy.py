@@ -1,14 +1,17 @@
 r"""The server side of MosT on Flower: a ``flwr.serverapp.strategy.Strategy`` for m models.
 
 :class:`MostStrategy` runs any method of :mod:`most.federated.methods` (MosT, FedAvg, FedProx,
-MGDA, IFCA, ...) over a Flower ``Grid``, one round as in the in-process runtime
-(:func:`most.federated.run_federated`):
+MGDA, IFCA, ...) over a Flower ``Grid`` with the round of the in-process runtime
+(:func:`most.federated.run_federated`): both are built on one :class:`most.federated.server.Server`,
+whose typed :class:`~most.federated.server.RoundState` this strategy carries between Flower's hooks:
 
-1. ``query`` every participating client for its losses on the m models (``L [n, m]``);
-2. ``method.plan`` (Gamma and the per-pair weights), with the same pure functions;
-3. ``train``: each client receives **only the models it is assigned** and returns their
-   pseudo-gradients;
-4. ``method.aggregate`` (for MosT: the Gamma-weighted mean or min-norm combination).
+1. ``configure_train``: ``server.sample``, then ``query`` every participating client for its
+   losses on the m models (``L [n, m]``), then ``server.plan`` (the losses checked, Gamma, the
+   per-pair weights and the pairs); each client receives **only the models it is assigned**;
+2. ``aggregate_train``: the pairs' pseudo-gradients go to ``server.update`` (the method's combiner,
+   then its update rule);
+3. ``aggregate_evaluate``: ``server.log`` records the round; the last one chooses each client's
+   model as the in-process runtime does (:func:`most.federated.server.choose_models`).
 
 **Faults.** Nodes that connect after the start (or come back under a new node id) are
 asked which client they hold and join from the next round. A client that errors or does
