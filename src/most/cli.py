@@ -435,7 +435,8 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
                    "to continue from them.", err=True)
         raise typer.Exit(130) from None
     typer.echo(suite.table_markdown(results))
-    typer.echo(f"\nWrote {out}/results.json, table.md and {len(results['figures'])} figures.")
+    n_figures = len(results["figures"])
+    typer.echo(f"\nWrote {out}/results.json, table.md and {n_figures} figure{'' if n_figures == 1 else 's'}.")
 
 
 _JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads); the results are "
