@@ -436,3 +436,13 @@ def test_problem_with_splits_reports_test_loss_of_the_validation_choice(tmp_path
     assert result["per_objective"] == pytest.approx(expected.tolist())
     assert result["metrics"]["test_loss"] == pytest.approx(float(expected.mean()))
     assert result["objective_names"][:2] == ["task0", "task1"]
+
+
+def test_a_parameter_name_a_centralised_problem_cannot_resolve_is_refused_before_any_run(tmp_path):
+    table = {"name": "names", "seeds": [0],
+             "problem": {"name": "mixed_regression", "n_objectives": 8, "n_groups": 2},
+             "methods": {"MosT": {"n_models": 2, "rounds": 5, "combiner": {"type": "MinNorm", "coordinates": "last"}}}}
+    with pytest.raises(ValueError, match=r"methods\.MosT .*coordinates\(\) needs a problem built with "
+                                         r"Problem\.from_module"):
+        run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
+    assert not (tmp_path / "names").exists()

@@ -305,3 +305,13 @@ def test_numpy_and_tensor_settings_are_stored_as_plain_numbers(data):
     reference = fl.run_federated(data, fl.logistic_regression(5, 3), fl.methods.FedAvg(n_models=2),
                                  fl.FederatedConfig(lr=0.05, rounds=2, seed=0))
     assert torch.equal(result.params, reference.params)
+
+
+def test_a_parameter_name_the_model_lacks_is_refused_before_any_work(data):
+    from most.methods import MinNorm
+
+    model = fl.logistic_regression(5, 3)
+    method = fl.methods.MosT(n_models=2, combiner=MinNorm(coordinates="fc.bias"), warmup=None)
+    with pytest.raises(ValueError, match=r"no parameter 'fc.bias'; its parameters are 'weight', 'bias'"):
+        fl.check_inputs(data, model, method, CFG)
+    fl.check_inputs(data, model, fl.methods.MosT(n_models=2, combiner=MinNorm(coordinates="last"), warmup=None), CFG)

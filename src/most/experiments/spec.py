@@ -425,8 +425,10 @@ def _check_sizes(run: RunSpec, objects: dict) -> None:
     source = objects["problem"]
     train = source.problem("train") if isinstance(source, MixedRegression) else source
     problem = method.prepare(train, torch.Generator().manual_seed(method.seed + 7919))
-    assignment, _, _ = method.components()
+    assignment, _, combiner = method.components()
     assignment.reset(problem.n_objectives, method.n_models, torch.Generator().manual_seed(method.seed))
+    if hasattr(combiner, "resolve"):  # a parameter's name, e.g. MinNorm(coordinates="last")
+        combiner.resolve(problem.coordinates)
 
 
 def _load_data(run: RunSpec) -> dict[str, Any]:

@@ -497,6 +497,7 @@ def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: Fe
                             f"`FederatedConfig(**d)` (keys {', '.join(map(str, config)) or 'none'}).")
         raise TypeError(f"`config` must be a most.federated.FederatedConfig; got {_describe_type(config)}.")
     method.check(dataset.n_clients)
+    _check_parameter_names(method, model)
 
     for split, use in (("val", "each client's model is chosen on its validation samples"),
                        ("test", "the models are scored on the clients' test samples")):
@@ -507,6 +508,15 @@ def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: Fe
 
     _warn_if_most_never_leaves_its_warmup(method, config)
     _check_model_on_data(dataset, model, config.batch_size)
+
+
+def _check_parameter_names(method, model: FlatModel) -> None:
+    """A component that names a parameter of the model (``MinNorm(coordinates="last")``) is
+    resolved now, so a name the model lacks is refused before any work."""
+    components = getattr(method, "components", None)
+    for part in components() if callable(components) else ():
+        if hasattr(part, "resolve"):
+            part.resolve(model.coordinates)
 
 
 def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size: int) -> None:
