@@ -315,3 +315,5 @@ def test_a_parameter_name_the_model_lacks_is_refused_before_any_work(data):
     with pytest.raises(ValueError, match=r"no parameter 'fc.bias'; its parameters are 'weight', 'bias'"):
         fl.check_inputs(data, model, method, CFG)
     fl.check_inputs(data, model, fl.methods.MosT(n_models=2, combiner=MinNorm(coordinates="last"), warmup=None), CFG)
+    with pytest.raises(ValueError, match=r"\(0, 999\) lie outside the 18 parameters"):
+        fl.check_inputs(data, model, fl.methods.MosT(n_models=2, combiner=MinNorm(coordinates=(0, 999))), CFG)

@@ -512,11 +512,16 @@ def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: Fe
 
 def _check_parameter_names(method, model: FlatModel) -> None:
     """A component that names a parameter of the model (``MinNorm(coordinates="last")``) is
-    resolved now, so a name the model lacks is refused before any work."""
+    resolved now, so a name the model lacks, or a range past its parameters, is refused before
+    any work."""
     components = getattr(method, "components", None)
     for part in components() if callable(components) else ():
         if hasattr(part, "resolve"):
-            part.resolve(model.coordinates)
+            part = part.resolve(model.coordinates)
+        coordinates = getattr(part, "coordinates", None)
+        if isinstance(coordinates, tuple) and coordinates[1] > model.dim:
+            raise ValueError(f"`coordinates` {coordinates} lie outside the {model.dim} parameters of {model.name}; "
+                             "take them from model.coordinates(name), or name the parameter (e.g. 'last').")
 
 
 def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size: int) -> None:
