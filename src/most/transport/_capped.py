@@ -130,10 +130,9 @@ def solve_capacity(cost, a, b, *, capacity: float) -> TransportResult:
 
     Parameters
     ----------
-    cost:
-        ``C`` ``[n, m]``, finite (tensor or array-like). The plan has its dtype and device.
-    a, b:
-        Objective weights ``[n]`` and model weights ``[m]``, each on the simplex.
+    cost, a, b:
+        As for :func:`solve_capped`: ``C`` ``[n, m]`` (the plan has its dtype and device), the
+        objective weights ``[n]`` and the model weights ``[m]``, each on the simplex.
     capacity:
         ``c ≥ 1``, finite: how many times its weight ``b_j`` model ``j`` may take. Values past
         ``1 / min_j b_j`` (over ``b_j > 0``) constrain nothing more and are solved as that value.
