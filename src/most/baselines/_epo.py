@@ -70,8 +70,6 @@ from typing import Sequence
 
 import numpy as np
 import torch
-from scipy import sparse
-from scipy.optimize import linprog
 from torch import Tensor
 
 from .._validation import check_positive
@@ -252,6 +250,9 @@ def _solve(programs: list[_Program]) -> list[np.ndarray | None]:
     the joint optimum is optimal for its own program). ``None`` where HiGHS failed."""
     if not programs:
         return []
+    from scipy import sparse  # imported when EPO first solves: `import most` stays light
+    from scipy.optimize import linprog
+
     sizes = [len(p.objective) for p in programs]
     c = -np.concatenate([p.objective for p in programs])
     A_ub = -sparse.block_diag([sparse.csr_matrix(p.A) for p in programs], format="csr")

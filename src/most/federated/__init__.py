@@ -25,7 +25,7 @@ Example:
     (torch.Size([6, 2]), torch.Size([6]))
 """
 
-from . import evaluation, figures, methods
+from . import evaluation, methods
 from .data import (
     FASHION_MNIST_ENV,
     FEMNIST_ENV,
@@ -72,3 +72,13 @@ __all__ = [
     "figures",
     "methods",
 ]
+
+
+def __getattr__(name: str):
+    """:mod:`most.federated.figures` is imported when first used (it brings matplotlib), so
+    ``import most.federated`` costs little beyond torch."""
+    if name == "figures":
+        import importlib
+
+        return importlib.import_module(f"{__name__}.figures")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
