@@ -239,11 +239,14 @@ class CappedTransportAssignment(Assignment):
         if not isinstance(self.marginals, Marginals):
             raise TypeError(f"`marginals` must be a most.methods.Marginals (e.g. Uniform()); got {self.marginals!r}.")
 
-    def __call__(self, losses, round, total, previous=None):
-        m = losses.shape[1]
+    def check_models(self, m: int) -> None:
+        """Refuses more shares than models (each objective would need more models than there are)."""
         if self.shares > m:
-            raise ValueError(f"`shares`={self.shares} asks each objective to be served by more models than there "
-                             f"are ({m}); use 1 <= shares <= n_models.")
+            raise ValueError(f"`shares`={self.shares} asks each objective (each client, in federated learning) to be "
+                             f"served by more models than there are ({m}); use 1 <= shares <= n_models.")
+
+    def __call__(self, losses, round, total, previous=None):
+        self.check_models(losses.shape[1])
         a, b = self.marginals(losses, round, total)
         return transport.solve_capped(losses, a, b, max_share=1.0 / self.shares).plan
 

@@ -123,9 +123,10 @@ def _changes(**fixed) -> Callable:
     return lambda base: fixed
 
 
-def _lazy(name: str, factory: str, **kwargs) -> Callable:
-    """Changes that build a component by its registry name when applied (no import at load time)."""
-    return lambda base: {name: components()[factory](**kwargs)}
+def _lazy(**fields: str) -> Callable:
+    """Changes that set each field to a new component named in the registry, built when applied
+    (no import at load time)."""
+    return lambda base: {field: components()[name]() for field, name in fields.items()}
 
 
 #: name -> (changes(base) -> dict of fields, what the variant changes). A variant applies to a
@@ -134,15 +135,15 @@ VARIANTS: dict[str, tuple[Callable, str]] = {
     "paper": (_paper, "the algorithm as written: Gamma-weighted MGDA (GammaWeights, MinNorm) and the curriculum "
                       "of Section 3.3 (federated: no warm-up)"),
     "no-R": (_changes(diversity=0.0), "tau = 0 (no diversity regulariser)"),
-    "no-curriculum": (_lazy("marginals", "Uniform"), "uniform marginals throughout"),
-    "curriculum": (_lazy("marginals", "Curriculum"), "the alpha/beta curriculum of Section 3.3"),
-    "O": (_lazy("marginals", "ObjectivesSelectModels"), '"objectives select models": the beta constraint dropped'),
-    "M": (_lazy("marginals", "ModelsSelectObjectives"), '"models select objectives": the alpha constraint dropped'),
-    "L": (lambda base: {**_lazy("weighting", "GammaWeights")(base), **_lazy("combiner", "WeightedSum")(base)},
+    "no-curriculum": (_lazy(marginals="Uniform"), "uniform marginals throughout"),
+    "curriculum": (_lazy(marginals="Curriculum"), "the alpha/beta curriculum of Section 3.3"),
+    "O": (_lazy(marginals="ObjectivesSelectModels"), '"objectives select models": the beta constraint dropped'),
+    "M": (_lazy(marginals="ModelsSelectObjectives"), '"models select objectives": the alpha constraint dropped'),
+    "L": (_lazy(weighting="GammaWeights", combiner="WeightedSum"),
           "Gamma-weighted mean of gradients (or updates) instead of the min-norm direction"),
-    "literal": (_lazy("weighting", "GammaWeights"), "Gamma-weighted min-norm (GammaWeights), everything else "
+    "literal": (_lazy(weighting="GammaWeights"), "Gamma-weighted min-norm (GammaWeights), everything else "
                                                     "unchanged"),
-    "E": (_lazy("extension", "DirichletExtension"), "MosT-E: 20 Dirichlet(1) mixtures of the objectives added "
+    "E": (_lazy(extension="DirichletExtension"), "MosT-E: 20 Dirichlet(1) mixtures of the objectives added "
                                                     "(centralised only)"),
 }
 

@@ -336,8 +336,8 @@ def transport_assignment(method) -> Assignment:
         raise TypeError(f"`assignment` must be a most.methods.Assignment (e.g. "
                         f"most.methods.CappedTransportAssignment(shares=2)); got {method.assignment!r}.")
     changed = [k for k, v in _TRANSPORT_DEFAULTS.items() if getattr(method, k) != v]
-    if changed or type(method.marginals) is not Uniform:
-        changed += [] if type(method.marginals) is Uniform else ["marginals"]
+    changed += [] if type(method.marginals) is Uniform else ["marginals"]
+    if changed:
         raise ValueError(f"`assignment` replaces the transport fields, so {', '.join(changed)} must keep their "
                          "defaults; set them on the assignment itself.")
     return method.assignment

@@ -559,10 +559,9 @@ class MosT(FederatedMethod):
                 f"MosT needs at least as many clients as models: {n_clients} clients < {self.n_models} models. "
                 "Use fewer models (n_models) or more clients."
             )
-        shares = getattr(self._assignment, "shares", None)
-        if shares is not None and shares > self.n_models:
-            raise ValueError(f"`shares`={shares} asks each client to train more models than there are "
-                             f"({self.n_models}); use 1 <= shares <= n_models.")
+        check_models = getattr(self._assignment, "check_models", None)
+        if check_models is not None:  # e.g. a capped transport's shares against m
+            check_models(self.n_models)
 
     def initial_params(self, model, m, generator):
         if self.warmup_rounds:
@@ -603,8 +602,6 @@ _DEPRECATED = ("combine", "warmup_rounds", "split", "gram_on", "shares")
 def _translate_deprecated(kwargs: dict, old: dict) -> None:
     """``MosT(combine=..., warmup_rounds=..., split=..., gram_on=..., shares=...)``, the spelling
     before the federated methods took components, as the components it meant (with a warning)."""
-    from ..methods import MinNorm
-
     warnings.warn(f"MosT({', '.join(f'{k}=...' for k in old)}) is deprecated: pass components instead "
                   "(combiner=most.MinNorm(coordinates=...), warmup=WarmUp(k) / GroupedWarmUp(k) / None, "
                   "assignment=most.methods.CappedTransportAssignment(k) with weighting=most.methods.Shares()); "

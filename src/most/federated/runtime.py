@@ -659,10 +659,11 @@ def _round(server: Server, t: int, model: FlatModel, train: Padded, probe: Padde
     state.seconds["evaluate"] = evaluate_s
     tic = time.perf_counter()
     cidx = state.pair_clients.to(device)
-    local = local_train(model, server.params[state.pair_model], train.x[cidx], train.y[cidx], train.w[cidx],
+    start = server.params[state.pair_model]
+    local = local_train(model, start, train.x[cidx], train.y[cidx], train.w[cidx],
                         epochs=config.local_epochs, batch_size=config.batch_size, lr=config.lr,
                         prox_mu=server.method.prox_mu, generator=server.generator, seeds=server.pair_seeds(state))
-    deltas = server.params[state.pair_model] - local
+    deltas = start - local
     state.seconds["local_training"] = time.perf_counter() - tic
     server.update(state, deltas)
     val_acc = None

@@ -134,7 +134,7 @@ class Server:
         pairs to train. Fewer answers than the method needs (MosT: m) skip the round."""
         state = RoundState(round=t, sampled=sampled.cpu(), clients=clients.cpu(),
                            missing=sorted(set(sampled.tolist()) - set(clients.tolist())))
-        if len(clients) < min(self.method.min_clients, len(sampled)) or not len(clients):
+        if len(clients) < min(self.method.min_clients, len(sampled)):  # sampled is never empty
             state.seconds["plan"] = 0.0
             return state
         _check_losses(t, clients, losses, client_ids)

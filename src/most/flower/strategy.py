@@ -264,7 +264,6 @@ class MostStrategy(Strategy):
         deltas = [torch.from_numpy(good[c]["updates"][f"delta.{j}"].numpy())
                   for c, j, k in zip(pair_clients, state.pair_model.tolist(), keep.tolist()) if k]
         self.server.update(state, torch.stack(deltas) if deltas else torch.zeros(0, self.model.dim), keep)
-        self.server.params = self.server.params.float()
         metrics = MetricRecord({"train-loss": float(state.losses.min(1).values.mean()), "clients": len(state.clients),
                                 "missing": len(state.missing)})
         return ArrayRecord({"params": self.params.contiguous()}), metrics
