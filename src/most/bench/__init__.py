@@ -2,6 +2,7 @@
 
 * :mod:`most.bench.few_objective` -- ZDT1-3 and fairness-accuracy trade-offs (n = 2 < m = 5):
   MosT-E against EPO, MOO-SVGD, MGDA and linearization, hypervolume of the final iterate.
+* :mod:`most.bench.structure` -- planted groups (quadratics, regressions): MosT and SoM against the oracle.
 * :mod:`most.bench.federated` -- federated learning (Table 2): MosT against the FL baselines.
 * :mod:`most.bench.mtl` -- multi-task learning on Office-Caltech10 (Table 3).
 
