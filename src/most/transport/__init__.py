@@ -62,9 +62,10 @@ from ._newton import solve_newton
 from ._relaxed import solve_relaxed
 from ._capped import solve_capped
 from ._capped import solve_capacity
+from ._bounded import solve_bounded
 from ._result import TransportResult
 from ._rounding import round_to_feasible
 from ._sinkhorn import solve_sinkhorn
 from ._solve import INIT_ATOL, METHODS, solve
 
-__all__ = ["solve", "solve_capped", "solve_capacity", "TransportResult", "diversity_regularizer"]
+__all__ = ["solve", "solve_capped", "solve_capacity", "solve_bounded", "TransportResult", "diversity_regularizer"]

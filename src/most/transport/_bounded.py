@@ -1,0 +1,146 @@
+"""Transport with a lower and an upper bound on each model's load.
+
+:func:`solve_bounded` solves::
+
+    min_Γ <C, Γ>   s.t.  Γ 1_m = a,  l ≤ Γᵀ 1_n ≤ u,  Γ ≥ 0
+
+Every objective is placed in full; model ``j`` takes at least ``l_j`` and at most ``u_j``. With
+``l = u = b`` it is the balanced problem of :func:`most.transport.solve`; with ``l = 0`` and no
+upper bound each objective goes to its cheapest model ("objectives select models"). Between
+the two, models may serve groups of any size while none is left with less than ``l_j``.
+
+It is solved exactly as a balanced problem by the network simplex: each model is split into a
+*required* column of mass ``l_j`` and an *optional* column of mass ``u_j - l_j`` (both with
+model ``j``'s costs), and one more zero-cost row of mass ``Σ u - 1`` takes up the optional
+capacity left unused (it may not enter a required column). The plan is the first ``n`` rows
+with the two columns of each model added.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import torch
+
+from .._validation import as_tensor, host_marginal, matrix_range
+from .._warnings import ConvergenceWarning
+from ._exact import DEFAULT_MAX_ITER, exact_transport
+from ._result import TransportResult
+
+__all__ = ["solve_bounded"]
+
+
+def _bound(x, *, name: str, m: int, default: float) -> np.ndarray:
+    if x is None:
+        return np.full(m, default)
+    if isinstance(x, torch.Tensor):
+        v = x.detach().to("cpu", torch.float64).reshape(-1).numpy()
+    else:
+        try:
+            v = np.asarray(x, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise ValueError(f"`{name}` must be a non-negative finite number or one per model ({m}); got {x!r}.")
+    if v.size == 1:
+        v = np.full(m, float(v[0]))
+    if v.shape != (m,) or not np.isfinite(v).all() or (v < 0).any():
+        raise ValueError(f"`{name}` must be a non-negative finite number or one per model ({m}); got {x!r}.")
+    return v
+
+
+def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", diversity: float = 0.0,
+                  reg: float | None = None) -> TransportResult:
+    """The exact plan in which model ``j`` takes between ``lower[j]`` and ``upper[j]`` of the mass.
+
+    Parameters
+    ----------
+    cost:
+        ``C`` ``[n, m]`` (the plan has its dtype and device).
+    a:
+        The objective weights ``[n]``, on the simplex.
+    lower, upper:
+        Each model's least and largest mass: a number (the same for every model) or one value
+        per model. ``None``: 0 and 1 (no bound). Feasible when ``Σ lower ≤ 1 ≤ Σ upper`` and
+        ``lower ≤ upper``.
+    method, diversity, reg:
+        As for :func:`most.transport.solve`, which solves the split problem when ``method`` is
+        not ``"exact"`` or ``diversity > 0`` (the diversity term then acts on the split
+        columns, pushing each row onto one of them, and so onto one model).
+
+    Returns
+    -------
+    TransportResult
+        ``plan`` with rows ``a`` and column sums within the bounds (to float error),
+        ``cost = <C, plan>``, ``n_iter = 1``, ``converged`` (otherwise a
+        :class:`~most.ConvergenceWarning` is raised and the plan rounded onto the feasible set).
+
+    Raises
+    ------
+    ValueError
+        On a malformed cost or ``a``, or bounds that no plan can meet (the message says which).
+
+    Examples
+    --------
+    Model 0 is the cheaper for all four objectives; when each model must keep at least a
+    quarter, model 1 takes the objective it costs least extra to move:
+
+    >>> import torch
+    >>> C = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
+    >>> a = torch.full((4,), 0.25)
+    >>> (solve_bounded(C, a, lower=0.25).plan * 4).round().int().tolist()
+    [[0, 1], [1, 0], [1, 0], [1, 0]]
+    >>> (solve_bounded(C, a).plan * 4).round().int().tolist()
+    [[1, 0], [1, 0], [1, 0], [1, 0]]
+    """
+    c_in = as_tensor(cost, name="cost")
+    c = c_in.detach().to("cpu", torch.float64).numpy()
+    lo, hi = matrix_range(c, name="cost")
+    n, m = c.shape
+    a64 = host_marginal(a, name="a", size=n)
+    low = _bound(lower, name="lower", m=m, default=0.0)
+    up = np.minimum(_bound(upper, name="upper", m=m, default=1.0), 1.0)
+    if (low > up * (1 + 1e-6)).any():
+        j = int(np.argmax(low - up))
+        raise ValueError(f"`lower` exceeds `upper` for model {j} ({low[j]:.6g} > {up[j]:.6g}).")
+    if low.sum() > 1 + 1e-6:
+        raise ValueError(f"The lower bounds ask for {low.sum():.6g} of the mass, more than the whole (1): lower "
+                         f"them (with uniform weights each model can be promised at most 1/m = {1 / m:.6g}).")
+    if up.sum() < 1 - 1e-6:
+        raise ValueError(f"The upper bounds leave room for only {up.sum():.6g} of the mass (< 1): raise them.")
+    low = low * min(1.0, 1.0 / low.sum()) if low.sum() > 1 else low
+    spare = max(up.sum() - 1.0, 0.0)
+    big = hi + (hi - lo) * (n + 2 * m) + 1.0  # never worth entering: the extra row can always avoid it
+    cols = np.concatenate([low, up - low])
+    ext_c = np.vstack([np.hstack([c, c]), np.concatenate([np.full(m, big), np.full(m, lo)])[None]])
+    ext_a = np.concatenate([a64, [spare]])
+    total = ext_a.sum()
+    if method == "exact":
+        def split_plan(costs: np.ndarray) -> tuple[np.ndarray, bool]:
+            ext_c[:n] = np.hstack([costs, costs])
+            ext, ok = exact_transport(ext_c, ext_a / total, cols / cols.sum(), max_iter=DEFAULT_MAX_ITER,
+                                      bounds=(min(lo, float(costs.min())), big))
+            return (ext[:n, :m] + ext[:n, m:]) * total, ok
+
+        plan, converged = split_plan(c)
+        # tau R(plan), R = -sum_i max_j plan_ij, is concave: minimise by linearising at the current plan (the
+        # objective never increases) until the rows' largest entries stop moving
+        for _ in range(100 if diversity > 0 else 0):
+            owner = plan.argmax(1)
+            step, ok = split_plan(c - diversity * (np.arange(m)[None] == owner[:, None]))
+            converged = converged and ok
+            if (step.argmax(1) == owner).all():
+                plan = step
+                break
+            plan = step
+    else:
+        from ._solve import solve  # an iterative solver on the split problem
+
+        ext_c = np.minimum(ext_c, hi + (hi - lo) + 1.0)  # a barrier the entropic solvers can scale
+        res = solve(torch.from_numpy(ext_c), torch.from_numpy(ext_a / total), torch.from_numpy(cols / cols.sum()),
+                    method=method, diversity=diversity, reg=reg)
+        plan, converged = (res.plan.numpy()[:n, :m] + res.plan.numpy()[:n, m:]) * total, res.converged
+    if not converged:
+        warnings.warn(f"solve_bounded: the {method} transport solver did not converge; the plan is rounded onto "
+                      "the feasible set but may be suboptimal.", ConvergenceWarning, stacklevel=2)
+    return TransportResult(plan=torch.from_numpy(plan).to(dtype=c_in.dtype, device=c_in.device),
+                           cost=float(np.vdot(c, plan)), n_iter=1, converged=bool(converged))

@@ -1,0 +1,52 @@
+"""most.transport.solve_bounded: feasibility, the two limits it generalises, and bad bounds.
+(Optimality against linprog runs in tests/test_conformance.py for every solver.)"""
+
+import pytest
+import torch
+
+from most.transport import solve, solve_bounded
+
+F64 = torch.float64
+
+
+def _cost(n, m, seed):
+    return torch.rand(n, m, generator=torch.Generator().manual_seed(seed), dtype=F64)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_equal_bounds_give_the_balanced_plan_and_no_bounds_each_objectives_best_model(seed):
+    C = _cost(12, 3, seed)
+    a = torch.full((12,), 1 / 12, dtype=F64)
+    b = torch.full((3,), 1 / 3, dtype=F64)
+    balanced = solve_bounded(C, a, lower=b, upper=b)
+    assert balanced.cost == pytest.approx(solve(C, a, b).cost, abs=1e-12)
+    free = solve_bounded(C, a)
+    expected = torch.nn.functional.one_hot(C.argmin(1), 3).to(F64) / 12
+    torch.testing.assert_close(free.plan, expected, atol=1e-12, rtol=0)
+
+
+def test_a_floor_keeps_every_model_in_use():
+    C = torch.tensor([[0.0, 5.0, 5.0]] * 6, dtype=F64)  # model 0 is the best for everything
+    a = torch.full((6,), 1 / 6, dtype=F64)
+    plan = solve_bounded(C, a, lower=1 / 6).plan
+    torch.testing.assert_close(plan.sum(0), torch.tensor([4 / 6, 1 / 6, 1 / 6], dtype=F64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(plan.sum(1), a, atol=1e-12, rtol=0)
+
+
+def test_the_plan_keeps_the_cost_dtype_and_float32_bounds_that_sum_to_one_are_accepted():
+    C = _cost(5, 5, 0).float()
+    plan = solve_bounded(C, torch.full((5,), 0.2), lower=torch.full((5,), 0.2)).plan
+    assert plan.dtype == torch.float32
+    torch.testing.assert_close(plan.sum(0), torch.full((5,), 0.2), atol=1e-6, rtol=0)
+
+
+@pytest.mark.parametrize("lower, upper, match", [
+    (0.5, None, "ask for 1.5 of the mass"),
+    (None, 0.2, "leave room for only 0.6"),
+    (0.3, 0.2, "exceeds `upper` for model 0"),
+    ([0.1, 0.1], None, "one per model"),
+    (-0.1, None, "non-negative"),
+])
+def test_bounds_no_plan_can_meet_are_refused_with_the_reason(lower, upper, match):
+    with pytest.raises(ValueError, match=match):
+        solve_bounded(_cost(6, 3, 0), torch.full((6,), 1 / 6, dtype=F64), lower=lower, upper=upper)
