@@ -90,8 +90,10 @@ def test_python_api_resume_with_other_settings_is_refused_naming_them(tmp_path):
         most.MosT(n_models=2, rounds=10, lr=0.2).fit(problem, checkpoint=ckpt)
     with pytest.raises(CheckpointMismatchError, match=r"seed \(0 in the checkpoint, 1 now\)"):
         most.MosT(n_models=2, rounds=10, lr=0.1, seed=1).fit(problem, checkpoint=ckpt)
-    with pytest.raises(CheckpointMismatchError, match=r"combiner\.type \('MinNorm' in the checkpoint, 'WeightedSum'"):
-        most.MosT(n_models=2, rounds=10, lr=0.1, combiner=most.WeightedSum()).fit(problem, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"combiner\.type \('WeightedSum' in the checkpoint, 'MinNorm'"):
+        most.MosT(n_models=2, rounds=10, lr=0.1, combiner=most.MinNorm()).fit(problem, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=r"reseed"):
+        most.MosT(n_models=2, rounds=10, lr=0.1, reseed=None).fit(problem, checkpoint=ckpt)
     with pytest.raises(CheckpointMismatchError, match=r"assignment\.diversity"):
         most.MosT(n_models=2, rounds=10, lr=0.1, diversity=0.5).fit(problem, checkpoint=ckpt)
 

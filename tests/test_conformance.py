@@ -55,6 +55,7 @@ from most.methods import (
     Support,
     TchebycheffExtension,
     TransportAssignment,
+    LoadBounds,
     Uniform,
     WeightedSum,
     Weighting,
@@ -363,7 +364,17 @@ EXTENSIONS = [
 #: Modules whose public components must each have a registry entry (add a module here when
 #: it starts exporting components).
 SCANNED_MODULES = ["most.methods", "most.optim", "most.baselines", "most.federated.methods"]
-KINDS = {Marginals: MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
+# ---------------------------------------------------------------------------- bounded marginals
+# Marginals whose beta is a most.methods.Bounds (lower, upper) instead of a vector; traits:
+#   lower, upper: callables (n) -> the documented per-model bounds (upper None: unbounded).
+BOUNDED_MARGINALS = [
+    case(LoadBounds(), "LoadBounds", lower=lambda n: 1.0 / n, upper=None),
+    case(LoadBounds(min_objectives=2.0, max_objectives=3.0), "LoadBounds-2-3", lower=lambda n: 2.0 / n,
+         upper=lambda n: 3.0 / n),
+    case(LoadBounds(min_objectives=0.0), "LoadBounds-0", lower=lambda n: 0.0, upper=None),
+]
+
+KINDS = {Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
          UpdateRule: UPDATE_RULES}
 
 
@@ -427,6 +438,40 @@ def test_marginals_permutation_equivariance(marginals, traits, seed):
             _close(alpha_p, alpha[rows], atol=1e-12)
         if beta is not None:
             _close(beta_p, beta[cols], atol=1e-12)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("method", ["exact", "sinkhorn", "ipot"])
+@pytest.mark.parametrize("marginals, traits", BOUNDED_MARGINALS)
+def test_bounded_marginals_give_feasible_optimal_plans(marginals, traits, method, seed):
+    # the plan places every objective, keeps each model's load within the documented bounds, and
+    # minimises <L, Gamma> over that set (linprog with the load bounds as inequalities)
+    n, m = 9, 3
+    losses = _rand(n, m, seed=seed)
+    alpha, bounds = marginals(losses, 0, 1)
+    _close(alpha, _uniform(n), atol=1e-15)
+    lower, upper = traits["lower"](n), traits["upper"]
+    _close(bounds.lower, torch.full((m,), lower, dtype=F64), atol=1e-15)
+    assert (bounds.upper is None) == (upper is None)
+    plan = TransportAssignment(method, marginals=marginals)(losses, 0, 1)
+    tol = EXACT_TOL if method == "exact" else 1e-6
+    _close(plan.sum(1), alpha, atol=tol)
+    hi = 1.0 if upper is None else upper(n)
+    assert bool((plan.sum(0) >= lower - tol).all()) and bool((plan.sum(0) <= hi + tol).all())
+    rows = np.kron(np.eye(n), np.ones(m))
+    cols = np.kron(np.ones(n), np.eye(m))
+    ref = linprog(losses.numpy().ravel(), A_eq=rows, b_eq=alpha.numpy(), A_ub=np.vstack([cols, -cols]),
+                  b_ub=np.concatenate([np.full(m, hi), np.full(m, -lower)]), bounds=(0, None), method="highs")
+    gap = float((plan * losses).sum()) - ref.fun
+    assert gap <= (1e-9 if method == "exact" else 5e-3), f"{method}: {gap}"
+
+
+@pytest.mark.parametrize("marginals, traits", BOUNDED_MARGINALS)
+def test_bounded_marginals_refuse_bounds_no_plan_meets(marginals, traits):
+    losses = _rand(2, 3, seed=0)  # 2 objectives cannot give 3 models one (or two) each
+    if marginals.min_objectives > 0:
+        with pytest.raises(ValueError, match="must serve at least"):
+            marginals(losses, 0, 1)
 
 
 # =============================================================================== assignments
@@ -1009,14 +1054,20 @@ FEDERATED_PAIRS = [
     pytest.param(dict(combiner=WeightedSum(), marginals=Curriculum()), id="MosT-curriculum"),
     pytest.param(dict(combiner=MinNorm(), weighting=MajorityShare(), marginals=Uniform(), diversity=0.05),
                  id="MosT-diversity"),
+    pytest.param(dict(combiner=WeightedSum(), marginals=most.LoadBounds()), id="MosT-load-bounds"),
 ]
+
+#: the federated runtime starts every model from the model's init and never moves one between
+#: rounds; its default marginals are the balanced ones
+_AS_FEDERATED = dict(marginals=Uniform(), seeding=None, reseed=None)
 
 
 @pytest.mark.parametrize("components", FEDERATED_PAIRS)
 def test_federated_most_equals_the_centralised_loop(setting, components):
     data, model, problem, config = setting
     federated = fl.run_federated(data, model, FM.MosT(M, server_lr=SERVER_LR, warmup=None, **components), config)
-    centralised = most.MosT(n_models=M, rounds=ROUNDS, lr=ETA * SERVER_LR, seed=config.seed, **components).fit(problem)
+    centralised = most.MosT(n_models=M, rounds=ROUNDS, lr=ETA * SERVER_LR, seed=config.seed,
+                            **{**_AS_FEDERATED, **components}).fit(problem)
     for log, record in zip(federated.history, centralised.history):
         torch.testing.assert_close(log.plan.float(), record.plan.float(), atol=1e-6, rtol=0)
     torch.testing.assert_close(federated.params, centralised.params, atol=2e-5, rtol=1e-4)
@@ -1036,6 +1087,6 @@ def test_the_server_step_is_the_update_rule(setting):
     federated = fl.run_federated(data, model, FM.MosT(M, server_lr=0.05, warmup=None, optimizer=most.optim.Adam()),
                                  config)
     centralised = most.MosT(n_models=M, rounds=ROUNDS, lr=0.05, seed=config.seed, combiner=WeightedSum(),
-                            optimizer=most.optim.Adam()).fit(problem)
+                            optimizer=most.optim.Adam(), **_AS_FEDERATED).fit(problem)
     # Adam divides by the running scale of the direction, so the local step eta cancels (up to eps)
     torch.testing.assert_close(federated.params, centralised.params, atol=1e-4, rtol=1e-3)

@@ -76,7 +76,8 @@ def test_first_round_pinned_by_hand():
     centres = torch.tensor([[0.0, 0.0], [2.0, 0.0], [10.0, 0.0], [10.0, 2.0]], dtype=torch.float64)
     init = torch.tensor([[1.0, 1.0], [9.0, 1.0]], dtype=torch.float64)
     problem = most.Problem.from_function(lambda t: ((t - centres) ** 2).sum(-1), dim=2, n_objectives=4, init=init)
-    result = most.MosT(n_models=2, rounds=1, lr=0.1).fit(problem)
+    result = most.MosT(n_models=2, rounds=1, lr=0.1, marginals=most.Uniform(), combiner=most.MinNorm(), seeding=None,
+                       reseed=None).fit(problem)
     # OT: {0, 1} -> model 0, {2, 3} -> model 1. Model 0's gradients (2, 2) and (-2, 2) have
     # min-norm point (0, 2); model 1's (-2, 2) and (-2, -2) have (-2, 0).
     expected_plan = torch.tensor([[0.25, 0], [0.25, 0], [0, 0.25], [0, 0.25]], dtype=torch.float64)
@@ -202,6 +203,8 @@ def test_projection_is_applied_after_every_step():
 def test_repr_reproduces_the_configuration():
     method = most.MosT(n_models=3, rounds=5, diversity=0.5, marginals=most.Curriculum(0.5, 0.0))
     assert eval(repr(method), {**vars(most), "SGD": most.optim.SGD}) == method
+    default = most.MosT(n_models=3)
+    assert eval(repr(default), {**vars(most), "SGD": most.optim.SGD}) == default
 
 
 # ------------------------------------------------------------------ only the served objectives' gradients
@@ -235,8 +238,8 @@ def test_models_never_hold_gradients_of_objectives_they_do_not_serve():
     problem = quadratic_clusters(4, 10, dim=3, seed=1)
     recording = _Recording()
     object.__setattr__(recording, "shapes", [])
-    packed = most.MosT(n_models=4, rounds=15, inner_steps=2, combiner=recording, seed=3).fit(problem)
-    dense = most.MosT(n_models=4, rounds=15, inner_steps=2, combiner=_Dense(), seed=3).fit(problem)
+    packed = most.MosT(n_models=4, rounds=15, inner_steps=2, combiner=recording, seed=3, seeding=None).fit(problem)
+    dense = most.MosT(n_models=4, rounds=15, inner_steps=2, combiner=_Dense(), seed=3, seeding=None).fit(problem)
     shapes = recording.shapes
     assert len(shapes) == 30 and all(s[0] == 4 and s[2] == 3 for s in shapes)
     assert max(s[1] for s in shapes[-10:]) <= 12 < 40  # the groups settle to the 4 clusters

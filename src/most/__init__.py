@@ -15,7 +15,7 @@ the common descent direction (MGDA) of the objectives it is responsible for.
 Modules: :mod:`most.transport` (Eqs. 2-4, 6), :mod:`most.mgda` (Eqs. 7-9),
 :mod:`most.methods` (assignments, weightings, combiners, MosT-E, curriculum),
 :mod:`most.solver` (Algorithm 1), :mod:`most.variants` (ablations),
-:mod:`most.problems` (built-in problems).
+:mod:`most.problems` (built-in problems), :mod:`most.selection` (choosing m on validation).
 """
 
 from ._warnings import ConvergenceWarning
@@ -24,6 +24,7 @@ from .methods import (
     Curriculum,
     DirichletExtension,
     GammaWeights,
+    LoadBounds,
     MajorityShare,
     MinNorm,
     ModelsSelectObjectives,
@@ -33,7 +34,10 @@ from .methods import (
     WeightedSum,
 )
 from .problem import Problem
+from .seeding import KMeansSeeding, Reseed
 from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, run
+from .selection import ModelCountSelection, choose_n_models
+from .selection import ModelCountSelection, choose_n_models
 from . import baselines, metrics, optim, problems, variants
 
 __version__ = "0.1.0"
@@ -42,15 +46,20 @@ __all__ = [
     "ConvergenceWarning",
     "Curriculum",
     "DirichletExtension",
+    "KMeansSeeding",
+    "LoadBounds",
     "GammaWeights",
     "Linearization",
     "MajorityShare",
     "MGDA",
     "MinNorm",
+    "ModelCountSelection",
+    "ModelCountSelection",
     "ModelsSelectObjectives",
     "MosT",
     "ObjectivesSelectModels",
     "Problem",
+    "Reseed",
     "Result",
     "TchebycheffExtension",
     "RoundRecord",
@@ -58,6 +67,8 @@ __all__ = [
     "WeightedMGDA",
     "WeightedSum",
     "baselines",
+    "choose_n_models",
+    "choose_n_models",
     "mgda",
     "optim",
     "problems",

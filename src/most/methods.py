@@ -48,7 +48,7 @@ import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Literal
+from typing import ClassVar, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -67,6 +67,7 @@ __all__ = [
     "EqualAssignment",
     "Marginals",
     "Uniform",
+    "LoadBounds",
     "ObjectivesSelectModels",
     "ModelsSelectObjectives",
     "Curriculum",
@@ -109,6 +110,62 @@ class Uniform(Marginals):
     def __call__(self, losses, round, total):
         n, m = losses.shape
         return _uniform(n, losses), _uniform(m, losses)
+
+
+class Bounds(NamedTuple):
+    """A model marginal given as bounds: model j takes between ``lower[j]`` and ``upper[j]`` of
+    the mass (``upper=None``: no upper bound)."""
+
+    lower: Tensor
+    upper: Tensor | None = None
+
+
+@dataclass(frozen=True)
+class LoadBounds(Marginals):
+    """alpha = 1/n; each model serves between ``min_objectives`` and ``max_objectives``
+    objectives' worth of mass instead of exactly n/m (:func:`most.transport.solve_bounded`).
+
+    So groups of any size are each served by one model, and no model is left with nothing to
+    train on. ``min_objectives = max_objectives = n / m`` is the paper's balanced transport
+    (:class:`Uniform`); ``min_objectives = 0`` with no upper bound sends each objective to its
+    best model (:class:`ObjectivesSelectModels`). The library default, with
+    ``min_objectives = 1`` (see ``docs/methods/departures.md``).
+
+    >>> import torch
+    >>> L = torch.tensor([[0.0, 5.0], [0.1, 5.0], [0.2, 5.0], [9.0, 0.0]])
+    >>> (TransportAssignment(marginals=LoadBounds())(L, 0, 1) * 4).round().int().tolist()
+    [[1, 0], [1, 0], [1, 0], [0, 1]]
+    """
+
+    min_objectives: float = 1.0
+    max_objectives: float | None = None
+
+    def __post_init__(self):
+        check_non_negative(self.min_objectives, name="min_objectives")
+        if self.max_objectives is not None:
+            check_positive(self.max_objectives, name="max_objectives")
+            if self.max_objectives < self.min_objectives:
+                raise ValueError(f"`max_objectives` ({self.max_objectives}) must be at least `min_objectives` "
+                                 f"({self.min_objectives}).")
+
+    def check_sizes(self, n: int, m: int) -> None:
+        """Refuses bounds that no plan of ``n`` objectives over ``m`` models can meet."""
+        if self.min_objectives * m > n * (1 + 1e-9):
+            raise ValueError(
+                f"Each of the {m} models must serve at least min_objectives={self.min_objectives:g} objectives, "
+                f"but there are only {n}: use fewer models, a smaller `min_objectives` (at most n/m = {n / m:.4g}), "
+                "or add objectives with an extension (MosT-E).")
+        if self.max_objectives is not None and self.max_objectives * m < n * (1 - 1e-9):
+            raise ValueError(
+                f"{m} models serving at most max_objectives={self.max_objectives:g} objectives each cannot serve all "
+                f"{n}: raise `max_objectives` to at least n/m = {n / m:.4g}, or use more models.")
+
+    def __call__(self, losses, round, total):
+        n, m = losses.shape
+        self.check_sizes(n, m)
+        lower = torch.full((m,), self.min_objectives / n, dtype=losses.dtype, device=losses.device)
+        upper = None if self.max_objectives is None else torch.full_like(lower, min(self.max_objectives / n, 1.0))
+        return _uniform(n, losses), Bounds(lower, upper)
 
 
 @dataclass(frozen=True)
@@ -213,6 +270,9 @@ class TransportAssignment(Assignment):
 
     def __call__(self, losses, round, total, previous: Tensor | None = None):
         a, b = self.marginals(losses, round, total)
+        if isinstance(b, Bounds):
+            return transport.solve_bounded(losses, a, lower=b.lower, upper=b.upper, method=self.method,
+                                           diversity=self.diversity, reg=self.reg).plan
         init = previous if (self.warm_start and a is not None and b is not None) else None
         if init is not None:
             # A previous plan is a valid warm start only for the same marginals.
@@ -516,8 +576,9 @@ class TchebycheffExtension:
         n_extra: number of mixtures added.
         concentration: Dirichlet concentration c of the preference weights.
         smoothing: ``None`` for the plain max, or mu > 0 for the smooth version.
-        ideal: the ideal point z* (one value per original objective); ``None`` means 0,
-            right for non-negative losses.
+        ideal: the ideal point z* (one value per original objective); ``None`` takes the
+            problem's ``metadata["ideal"]`` when it has one (the ZDT problems do), else 0, right
+            for non-negative losses.
         include_original: keep the n original objectives first.
         spread: ``"dirichlet"`` draws the weights; ``"grid"`` (two objectives only) places
             the rays ``z* + t (1 / w)`` at evenly spaced angles from 0 to 90 degrees, both
@@ -563,9 +624,11 @@ class TchebycheffExtension:
     def apply(self, problem: Problem, generator: torch.Generator) -> Problem:
         n = problem.n_objectives
         w = self.preference_weights(n, generator)
-        if self.ideal is not None and len(self.ideal) != n:
-            raise ValueError(f"`ideal` has {len(self.ideal)} values but the problem has {n} objectives.")
-        z = torch.zeros(n) if self.ideal is None else torch.as_tensor(self.ideal, dtype=torch.get_default_dtype())
+        ideal = self.ideal if self.ideal is not None else problem.metadata.get("ideal")
+        if ideal is not None and len(ideal) != n:
+            where = "`ideal`" if self.ideal is not None else "The problem's metadata['ideal']"
+            raise ValueError(f"{where} has {len(ideal)} values but the problem has {n} objectives.")
+        z = torch.zeros(n) if ideal is None else torch.as_tensor(ideal, dtype=torch.get_default_dtype())
         mu, keep, rho = self.smoothing, self.include_original, self.augment
 
         def transform(losses: Tensor) -> Tensor:

@@ -26,6 +26,10 @@ class UpdateRule(ABC):
     @abstractmethod
     def step(self, params: Tensor, direction: Tensor, state: Any, lr: float) -> tuple[Tensor, Any]: ...
 
+    def restart(self, state: Any, model: int) -> Any:
+        """The state with model ``model``'s part set as :meth:`init` sets it (the model was moved)."""
+        return state
+
 
 @dataclass(frozen=True)
 class SGD(UpdateRule):
@@ -49,6 +53,12 @@ class Adam(UpdateRule):
 
     def init(self, params):
         return (torch.zeros_like(params), torch.zeros_like(params), 0)
+
+    def restart(self, state, model):
+        m, v, t = state
+        m, v = m.clone(), v.clone()
+        m[model], v[model] = 0.0, 0.0
+        return (m, v, t)
 
     def step(self, params, direction, state, lr):
         m, v, t = state

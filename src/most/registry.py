@@ -34,11 +34,11 @@ FEDERATED = "federated"
 
 @functools.lru_cache(maxsize=None)
 def _components() -> dict[str, type]:
-    from . import baselines, methods as m, optim
+    from . import baselines, methods as m, optim, seeding
     from .federated import methods as F
 
     classes = [
-        m.Uniform, m.Curriculum, m.ObjectivesSelectModels, m.ModelsSelectObjectives,
+        m.Uniform, m.LoadBounds, m.Curriculum, m.ObjectivesSelectModels, m.ModelsSelectObjectives,
         m.TransportAssignment, m.CappedTransportAssignment, m.RandomAssignment, m.EqualAssignment,
         baselines.BestModelAssignment,
         m.MajorityShare, m.Shares, m.GammaWeights, m.Support, m.RelativeWeights,
@@ -46,6 +46,7 @@ def _components() -> dict[str, type]:
         m.DirichletExtension, m.TchebycheffExtension,
         F.WarmUp, F.GroupedWarmUp,
         optim.SGD, optim.Adam,
+        seeding.KMeansSeeding, seeding.Reseed,
         baselines.TCHSetCombiner, baselines.STCHSetCombiner, baselines.SumOfMinimumCombiner,
     ]
     return {c.__name__: c for c in classes}
@@ -116,6 +117,8 @@ def _paper(base):
     changes = dict(weighting=GammaWeights(), marginals=Curriculum(), combiner=MinNorm())
     if hasattr(base, "warmup"):
         changes["warmup"] = None
+    if hasattr(base, "seeding"):  # the problem's own starts, never moved
+        changes.update(seeding=None, reseed=None)
     return changes
 
 
@@ -134,6 +137,11 @@ def _lazy(**fields: str) -> Callable:
 VARIANTS: dict[str, tuple[Callable, str]] = {
     "paper": (_paper, "the algorithm as written: Gamma-weighted MGDA (GammaWeights, MinNorm) and the curriculum "
                       "of Section 3.3 (federated: no warm-up)"),
+    "min-norm": (_lazy(combiner="MinNorm"), "the min-norm (MGDA) direction of the served objectives: a Pareto-"
+                                            "stationary point of each group instead of its optimum"),
+    "balanced": (_lazy(marginals="Uniform"), "the balanced transport: every model serves n/m objectives"),
+    "no-seeding": (_changes(seeding=None, reseed=None), "the problem's own starts, and no model moved between "
+                                                      "rounds (centralised)"),
     "no-R": (_changes(diversity=0.0), "tau = 0 (no diversity regulariser)"),
     "no-curriculum": (_lazy(marginals="Uniform"), "uniform marginals throughout"),
     "curriculum": (_lazy(marginals="Curriculum"), "the alpha/beta curriculum of Section 3.3"),

@@ -25,7 +25,7 @@ Example:
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Literal
 
 import torch
@@ -41,6 +41,7 @@ from .methods import (
     EqualAssignment,
     TchebycheffExtension,
     GammaWeights,
+    LoadBounds,
     MajorityShare,
     Marginals,
     MinNorm,
@@ -52,6 +53,7 @@ from .methods import (
 )
 from .optim import SGD, UpdateRule
 from .problem import Problem
+from .seeding import KMeansSeeding, Reseed
 
 __all__ = ["RoundRecord", "Result", "run", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
 
@@ -68,6 +70,7 @@ class RoundRecord:
             (min-norm weights for MGDA-type methods).
         transport_seconds, min_norm_seconds, gradient_seconds: time spent in the
             assignment, in the combiner, and in evaluating losses and gradients.
+        moved: the model :class:`~most.seeding.Reseed` moved after this round, if any.
     """
 
     round: int
@@ -77,6 +80,7 @@ class RoundRecord:
     transport_seconds: float
     min_norm_seconds: float
     gradient_seconds: float
+    moved: int | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +169,8 @@ def run(
     callback: Callable[[RoundRecord, Tensor], None] | None = None,
     optimizer: UpdateRule | None = None,
     checkpoint: Checkpoint | None = None,
+    seeding: KMeansSeeding | None = None,
+    reseed: Reseed | None = None,
 ) -> Result:
     """Runs the round loop of Algorithm 1 with the given components.
 
@@ -173,7 +179,9 @@ def run(
     every round. With a :class:`~most.checkpoint.Checkpoint`, the state is saved every
     ``checkpoint.every`` rounds, and a run that finds a checkpoint continues from it (the
     final models equal those of an uninterrupted run; the problem's own randomness, if its
-    objectives draw mini-batches, is the problem's to restore).
+    objectives draw mini-batches, is the problem's to restore). ``seeding`` places the
+    initial models (:class:`~most.seeding.KMeansSeeding`; ``None``: the problem's ``init``);
+    ``reseed`` moves a badly placed model at fixed rounds (:class:`~most.seeding.Reseed`).
     """
     check_positive_int(n_models, name="n_models")
     check_positive_int(rounds, name="rounds")
@@ -182,17 +190,22 @@ def run(
     seed = check_seed(seed)
     n, m = problem.n_objectives, n_models
     generator = torch.Generator().manual_seed(seed)
+    optimizer = SGD() if optimizer is None else optimizer
     params = problem.initial_params(m, generator)
     if not torch.isfinite(params).all():
         raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
+    if seeding is not None:  # the objectives are checked where the user's errors show first
+        _check_finite(_first_losses(problem, params), None, problem, 0, None)
+        params = seeding(problem, m, generator, lr=lr, optimizer=optimizer)
     assignment.reset(n, m, generator)
     if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
         combiner = combiner.resolve(problem.coordinates)
-    optimizer = SGD() if optimizer is None else optimizer
     loop = _Loop(problem, m, rounds, inner_steps, lr, assignment, weighting, combiner, optimizer,
-                 params=params, opt_state=optimizer.init(params))
+                 params=params, opt_state=optimizer.init(params), reseed=reseed, generator=generator)
     settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
                     optimizer=optimizer, **loop.components)
+    if seeding is not None or reseed is not None:  # older checkpoints (without these) keep resuming
+        settings.update(seeding=seeding, reseed=reseed)
     start = 0
     state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
     if state is not None:
@@ -215,6 +228,20 @@ def run(
                   problem=problem)
 
 
+def _first_losses(problem: Problem, params: Tensor, *, jacobian: bool = False):
+    """The first evaluation of the user's objectives: torch's error inside them becomes a
+    ``ValueError`` that says what they were given. Returns the loss matrix ``[n, m]``, or with
+    ``jacobian`` the pair ``(losses, jacobian)`` of :meth:`~most.Problem.jacobian`."""
+    try:
+        return problem.jacobian(params) if jacobian else problem.loss_matrix(params)
+    except RuntimeError as exc:
+        raise ValueError(
+            f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
+            f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
+            "of that size and dtype (and, for modules, inputs of the module's size and dtype)."
+        ) from exc
+
+
 @dataclass
 class _Loop:
     """The state of :func:`run` between rounds, and one round of Algorithm 1."""
@@ -230,6 +257,8 @@ class _Loop:
     optimizer: UpdateRule
     params: Tensor
     opt_state: object
+    reseed: Reseed | None = None
+    generator: torch.Generator | None = None
     plan: Tensor | None = None
     history: list[RoundRecord] = field(default_factory=list)
 
@@ -252,19 +281,14 @@ class _Loop:
 
     def _losses(self, t: int, first: bool) -> tuple[Tensor, Tensor | None]:
         """The loss matrix (and the full Jacobian when the combiner reads every row)."""
-        problem, params = self.problem, self.params
-        try:
-            if self.combiner.active_only:  # gradients come after the plan, for the served objectives only
-                return problem.loss_matrix(params), None
-            return problem.jacobian(params)
-        except RuntimeError as exc:  # torch's error inside the user's objectives, at their first evaluation
-            if not first:
-                raise
-            raise ValueError(
-                f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
-                f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
-                "of that size and dtype (and, for modules, inputs of the module's size and dtype)."
-            ) from exc
+        if first and self.combiner.active_only:
+            return _first_losses(self.problem, self.params), None
+        if first:
+            return _first_losses(self.problem, self.params, jacobian=True)
+        if self.combiner.active_only:  # gradients come after the plan, for the served objectives only
+            return self.problem.loss_matrix(self.params), None
+        return self.problem.jacobian(self.params)
+
 
     def round(self, t: int, first: bool = False) -> RoundRecord:
         """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps."""
@@ -282,9 +306,15 @@ class _Loop:
         transport_s = time.perf_counter() - tic
 
         lam, min_norm_s, step_grad_s = self._steps(t, losses, jac, weights)
+        moved = None
+        if self.reseed is not None and self.reseed.due(t, self.rounds):
+            self.params, moved = self.reseed(self.problem, self.params.detach(), self.generator, lr=self.lr,
+                                             optimizer=self.optimizer)
+            if moved is not None:
+                self.opt_state = self.optimizer.restart(self.opt_state, moved)
         record = RoundRecord(round=t, plan=self.plan.detach().cpu(), losses=losses.detach().cpu(),
                              weights=lam.detach().cpu(), transport_seconds=transport_s, min_norm_seconds=min_norm_s,
-                             gradient_seconds=grad_s + step_grad_s)
+                             gradient_seconds=grad_s + step_grad_s, moved=moved)
         self.history.append(record)
         return record
 
@@ -336,7 +366,8 @@ def transport_assignment(method) -> Assignment:
         raise TypeError(f"`assignment` must be a most.methods.Assignment (e.g. "
                         f"most.methods.CappedTransportAssignment(shares=2)); got {method.assignment!r}.")
     changed = [k for k, v in _TRANSPORT_DEFAULTS.items() if getattr(method, k) != v]
-    changed += [] if type(method.marginals) is Uniform else ["marginals"]
+    default = next(f for f in fields(method) if f.name == "marginals").default_factory()
+    changed += [] if method.marginals == default else ["marginals"]
     if changed:
         raise ValueError(f"`assignment` replaces the transport fields, so {', '.join(changed)} must keep their "
                          "defaults; set them on the assignment itself.")
@@ -367,6 +398,10 @@ class _Method:
     def prepare(self, problem: Problem, generator: torch.Generator) -> Problem:
         return problem
 
+    def placement(self) -> tuple[KMeansSeeding | None, Reseed | None]:
+        """The seeding of the initial models and the re-seeding between rounds (none by default)."""
+        return None, None
+
     def fit(self, problem: Problem, *, callback=None, checkpoint: Checkpoint | None = None) -> Result:
         """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`.
 
@@ -380,6 +415,7 @@ class _Method:
             )
         problem = self.prepare(problem, torch.Generator().manual_seed(self.seed + 7919))
         assignment, weighting, combiner = self.components()
+        seeding, reseed = self.placement()
         return run(
             problem,
             n_models=self.n_models,
@@ -395,6 +431,8 @@ class _Method:
             callback=callback,
             optimizer=self.optimizer,
             checkpoint=checkpoint,
+            seeding=seeding,
+            reseed=reseed,
         )
 
 
@@ -411,13 +449,16 @@ class MosT(_Method):
         transport: ``"exact"`` (network simplex), ``"sinkhorn"``, ``"newton"`` (entropic, for
             large n) or ``"ipot"``.
         seed: seeds the initial models and any random draw of the run.
-        marginals: the (alpha, beta) schedule: :class:`~most.methods.Uniform` (default),
+        marginals: the (alpha, beta) schedule: :class:`~most.methods.LoadBounds` (default:
+            every model serves at least one objective, groups of any size),
+            :class:`~most.methods.Uniform` (the paper's balanced transport),
             :class:`~most.methods.Curriculum`, or a semi-relaxed one (ablations O and M).
         weighting: how Gamma weights the objectives in each model's step. Default
             :class:`~most.methods.MajorityShare`; :class:`~most.methods.GammaWeights` is
             the paper as written (see :mod:`most.methods` for why the default differs).
-        combiner: :class:`~most.methods.MinNorm` (MGDA, default) or
-            :class:`~most.methods.WeightedSum` (ablation MosT(L)).
+        combiner: :class:`~most.methods.WeightedSum` (default: each model moves to the
+            optimum of the objectives it serves) or :class:`~most.methods.MinNorm` (MGDA, the
+            paper: a Pareto-stationary point of them).
         extension: :class:`~most.methods.DirichletExtension` for MosT-E (n < m).
         reg: strength of the iterative transport solvers.
         warm_start: start each round's transport from the previous plan.
@@ -427,24 +468,40 @@ class MosT(_Method):
         progress: show a progress bar.
         optimizer: the update rule, :class:`~most.optim.SGD` (default, Algorithm 1) or
             :class:`~most.optim.Adam`.
+        seeding: where the models start: :class:`~most.seeding.KMeansSeeding` (default, at
+            the minimisers of well-spread objectives) or ``None`` (the problem's ``init``).
+        reseed: :class:`~most.seeding.Reseed` (default) moves a model that serves its
+            objectives badly, or none, when that lowers the summed best loss; ``None`` never.
+
+    The paper's algorithm as written is ``most.variants.apply("paper", MosT(...))``; each
+    departure of the defaults is measured in ``docs/methods/departures.md``.
     """
 
     diversity: float = 0.0
     transport: Literal["exact", "sinkhorn", "newton", "ipot"] = "exact"
-    marginals: Marginals = field(default_factory=Uniform)
+    marginals: Marginals = field(default_factory=LoadBounds)
     weighting: Weighting = field(default_factory=MajorityShare)
-    combiner: Combiner = field(default_factory=MinNorm)
+    combiner: Combiner = field(default_factory=WeightedSum)
     extension: DirichletExtension | TchebycheffExtension | None = None
     reg: float | None = None
     warm_start: bool = False
     assignment: Assignment | None = None
+    seeding: KMeansSeeding | None = field(default_factory=KMeansSeeding)
+    reseed: Reseed | None = field(default_factory=Reseed)
 
     def __post_init__(self):
         super().__post_init__()
         self.components()  # the transport assignment validates `transport` and `diversity`
+        for name, kind in (("seeding", KMeansSeeding), ("reseed", Reseed)):
+            value = getattr(self, name)
+            if value is not None and not callable(value):
+                raise TypeError(f"`{name}` must be a most.seeding.{kind.__name__} (or None); got {value!r}.")
 
     def components(self):
         return transport_assignment(self), self.weighting, self.combiner
+
+    def placement(self):
+        return self.seeding, self.reseed
 
     def prepare(self, problem, generator):
         if self.extension is not None:

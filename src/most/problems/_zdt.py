@@ -56,7 +56,9 @@ def zdt(name: str = "zdt1", n_var: int = 30) -> Problem:
     ``h = 1 - sqrt(r)`` (ZDT1, convex front), ``1 - r^2`` (ZDT2, concave) or
     ``1 - sqrt(r) - r sin(10 pi f1)`` (ZDT3, disconnected). The Pareto set is
     ``x_2 = ... = x_n = 0``. The box is enforced through ``bounds`` (projected gradients).
-    ``metadata``: ``front`` (true Pareto front, ``[k, 2]`` numpy) and ``reference_point``.
+    ``metadata``: ``front`` (true Pareto front, ``[k, 2]`` numpy), ``reference_point`` and
+    ``ideal`` (the smallest value of each objective on the front, which
+    :class:`~most.methods.TchebycheffExtension` takes as its ideal point by default).
 
     Example:
         >>> import torch
@@ -70,6 +72,8 @@ def zdt(name: str = "zdt1", n_var: int = 30) -> Problem:
         raise ValueError(f"Unknown ZDT problem {name!r}; choose 'zdt1', 'zdt2' or 'zdt3'.")
     check_positive_int(n_var, name="n_var", minimum=2)
 
+    front = zdt_front(name)
+
     def fn(x: Tensor) -> Tensor:
         f1 = x[0]
         g = 1.0 + 9.0 / (n_var - 1) * x[1:].sum()
@@ -81,5 +85,6 @@ def zdt(name: str = "zdt1", n_var: int = 30) -> Problem:
         n_objectives=2,
         bounds=(0.0, 1.0),
         names=("f1", "f2"),
-        metadata={"front": zdt_front(name), "reference_point": ZDT_REFERENCE_POINTS[name], "name": name},
+        metadata={"front": front, "reference_point": ZDT_REFERENCE_POINTS[name], "name": name,
+                  "ideal": tuple(float(v) for v in front.min(0))},
     )

@@ -1,0 +1,191 @@
+r"""Where the models start, and how a model that serves its objectives badly moves.
+
+Spreading m models over groups of objectives is a clustering problem (the sum of each
+objective's best loss is the k-means cost in the objectives' own geometry), and it has the
+same traps: two models that start in one group leave another group to a model stranded
+between groups, and a model can end up serving nothing. Two components, used by the default
+:class:`most.MosT`, take the remedies of k-means over to any objectives:
+
+* :class:`KMeansSeeding` starts the models the way greedy k-means++ starts centres (Arthur &
+  Vassilvitskii 2007; the greedy variant of scikit-learn): each new model is the minimiser of one
+  objective, drawn with probability growing with its current best loss, the best of a few
+  draws.
+* :class:`Reseed` moves a model at fixed rounds when that lowers the summed best loss: the
+  model whose objectives lose least by its removal is moved to the minimiser of an objective
+  that is served badly (drawn the same way), and the move is kept only if the summed best loss
+  falls by at least ``min_gain`` (a "swap" of k-means local search, Kanungo et al. 2004).
+
+A minimiser of one objective is approximated by ``steps`` steps of the run's update rule on
+that objective alone, from the parameters of the model that serves it best (for seeding, from
+a draw of the problem's initial point of its own); the candidates of one draw are minimised together,
+as one batch. Every draw comes from the run's generator, so a run is deterministic under its
+seed and under resume.
+
+>>> import torch, most
+>>> centres = torch.tensor([[0.0, 0.0], [0.2, 0.1], [8.0, 0.0], [8.1, 0.2], [0.0, 8.0], [0.1, 8.1]])
+>>> problem = most.Problem.from_function(lambda t: ((t - centres) ** 2).sum(-1), dim=2, n_objectives=6)
+>>> start = KMeansSeeding()(problem, 3, torch.Generator().manual_seed(0), lr=0.1)
+>>> owner = problem.loss_matrix(start).argmin(1)  # each objective's best model
+>>> len(set(owner[[0, 2, 4]].tolist())), bool(owner[0] == owner[1]), bool(owner[2] == owner[3])
+(3, True, True)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ._validation import check_non_negative, check_positive_int
+from .optim import SGD, UpdateRule
+from .problem import Problem
+
+__all__ = ["KMeansSeeding", "Reseed", "minimise_each"]
+
+
+def minimise_each(problem: Problem, starts: Tensor, objectives: Tensor, *, steps: int, lr: float,
+                  optimizer: UpdateRule | None = None) -> Tensor:
+    """``steps`` steps of ``optimizer`` (default SGD) on objective ``objectives[t]`` alone from
+    ``starts[t]``, for every ``t`` at once; returns ``[t, dim]``."""
+    optimizer = SGD() if optimizer is None else optimizer
+    params = problem.apply_projection(starts.detach().clone())
+    state = optimizer.init(params)
+    rows = objectives.reshape(-1, 1).to(device=params.device)
+    for _ in range(steps):
+        grads = problem.active_gradients(params, rows)  # [t, 1, dim]
+        grads = problem.tangent_jacobian(params, grads.detach())[:, 0]
+        if not torch.isfinite(grads).all():
+            raise ValueError("While moving a model to the minimiser of one objective (seeding), a gradient became "
+                             "non-finite; try a smaller `lr`, or `seeding=None` to start from the problem's `init`.")
+        params, state = optimizer.step(params, grads, state, lr)
+        params = problem.apply_projection(params)
+    return params.detach()
+
+
+def _draw(weights: Tensor, k: int, generator: torch.Generator) -> Tensor:
+    """``k`` distinct indices drawn with probability proportional to ``weights`` (uniform when all
+    are zero), on the host."""
+    w = weights.detach().to("cpu", torch.float64).clamp_min(0)
+    w = torch.where(torch.isfinite(w), w, torch.zeros_like(w))
+    if float(w.sum()) <= 0:
+        w = torch.ones_like(w)
+    k = min(k, int((w > 0).sum()))
+    return torch.multinomial(w / w.sum(), k, replacement=False, generator=generator)
+
+
+def _excess(best: Tensor) -> Tensor:
+    """How badly each objective is served: its best loss above the best-served objective's."""
+    return best - best.min()
+
+
+@dataclass(frozen=True)
+class KMeansSeeding:
+    """Greedy k-means++ starts: model ``k`` minimises one objective, drawn (``candidates`` times,
+    the best kept) with probability proportional to its best loss over models ``0..k-1`` above the
+    lowest such loss.
+
+    With fewer than two objectives per model (``n < 2m``) there are no groups to spread the
+    models over, and the models start from the problem's ``init`` (on ZDT1-3 with one
+    Tchebycheff ray per model, the seeded starts were no better: 96.8-99.6 % against 96.8-99.6 %
+    of the 5-point limit over seeds 0-3).
+
+    Args:
+        steps: update-rule steps that approximate each drawn objective's minimiser.
+        candidates: draws per model; the one that lowers the summed best loss most is kept.
+            ``None``: ``2 + floor(ln m)``, as in scikit-learn's greedy k-means++.
+    """
+
+    steps: int = 100
+    candidates: int | None = None
+
+    def __post_init__(self):
+        check_positive_int(self.steps, name="steps", minimum=0)
+        if self.candidates is not None:
+            check_positive_int(self.candidates, name="candidates")
+
+    def __call__(self, problem: Problem, m: int, generator: torch.Generator, *, lr: float,
+                 optimizer: UpdateRule | None = None) -> Tensor:
+        """``[m, dim]`` starting models for ``problem`` (its own ``init`` when ``n < 2m``)."""
+        n = problem.n_objectives
+        if n < 2 * m:  # few objectives per model: no groups to spread over (MosT-E with n' = m rays, say)
+            return problem.initial_params(m, generator)
+        tries = self.candidates if self.candidates is not None else 2 + int(math.log(m))
+        chosen, best = [], None
+        for _ in range(m):
+            weights = torch.ones(n) if best is None else _excess(best)
+            picks = _draw(weights, tries, generator)
+            starts = problem.initial_params(len(picks), generator)  # each from its own draw of the start
+            cands = minimise_each(problem, starts, picks.to(starts.device), steps=self.steps, lr=lr,
+                                  optimizer=optimizer)
+            losses = problem.loss_matrix(cands)  # [n, t]
+            if best is not None:
+                losses = torch.minimum(losses, best[:, None])
+            k = int(losses.sum(0).argmin())
+            chosen.append(cands[k])
+            best = losses[:, k]
+        return torch.stack(chosen)
+
+
+@dataclass(frozen=True)
+class Reseed:
+    """Moves the least useful model to a badly served objective when that pays (see the module
+    docstring).
+
+    Args:
+        every: an attempt after every ``every`` rounds.
+        until: no attempt after this fraction of the rounds (the last rounds settle the moved models).
+        candidates: objectives drawn per attempt (``None``: ``2 + floor(ln m)``).
+        steps: update-rule steps that move a model to a drawn objective's minimiser.
+        min_gain: a move is kept only if it lowers the summed best loss by this fraction.
+
+    The move is judged as if each objective went to its best model, so it is tried only with at
+    least two objectives per model (n >= 2m); with fewer (MosT-E with n' = m rays, say) each model
+    keeps the objectives the transport gives it.
+    """
+
+    every: int = 20
+    until: float = 0.6
+    candidates: int | None = None
+    steps: int = 20
+    min_gain: float = 0.01
+
+    def __post_init__(self):
+        check_positive_int(self.every, name="every")
+        check_positive_int(self.steps, name="steps", minimum=0)
+        if self.candidates is not None:
+            check_positive_int(self.candidates, name="candidates")
+        check_non_negative(self.min_gain, name="min_gain")
+        if not 0.0 <= self.until <= 1.0:
+            raise ValueError(f"Reseed `until` must lie in [0, 1] (a fraction of the rounds); got {self.until!r}.")
+
+    def due(self, round: int, total: int) -> bool:
+        """Whether an attempt follows round ``round`` (0-based) of ``total``."""
+        return (round + 1) % self.every == 0 and round + 1 <= self.until * total and round + 1 < total
+
+    def __call__(self, problem: Problem, params: Tensor, generator: torch.Generator, *, lr: float,
+                 optimizer: UpdateRule | None = None) -> tuple[Tensor, int | None]:
+        """``(params, moved)``: the models after the attempt and the index of the model moved
+        (``None`` when no move pays; ``params`` is then returned unchanged)."""
+        m = params.shape[0]
+        if m < 2 or problem.n_objectives < 2 * m:  # few objectives per model: no group to leave or to split
+            return params, None
+        losses = problem.loss_matrix(params)  # [n, m]
+        two = losses.topk(2, dim=1, largest=False)
+        best, owner, second = two.values[:, 0], two.indices[:, 0], two.values[:, 1]
+        total = float(best.sum())
+        tries = self.candidates if self.candidates is not None else 2 + int(math.log(m))
+        picks = _draw(_excess(best), tries, generator).to(owner.device)
+        cands = minimise_each(problem, params[owner[picks]], picks, steps=self.steps, lr=lr, optimizer=optimizer)
+        new = problem.loss_matrix(cands)  # [n, t]
+        # without model j, objective i falls back to its second-best model if j was its best
+        without = torch.where(owner[:, None] == torch.arange(m, device=owner.device), second[:, None], best[:, None])
+        totals = torch.minimum(without[:, :, None], new[:, None, :]).sum(0)  # [m, t]
+        flat = int(totals.argmin())
+        j, t = divmod(flat, totals.shape[1])
+        if not float(totals[j, t]) < total - self.min_gain * abs(total):
+            return params, None
+        params = params.clone()
+        params[j] = cands[t]
+        return params, j
