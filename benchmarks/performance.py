@@ -806,12 +806,13 @@ def _memory_case(dense: bool, n: int, d: int, m: int) -> dict:
     combiner = Dense() if dense else MinNorm()
     # Warm up on a tiny problem, so that lazy imports and one-time allocations are not counted.
     small = most.Problem.from_function(lambda t: (X[:20] @ t - y[:20]) ** 2, dim=d, n_objectives=20)
-    most.MosT(n_models=2, rounds=1, combiner=combiner, seed=0).fit(small)
+    balanced = dict(marginals=most.Uniform(), seeding=None, reseed=None)  # n / m rows per model, as stored
+    most.MosT(n_models=2, rounds=1, combiner=combiner, seed=0, **balanced).fit(small)
 
     reset_peak_rss()
     base = 1024 * _current_rss_mib()
     tic = time.perf_counter()
-    result = most.MosT(n_models=m, rounds=1, combiner=combiner, seed=0).fit(problem)
+    result = most.MosT(n_models=m, rounds=1, combiner=combiner, seed=0, **balanced).fit(problem)
     seconds = time.perf_counter() - tic
     peak = _maxrss_kib()
     assert torch.isfinite(result.params).all()
