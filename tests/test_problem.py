@@ -46,6 +46,36 @@ def test_active_gradients_are_the_selected_rows_for_both_kinds_of_problem():
     torch.testing.assert_close(instances.active_jacobian(params, rows)[1], expected)
 
 
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_weighted_gradients_are_the_weighted_sums_of_the_jacobian_rows(vectorize):
+    instances, batch = _both(*_data())
+    problem = most.Problem.from_function(batch.fn, dim=6, n_objectives=40, vectorize=vectorize)
+    params = torch.randn(3, 6, generator=torch.Generator().manual_seed(3))
+    weights = torch.rand(3, 40, generator=torch.Generator().manual_seed(4))
+    weights[1] = 0.0  # a model that serves nothing gets no direction
+    losses, full = batch.jacobian(params)
+    for form in (problem, instances):
+        values, grads = form.weighted_gradients(params, weights)
+        torch.testing.assert_close(values, losses)
+        torch.testing.assert_close(grads, torch.einsum("mn,mnd->md", weights, full))
+    with pytest.raises(ValueError, match=r"weights must have shape \[m=3, n=40\]"):
+        problem.weighted_gradients(params, weights[:, :5])
+
+
+def test_the_mean_combiner_takes_the_same_steps_by_weighted_gradients_as_by_served_rows():
+    # WeightedSum's direction formed by one reverse pass per model equals the packed-rows path
+    _, batch = _both(*_data())
+
+    class Rows(most.WeightedSum):
+        linear = False
+
+    fast = most.MosT(n_models=3, rounds=12, inner_steps=2, lr=0.2, seed=0).fit(batch)
+    rows = most.MosT(n_models=3, rounds=12, inner_steps=2, lr=0.2, seed=0, combiner=Rows()).fit(batch)
+    torch.testing.assert_close(fast.params, rows.params)
+    for a, b in zip(fast.history, rows.history):
+        torch.testing.assert_close(a.weights, b.weights)
+
+
 def test_most_takes_the_same_steps_on_either_form():
     instances, batch = _both(*_data())
     fit = most.MosT(n_models=3, rounds=15, lr=0.2, seed=0)

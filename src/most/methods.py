@@ -520,11 +520,18 @@ class WeightedSum(Combiner):
     """
 
     active_only: ClassVar[bool] = True
+    #: the direction is linear in the gradients with coefficients that depend on the weights
+    #: alone, so the loop forms it by one reverse pass per model (:meth:`most.Problem.weighted_gradients`)
+    linear: ClassVar[bool] = True
+
+    def coefficients(self, weights: Tensor) -> Tensor:
+        """``lambda [m, n]``: each model's weights divided by their sum (0 for a model without any)."""
+        total = weights.sum(1, keepdim=True)
+        return torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny),
+                           torch.zeros_like(weights))
 
     def __call__(self, jacobian, weights, *, losses=None, params=None):
-        weights = weights.to(jacobian)
-        total = weights.sum(1, keepdim=True)
-        lam = torch.where(total > 0, weights / total.clamp_min(torch.finfo(weights.dtype).tiny), torch.zeros_like(weights))
+        lam = self.coefficients(weights.to(jacobian))
         return torch.einsum("mn,mnd->md", lam, jacobian), lam
 
 

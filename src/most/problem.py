@@ -386,6 +386,39 @@ class Problem:
             jac = torch.stack([j for _, j in pairs])
         return values.T, jac
 
+    def weighted_gradients(self, params: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+        """Losses ``[n, m]`` and, for each model, the gradient of its weighted sum of the losses,
+        ``sum_i weights[j, i] * grad L_i(theta_j)``, ``[m, dim]``.
+
+        One reverse pass per model (a ``vjp`` with the weights as cotangent), whatever the number
+        of objectives a model serves: the mean combiner's direction without any per-objective
+        gradient.
+        """
+        params = self._check_params(params)
+        if weights.shape != (params.shape[0], self.n_objectives):
+            raise ValueError(f"weights must have shape [m={params.shape[0]}, n={self.n_objectives}]; "
+                             f"got {tuple(weights.shape)}.")
+
+        if self.instances is not None:  # per-instance gradients of the served instances, then their sum
+            active = weights != 0
+            k = max(1, int(active.sum(1).max()))
+            rows = torch.sort((~active).to(torch.uint8), dim=1, stable=True).indices[:, :k]
+            values, grads = self._instance_gradients(params, rows)
+            return values.T, torch.einsum("mk,mkd->md", weights.gather(1, rows).to(grads), grads)
+
+        def value_and_grad(theta: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+            out, pullback = vjp(self._call, theta)
+            return out.detach(), pullback(w.to(out.dtype))[0]
+
+        if self.vectorize:
+            with _vmap_errors():
+                values, grads = vmap(value_and_grad, randomness="same")(params, weights)
+        else:
+            pairs = [value_and_grad(p, w) for p, w in zip(params, weights)]
+            values = torch.stack([v for v, _ in pairs])
+            grads = torch.stack([g for _, g in pairs])
+        return values.T, grads
+
     def active_jacobian(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and the gradients of selected objectives only, ``[m, k, dim]``.
 

@@ -318,9 +318,33 @@ class _Loop:
         self.history.append(record)
         return record
 
+    def _linear_steps(self, t: int, weights: Tensor) -> tuple[Tensor, float, float]:
+        """The K inner steps of a combiner whose direction is a fixed combination of the gradients
+        (:class:`~most.methods.WeightedSum`): one reverse pass per model and step."""
+        problem = self.problem
+        tic = time.perf_counter()
+        lam = self.combiner.coefficients(weights.to(self.params.dtype))
+        min_norm_s, grad_s = time.perf_counter() - tic, 0.0
+        for k in range(self.inner_steps):
+            tic = time.perf_counter()
+            step_losses, direction = problem.weighted_gradients(self.params, lam)
+            grad_s += time.perf_counter() - tic
+            _check_finite(step_losses, None, problem, t, k)
+            bad = ~torch.isfinite(direction).all(-1)
+            if bad.any():
+                raise ValueError(f"The gradient of model {int(bad.nonzero()[0])}'s objectives is not finite at round "
+                                 f"{t}, inner step {k}. Try a smaller `lr` or check the loss for operations without "
+                                 "a gradient here.")
+            direction = problem.tangent_jacobian(self.params, direction.detach()[:, None])[:, 0]
+            self.params, self.opt_state = self.optimizer.step(self.params.detach(), direction, self.opt_state, self.lr)
+            self.params = problem.apply_projection(self.params)
+        return lam, min_norm_s, grad_s
+
     def _steps(self, t: int, losses: Tensor, jac: Tensor | None, weights: Tensor) -> tuple[Tensor, float, float]:
         """The K inner steps under one plan; returns the last combiner weights ``[m, n]`` and the
         seconds spent combining and evaluating gradients."""
+        if getattr(self.combiner, "linear", False):
+            return self._linear_steps(t, weights)
         problem, combiner, n, m = self.problem, self.combiner, self.problem.n_objectives, self.m
         rows = _active_rows(weights) if combiner.active_only else None
         step_weights = weights if rows is None else weights.gather(1, rows[0]) * rows[1]
