@@ -100,8 +100,11 @@ def methods(rounds: int, lr: float, seed: int, tau: float, lloyd_steps: int, che
         extra[f"MosT, {CHECK_FACTOR}× rounds (convergence check; not the common budget)"] = most.MosT(
             rounds=CHECK_FACTOR * rounds, **common)
     return {
-        "MosT (default: exact OT, τ = 0, i.e. w/o R(Γ))": most.MosT(rounds=rounds, **common),
+        "MosT (default)": most.MosT(rounds=rounds, **common),
         f"MosT + R(Γ) (τ = {tau:g})": most.MosT(rounds=rounds, diversity=tau, **common),
+        "MosT (balanced, min-norm: the earlier default)": most.MosT(
+            rounds=rounds, marginals=most.Uniform(), combiner=most.MinNorm(), seeding=None, reseed=None, **common),
+        "MosT (paper)": most.variants.apply("paper", most.MosT(rounds=rounds, **common)),
         "TCH-Set": TCHSet(rounds=rounds, **common),
         "STCH-Set (μ = 0.1)": STCHSet(rounds=rounds, smoothing=0.1, **common),
         "SoM (gradient)": SumOfMinimum(rounds=rounds, algorithm="gradient", **common),
@@ -186,9 +189,13 @@ def main(argv=None):
         f"All methods use K = 1 inner step and {args.rounds} rounds, except SoM (Lloyd): "
         f"{max(1, args.rounds // args.lloyd_steps)} Lloyd rounds × K = {args.lloyd_steps} re-fit steps, "
         "plus its seeding (m × 100 single-objective gradient steps, lr = 0.1, counted in its time). "
-        "MosT: exact transport, uniform marginals, majority-share weighting, min-norm (MGDA) "
-        f"combiner -- the library defaults; the default diversity is τ = 0, so *MosT* is MosT w/o R(Γ), and "
-        f"*MosT + R(Γ)* sets τ = {args.tau:g}. TCH/STCH-Set: λ = 1, z* = 0. "
+        "MosT (default): exact transport with load bounds (each model serves at least one objective), "
+        "majority-share weighting, the mean combiner, greedy k-means++ starts (m draws of 2 + ⌊ln m⌋ candidates, "
+        "each 30 single-objective steps, counted in its time) and re-seeding after every 20 rounds up to 60 % "
+        f"of them (20 single-objective steps per candidate); τ = 0, and *MosT + R(Γ)* sets τ = {args.tau:g}. "
+        "*MosT (balanced, min-norm)* is the earlier default (uniform marginals, min-norm combiner, the "
+        "problem's starts); *MosT (paper)* is `most.variants.apply(\"paper\", ...)`: Γ-weighted min-norm with "
+        "the α/β curriculum. TCH/STCH-Set: λ = 1, z* = 0. "
         "Linearization: one Dirichlet(1) preference per model. MGDA: m independent runs on all n objectives.",
         "",
         "**Settings.** *quadratic-n{100,1000}*: L_i(θ) = ‖θ − c_i‖² in d = 10, centres c_i = μ_g + 0.5·N(0, I) "

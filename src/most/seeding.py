@@ -97,7 +97,7 @@ class KMeansSeeding:
             ``None``: ``2 + floor(ln m)``, as in scikit-learn's greedy k-means++.
     """
 
-    steps: int = 100
+    steps: int = 30
     candidates: int | None = None
 
     def __post_init__(self):

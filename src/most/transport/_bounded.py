@@ -109,7 +109,8 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
         raise ValueError(f"The upper bounds leave room for only {up.sum():.6g} of the mass (< 1): raise them.")
     low = low * min(1.0, 1.0 / low.sum()) if low.sum() > 1 else low
     spare = max(up.sum() - 1.0, 0.0)
-    big = hi + (hi - lo) * (n + 2 * m) + 1.0  # never worth entering: the extra row can always avoid it
+    # never worth entering: moving mass between real rows changes the cost by at most hi - lo per unit
+    big = hi + (hi - lo) + 1.0
     cols = np.concatenate([low, up - low])
     ext_c = np.vstack([np.hstack([c, c]), np.concatenate([np.full(m, big), np.full(m, lo)])[None]])
     ext_a = np.concatenate([a64, [spare]])
@@ -135,7 +136,6 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
     else:
         from ._solve import solve  # an iterative solver on the split problem
 
-        ext_c = np.minimum(ext_c, hi + (hi - lo) + 1.0)  # a barrier the entropic solvers can scale
         res = solve(torch.from_numpy(ext_c), torch.from_numpy(ext_a / total), torch.from_numpy(cols / cols.sum()),
                     method=method, diversity=diversity, reg=reg)
         plan, converged = (res.plan.numpy()[:n, :m] + res.plan.numpy()[:n, m:]) * total, res.converged
