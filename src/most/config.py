@@ -81,7 +81,10 @@ def _describe(tp) -> str:
     if origin is Literal:
         return "one of " + ", ".join(repr(a) for a in typing.get_args(tp))
     if origin in (Union, types.UnionType):
-        return " or ".join(_describe(a) for a in typing.get_args(tp) if a is not type(None))
+        text = " or ".join(_describe(a) for a in typing.get_args(tp) if a is not type(None))
+        optional = type(None) in typing.get_args(tp) and any(
+            isinstance(a, type) and _subclasses(a) for a in typing.get_args(tp))
+        return text + (' or "none"' if optional else "")
     if origin in (list, tuple, collections.abc.Sequence):
         args = [a for a in typing.get_args(tp) if a is not Ellipsis]
         return f"a list of {_describe(args[0])}" if args else "a list"
@@ -139,6 +142,8 @@ def _coerce(value, tp, path: str):
     if origin in (Union, types.UnionType):
         members = [a for a in typing.get_args(tp) if a is not type(None)]
         classes = [a for a in members if isinstance(a, type) and _subclasses(a)]
+        if classes and value == "none" and type(None) in typing.get_args(tp):  # TOML has no null
+            return None
         if classes and isinstance(value, (str, dict)) and not (str in members and isinstance(value, str)):
             names = [n for c in classes for n in _subclasses(c)]
             return component(value, path, names)

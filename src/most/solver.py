@@ -528,6 +528,13 @@ class MosT(_Method):
         return self.seeding, self.reseed
 
     def prepare(self, problem, generator):
+        problem = self._extended(problem, generator)
+        check_sizes = getattr(self.marginals, "check_sizes", None)
+        if check_sizes is not None:  # load bounds no plan can meet: refused before any work
+            check_sizes(problem.n_objectives, self.n_models)
+        return problem
+
+    def _extended(self, problem, generator):
         if self.extension is not None:
             return self.extension.apply(problem, generator)
         if problem.n_objectives < self.n_models:

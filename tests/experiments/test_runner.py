@@ -78,6 +78,13 @@ def test_build_rejects_wrong_types_and_values(table, message):
         build(fl.FederatedConfig, table, path="federated")
 
 
+def test_optional_components_are_left_out_by_the_string_none():
+    method = build(most.MosT, {"n_models": 2, "seeding": "none", "reseed": "none"}, path="m")
+    assert method.seeding is None and method.reseed is None
+    with pytest.raises(ConfigError, match=r'm\.seeding: expected one of KMeansSeeding or "none"; got 3\.'):
+        build(most.MosT, {"n_models": 2, "seeding": 3}, path="m")
+
+
 def test_literal_and_component_fields():
     method = build(most.MosT, {"n_models": 2, "transport": "sinkhorn", "marginals": {"type": "Curriculum"},
                                "weighting": "GammaWeights", "optimizer": {"type": "Adam", "beta1": 0.8}})
