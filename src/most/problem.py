@@ -400,24 +400,26 @@ class Problem:
                              f"got {tuple(weights.shape)}.")
 
         if self.instances is not None:  # per-instance gradients of the served instances, then their sum
-            active = weights != 0
-            k = max(1, int(active.sum(1).max()))
-            rows = torch.sort((~active).to(torch.uint8), dim=1, stable=True).indices[:, :k]
-            values, grads = self._instance_gradients(params, rows)
-            return values.T, torch.einsum("mk,mkd->md", weights.gather(1, rows).to(grads), grads)
+            rows, valid = active_rows(weights != 0)
+            _, grads = self._instance_gradients(params, rows)  # padding rows get weight 0 below
+            coefficients = (weights.gather(1, rows) * valid).to(grads)
+            return self.loss_matrix(params), torch.einsum("mk,mkd->md", coefficients, grads)
 
         def value_and_grad(theta: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
             out, pullback = vjp(self._call, theta)
             return out.detach(), pullback(w.to(out.dtype))[0]
 
+        values, grads = self._per_model(value_and_grad, params, weights)
+        return values.T, grads
+
+    def _per_model(self, fn, params: Tensor, other: Tensor) -> tuple[Tensor, Tensor]:
+        """``fn(theta_j, other_j) -> (a, b)`` for every model, stacked: vectorised with ``vmap``
+        (``vectorize=True``) or one model at a time."""
         if self.vectorize:
             with _vmap_errors():
-                values, grads = vmap(value_and_grad, randomness="same")(params, weights)
-        else:
-            pairs = [value_and_grad(p, w) for p, w in zip(params, weights)]
-            values = torch.stack([v for v, _ in pairs])
-            grads = torch.stack([g for _, g in pairs])
-        return values.T, grads
+                return vmap(fn, randomness="same")(params, other)
+        pairs = [fn(p, o) for p, o in zip(params, other)]
+        return torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs])
 
     def active_jacobian(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and the gradients of selected objectives only, ``[m, k, dim]``.
@@ -449,13 +451,7 @@ class Problem:
 
             return out.detach(), vmap(row, chunk_size=chunk)(idx)
 
-        if self.vectorize:
-            with _vmap_errors():
-                values, jac = vmap(value_and_rows, randomness="same")(params, rows)
-        else:
-            pairs = [value_and_rows(p, r) for p, r in zip(params, rows)]
-            values = torch.stack([v for v, _ in pairs])
-            jac = torch.stack([j for _, j in pairs])
+        values, jac = self._per_model(value_and_rows, params, rows)
         return values.T, jac
 
     def active_gradients(self, params: Tensor, rows: Tensor) -> Tensor:
@@ -824,3 +820,13 @@ def _vmap_errors():
                 "`torch.where`."
             ) from exc
         raise
+
+
+def active_rows(active: Tensor) -> tuple[Tensor, Tensor]:
+    """``active [m, n]`` (bool) -> ``(rows [m, k], valid [m, k])``: each model's active objectives,
+    in index order, padded to the longest list with copies of the model's first one."""
+    k = max(1, int(active.sum(1).max()))
+    # stable sort puts the active objectives first, in index order
+    order = torch.sort((~active).to(torch.uint8), dim=1, stable=True).indices[:, :k]
+    valid = active.gather(1, order)
+    return torch.where(valid, order, order[:, :1]), valid

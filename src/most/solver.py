@@ -52,7 +52,7 @@ from .methods import (
     Weighting,
 )
 from .optim import SGD, UpdateRule
-from .problem import Problem
+from .problem import Problem, active_rows
 from .seeding import KMeansSeeding, Reseed
 
 __all__ = ["RoundRecord", "Result", "run", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
@@ -121,13 +121,7 @@ class Result:
 def _active_rows(weights: Tensor) -> tuple[Tensor, Tensor]:
     """``weights [m, n]`` -> ``(rows [m, k], valid [m, k])``: each model's objectives with a
     positive weight, padded to the longest list with copies of the model's first one."""
-    active = weights > 0
-    k = max(1, int(active.sum(1).max()))
-    # stable sort puts the active objectives first, in index order
-    order = torch.sort((~active).to(torch.uint8), dim=1, stable=True).indices[:, :k]
-    valid = active.gather(1, order)
-    rows = torch.where(valid, order, order[:, :1])
-    return rows, valid
+    return active_rows(weights > 0)
 
 
 def _check_finite(losses: Tensor, jacobian: Tensor | None, problem: Problem, round: int, step: int | None,

@@ -43,7 +43,7 @@ from ..federated import methods as F
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist
 from ..federated.models import FlatModel, cnn, logistic_regression
 from ..federated.runtime import FederatedConfig, run_federated
-from ..methods import CappedTransportAssignment, MinNorm, Shares
+from ..methods import CappedTransportAssignment, LoadBounds, MinNorm, Shares
 from ..registry import variant
 
 __all__ = ["FederatedBenchConfig", "METHODS", "method_grids", "run_benchmark", "table_markdown"]
@@ -69,6 +69,8 @@ METHODS: dict[str, tuple[Callable, tuple]] = {
         lambda m, eta, x: F.MosT(m, server_lr=eta, combiner=MinNorm(coordinates="last")), (None,)),
     "MosT (update split)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.GroupedWarmUp(5)), (None,)),
     "MosT (2 shares)": (lambda m, eta, x: _capped(m, eta), (None,)),
+    # the centralised default's marginals: each model serves at least one client, otherwise its closest
+    "MosT (load bounds)": (lambda m, eta, x: F.MosT(m, server_lr=eta, marginals=LoadBounds()), (None,)),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
     "MosT (warm-up 15)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.WarmUp(15)), (None,)),
     "MosT (warm-up 30)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.WarmUp(30)), (None,)),
