@@ -23,6 +23,8 @@ import pytest
 import torch
 from scipy.optimize import linprog
 
+from most.seeding import KMeansSeeding, Reseed
+
 import most
 from most.baselines import (
     BestModelAssignment,
@@ -363,7 +365,19 @@ EXTENSIONS = [
 # =============================================================================== completeness
 #: Modules whose public components must each have a registry entry (add a module here when
 #: it starts exporting components).
-SCANNED_MODULES = ["most.methods", "most.optim", "most.baselines", "most.federated.methods"]
+SCANNED_MODULES = ["most.methods", "most.optim", "most.baselines", "most.federated.methods", "most.seeding"]
+
+# ---------------------------------------------------------------------------- placement
+# Seedings (problem, m, generator, lr=, optimizer=) -> [m, dim] and re-seedings
+# (problem, params, generator, lr=, optimizer=) -> (params, moved).
+SEEDINGS = [
+    case(KMeansSeeding(), "KMeans"),
+    case(KMeansSeeding(steps=5, candidates=1), "KMeans-5-steps-1-candidate"),
+]
+RESEEDS = [
+    case(Reseed(), "Reseed"),
+    case(Reseed(candidates=1, steps=5, min_gain=0.0), "Reseed-1-candidate-no-gain"),
+]
 # ---------------------------------------------------------------------------- bounded marginals
 # Marginals whose beta is a most.methods.Bounds (lower, upper) instead of a vector; traits:
 #   lower, upper: callables (n) -> the documented per-model bounds (upper None: unbounded).
@@ -374,7 +388,7 @@ BOUNDED_MARGINALS = [
     case(LoadBounds(min_objectives=0.0), "LoadBounds-0", lower=lambda n: 0.0, upper=None),
 ]
 
-KINDS = {Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
+KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
          UpdateRule: UPDATE_RULES}
 
 
@@ -472,6 +486,51 @@ def test_bounded_marginals_refuse_bounds_no_plan_meets(marginals, traits):
     if marginals.min_objectives > 0:
         with pytest.raises(ValueError, match="must serve at least"):
             marginals(losses, 0, 1)
+
+
+# =============================================================================== placement
+def _grouped_problem(n_per_group=4, groups=3, seed=0):
+    g = _gen(seed)
+    centres = (8.0 * torch.randn(groups, D, generator=g, dtype=F64)).repeat_interleave(n_per_group, 0)
+    centres = centres + 0.3 * torch.randn(centres.shape, generator=g, dtype=F64)
+    return most.Problem.from_function(lambda t: ((t - centres) ** 2).sum(-1), dim=D, n_objectives=len(centres),
+                                      init=lambda m, gen: torch.randn(m, D, generator=gen, dtype=F64))
+
+
+@pytest.mark.parametrize("seeding, traits", SEEDINGS)
+def test_seeding_shape_dtype_determinism_and_fallback(seeding, traits):
+    problem = _grouped_problem()
+    starts = seeding(problem, 3, _gen(1), lr=0.1)
+    assert starts.shape == (3, D) and starts.dtype == F64 and bool(torch.isfinite(starts).all())
+    _close(seeding(problem, 3, _gen(1), lr=0.1), starts, atol=0.0)  # the generator decides everything
+    assert not torch.equal(seeding(problem, 3, _gen(2), lr=0.1), starts)
+    assert torch.pdist(starts).min() > 0  # distinct models
+    # the summed best loss of the starts is below that of the problem's own starts (draws of init)
+    ref = problem.loss_matrix(problem.initial_params(3, _gen(1))).min(1).values.sum()
+    assert problem.loss_matrix(starts).min(1).values.sum() < ref
+    few = _grouped_problem(n_per_group=1, groups=5)  # n = 5 < 2m: the problem's starts
+    _close(seeding(few, 3, _gen(1), lr=0.1), few.initial_params(3, _gen(1)), atol=0.0)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("reseed, traits", RESEEDS)
+def test_reseed_moves_at_most_one_model_and_only_when_it_pays(reseed, traits, seed):
+    problem = _grouped_problem(seed=seed)
+    params = problem.initial_params(3, _gen(seed + 10))
+    before = float(problem.loss_matrix(params).min(1).values.sum())
+    out, moved = reseed(problem, params, _gen(seed), lr=0.1)
+    changed = (out != params).any(1)
+    if moved is None:
+        assert torch.equal(out, params)
+    else:
+        assert changed.nonzero().flatten().tolist() == [moved]
+        after = float(problem.loss_matrix(out).min(1).values.sum())
+        assert after <= before * (1 - reseed.min_gain) + 1e-12
+    again, moved_again = reseed(problem, params, _gen(seed), lr=0.1)
+    assert moved_again == moved and torch.equal(again, out)
+    # due: every `every` rounds, never after the `until` fraction or in the last round
+    due = [t for t in range(100) if reseed.due(t, 100)]
+    assert all((t + 1) % reseed.every == 0 and t + 1 <= reseed.until * 100 and t < 99 for t in due)
 
 
 # =============================================================================== assignments
