@@ -11,6 +11,7 @@
     most bench federated      # FL: MosT vs FedAvg, FedProx, FedMGDA+, IFCA, MGDA, ...
     most bench mtl            # multi-task learning on Office-Caltech10: MosT vs MGDA, linearization, EPO
     most bench prompts        # mixture of soft prompts on SuperGLUE (needs most[prompts])
+    most bench structure      # planted groups: the default MosT against the oracle, SoM, TCH/STCH-Set, IFCA
     most flower credentials DIR --host HOST --nodes N   # TLS certificates and SuperNode keys
 
 A mistake in a file, a folder or an option is one line on stderr (exit code 2); `most --debug
