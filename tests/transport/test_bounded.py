@@ -50,3 +50,30 @@ def test_the_plan_keeps_the_cost_dtype_and_float32_bounds_that_sum_to_one_are_ac
 def test_bounds_no_plan_can_meet_are_refused_with_the_reason(lower, upper, match):
     with pytest.raises(ValueError, match=match):
         solve_bounded(_cost(6, 3, 0), torch.full((6,), 1 / 6, dtype=F64), lower=lower, upper=upper)
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_shortcut_without_a_solve_has_the_simplex_cost_whether_or_not_the_bounds_bind(seed):
+    from scipy.optimize import linprog
+
+    from most.transport import _bounded
+
+    n, m = 40, 4
+    C = _cost(n, m, seed)
+    C[: n // 2, 0] -= 1.0  # half the objectives prefer model 0, so a cap on it binds
+    a = torch.full((n,), 1 / n, dtype=F64)
+    for lower, upper, binds in [(1 / n, None, False), (1 / n, 0.3, True)]:
+        low = torch.full((m,), lower, dtype=F64)
+        up = None if upper is None else torch.full((m,), upper, dtype=F64)
+        greedy = _bounded._greedy_plan(C.numpy(), a.numpy(), low.numpy(), (torch.ones(m, dtype=F64) if up is None else up).numpy())
+        assert (greedy is None) == binds
+        res = solve_bounded(C, a, lower=low, upper=up)
+        # linprog on the same problem: rows sum to a, column sums within [lower, upper]
+        eq = torch.kron(torch.eye(n, dtype=F64), torch.ones(1, m, dtype=F64)).numpy()
+        cols = torch.kron(torch.ones(1, n, dtype=F64), torch.eye(m, dtype=F64)).numpy()
+        ub = up.numpy() if up is not None else torch.ones(m, dtype=F64).numpy()
+        lp = linprog(C.reshape(-1).numpy(), A_eq=eq, b_eq=a.numpy(),
+                     A_ub=torch.cat([torch.from_numpy(cols), -torch.from_numpy(cols)]).numpy(),
+                     b_ub=torch.cat([torch.from_numpy(ub), -low]).numpy(), bounds=(0, None), method="highs")
+        assert res.cost == pytest.approx(lp.fun, abs=1e-10)
+        assert bool((res.plan.sum(0) <= torch.from_numpy(ub) + 1e-12).all()) and bool((res.plan.sum(0) >= low - 1e-12).all())
