@@ -782,6 +782,26 @@ def test_combiner_direction_is_the_lambda_combination(combiner, traits):
         _close(direction, torch.einsum("mn,mnd->md", coeff, jac), atol=1e-10, rtol=1e-10)
 
 
+@pytest.mark.parametrize("combiner, traits", [p for p in COMBINERS if type(p.values[0]).linear])
+def test_linear_combiner_coefficients_are_its_lambda(combiner, traits):
+    """A combiner marked ``linear`` gives the loop (which forms the direction by one reverse pass)
+    the coefficients of its own direction: ``linear_coefficients(weights, losses)`` is its lambda
+    and the direction their combination of the rows."""
+    for seed in SEEDS:
+        jac, weights, losses, params = _combiner_inputs(seed)
+        direction, lam = _combine(combiner, jac, weights, losses, params)
+        coeff = combiner.linear_coefficients(weights, losses)
+        _close(coeff.to(lam), lam, atol=1e-12, rtol=1e-12)
+        _close(direction, torch.einsum("mn,mnd->md", coeff.to(jac), jac), atol=1e-10, rtol=1e-10)
+
+
+@pytest.mark.parametrize("combiner, traits", [p for p in COMBINERS if not type(p.values[0]).linear])
+def test_non_linear_combiner_says_so(combiner, traits):
+    jac, weights, losses, params = _combiner_inputs(0)
+    with pytest.raises(NotImplementedError, match="not linear"):
+        combiner.linear_coefficients(weights, losses)
+
+
 @pytest.mark.parametrize("combiner, traits", COMBINERS)
 def test_combiner_permutation_invariance(combiner, traits):
     """Permuting the objectives leaves each direction unchanged (and permutes lambda);

@@ -63,6 +63,41 @@ def test_weighted_gradients_are_the_weighted_sums_of_the_jacobian_rows(vectorize
         problem.weighted_gradients(params, weights[:, :5])
 
 
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_weighted_gradients_take_weights_computed_from_the_losses_of_the_same_pass(vectorize):
+    instances, batch = _both(*_data())
+    problem = most.Problem.from_function(batch.fn, dim=6, n_objectives=40, vectorize=vectorize)
+    params = torch.randn(3, 6, generator=torch.Generator().manual_seed(3))
+    losses, full = batch.jacobian(params)
+    seen = []
+
+    def worst_per_model(model_major):  # coefficients that depend on the losses, as TCH-Set's
+        seen.append(model_major)
+        return torch.nn.functional.one_hot(model_major.argmax(1), 40).to(model_major)
+
+    for form in (problem, instances):
+        values, grads, used = form.weighted_gradients(params, worst_per_model, return_weights=True)
+        torch.testing.assert_close(seen[-1], losses.T)
+        torch.testing.assert_close(used, worst_per_model(losses.T))
+        torch.testing.assert_close(grads, torch.einsum("mn,mnd->md", used, full))
+    with pytest.raises(ValueError, match=r"weights must have shape \[m=3, n=40\]"):
+        problem.weighted_gradients(params, lambda model_major: model_major[:, :5])
+
+
+@pytest.mark.parametrize("dim,k", [(3, 30), (30, 10)])  # forward mode (dim < k) and reverse mode
+def test_served_rows_by_either_mode_are_the_jacobian_rows(dim, k):
+    g = torch.Generator().manual_seed(0)
+    c, a = torch.randn(60, dim, generator=g), torch.randn(60, dim, generator=g)
+    problem = most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1) + torch.sin(a @ t), dim=dim,
+                                         n_objectives=60)
+    params = torch.randn(4, dim, generator=g)
+    rows = torch.stack([torch.randperm(60, generator=g)[:k] for _ in range(4)])
+    values, jac = problem.active_jacobian(params, rows)
+    losses, full = problem.jacobian(params)
+    torch.testing.assert_close(values, losses)
+    torch.testing.assert_close(jac, torch.stack([full[j, rows[j]] for j in range(4)]))
+
+
 def test_the_mean_combiner_takes_the_same_steps_by_weighted_gradients_as_by_served_rows():
     # WeightedSum's direction formed by one reverse pass per model equals the packed-rows path
     _, batch = _both(*_data())

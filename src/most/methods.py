@@ -444,14 +444,25 @@ class Combiner(ABC):
     ``weights [m, k]`` (padding rows have weight 0), so a model never holds the gradients
     of objectives it does not serve (memory ``O(m k d)``, ``k`` = most objectives of any
     model, instead of ``O(m n d)``).
+
+    A combiner with ``linear = True`` has a direction linear in the gradients,
+    ``direction_j = sum_i c[j, i] grad L_i(theta_j)``, with coefficients
+    ``c = linear_coefficients(weights, losses)`` (``[m, n]``; ``losses`` model-major, at the
+    step's parameters). The loop then forms the direction by one reverse pass over the models
+    (:meth:`most.Problem.weighted_gradients`) and never builds a Jacobian.
     """
 
     active_only: ClassVar[bool] = False
+    linear: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(
         self, jacobian: Tensor, weights: Tensor, *, losses: Tensor | None = None, params: Tensor | None = None
     ) -> tuple[Tensor, Tensor]: ...
+
+    def linear_coefficients(self, weights: Tensor, losses: Tensor) -> Tensor:
+        """The coefficients ``c [m, n]`` of a linear combiner (see the class docstring)."""
+        raise NotImplementedError(f"{type(self).__name__} is not linear in the gradients.")
 
 
 @dataclass(frozen=True)
@@ -520,9 +531,7 @@ class WeightedSum(Combiner):
     """
 
     active_only: ClassVar[bool] = True
-    #: the direction is linear in the gradients with coefficients that depend on the weights
-    #: alone, so the loop forms it by one reverse pass per model (:meth:`most.Problem.weighted_gradients`)
-    linear: ClassVar[bool] = True
+    linear: ClassVar[bool] = True  # coefficients from the weights alone
 
     def coefficients(self, weights: Tensor) -> Tensor:
         """``lambda [m, n]``: each model's weights divided by their sum (0 for a model without any)."""
@@ -533,6 +542,9 @@ class WeightedSum(Combiner):
     def __call__(self, jacobian, weights, *, losses=None, params=None):
         lam = self.coefficients(weights.to(jacobian))
         return torch.einsum("mn,mnd->md", lam, jacobian), lam
+
+    def linear_coefficients(self, weights, losses):
+        return self.coefficients(weights.to(losses.dtype))
 
 
 # ============================================================================ MosT-E

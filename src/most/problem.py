@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.autograd.forward_ad as _fwad
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, jacfwd, jacrev, vjp, vmap
+from torch.func import functional_call, grad_and_value, jacfwd, jacrev, jvp, vjp, vmap
 
 from ._modules import parameter_range
 from ._random import derive_seed
@@ -386,31 +386,50 @@ class Problem:
             jac = torch.stack([j for _, j in pairs])
         return values.T, jac
 
-    def weighted_gradients(self, params: Tensor, weights: Tensor) -> tuple[Tensor, Tensor]:
+    def weighted_gradients(self, params: Tensor, weights: Tensor | Callable[[Tensor], Tensor], *,
+                           return_weights: bool = False):
         """Losses ``[n, m]`` and, for each model, the gradient of its weighted sum of the losses,
         ``sum_i weights[j, i] * grad L_i(theta_j)``, ``[m, dim]``.
 
-        One reverse pass per model (a ``vjp`` with the weights as cotangent), whatever the number
-        of objectives a model serves: the mean combiner's direction without any per-objective
-        gradient.
+        One forward and one reverse pass over the models (a ``vjp`` with the weights as
+        cotangent), whatever the number of objectives a model serves: a linear combination of
+        the gradients without any per-objective gradient. ``weights`` is a tensor ``[m, n]``, or
+        a function of the model-major losses at ``params`` (``[m, n]``, detached, from the same
+        forward pass) that returns it -- for coefficients that depend on the losses, such as
+        TCH-Set's. ``return_weights=True`` also returns the weights used (a third element).
         """
         params = self._check_params(params)
-        if weights.shape != (params.shape[0], self.n_objectives):
-            raise ValueError(f"weights must have shape [m={params.shape[0]}, n={self.n_objectives}]; "
-                             f"got {tuple(weights.shape)}.")
+        m, n = params.shape[0], self.n_objectives
+
+        def checked(w: Tensor) -> Tensor:
+            if not isinstance(w, Tensor) or w.shape != (m, n):
+                raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
+                                 f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
+            return w
 
         if self.instances is not None:  # per-instance gradients of the served instances, then their sum
-            rows, valid = active_rows(weights != 0)
+            values = self.loss_matrix(params)
+            w = checked(weights(values.T) if callable(weights) else weights)
+            rows, valid = active_rows(w != 0)
             _, grads = self._instance_gradients(params, rows)  # padding rows get weight 0 below
-            coefficients = (weights.gather(1, rows) * valid).to(grads)
-            return self.loss_matrix(params), torch.einsum("mk,mkd->md", coefficients, grads)
+            coefficients = (w.gather(1, rows) * valid).to(grads)
+            out = values, torch.einsum("mk,mkd->md", coefficients, grads)
+            return (*out, w) if return_weights else out
+        if not callable(weights):
+            checked(weights)
 
-        def value_and_grad(theta: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
-            out, pullback = vjp(self._call, theta)
-            return out.detach(), pullback(w.to(out.dtype))[0]
+        def stacked(thetas: Tensor) -> Tensor:
+            if self.vectorize:
+                return vmap(self._call, randomness="same")(thetas)
+            return torch.stack([self._call(theta) for theta in thetas])
 
-        values, grads = self._per_model(value_and_grad, params, weights)
-        return values.T, grads
+        with _vmap_errors():
+            values, pullback = vjp(stacked, params)
+            values = values.detach()
+            w = checked(weights(values) if callable(weights) else weights)
+            grads = pullback(w.to(values.dtype))[0]
+        out = values.T, grads
+        return (*out, w) if return_weights else out
 
     def _per_model(self, fn, params: Tensor, other: Tensor) -> tuple[Tensor, Tensor]:
         """``fn(theta_j, other_j) -> (a, b)`` for every model, stacked: vectorised with ``vmap``
@@ -427,7 +446,8 @@ class Problem:
         ``rows [m, k]`` holds, for each model, the indices of the objectives whose gradients
         are wanted (row ``j`` of the result's ``[j, r]`` is ``grad L_{rows[j, r]}(theta_j)``).
         One reverse pass per selected objective (``vjp`` with one-hot cotangents, vectorised in
-        chunks), so memory is ``O(m k dim)`` instead of the ``O(m n dim)`` of :meth:`jacobian`
+        chunks), or, when the parameters are fewer than the rows (``dim < k``), one forward pass
+        per parameter (``jvp`` with the basis vectors as tangents); either way memory is ``O(m k dim)`` instead of the ``O(m n dim)`` of :meth:`jacobian`
         (and its ``n x n`` identity of cotangents): a model never holds the gradients of
         objectives it does not serve.
         """
@@ -437,10 +457,27 @@ class Problem:
             return self.loss_matrix(params), self._instance_gradients(params, rows)[1]
         n = self.n_objectives
 
-        k = int(rows.shape[1])
+        k, dim = int(rows.shape[1]), self.dim
+        if dim < k:  # fewer tangents than rows: forward mode, dim passes instead of k
+            # tangents in chunks of ``chunk``: each gives [chunk, n] directional derivatives, cut
+            # to the served rows at once, so they never take more memory than the [k, dim] result
+            chunk = max(1, min(dim, (k * dim) // n))
+            basis = torch.eye(dim, dtype=params.dtype, device=params.device)
+
+            def value_and_columns(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
+                def column(e: Tensor) -> tuple[Tensor, Tensor]:
+                    out, tangent = jvp(self._call, (theta,), (e,))
+                    return out.detach(), tangent[idx]
+
+                parts = [vmap(column, randomness="same")(basis[s:s + chunk]) for s in range(0, dim, chunk)]
+                return parts[0][0][0], torch.cat([p[1] for p in parts]).T
+
+            values, jac = self._per_model(value_and_columns, params, rows)
+            return values.T, jac.detach()
+
         # Each pullback needs a length-n cotangent: built inside the map and processed in chunks
         # of ``chunk`` rows, so that they never take more memory than the [k, dim] gradients.
-        chunk = max(1, min(k, (k * self.dim) // n))
+        chunk = max(1, min(k, (k * dim) // n))
         positions = torch.arange(n, device=params.device)
 
         def value_and_rows(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:

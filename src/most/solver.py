@@ -275,11 +275,12 @@ class _Loop:
 
     def _losses(self, t: int, first: bool) -> tuple[Tensor, Tensor | None]:
         """The loss matrix (and the full Jacobian when the combiner reads every row)."""
-        if first and self.combiner.active_only:
+        losses_only = self.combiner.active_only or self.combiner.linear
+        if first and losses_only:
             return _first_losses(self.problem, self.params), None
         if first:
             return _first_losses(self.problem, self.params, jacobian=True)
-        if self.combiner.active_only:  # gradients come after the plan, for the served objectives only
+        if losses_only:  # gradients come after the plan, for the served objectives only
             return self.problem.loss_matrix(self.params), None
         return self.problem.jacobian(self.params)
 
@@ -313,15 +314,15 @@ class _Loop:
         return record
 
     def _linear_steps(self, t: int, weights: Tensor) -> tuple[Tensor, float, float]:
-        """The K inner steps of a combiner whose direction is a fixed combination of the gradients
-        (:class:`~most.methods.WeightedSum`): one reverse pass per model and step."""
-        problem = self.problem
-        tic = time.perf_counter()
-        lam = self.combiner.coefficients(weights.to(self.params.dtype))
-        min_norm_s, grad_s = time.perf_counter() - tic, 0.0
+        """The K inner steps of a combiner whose direction is a linear combination of the gradients
+        (``combiner.linear``: :class:`~most.methods.WeightedSum`, TCH-Set, ...): one forward and one
+        reverse pass over the models per step, with the coefficients taken from the step's losses."""
+        problem, combiner = self.problem, self.combiner
+        grad_s, lam = 0.0, None
         for k in range(self.inner_steps):
             tic = time.perf_counter()
-            step_losses, direction = problem.weighted_gradients(self.params, lam)
+            step_losses, direction, lam = problem.weighted_gradients(
+                self.params, lambda losses: combiner.linear_coefficients(weights, losses), return_weights=True)
             grad_s += time.perf_counter() - tic
             _check_finite(step_losses, None, problem, t, k)
             bad = ~torch.isfinite(direction).all(-1)
@@ -332,12 +333,12 @@ class _Loop:
             direction = problem.tangent_jacobian(self.params, direction.detach()[:, None])[:, 0]
             self.params, self.opt_state = self.optimizer.step(self.params.detach(), direction, self.opt_state, self.lr)
             self.params = problem.apply_projection(self.params)
-        return lam, min_norm_s, grad_s
+        return lam.to(self.params.dtype), 0.0, grad_s
 
     def _steps(self, t: int, losses: Tensor, jac: Tensor | None, weights: Tensor) -> tuple[Tensor, float, float]:
         """The K inner steps under one plan; returns the last combiner weights ``[m, n]`` and the
         seconds spent combining and evaluating gradients."""
-        if getattr(self.combiner, "linear", False):
+        if self.combiner.linear:
             return self._linear_steps(t, weights)
         problem, combiner, n, m = self.problem, self.combiner, self.problem.n_objectives, self.m
         rows = _active_rows(weights) if combiner.active_only else None

@@ -231,6 +231,29 @@ def test_methods_run_through_the_solver_and_return_results():
         torch.testing.assert_close(result.assignment.sum(), torch.tensor(1.0, dtype=D64))
 
 
+@pytest.mark.parametrize("name", ["tch", "stch", "som"])
+def test_the_set_scalarisations_take_the_same_steps_by_one_reverse_pass_as_from_the_jacobian(name):
+    # their coefficients depend on the step's losses; the loop forms the direction by one vjp
+    # over the models instead of the n-row Jacobian, with the same steps
+    import dataclasses
+
+    from most.solver import run
+    from most.methods import EqualAssignment, GammaWeights
+
+    combiner = {"tch": TCHSetCombiner(), "stch": STCHSetCombiner(smoothing=0.5), "som": SumOfMinimumCombiner()}[name]
+
+    class FromJacobian(type(combiner)):
+        linear = False
+
+    slow = FromJacobian(**{f.name: getattr(combiner, f.name) for f in dataclasses.fields(combiner)})
+    problem = quadratic_problem(2, n=24)
+    kw = dict(n_models=3, rounds=10, inner_steps=2, lr=0.05, assignment=EqualAssignment(), weighting=GammaWeights())
+    fast, ref = run(problem, combiner=combiner, **kw), run(problem, combiner=slow, **kw)
+    torch.testing.assert_close(fast.params, ref.params, atol=1e-5, rtol=1e-5)
+    for a, b in zip(fast.history, ref.history):
+        torch.testing.assert_close(a.weights, b.weights.to(a.weights), atol=1e-6, rtol=1e-6)
+
+
 def test_stch_set_lowers_the_worst_objective_below_som_and_som_lowers_the_average():
     # Random centres (no clusters): the two scalarisations pull in different directions.
     problem = quadratic_problem(3, n=60, d=2)

@@ -96,7 +96,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Literal, Sequence
+from typing import ClassVar, Literal, Sequence
 
 import numpy as np
 import torch
@@ -278,6 +278,8 @@ class TCHSetCombiner(Combiner):
     preference: tuple[float, ...] | None = None
     ideal: tuple[float, ...] | None = None
 
+    linear: ClassVar[bool] = True  # coefficients from the losses
+
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
         losses = losses.detach().to(torch.float64)
@@ -291,6 +293,9 @@ class TCHSetCombiner(Combiner):
             raise ValueError("TCHSetCombiner needs the losses [m, n] (the round loop passes them as `losses=`).")
         coeff = self.coefficients(losses).to(jacobian)
         return torch.einsum("mn,mnd->md", coeff, jacobian), coeff
+
+    def linear_coefficients(self, weights, losses):
+        return self.coefficients(losses)
 
 
 @dataclass(frozen=True)
@@ -307,6 +312,8 @@ class STCHSetCombiner(Combiner):
     def __post_init__(self):
         check_positive(self.smoothing, name="smoothing")
 
+    linear: ClassVar[bool] = True  # coefficients from the losses
+
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
         losses = losses.detach().to(torch.float64)
@@ -322,10 +329,15 @@ class STCHSetCombiner(Combiner):
         direction = torch.einsum("mn,mnd->md", coeff, jacobian.to(torch.float64))
         return direction.to(jacobian.dtype), coeff.to(jacobian.dtype)
 
+    def linear_coefficients(self, weights, losses):
+        return self.coefficients(losses)
+
 
 @dataclass(frozen=True)
 class SumOfMinimumCombiner(Combiner):
     """The gradient of ``F_SoM / n``: coefficient ``1/n`` on ``(argmin_k F[k, i], i)``; weights ignored."""
+
+    linear: ClassVar[bool] = True  # coefficients from the losses
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -336,6 +348,9 @@ class SumOfMinimumCombiner(Combiner):
             raise ValueError("SumOfMinimumCombiner needs the losses [m, n] (the round loop passes them as `losses=`).")
         coeff = self.coefficients(losses).to(jacobian)
         return torch.einsum("mn,mnd->md", coeff, jacobian), coeff
+
+    def linear_coefficients(self, weights, losses):
+        return self.coefficients(losses)
 
 
 # ============================================================================ seeding
