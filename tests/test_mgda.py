@@ -638,3 +638,33 @@ def test_one_allowed_objective_per_problem_returns_that_vertex_without_iterating
     torch.testing.assert_close(r.weights, mask.to(F64))
     torch.testing.assert_close(r.norm_sq, torch.stack([G[0, 1, 1], torch.zeros((), dtype=F64), G[2, 0, 0]]))
     assert r.converged and r.n_iter == 0
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("offset", [0.3, 3.0])  # origin inside the hull / a common descent direction
+def test_many_rows_in_few_coordinates_are_solved_on_working_sets_to_the_same_point_and_kkt(seed, offset):
+    from most import mgda
+
+    g = torch.Generator().manual_seed(seed)
+    B, k, d = 3, 600, 6
+    J = torch.randn(B, k, d, generator=g, dtype=torch.float64) + offset * torch.randn(B, 1, d, generator=g,
+                                                                                       dtype=torch.float64)
+    w = torch.rand(B, k, generator=g, dtype=torch.float64)
+    w[:, ::5] = 0
+    w[2] = 0  # a problem without rows
+    rows = w[..., None] * J
+    assert mgda._low_rank(rows)
+    u, lam = mgda.combine_min_norm(J, w)
+    gram = rows @ rows.transpose(1, 2)
+    full = min_norm(gram, mask=w > 0).weights  # the full-Gramian solver
+    torch.testing.assert_close(u[:2], torch.einsum("bk,bkd->bd", full * w, J)[:2], atol=1e-9, rtol=0)
+    assert bool((u[2] == 0).all()) and bool((lam[2] == 0).all())
+    # KKT on every row: <g_i, u> >= |u|^2 up to the solver's tolerance, equality where lambda > 0
+    scores, norm = torch.einsum("bkd,bd->bk", rows, u), (u * u).sum(-1, keepdim=True)
+    slack = 1e-10 * (rows * rows).sum(-1).amax(-1, keepdim=True)
+    assert bool((scores[w > 0] >= (norm - slack).expand_as(scores)[w > 0]).all())
+    on = lam > 0
+    assert bool(((scores - norm).abs()[on] <= slack.expand_as(scores)[on] + 1e-12).all())
+    assert bool((lam[:2].sum(-1) - 1).abs().max() < 1e-12)
+    if offset > 1:  # a nonzero min-norm point lies on a face of at most d + 1 rows (Caratheodory)
+        assert int(on[0].sum()) <= d + 1

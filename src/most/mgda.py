@@ -714,6 +714,61 @@ FLOAT32_TOL = 1e-6
 _TINY_GRAM = 2.0**-500
 
 
+#: Row counts above which, with fewer coordinates than rows, the min-norm problem is solved on
+#: working sets of rows (:func:`_working_set_min_norm`) instead of the full Gramian.
+_WORKING_SET_MIN_ROWS = 128
+
+
+def _gram(rows: Tensor) -> Tensor:
+    return rows @ rows.transpose(1, 2)
+
+
+def _low_rank(rows: Tensor) -> bool:
+    """Whether the Gramian of ``rows [B, k, d]`` has low rank (``d < k / 4``) and is large."""
+    k, d = rows.shape[-2], rows.shape[-1]
+    return k > _WORKING_SET_MIN_ROWS and 4 * d < k
+
+
+def _working_set_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
+    """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
+    rows, without forming the ``k x k`` Gramian: Wolfe's major cycle with batches of rows.
+
+    The hull's min-norm point lies in a face of at most ``d + 1`` rows. The solver keeps a
+    working set of rows, solves the min-norm problem on it (:func:`min_norm`, the same solver and
+    tolerance), and adds the ``d + 1`` rows that break the optimality conditions
+    ``<g_i, u> >= |u|^2`` most; it stops when no row breaks them by more than the solver's own
+    tolerance (``tol * max_i |g_i|^2 / 2``), the guarantee :func:`min_norm` gives on the full
+    problem. Each added row lowers the norm, so it ends; it costs ``O(k d)`` per cycle.
+    """
+    B, k, d = rows.shape
+    _, tol = _resolve_options(max_iter, tol)
+    diag = (rows * rows).sum(-1)
+    slack = 0.5 * tol * torch.where(mask, diag, torch.zeros_like(diag)).amax(-1)  # [B]
+    add = min(k, d + 1)
+    start = torch.where(mask, diag, torch.full_like(diag, float("inf"))).argmin(-1)  # [B]
+    index, valid = start[:, None], mask.gather(1, start[:, None])
+    lam = valid.to(rows.dtype)
+    for _ in range(k):
+        picked = rows.gather(1, index[..., None].expand(-1, -1, d))  # [B, s, d]
+        u = torch.einsum("bs,bsd->bd", lam, picked)
+        scores = torch.einsum("bkd,bd->bk", rows, u)
+        bad = mask & (scores < (u * u).sum(-1, keepdim=True) - slack[:, None])
+        bad.scatter_(1, index, False)
+        counts = bad.sum(-1)
+        if not bool(counts.any()):
+            break
+        worst = torch.where(bad, scores, torch.full_like(scores, float("inf"))).topk(add, dim=1, largest=False)
+        new_valid = torch.isfinite(worst.values)
+        index = torch.cat([index, torch.where(new_valid, worst.indices, index[:, :1])], 1)
+        valid = torch.cat([valid, new_valid], 1)
+        picked = rows.gather(1, index[..., None].expand(-1, -1, d))
+        gram = _gram(picked)
+        lam = min_norm(0.5 * (gram + gram.transpose(1, 2)), mask=valid, max_iter=max_iter, tol=tol).weights
+    out = torch.zeros(B, k, dtype=rows.dtype, device=rows.device)
+    return out.scatter_add_(1, index, lam * valid)
+
+
+
 def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[int, int] | None = None,
                      max_iter: int | None = None, tol: float | None = None) -> tuple[Tensor, Tensor]:
     """Eq. 9 on a batch, without the argument checks of :func:`min_norm_direction`:
@@ -732,8 +787,16 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
                              "model; take them from problem.coordinates(name) or model.coordinates(name).")
         sub = jac64[..., start:stop]
     rows = w64.unsqueeze(-1) * sub
-    gram = rows @ rows.transpose(1, 2)
-    if not torch.isfinite(gram).all() or bool(gram.diagonal(dim1=-2, dim2=-1).amax() < _TINY_GRAM):
+    if _low_rank(rows):  # more rows than coordinates: solved on small subsets of rows, no k x k Gramian
+        if not torch.isfinite(rows).all():
+            raise ValueError("The gradients times their weights overflow float64: the iterates are diverging; "
+                             "try a smaller `lr`.")
+        rows = torch.ldexp(rows, -_pow2_scale(rows, (-2, -1))[:, None, None])
+        gram = None
+    else:
+        gram = _gram(rows)
+    if gram is not None and (not torch.isfinite(gram).all()
+                             or bool(gram.diagonal(dim1=-2, dim2=-1).amax() < _TINY_GRAM)):
         # rows of ~1e200 (or ~1e-200): the Gramian of the rows divided by a power of two per problem
         # (exact; the weights do not depend on a common scale of the rows), so it neither overflows
         # nor underflows
@@ -742,15 +805,20 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
                              "try a smaller `lr`.")
         rows = torch.ldexp(rows, -_pow2_scale(rows, (-2, -1))[:, None, None])
         sub = torch.ldexp(sub, -_pow2_scale(sub, (-2, -1))[:, None, None])
-        gram = rows @ rows.transpose(1, 2)
-    gram = 0.5 * (gram + gram.transpose(1, 2))
+        gram = _gram(rows)
+    if gram is not None:
+        gram = 0.5 * (gram + gram.transpose(1, 2))
     norms = sub.norm(dim=-1)
     if not torch.isfinite(norms).all():  # huge rows with tiny weights: their norms after an exact rescaling
         norms = torch.ldexp(sub, -_pow2_scale(sub, (-2, -1))[:, None, None]).norm(dim=-1)
     live = norms > ZERO_GRADIENT_RTOL * norms.amax(-1, keepdim=True)
     if tol is None and jacobian.dtype in (torch.float32, torch.float16, torch.bfloat16):
         tol = FLOAT32_TOL
-    lam = min_norm(gram, mask=(w64 > 0) & live, max_iter=max_iter, tol=tol).weights
+    mask = (w64 > 0) & live
+    if gram is None:
+        lam = _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
+    else:
+        lam = min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights
     direction = torch.einsum("bn,bnd->bd", lam * w64, jac64)
     return (direction.to(dtype=jacobian.dtype, device=jacobian.device),
             lam.to(dtype=jacobian.dtype, device=jacobian.device))
