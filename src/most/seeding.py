@@ -52,15 +52,19 @@ def minimise_each(problem: Problem, starts: Tensor, objectives: Tensor, *, steps
     optimizer = SGD() if optimizer is None else optimizer
     params = problem.apply_projection(starts.detach().clone())
     state = optimizer.init(params)
-    rows = objectives.reshape(-1, 1).to(device=params.device)
+    rows = objectives.reshape(-1).to(device=params.device)
+    one_hot = torch.nn.functional.one_hot(rows, problem.n_objectives).to(params.dtype)  # [t, n]
     for _ in range(steps):
-        grads = problem.active_gradients(params, rows)  # [t, 1, dim]
+        if problem.instances is None:  # one reverse pass over the candidates, the objective's row as cotangent
+            grads = problem.weighted_gradients(params, one_hot)[1][:, None]
+        else:
+            grads = problem.active_gradients(params, rows[:, None])  # [t, 1, dim]
         grads = problem.tangent_jacobian(params, grads.detach())[:, 0]
-        if not torch.isfinite(grads).all():
-            raise ValueError("While moving a model to the minimiser of one objective (seeding), a gradient became "
-                             "non-finite; try a smaller `lr`, or `seeding=None` to start from the problem's `init`.")
         params, state = optimizer.step(params, grads, state, lr)
         params = problem.apply_projection(params)
+    if not torch.isfinite(params).all():
+        raise ValueError("While moving a model to the minimiser of one objective (seeding), a gradient became "
+                         "non-finite; try a smaller `lr`, or `seeding=None` to start from the problem's `init`.")
     return params.detach()
 
 

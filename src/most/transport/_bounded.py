@@ -123,6 +123,11 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
     if up.sum() < 1 - 1e-6:
         raise ValueError(f"The upper bounds leave room for only {up.sum():.6g} of the mass (< 1): raise them.")
     low = low * min(1.0, 1.0 / low.sum()) if low.sum() > 1 else low
+    if method == "exact" and diversity == 0:
+        greedy = _greedy_plan(c, a64, low, up)
+        if greedy is not None:  # every objective at its cheapest model already meets the bounds
+            return TransportResult(plan=torch.from_numpy(greedy).to(dtype=c_in.dtype, device=c_in.device),
+                                   cost=float(np.vdot(c, greedy)), n_iter=1, converged=True)
     spare = max(up.sum() - 1.0, 0.0)
     # never worth entering: moving mass between real rows changes the cost by at most hi - lo per unit
     big = hi + (hi - lo) + 1.0
@@ -130,11 +135,6 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
     ext_c = np.vstack([np.hstack([c, c]), np.concatenate([np.full(m, big), np.full(m, lo)])[None]])
     ext_a = np.concatenate([a64, [spare]])
     total = ext_a.sum()
-    if method == "exact" and diversity == 0:
-        greedy = _greedy_plan(c, a64, low, up)
-        if greedy is not None:  # every objective at its cheapest model already meets the bounds
-            return TransportResult(plan=torch.from_numpy(greedy).to(dtype=c_in.dtype, device=c_in.device),
-                                   cost=float(np.vdot(c, greedy)), n_iter=1, converged=True)
     if method == "exact":
         def split_plan(costs: np.ndarray) -> tuple[np.ndarray, bool]:
             ext_c[:n] = np.hstack([costs, costs])
