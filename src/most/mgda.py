@@ -72,6 +72,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -729,6 +730,56 @@ def _low_rank(rows: Tensor) -> bool:
     return k > _WORKING_SET_MIN_ROWS and 4 * d < k
 
 
+def _kkt_holds(rows: Tensor, mask: Tensor, lam: Tensor, tol: float) -> bool:
+    """Whether ``lam`` meets the min-norm optimality conditions on every ``mask`` row of ``rows``
+    within :func:`min_norm`'s guarantee: ``<g_i, u> >= |u|^2 - tol max_i |g_i|^2 / 2`` everywhere,
+    and ``<=`` the same plus that slack where ``lam_i > 0``."""
+    diag = (rows * rows).sum(-1)
+    slack = 0.5 * tol * torch.where(mask, diag, torch.zeros_like(diag)).amax(-1, keepdim=True)
+    u = torch.einsum("bk,bkd->bd", lam, rows)
+    gap = torch.einsum("bkd,bd->bk", rows, u) - (u * u).sum(-1, keepdim=True)
+    on_simplex = ((lam.sum(-1) - 1).abs() <= 1e-9) | ~mask.any(-1)
+    return bool(on_simplex.all() and (gap[mask] >= -slack.expand_as(gap)[mask]).all()
+                and (gap[lam > 0] <= slack.expand_as(gap)[lam > 0]).all())
+
+
+def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
+    """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
+    rows, without the ``k x k`` Gramian.
+
+    By SciPy's non-negative least squares (Lawson-Hanson, an exact active-set method) on the
+    ``(d + 1) x k`` system ``min_{mu >= 0} |P^T mu|^2 + (1^T mu - 1)^2``: its solution is
+    ``lambda* / (1 + |u*|^2)``, so ``lambda* = mu / 1^T mu``. Each step costs ``O(k d)`` and the
+    optimum has at most ``d + 1`` rows. The result is checked against :func:`min_norm`'s own
+    optimality guarantee on every row; if that fails (or NNLS stops), the working-set solver
+    (:func:`_working_set_min_norm`) answers instead.
+    """
+    from scipy.optimize import nnls  # imported at the first large solve: `import most` stays light
+
+    _, tol_ = _resolve_options(max_iter, tol)
+    B, k, d = rows.shape
+    host, live = rows.detach().cpu().numpy(), mask.cpu().numpy()
+    lam = np.zeros((B, k))
+    rhs = np.zeros(d + 1)
+    rhs[-1] = 1.0
+    try:
+        for b in range(B):
+            idx = np.flatnonzero(live[b])
+            if idx.size == 0:
+                continue
+            system = np.vstack([host[b, idx].T, np.ones((1, idx.size))])
+            mu = nnls(system, rhs, maxiter=max(50 * idx.size, 1000))[0]
+            if not mu.sum() > 0:
+                raise RuntimeError("no weight")
+            lam[b, idx] = mu / mu.sum()
+    except RuntimeError:  # SciPy's "too many iterations" (older versions raise it)
+        return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
+    out = torch.from_numpy(lam).to(device=rows.device)
+    if not _kkt_holds(rows, mask, out, tol_):
+        return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
+    return out
+
+
 def _working_set_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
     """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
     rows, without forming the ``k x k`` Gramian: Wolfe's major cycle with batches of rows.
@@ -816,7 +867,7 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
         tol = FLOAT32_TOL
     mask = (w64 > 0) & live
     if gram is None:
-        lam = _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
+        lam = _low_rank_min_norm(rows, mask, max_iter=max_iter, tol=tol)
     else:
         lam = min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights
     direction = torch.einsum("bn,bnd->bd", lam * w64, jac64)

@@ -461,7 +461,8 @@ class Problem:
         if dim < k:  # fewer tangents than rows: forward mode, dim passes instead of k
             # tangents in chunks of ``chunk``: each gives [chunk, n] directional derivatives, cut
             # to the served rows at once, so they never take more memory than the [k, dim] result
-            chunk = max(1, min(dim, (k * dim) // n))
+            # (or 2^16 values)
+            chunk = max(1, min(dim, max(k * dim, 2**16) // n))
             basis = torch.eye(dim, dtype=params.dtype, device=params.device)
 
             def value_and_columns(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
