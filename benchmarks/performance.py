@@ -1408,7 +1408,7 @@ def suite_main(argv=None) -> int:
         if "plan_overhead" not in results["rounds"]:
             results["rounds"]["plan_overhead"] = plan_overhead()
             (args.out_dir / f"{name}.json").write_text(json.dumps(results, indent=1, default=str))
-        (args.out_dir / f"{name}.md").write_text(render(results))
+        _write_keeping_growth(args.out_dir / f"{name}.md", render(results))
         return 0
 
     tic = time.perf_counter()
@@ -1444,12 +1444,32 @@ def suite_main(argv=None) -> int:
 
     results["rounds"] = run_all(args.quick, threads=1, previous=results.get("rounds"), save=save_rounds)
     save()
-    (args.out_dir / f"{name}.md").write_text(render(results))
+    _write_keeping_growth(args.out_dir / f"{name}.md", render(results))
     print(f"wrote {args.out_dir / (name + '.md')} and .json in {results['seconds'] / 60:.1f} min", file=sys.stderr)
     return 0
 
 
 PARTS = {"solvers": solvers_main, "rounds": rounds_main, "cuda": cuda_main}
+
+
+#: benchmarks/growth.py keeps its section at the end of performance.md between these lines
+GROWTH_MARKS = ("<!-- growth:start -->", "<!-- growth:end -->")
+
+
+def growth_block(text: str) -> str:
+    """The growth section of a performance.md text (with its marks), or ``""``."""
+    start, end = GROWTH_MARKS
+    i, j = text.find(start), text.find(end)
+    return text[i:j + len(end)] if 0 <= i < j else ""
+
+
+def _write_keeping_growth(path: Path, report: str) -> None:
+    """Writes ``report`` to ``path`` (atomically), keeping the growth section already there."""
+    block = growth_block(path.read_text()) if path.exists() else ""
+    text = report if not block else report.rstrip("\n") + "\n\n" + block + "\n"
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -47,8 +47,10 @@ def test_memory_case_keeps_only_the_served_gradients():
 def test_report_is_the_stored_one_and_marks_met_and_unmet_targets(tmp_path):
     stored = json.loads((RESULTS / "performance.json").read_text())
     (tmp_path / "performance.json").write_text(json.dumps(stored))
+    stored_md = (RESULTS / "performance.md").read_text()
+    (tmp_path / "performance.md").write_text(stored_md)  # a re-render keeps benchmarks/growth.py's section
     assert _perf("--render", "--out-dir", tmp_path).returncode == 0
-    assert (tmp_path / "performance.md").read_text() == (RESULTS / "performance.md").read_text()
+    assert (tmp_path / "performance.md").read_text() == stored_md
 
     syn = {"wall_seconds": {"median": 0.8, "min": 0.8, "max": 0.9}, "accuracy": 0.84,
            "after_warmup": {"round_seconds": 0.008, "share": {"evaluate": 0.2, "plan": 0.07,
@@ -75,3 +77,14 @@ def test_cuda_report_is_the_stored_measurement_and_refuses_a_cpu_only_machine(tm
     assert (tmp_path / "cuda.md").read_text() == (RESULTS / "cuda.md").read_text()
     res = _perf("cuda", "--femnist", "unused", "--out-dir", tmp_path / "new", env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert res.returncode == 1 and "needs a CUDA device" in res.stderr and not (tmp_path / "new").exists()
+
+
+def test_a_render_keeps_the_growth_section_and_replaces_the_rest(tmp_path):
+    stored = json.loads((RESULTS / "performance.json").read_text())
+    (tmp_path / "performance.json").write_text(json.dumps(stored))
+    block = "<!-- growth:start -->\n## Growth with n and d\n\n| n | s |\n<!-- growth:end -->"
+    (tmp_path / "performance.md").write_text("an old report\n\n" + block + "\n")
+    assert _perf("--render", "--out-dir", tmp_path).returncode == 0
+    text = (tmp_path / "performance.md").read_text()
+    assert "an old report" not in text and text.startswith("# Performance")
+    assert text.endswith("\n\n" + block + "\n") and text.count("growth:start") == 1
