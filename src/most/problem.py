@@ -36,7 +36,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 import torch.autograd.forward_ad as _fwad
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, jacfwd, jacrev, jvp, vjp, vmap
+from torch.func import functional_call, grad_and_value, jacrev, jvp, vjp, vmap
 
 from ._modules import parameter_range
 from ._random import derive_seed
@@ -367,14 +367,26 @@ class Problem:
             values, jac = self._instance_gradients(params, rows)
             return values.T, jac
 
+        n, dim = self.n_objectives, self.dim
+        # d tangents (forward) or n cotangents (reverse), whichever is fewer, mapped in chunks whose
+        # passes hold at most about 2^24 values of n x dim intermediates
+        chunk = max(1, 2**24 // (n * dim))
+
         def value_and_jac(theta: Tensor) -> tuple[Tensor, Tensor]:
+            if dim < n:
+                def column(e: Tensor) -> tuple[Tensor, Tensor]:
+                    out, tangent = jvp(self._call, (theta,), (e,))
+                    return out.detach(), tangent
+
+                basis = torch.eye(dim, dtype=theta.dtype, device=theta.device)
+                values, columns = vmap(column, randomness="same", chunk_size=min(chunk, dim))(basis)
+                return values[0], columns.T
+
             def with_aux(t: Tensor) -> tuple[Tensor, Tensor]:
                 out = self._call(t)
                 return out, out.detach()
 
-            # d tangents (forward) or n cotangents (reverse), whichever is fewer
-            jac_fn = jacfwd if self.dim < self.n_objectives else jacrev
-            jac, value = jac_fn(with_aux, has_aux=True)(theta)
+            jac, value = jacrev(with_aux, has_aux=True, chunk_size=min(chunk, n))(theta)
             return value, jac
 
         if self.vectorize:
