@@ -46,6 +46,19 @@ def test_kmeans_seeding_puts_one_model_in_each_group(seed):
     assert len(set(int(owners[labels == k][0]) for k in range(4))) == 4
 
 
+@pytest.mark.parametrize("run_steps, steps", [(300, 30), (1000, 30), (50, 6), (20, 2), (1, 1)])
+def test_kmeans_seeding_spends_at_most_its_budget_of_the_runs_steps(run_steps, steps):
+    # m = 4: 3 candidates per model; budget 0.4 -> steps = min(30, max(1, floor(0.4 * run_steps / 3)))
+    problem, _, _ = groups_of_quadratics([3, 9, 5, 12], seed=0)
+    capped = KMeansSeeding()(problem, 4, torch.Generator().manual_seed(0), lr=0.1, run_steps=run_steps)
+    same = KMeansSeeding(steps=steps)(problem, 4, torch.Generator().manual_seed(0), lr=0.1)
+    torch.testing.assert_close(capped, same, atol=0, rtol=0)
+    calls = []
+    counted = most.Problem.from_function(lambda t: calls.append(1) or problem.fn(t), dim=3, n_objectives=29)
+    KMeansSeeding()(counted, 4, torch.Generator().manual_seed(0), lr=0.1, run_steps=run_steps)
+    assert len(calls) == 4 * (steps + 1)  # one pass per step, and one loss matrix per model
+
+
 def test_reseed_moves_a_model_stranded_between_groups_and_leaves_a_good_placement_alone():
     problem, centres, labels = groups_of_quadratics([6, 6, 6], seed=1)
     means = torch.stack([centres[labels == k].mean(0) for k in range(3)])

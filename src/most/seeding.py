@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._validation import check_non_negative, check_positive_int
+from ._validation import check_non_negative, check_positive, check_positive_int
 from .optim import SGD, UpdateRule
 from .problem import Problem
 
@@ -99,30 +99,37 @@ class KMeansSeeding:
         steps: update-rule steps that approximate each drawn objective's minimiser.
         candidates: draws per model; the one that lowers the summed best loss most is kept.
             ``None``: ``2 + floor(ln m)``, as in scikit-learn's greedy k-means++.
+        budget: the seeding's steps (``m x candidates x steps``, each on one objective) are at
+            most this fraction of the run's (``m x rounds x inner_steps``): a short run takes
+            fewer steps per candidate (at least one). With the defaults, runs of 300 steps per
+            model or more (and m < 20) take all 30.
     """
 
     steps: int = 30
     candidates: int | None = None
+    budget: float = 0.4
 
     def __post_init__(self):
         check_positive_int(self.steps, name="steps", minimum=0)
         if self.candidates is not None:
             check_positive_int(self.candidates, name="candidates")
+        check_positive(self.budget, name="budget")
 
     def __call__(self, problem: Problem, m: int, generator: torch.Generator, *, lr: float,
-                 optimizer: UpdateRule | None = None) -> Tensor:
-        """``[m, dim]`` starting models for ``problem`` (its own ``init`` when ``n < 2m``)."""
+                 optimizer: UpdateRule | None = None, run_steps: int | None = None) -> Tensor:
+        """``[m, dim]`` starting models for ``problem`` (its own ``init`` when ``n < 2m``).
+        ``run_steps``: the run's gradient steps per model, for ``budget`` (``None``: no cap)."""
         n = problem.n_objectives
         if n < 2 * m:  # few objectives per model: no groups to spread over (MosT-E with n' = m rays, say)
             return problem.initial_params(m, generator)
         tries = self.candidates if self.candidates is not None else 2 + int(math.log(m))
+        steps = self.steps if run_steps is None else min(self.steps, max(1, int(self.budget * run_steps / tries)))
         chosen, best = [], None
         for _ in range(m):
             weights = torch.ones(n) if best is None else _excess(best)
             picks = _draw(weights, tries, generator)
             starts = problem.initial_params(len(picks), generator)  # each from its own draw of the start
-            cands = minimise_each(problem, starts, picks.to(starts.device), steps=self.steps, lr=lr,
-                                  optimizer=optimizer)
+            cands = minimise_each(problem, starts, picks.to(starts.device), steps=steps, lr=lr, optimizer=optimizer)
             losses = problem.loss_matrix(cands)  # [n, t]
             if best is not None:
                 losses = torch.minimum(losses, best[:, None])

@@ -190,7 +190,7 @@ def run(
         raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
     if seeding is not None:  # the objectives are checked where the user's errors show first
         _check_finite(_first_losses(problem, params), None, problem, 0, None)
-        params = seeding(problem, m, generator, lr=lr, optimizer=optimizer)
+        params = seeding(problem, m, generator, lr=lr, optimizer=optimizer, run_steps=rounds * inner_steps)
     assignment.reset(n, m, generator)
     if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
         combiner = combiner.resolve(problem.coordinates)
