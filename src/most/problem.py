@@ -488,9 +488,9 @@ class Problem:
             values, jac = self._per_model(value_and_columns, params, rows)
             return values.T, jac.detach()
 
-        # Each pullback needs a length-n cotangent: built inside the map and processed in chunks
-        # of ``chunk`` rows, so that they never take more memory than the [k, dim] gradients.
-        chunk = max(1, min(k, (k * dim) // n))
+        # Each pullback needs a length-n cotangent, built inside the map, and its backward pass
+        # intermediates of about n x dim values: rows go in chunks that hold about 2^24 of them.
+        chunk = max(1, min(k, 2**24 // (n * dim)))
         positions = torch.arange(n, device=params.device)
 
         def value_and_rows(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
