@@ -472,9 +472,9 @@ class Problem:
         k, dim = int(rows.shape[1]), self.dim
         if dim < k:  # fewer tangents than rows: forward mode, dim passes instead of k
             # tangents in chunks of ``chunk``: each gives [chunk, n] directional derivatives, cut
-            # to the served rows at once, so they never take more memory than the [k, dim] result
-            # (or 2^16 values)
-            chunk = max(1, min(dim, max(k * dim, 2**16) // n))
+            # to the served rows at once; a chunk's passes hold about 2^24 values of n x dim
+            # intermediates, as in :meth:`jacobian`
+            chunk = max(1, min(dim, 2**24 // (n * dim)))
             basis = torch.eye(dim, dtype=params.dtype, device=params.device)
 
             def value_and_columns(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
