@@ -131,3 +131,37 @@ def test_bad_instances_are_explained():
     problem = most.Problem.from_instances(lambda t, a, b: t[:3] * a, (x, y), dim=6)
     with pytest.raises(ValueError, match="must return a scalar"):
         problem.loss_matrix(torch.zeros(2, 6))
+
+
+@pytest.mark.parametrize("vectorize", [True, False])
+def test_module_objectives_give_their_rows_one_objective_at_a_time(vectorize):
+    # from_module objectives are evaluated one at a time for the served rows (each objective
+    # called once per evaluation, as by the loss function), equal to the Jacobian's rows
+    import dataclasses
+
+    from torch import nn
+
+    g = torch.Generator().manual_seed(0)
+    xs = [torch.randn(6, 3, generator=g) for _ in range(7)]
+    ys = [x @ torch.randn(3, 2, generator=g) for x in xs]
+    calls = []
+
+    def objective(i):
+        def loss(forward):
+            calls.append(i)
+            return ((forward(xs[i]) - ys[i]) ** 2).mean()
+        return loss
+
+    torch.manual_seed(0)
+    problem = most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)),
+                                       [objective(i) for i in range(7)])
+    problem = dataclasses.replace(problem, vectorize=vectorize)
+    params = problem.initial_params(3, torch.Generator().manual_seed(1))
+    rows = torch.tensor([[0, 2, 5], [1, 1, 1], [6, 3, 4]])
+    calls.clear()
+    values, jac = problem.active_jacobian(params, rows)
+    assert sorted(set(calls)) == list(range(7)) and calls == sorted(calls)  # in order, every objective
+    losses, full = problem.jacobian(params)
+    torch.testing.assert_close(values, losses)
+    torch.testing.assert_close(jac, torch.stack([full[j, rows[j]] for j in range(3)]))
+    torch.testing.assert_close(problem.active_gradients(params, rows), jac)

@@ -216,9 +216,10 @@ def test_fixed_random_state_is_reproducible_and_pinned():
     np.testing.assert_array_equal(first.models_, second.models_)
     np.testing.assert_array_equal(first.predict(X, groups=groups), second.predict(X, groups=groups))
     assert not np.allclose(first.models_, other.models_)  # the seed is used
-    # pinned: the two sides are served by different models, and the training accuracy
+    # pinned: the two sides are served by different models, and the training accuracy (40 rounds:
+    # the seeding takes 5 steps per candidate, its 40 % budget; 1.0 from 60 rounds on)
     np.testing.assert_array_equal(first.group_model_, [1, 0, 1, 0])
-    assert first.score(X, y, groups=groups) == pytest.approx(1.0)
+    assert first.score(X, y, groups=groups) == pytest.approx(0.975)
 
 
 def test_pickle_round_trip(rules_fit):

@@ -191,14 +191,22 @@ class Problem:
             parts = torch.split(theta, sizes)
             return {n: p.reshape(s) for n, p, s in zip(param_names, parts, shapes)}
 
-        def fn(theta: Tensor) -> Tensor:
+        def forward_of(theta: Tensor) -> Callable[..., Tensor]:
             state = {**buffers, **unflatten(theta)}
 
             def forward(*inputs: Tensor) -> Tensor:
                 return functional_call(template, state, inputs)
 
-            tracked = _tracked(theta)
+            return forward
+
+        def losses(theta: Tensor) -> Tensor:
+            forward, tracked = forward_of(theta), _tracked(theta)
             return torch.stack([_objective_loss(obj(forward), k, labels, tracked) for k, obj in enumerate(objectives)])
+
+        def one(k: int, theta: Tensor) -> Tensor:
+            return _objective_loss(objectives[k](forward_of(theta)), k, labels, _tracked(theta))
+
+        fn = _PerObjective(losses, one)
 
         def init(m: int, generator: torch.Generator) -> Tensor:
             with torch.random.fork_rng(devices=[]):
@@ -470,6 +478,8 @@ class Problem:
         n = self.n_objectives
 
         k, dim = int(rows.shape[1]), self.dim
+        if isinstance(self.fn, _PerObjective) and min(k, dim) > 1:
+            return self._objective_gradients(params, rows)
         if dim < k:  # fewer tangents than rows: forward mode, dim passes instead of k
             # tangents in chunks of ``chunk``: each gives [chunk, n] directional derivatives, cut
             # to the served rows at once; a chunk's passes hold about 2^24 values of n x dim
@@ -517,6 +527,43 @@ class Problem:
         if self.instances is not None:
             return self._instance_gradients(params, rows)[1]
         return self.active_jacobian(params, rows)[1]
+
+    def _objective_gradients(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+        """Losses ``[n, m]`` and the rows ``[m, k, dim]`` of a problem whose objectives can be
+        evaluated one at a time (:meth:`from_module`): objective by objective, in order, its loss at
+        every model and, where a model serves it, its gradient. That costs about two evaluations of
+        all objectives, where a pass through the whole loss function per row (or per parameter)
+        costs ``min(k, dim)``; each objective is called once, as by the loss function, so an
+        objective that draws a mini-batch draws it once for all models."""
+        one, m = self.fn.one, params.shape[0]
+        served = torch.zeros(m, self.n_objectives, dtype=torch.bool, device=params.device)
+        served.scatter_(1, rows, True)
+        wanted = served.any(0).tolist()
+        jac = torch.zeros(*rows.shape, self.dim, dtype=params.dtype, device=params.device)
+        values = []
+        for i in range(self.n_objectives):
+            def loss(theta: Tensor, i: int = i) -> Tensor:
+                return one(i, theta)
+
+            if wanted[i]:
+                g, v = self._map_models(grad_and_value(loss), params)
+                hit = rows == i  # [m, k]
+                jac[hit] = g.detach()[hit.nonzero()[:, 0]]
+            else:
+                with torch.no_grad():
+                    v = self._map_models(loss, params)
+            values.append(v.detach())
+        return torch.stack(values), jac
+
+    def _map_models(self, fn, params: Tensor):
+        """``fn(theta_j)`` for every model, stacked (vectorised unless ``vectorize=False``)."""
+        if self.vectorize:
+            with _vmap_errors():
+                return vmap(fn, randomness="same")(params)
+        outs = [fn(theta) for theta in params]
+        if isinstance(outs[0], tuple):
+            return tuple(torch.stack(parts) for parts in zip(*outs))
+        return torch.stack(outs)
 
     def _instance_gradients(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """``(losses [m, k], gradients [m, k, dim])`` of the instances ``rows [m, k]``."""
@@ -870,6 +917,17 @@ def _vmap_errors():
                 "`torch.where`."
             ) from exc
         raise
+
+
+class _PerObjective:
+    """A loss function ``theta -> [n]`` that can also evaluate objective ``k`` alone,
+    ``one(k, theta) -> scalar`` (built by :meth:`Problem.from_module`)."""
+
+    def __init__(self, losses: Callable[[Tensor], Tensor], one: Callable[[int, Tensor], Tensor]):
+        self._losses, self.one = losses, one
+
+    def __call__(self, theta: Tensor) -> Tensor:
+        return self._losses(theta)
 
 
 def active_rows(active: Tensor) -> tuple[Tensor, Tensor]:
