@@ -321,6 +321,12 @@ def _run_case_in_child(case: dict[str, Any], timeout: float) -> dict[str, Any]:
             out = recv.recv()
         except EOFError:  # the child died without reporting (e.g. killed for memory)
             out = None
+    return finish_child(proc, recv, out, start, timeout)
+
+
+def finish_child(proc, recv, out: dict[str, Any] | None, start: float, timeout: float, **extra) -> dict[str, Any]:
+    """Joins (or kills) a benchmark child and returns its result ``out`` with its wall time, or a
+    ``timeout`` / ``error`` record (with ``extra``) when it reported nothing."""
     proc.join(5.0 if out is not None else 0.0)
     if proc.is_alive():
         proc.kill()
@@ -329,8 +335,8 @@ def _run_case_in_child(case: dict[str, Any], timeout: float) -> dict[str, Any]:
     wall = time.time() - start
     if out is None:
         if wall >= timeout:
-            return {"status": "timeout", "timeout_s": timeout, "wall_s": wall}
-        return {"status": "error", "error": f"child exited with code {proc.exitcode}", "wall_s": wall}
+            return {"status": "timeout", "timeout_s": timeout, "wall_s": wall, **extra}
+        return {"status": "error", "error": f"child exited with code {proc.exitcode}", "wall_s": wall, **extra}
     out["wall_s"] = wall
     return out
 
