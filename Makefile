@@ -14,7 +14,7 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 EXTRAS := $(VENV)/.installed-extras
 
-.PHONY: install demo test perf data clean docs
+.PHONY: install demo test perf data clean docs growth
 
 install: $(EXTRAS)
 
@@ -55,6 +55,11 @@ docs: $(STAMP)
 # writes benchmarks/results/performance.md and .json.
 perf: $(STAMP)
 	$(PY) benchmarks/performance.py
+
+# Growth of a round's cost with n and d against TCH-Set, SoM and MGDA (about 20 minutes):
+# the section "Growth with n and d" of benchmarks/results/performance.md.
+growth: $(STAMP)
+	$(PY) benchmarks/growth.py --timeout 200 --rounds 10
 
 # Fashion-MNIST for `most bench federated --dataset fashion`, from Debian's package, without root:
 # extracted to .data/ (then: export MOST_FASHION_MNIST=$$PWD/.data/usr/share/datasets/fashion-mnist).
