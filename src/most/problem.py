@@ -855,7 +855,11 @@ _RUNNING_STATS = (
 
 def _tracked(t: Tensor) -> bool:
     """Whether ``t`` carries a derivative of the transform being computed: reverse mode
-    (``jacrev``, ``vjp``, ``grad``: ``requires_grad``) or forward mode (``jacfwd``: a tangent)."""
+    (``jacrev``, ``vjp``, ``grad``: ``requires_grad``) or forward mode (``jacfwd``: a tangent),
+    also seen through the ``vmap`` levels inside that transform (``vjp`` of a ``vmap`` over models)."""
+    functorch = torch._C._functorch
+    while functorch.is_batchedtensor(t):
+        t = functorch.get_unwrapped(t)
     return bool(t.requires_grad) or _fwad.unpack_dual(t).tangent is not None
 
 
