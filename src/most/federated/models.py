@@ -24,7 +24,7 @@ from typing import Callable
 
 import torch
 from torch import Tensor, nn
-from torch.func import functional_call
+from torch.func import functional_call, vmap
 
 from .._modules import parameter_range
 from .._random import derive_seed
@@ -62,6 +62,7 @@ class FlatModel:
         object.__setattr__(self, "_shapes", [p.shape for _, p in named])
         object.__setattr__(self, "_sizes", [math.prod(p.shape) for _, p in named])
         object.__setattr__(self, "_buffers", dict(template.named_buffers()))
+        object.__setattr__(self, "_affine", _affine_shape(template))
 
     @property
     def dim(self) -> int:
@@ -96,11 +97,72 @@ class FlatModel:
         """Runs the module with parameters ``theta [d]`` on inputs ``x [B, ...]``."""
         return functional_call(self._template, {**self._buffers, **self.unflatten(theta)}, (x,))
 
+    def batched_logits(self, theta: Tensor, x: Tensor, *, shared_inputs: bool = False) -> Tensor:
+        """The logits of P models at once: ``theta [P, d]`` on their own inputs ``x [P, B, ...]``
+        (or, with ``shared_inputs``, all on the same ``x [B, ...]``); ``[P, B, C]``.
+
+        ``vmap`` of :meth:`logits` over the models, except for a module that is one affine map
+        (an ``nn.Linear``, or ``nn.Flatten`` then ``nn.Linear``), which is one batched matrix
+        product: the same numbers with a few tensor operations instead of a module call per step,
+        which is what a small model's training loop spends its time on."""
+        if self._affine is None or shared_inputs:  # shared inputs: vmap makes one product for all models
+            return vmap(self.logits, in_dims=(0, None if shared_inputs else 0))(theta, x)
+        x = x.reshape(*x.shape[:2], -1) if x.dim() != 3 else x
+        return _Affine.apply(theta, x, *self._affine)
+
     def to_module(self, theta: Tensor) -> nn.Module:
         """A fresh ``nn.Module`` holding ``theta`` (for deployment)."""
         module = self.factory()
         torch.nn.utils.vector_to_parameters(theta.detach().clone(), module.parameters())
         return module
+
+
+class _Affine(torch.autograd.Function):
+    """``x W^T + b`` for P models at once, from their flat parameters ``theta [P, out*in + out]``
+    (``W`` row-major, then ``b``) and inputs ``x [P, B, in]``. The reverse pass forms the
+    gradient in ``theta``'s layout at once (``W``'s as ``g^T x``, one batched product, and
+    ``b``'s as ``g`` summed over the batch), where autograd would form ``x^T g``, transpose it
+    and scatter both parts into zeros: the same numbers, in a third less time per step."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(theta, x, out_features, in_features):
+        split = out_features * in_features
+        weight = theta[:, :split].reshape(-1, out_features, in_features)
+        return torch.baddbmm(theta[:, None, split:], x, weight.transpose(1, 2))
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        theta, x, out_features, in_features = inputs
+        ctx.save_for_backward(theta, x)
+        ctx.shape = (out_features, in_features)
+
+    @staticmethod
+    def backward(ctx, grad):
+        theta, x = ctx.saved_tensors
+        out_features, in_features = ctx.shape
+        grad_theta = grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_weight = torch.bmm(grad.transpose(1, 2), x)
+            grad_theta = torch.cat([grad_weight.reshape(len(grad), -1), grad.sum(1)], 1)
+        if ctx.needs_input_grad[1]:
+            weight = theta[:, : out_features * in_features].reshape(-1, out_features, in_features)
+            grad_x = torch.bmm(grad, weight)
+        return grad_theta, grad_x, None, None
+
+
+def _affine_shape(module: nn.Module) -> tuple[int, int] | None:
+    """``(out, in)`` when ``module`` is one affine map of flattened inputs with a bias, written as
+    ``nn.Linear`` or ``nn.Sequential(nn.Flatten(), nn.Linear)`` (exactly these classes, not
+    subclasses, whose forward may differ), else None."""
+    if type(module) is nn.Sequential and len(module) == 2 and type(module[0]) is nn.Flatten \
+            and (module[0].start_dim, module[0].end_dim) == (1, -1):
+        module = module[1]
+    if type(module) is nn.Linear and module.bias is not None and not module._forward_hooks \
+            and not module._forward_pre_hooks:
+        return module.out_features, module.in_features
+    return None
 
 
 def logistic_regression(dim: int, n_classes: int) -> FlatModel:

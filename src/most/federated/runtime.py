@@ -21,6 +21,7 @@ can run the same steps across machines.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 import warnings
@@ -39,10 +40,11 @@ from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
 from .evaluation import pooled_loss, select_by_loss
 from .models import FlatModel
-from .server import RoundLog, Server, choose_models, pair_seed
+from .server import RoundLog, RoundState, Server, choose_models, pair_seed
 
 __all__ = ["Padded", "pad_split", "evaluate", "local_train", "pair_seed", "FederatedConfig", "FederatedResult",
-           "RoundLog", "check_inputs", "run_federated"]
+           "RoundLog", "check_inputs", "run_federated", "run_batch",
+           "batch_groups", "batch_orders", "BATCH_SHARED"]
 
 
 @dataclass(frozen=True)
@@ -112,7 +114,7 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     real = w.reshape(-1) > 0
     real[0] = True
     xr = flat_x[real]
-    outs = [vmap(model.logits, in_dims=(0, None))(params, xr[sl]) for sl in _chunks(len(xr), max(1, max_samples))]
+    outs = [model.batched_logits(params, xr[sl], shared_inputs=True) for sl in _chunks(len(xr), max(1, max_samples))]
     out_real = torch.cat(outs, 1)  # [m, R, C]
     logits = out_real.new_zeros(params.shape[0], n * N, out_real.shape[-1])
     logits[:, real] = out_real
@@ -170,30 +172,27 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
     Returns:
         ``[P, d]`` the locally trained models.
     """
-    P, N = y.shape
+    if seeds is not None and len(seeds) != len(y):
+        raise ValueError(f"`seeds` must have one seed per pair: {len(seeds)} seeds for {len(y)} pairs.")
+    keys = batch_orders(w, epochs, generator=generator, seeds=seeds, max_pairs=max_pairs)
+    return _sgd(model, params, x, y, w, keys, batch_size=batch_size, lr=lr, prox_mu=prox_mu, max_pairs=max_pairs)
+
+
+def batch_orders(w: Tensor, epochs: int, *, generator: torch.Generator | None = None, seeds: list[int] | None = None,
+                 max_pairs: int = 4096) -> list[Tensor]:
+    """The sort keys of every pair's batch order, one ``[P, N]`` tensor per epoch (real samples
+    first, in random order; padding last), drawn as :func:`local_train` draws them: from
+    ``generator`` in chunks of ``max_pairs`` pairs, epoch by epoch within a chunk, or from each
+    pair's own seed. Drawing them apart from the training lets several runs, each with its own
+    generator, train their pairs together and draw what each would draw alone."""
     generator = torch.Generator().manual_seed(0) if generator is None else generator  # a CPU generator
-    if seeds is not None and len(seeds) != P:
-        raise ValueError(f"`seeds` must have one seed per pair: {len(seeds)} seeds for {P} pairs.")
-    pair_gens = None if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
+    P = w.shape[0]
+    chunks: list[list[Tensor]] = [[] for _ in range(epochs)]
     sizes = w.sum(1).long().tolist() if seeds is not None else None
-
-    def loss_fn(theta, anchor, xb, yb, wb):
-        logits = model.logits(theta, xb)
-        ce = cross_entropy(logits, yb, reduction="none")
-        loss = (ce * wb).sum() / wb.sum().clamp_min(1.0)
-        if prox_mu:
-            loss = loss + 0.5 * prox_mu * (theta - anchor).square().sum()
-        return loss
-
-    step_grad = vmap(grad(loss_fn))
-    out = []
+    pair_gens = None if seeds is None else [torch.Generator().manual_seed(int(s)) for s in seeds]
     for sl in _chunks(P, max_pairs):
-        theta, anchor = params[sl].clone(), params[sl]
-        xs, ys, ws = x[sl], y[sl], w[sl]
-        rows = torch.arange(theta.shape[0], device=theta.device)[:, None]
-        n_steps = math.ceil(int(ws.sum(1).max()) / batch_size)
-        for _ in range(epochs):
-            # real samples first, in random order; padding last
+        ws = w[sl]
+        for e in range(epochs):
             if pair_gens is None:
                 keys = torch.rand(ws.shape, generator=generator).to(ws.device) + 2.0 * (ws == 0)
             else:
@@ -201,14 +200,67 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
                 for p, (g, k) in enumerate(zip(pair_gens[sl], sizes[sl])):
                     keys[p, :k] = torch.rand(k, generator=g)
                 keys = keys.to(ws.device)
-            order = keys.argsort(1)
-            for s in range(n_steps):
-                b = order[:, s * batch_size:(s + 1) * batch_size]
-                wb = ws[rows, b]
-                active = wb.sum(1) > 0  # the largest client is active in every step: no host sync
-                g = step_grad(theta, anchor, xs[rows, b], ys[rows, b], wb)
-                theta = torch.where(active[:, None], theta - lr * g, theta)
-        out.append(theta)
+            chunks[e].append(keys)
+    return [torch.cat(parts) if len(parts) != 1 else parts[0] for parts in chunks]
+
+
+def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys: list[Tensor], *, batch_size: int,
+         lr: float | Tensor, prox_mu: float | Tensor, max_pairs: int, rows: Tensor | None = None) -> Tensor:
+    """Mini-batch SGD of P pairs, one epoch per entry of ``keys`` (:func:`batch_orders`).
+
+    ``x, y, w`` hold the data of the pairs' clients, ``rows [P]`` naming each pair's row (None:
+    row p for pair p), so pairs of one client share its data instead of copying it. ``lr`` and
+    ``prox_mu`` are numbers, or ``[P]`` tensors (one per pair: runs with different settings
+    trained together). Each step is one forward pass of the pairs that still have samples and
+    one reverse pass of the sum of their losses: pair p's loss depends only on its own
+    parameters, so the gradient of the sum is every pair's own gradient."""
+    def loss(theta, xb, yb, wb):  # the sum over pairs of each pair's mean loss
+        logits = model.batched_logits(theta, xb)
+        ce = cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view(yb.shape)
+        return ((ce * wb).sum(1) / wb.sum(1).clamp_min(1.0)).sum()
+
+    P = params.shape[0]
+    rows = torch.arange(P, device=w.device) if rows is None else rows.to(w.device)
+    mu = prox_mu.to(params) if isinstance(prox_mu, Tensor) else torch.full((P,), float(prox_mu)).to(params)
+    step = lr.to(params)[:, None] if isinstance(lr, Tensor) else lr
+    sample_counts = w.sum(1)
+    n_samples = w.shape[1]
+    flat = [v.reshape(v.shape[0] * n_samples, *v.shape[2:]) for v in (x, y, w)]  # a sample per row
+    out = []
+    with torch.enable_grad():
+        for sl in _chunks(P, max_pairs):
+            # pairs by size, largest first: the pairs still stepping at step s are a prefix (one
+            # host read of the sizes per call, none per step), so a step costs only its active pairs
+            sizes = sample_counts[rows[sl]]
+            perm = sizes.argsort(descending=True, stable=True)
+            counts = sizes[perm].long().tolist()
+            left = [-c for c in counts]  # ascending, for bisect
+            theta, anchor = params[sl][perm].detach().clone(), params[sl][perm].detach()
+            pair_rows = rows[sl][perm][:, None]
+            lr_sl = step[sl][perm] if isinstance(step, Tensor) else step
+            # FedProx's mu/2 ||theta - anchor||^2 adds mu (theta - anchor) to the gradient (the
+            # numbers autograd forms), only where mu > 0
+            mu_sl = mu[sl][perm]
+            prox = mu_sl.nonzero().squeeze(1)
+            prox_at = prox.tolist()
+            prox_mu = mu_sl[prox][:, None]
+            n_steps = math.ceil(counts[0] / batch_size)
+            for epoch_keys in keys:
+                order = epoch_keys[sl][perm].argsort(1)
+                for s in range(n_steps):
+                    k = bisect.bisect_left(left, -s * batch_size)  # pairs with samples left
+                    b = order[:k, s * batch_size:(s + 1) * batch_size]
+                    at = (pair_rows[:k] * n_samples + b).flatten()  # the batch's rows of the flat data
+                    xb, yb, wb = (v.index_select(0, at).view(*b.shape, *v.shape[1:]) for v in flat)
+                    leaf = theta[:k].detach().requires_grad_()
+                    (g,) = torch.autograd.grad(loss(leaf, xb, yb, wb), leaf)
+                    j = bisect.bisect_left(prox_at, k)  # the pairs with mu > 0 among the active ones
+                    if j:
+                        p = prox[:j]
+                        g.index_copy_(0, p, g.index_select(0, p) + prox_mu[:j] * (
+                            theta.index_select(0, p) - anchor.index_select(0, p)))
+                    theta[:k] = theta[:k] - (lr_sl[:k] if isinstance(lr_sl, Tensor) else lr_sl) * g
+            out.append(theta[perm.argsort()])
     return torch.cat(out)
 
 
@@ -607,31 +659,142 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     :class:`~most.checkpoint.Checkpoint`, the state (models, method state, random generator,
     history) is saved every ``checkpoint.every`` rounds, and a run that finds a checkpoint
     continues from it, ending with the same models as an uninterrupted run.
+
+    It is :func:`run_batch` with one run.
     """
+    on_round = None if callback is None else (lambda r, log, params: callback(log, params))
+    return run_batch(dataset, model, [(method, config)], progress=progress, callback=on_round,
+                     description=description or type(method).__name__, checkpoints=[checkpoint])[0]
+
+
+#: what every run of one batch must share (the runs' pairs train in the same steps)
+BATCH_SHARED = ("rounds", "local_epochs", "batch_size", "loss_samples", "device")
+
+
+def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bool = False,
+              callback: Callable[[int, RoundLog, Tensor], None] | None = None, description: str | None = None,
+              checkpoints: list[Checkpoint | None] | None = None,
+              errors: str = "raise") -> list[FederatedResult | Exception]:
+    """Several runs on one data set and architecture as one batched job: the run axis.
+
+    ``runs`` is a list of ``(method, config)`` pairs: different methods, seeds, server steps,
+    FedProx ``mu`` or local learning rates. Each run keeps its own models, generator, plan,
+    combination and update rule (the server side, cheap), while the pairs of all runs train in
+    the same vectorised local steps and the models of all runs are evaluated in the same passes
+    (the client side, where the time goes). Each run draws exactly what it would draw alone,
+    so the results equal those of :func:`run_federated` on each run: bit for bit on the CPU
+    (tested for the logistic regression and the CNN; a backend whose kernels depend on the batch
+    size may differ in the last bits). Returns one :class:`FederatedResult` per run, in order.
+
+    The runs must share the settings of :data:`BATCH_SHARED` (rounds, local epochs, batch size,
+    loss probe, device); :func:`batch_groups` splits a list of runs into such groups. Each run
+    needs its own method object (a method holds its run's state).
+
+    ``callback(r, log, params)`` is called after every round for run ``r``. ``checkpoints``
+    gives each run its own :class:`~most.checkpoint.Checkpoint` (or None): a stopped batch
+    continues each run from its own checkpoint, so runs saved at different rounds catch up.
+    A round's phase times are the batch's, shared equally among the runs that took part.
+
+    ``errors="return"`` keeps the batch going when a run fails (its training diverged: a
+    ``ValueError`` at its plan): that run stops, and its entry in the returned list is the
+    error instead of a result. With ``"raise"`` (the default) the error stops the batch.
+    """
+    if errors not in ("raise", "return"):
+        raise ValueError(f"`errors` must be 'raise' (a failed run stops the batch) or 'return' (its error is "
+                         f"returned in its place); got {errors!r}.")
+    runs = _check_batch_runs(runs)
+    checkpoints = [None] * len(runs) if checkpoints is None else list(checkpoints)
+    if len(checkpoints) != len(runs):
+        raise ValueError(f"`checkpoints` must give one Checkpoint (or None) per run: {len(checkpoints)} for "
+                         f"{len(runs)} runs.")
     from tqdm.auto import tqdm
 
-    check_inputs(dataset, model, method, config)
+    for method, config in runs:
+        check_inputs(dataset, model, method, config)
+    _check_batch_shares(runs)
+    config = runs[0][1]
     device = torch.device(config.device or "cpu")
     train, val, test = (_to(pad_split(dataset, s), device) for s in ("train", "val", "test"))
     probe = train if config.loss_samples is None else Padded(
         train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
         train.counts.clamp(max=config.loss_samples))
-    server = Server(method, model, config, train.counts.cpu(), device=device)
-    start = _resume(server, dataset, config, checkpoint)
-    bar = tqdm(range(start, config.rounds), desc=description or type(method).__name__, disable=not progress,
-               leave=False, initial=start, total=config.rounds)
+    servers = [Server(method, model, cfg, train.counts.cpu(), device=device) for method, cfg in runs]
+    starts = [_resume(server, dataset, cfg, ck) for server, (_, cfg), ck in zip(servers, runs, checkpoints)]
+    first = min(starts)
+    label = description or (type(runs[0][0]).__name__ if len(runs) == 1 else f"{len(runs)} runs")
+    bar = tqdm(range(first, config.rounds), desc=label, disable=not progress, leave=False, initial=first,
+               total=config.rounds)
+    failed: dict[int, Exception] = {}
     for t in bar:
-        log = _round(server, t, model, train, probe, val, dataset.client_ids)
-        if progress:
-            post = {"loss": f"{log.train_loss:.3f}"}
-            if log.plan is not None:
-                post["gamma_zeros"] = f"{float((log.plan <= 1e-12).double().mean()):.0%}"
-            bar.set_postfix(post, refresh=False)
-        if callback is not None:
-            callback(log, server.params)
-        if checkpoint is not None and checkpoint.due(t, config.rounds):
-            checkpoint.save(server.state(t + 1), server.generator, settings=_settings(server, dataset, config))
-    return _final(server, dataset, model, train, val, test)
+        active = [r for r, start in enumerate(starts) if start <= t and r not in failed]
+        if not active:
+            break
+        now: dict[int, Exception] | None = {} if errors == "return" else None
+        logs = _round([servers[r] for r in active], t, model, train, probe, val, dataset.client_ids, now)
+        failed.update({active[i]: exc for i, exc in (now or {}).items()})
+        if progress and any(log is not None for log in logs):
+            bar.set_postfix(_postfix([log for log in logs if log is not None]), refresh=False)
+        for r, log in zip(active, logs):
+            if log is None:
+                continue
+            if callback is not None:
+                callback(r, log, servers[r].params)
+            if checkpoints[r] is not None and checkpoints[r].due(t, config.rounds):
+                checkpoints[r].save(servers[r].state(t + 1), servers[r].generator,
+                                    settings=_settings(servers[r], dataset, runs[r][1]))
+    return [failed[r] if r in failed else _final(server, dataset, model, train, val, test)
+            for r, server in enumerate(servers)]
+
+
+def batch_groups(runs) -> list[list[int]]:
+    """The indices of ``runs`` (``(method, config)`` pairs) in groups that can share a batch
+    (the same :data:`BATCH_SHARED` settings), in order of first appearance."""
+    groups: dict[tuple, list[int]] = {}
+    for r, (_, config) in enumerate(runs):
+        groups.setdefault(tuple(getattr(config, k) for k in BATCH_SHARED), []).append(r)
+    return list(groups.values())
+
+
+def _check_batch_runs(runs) -> list[tuple]:
+    if isinstance(runs, tuple) and len(runs) == 2 and isinstance(runs[1], FederatedConfig):
+        raise TypeError("`runs` must be a list of (method, config) pairs; got one pair: wrap it in a list, "
+                        "[(method, config)], or call run_federated(dataset, model, method, config).")
+    try:
+        runs = [tuple(run) for run in runs]
+    except TypeError:
+        raise TypeError(f"`runs` must be a list of (method, config) pairs; got {type(runs).__name__}.") from None
+    if not runs:
+        raise ValueError("`runs` is empty: give at least one (method, config) pair.")
+    for r, run in enumerate(runs):
+        if len(run) != 2:
+            raise TypeError(f"Run {r} must be a (method, FederatedConfig) pair; got "
+                            f"({', '.join(type(v).__name__ for v in run)}).")
+    return runs
+
+
+def _check_batch_shares(runs: list[tuple]) -> None:
+    seen: dict[int, int] = {}
+    for r, (method, _) in enumerate(runs):
+        other = seen.setdefault(id(method), r)
+        if other != r:
+            raise ValueError(f"Runs {other} and {r} share one method object, which holds its run's state (models' "
+                             "plans, warm starts): build one method per run.")
+    base = runs[0][1]
+    for r, (_, config) in enumerate(runs[1:], 1):
+        differ = [k for k in BATCH_SHARED if getattr(config, k) != getattr(base, k)]
+        if differ:
+            raise ValueError(f"Run {r} differs from run 0 in {', '.join(differ)} "
+                             f"({', '.join(f'{k}={getattr(config, k)!r} vs {getattr(base, k)!r}' for k in differ)}); "
+                             "the runs of one batch train in the same steps and must share "
+                             f"{', '.join(BATCH_SHARED)}. Split them with batch_groups(runs).")
+
+
+def _postfix(logs: list[RoundLog]) -> dict:
+    post = {"loss": f"{np.mean([log.train_loss for log in logs]):.3f}"}
+    plans = [log.plan for log in logs if log.plan is not None]
+    if plans:
+        post["gamma_zeros"] = f"{float(np.mean([(p <= 1e-12).double().mean() for p in plans])):.0%}"
+    return post
 
 
 def _settings(server: Server, dataset: FederatedDataset, config: FederatedConfig) -> dict:
@@ -647,30 +810,91 @@ def _resume(server: Server, dataset, config, checkpoint: Checkpoint | None) -> i
     return 0 if state is None else server.restore(state)
 
 
-def _round(server: Server, t: int, model: FlatModel, train: Padded, probe: Padded, val: Padded,
-           client_ids) -> RoundLog:
-    """One round in this process: every client answers, all pairs train at once."""
-    config, device = server.config, server.params.device
+def _evaluate_runs(model: FlatModel, params: list[Tensor], data: Padded, clients: list[Tensor | None],
+                   max_values: int = 2 ** 25) -> list[Tensor]:
+    """``evaluate``'s losses and accuracies for several runs: the runs asked on the same clients
+    are evaluated in one pass over their models together (as many models at a time as keep the
+    logits within about ``max_values`` numbers); returns ``(loss, accuracy)`` per run."""
+    out: list = [None] * len(params)
+    groups: dict[tuple, list[int]] = {}
+    for r, c in enumerate(clients):
+        groups.setdefault(None if c is None else tuple(c.tolist()), []).append(r)
+    for key, members in groups.items():
+        idx = None if key is None else clients[members[0]]
+        stacked = torch.cat([params[r] for r in members])
+        rows = (data.n_clients if idx is None else len(idx)) * data.x.shape[1] * 64  # up to 64 classes
+        at_once = max(max(params[r].shape[0] for r in members), max_values // max(1, rows))
+        parts = [evaluate(model, stacked[sl], data, clients=idx)[:2] for sl in _chunks(len(stacked), at_once)]
+        loss, acc = (torch.cat([p[i] for p in parts], 1) for i in range(2))
+        sizes = [params[r].shape[0] for r in members]
+        for r, l, a in zip(members, loss.split(sizes, 1), acc.split(sizes, 1)):
+            out[r] = (l, a)
+    return out
+
+
+def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe: Padded, val: Padded,
+           client_ids, failures: dict[int, Exception] | None = None) -> list[RoundLog | None]:
+    """One round of every run in ``servers`` in this process: every client answers, and the
+    pairs of all runs train at once. Each run draws from its own generator, in the order a run
+    alone draws (clients, plan, batch orders). With ``failures`` (a dict), a run whose plan
+    fails (diverged losses) is recorded there by its index and left out of the round (its log
+    is None); without, the error is raised."""
+    shared: dict[str, float] = {}
+    device, share = servers[0].params.device, 1.0 / len(servers)
     tic = time.perf_counter()
-    clients = server.sample(t).to(device)
-    losses, _, _ = evaluate(model, server.params, probe, clients=clients)
-    evaluate_s = time.perf_counter() - tic
-    state = server.plan(t, clients, clients, losses, client_ids)
-    state.seconds["evaluate"] = evaluate_s
+    sampled = [server.sample(t).to(device) for server in servers]
+    losses = [loss for loss, _ in _evaluate_runs(model, [s.params for s in servers], probe, sampled)]
+    shared["evaluate"] = time.perf_counter() - tic
+    states: list[RoundState | None] = []
+    for i, (server, c, loss) in enumerate(zip(servers, sampled, losses)):
+        try:
+            states.append(server.plan(t, c, c, loss, client_ids))
+        except ValueError as exc:
+            if failures is None:
+                raise
+            failures[i] = exc
+            states.append(None)
+
     tic = time.perf_counter()
-    cidx = state.pair_clients.to(device)
-    start = server.params[state.pair_model]
-    local = local_train(model, start, train.x[cidx], train.y[cidx], train.w[cidx],
-                        epochs=config.local_epochs, batch_size=config.batch_size, lr=config.lr,
-                        prox_mu=server.method.prox_mu, generator=server.generator, seeds=server.pair_seeds(state))
-    deltas = start - local
-    state.seconds["local_training"] = time.perf_counter() - tic
-    server.update(state, deltas)
-    val_acc = None
-    if config.eval_every and server.evaluate_due(t):
-        _, va, _ = evaluate(model, server.params, val)
-        val_acc = float(va.max(1).values.nanmean())
-    return server.log(state, val_acc)
+    config = servers[0].config
+    training = [(server, state) for server, state in zip(servers, states) if state is not None and not state.skipped]
+    if training:
+        cidx = [state.pair_clients.to(device) for _, state in training]
+        starts = [server.params[state.pair_model] for server, state in training]
+        orders = [batch_orders(train.w[c], config.local_epochs, generator=server.generator,
+                               seeds=server.pair_seeds(state)) for c, (server, state) in zip(cidx, training)]
+        counts = [len(c) for c in cidx]
+        lr = _per_pair([server.config.lr for server, _ in training], counts)
+        mu = _per_pair([server.method.prox_mu for server, _ in training], counts)
+        local = _sgd(model, torch.cat(starts), train.x, train.y, train.w,
+                     [torch.cat([o[e] for o in orders]) for e in range(config.local_epochs)],
+                     batch_size=config.batch_size, lr=lr, prox_mu=mu, max_pairs=4096, rows=torch.cat(cidx))
+        deltas = (torch.cat(starts) - local).split(counts)
+    shared["local_training"] = time.perf_counter() - tic
+    for (server, state), delta in zip(training, deltas if training else ()):
+        server.update(state, delta)
+
+    due = [r for r, server in enumerate(servers)
+           if states[r] is not None and server.config.eval_every and server.evaluate_due(t)]
+    val_acc: dict[int, float] = {}
+    if due:
+        scores = _evaluate_runs(model, [servers[r].params for r in due], val, [None] * len(due))
+        val_acc = {r: float(acc.max(1).values.nanmean()) for r, (_, acc) in zip(due, scores)}
+    logs = []
+    for r, (server, state) in enumerate(zip(servers, states)):
+        if state is None:
+            logs.append(None)
+            continue
+        state.seconds.update({k: v * share for k, v in shared.items()})
+        logs.append(server.log(state, val_acc.get(r)))
+    return logs
+
+
+def _per_pair(values: list[float], counts: list[int]) -> float | Tensor:
+    """One number when every run has the same, else a ``[P]`` tensor of each pair's run's."""
+    if len(set(values)) == 1:
+        return values[0]
+    return torch.tensor(values, dtype=torch.get_default_dtype()).repeat_interleave(torch.tensor(counts))
 
 
 def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: Padded, val: Padded,
