@@ -637,6 +637,9 @@ def bench_federated(
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: _Threads = 1, list_methods: _ListMethods = False, quiet: _Quiet = False,
     resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
+    batch: bool = typer.Option(True, "--batch/--no-batch", help="Train the runs of a seed (every method and server "
+                               "step) as one batched job, split among the --jobs workers; the results are those of "
+                               "--no-batch, which makes the runs one by one."),
 ) -> None:
     """Federated learning (Table 2): each client picks its best model on validation; mean test
     accuracy, worst-k % clients, oracle, prediction diversity, Γ sparsity and drift, and MosT's
@@ -652,7 +655,7 @@ def bench_federated(
 
         most bench federated --rho 0 0 --out bench_out/syn00 --resume    # after an interruption
 
-        most bench federated --rho 0.5 0.5 --jobs 2 --out bench_out/syn0505    # two runs at a time
+        most bench federated --rho 0.5 0.5 --jobs 2 --out bench_out/syn0505    # two workers
 
         most bench federated --dataset femnist --data-path ../shared/data/femnist_leaf_sf005 --seed 0
 
@@ -671,7 +674,7 @@ def bench_federated(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
         server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
-        out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs)
+        out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs, batch=batch)
 
 
 def _model_counts(text: str) -> list[int]:

@@ -358,7 +358,8 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
 
     def args(out, *extra):
         return ["bench", "federated", "--rounds", "4", "--seed", "0", "--seed", "1", "--server-lr", "1",
-                "--server-lr", "3", "--method", "MosT", "--method", "FedProx", "--out", str(out), "--quiet", *extra]
+                "--server-lr", "3", "--method", "MosT", "--method", "FedProx", "--out", str(out), "--quiet",
+                "--no-batch", *extra]  # run by run (the batched path: the next test)
 
     def finished(out):
         return sorted(p.parent for p in (out / fb.RUNS_DIR).rglob("result.json"))
@@ -425,6 +426,57 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
     assert json.loads((tmp_path / "cut" / "results.json").read_text())["methods"] == cut["methods"]
     res = runner.invoke(app, args(tmp_path / "cut", "--restart"))  # ... and made again with --restart
     assert res.exit_code == 0 and len(made) == n_runs and len(finished(tmp_path / "cut")) == n_runs
+
+
+def test_batched_runs_equal_runs_one_by_one_and_a_stopped_batch_keeps_the_finished_ones(tmp_path, monkeypatch):
+    """The default makes each seed's runs as one batch (most.federated.run_batch): every number
+    of every candidate equals the run-by-run table's (logistic regression: bit for bit), a batch
+    stopped midway loses only its own runs, and --resume makes only those."""
+    from most.bench import federated as fb
+
+    def args(out, *extra):
+        return ["bench", "federated", "--rounds", "6", "--seed", "0", "--seed", "1", "--server-lr", "1",
+                "--server-lr", "3", "--method", "MosT", "--method", "FedProx", "--method", "MGDA",
+                "--out", str(out), "--quiet", *extra]
+
+    def numbers(results):
+        return {name: [{k: v for k, v in run.items() if k not in ("seconds", "timing")} for run in entry["runs"]]
+                for name, entry in results["methods"].items()}
+
+    res = runner.invoke(app, args(tmp_path / "alone", "--no-batch"))
+    assert res.exit_code == 0, res.output
+    alone = json.loads((tmp_path / "alone" / "results.json").read_text())
+    real, batches = fb._run_batch, []
+
+    def counted(config, data, model, tasks):
+        batches.append(list(tasks))
+        return real(config, data, model, tasks)
+
+    monkeypatch.setattr(fb, "_run_batch", counted)
+    res = runner.invoke(app, args(tmp_path / "batched"))
+    assert res.exit_code == 0, res.output
+    assert [len(b) for b in batches] == [12, 12] and {t[0] for t in batches[0]} == {0}  # one batch per seed
+    batched = json.loads((tmp_path / "batched" / "results.json").read_text())
+    assert numbers(batched) == numbers(alone)
+    assert batched["paired_vs_most"] == alone["paired_vs_most"]
+
+    def stopped_in_the_second_batch(config, data, model, tasks):
+        if batches:
+            raise KeyboardInterrupt
+        return counted(config, data, model, tasks)
+
+    batches.clear()
+    monkeypatch.setattr(fb, "_run_batch", stopped_in_the_second_batch)
+    res = runner.invoke(app, args(tmp_path / "cut"))
+    assert res.exit_code == 130 and "--resume" in res.output
+    kept = sorted((tmp_path / "cut" / fb.RUNS_DIR).rglob("result.json"))
+    assert len(kept) == 12 and all(p.parent.name == "seed0" for p in kept)  # the finished batch, whole
+    batches.clear()
+    monkeypatch.setattr(fb, "_run_batch", counted)
+    res = runner.invoke(app, args(tmp_path / "cut", "--resume"))
+    assert res.exit_code == 0, res.output
+    assert len(batches) == 1 and {t[0] for t in batches[0]} == {1}  # only the missing seed's runs
+    assert numbers(json.loads((tmp_path / "cut" / "results.json").read_text())) == numbers(alone)
 
 
 def test_runs_in_worker_processes_give_the_results_of_one_process(tmp_path):

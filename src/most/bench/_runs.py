@@ -170,6 +170,25 @@ class RunStore:
                     bar.set_postfix(**postfix(key), refresh=False)
                 bar.update(1)
 
+    def make_batches(self, batches: list[list], jobs: int, *, here: Callable, worker: Callable, config, desc: str,
+                     postfix: Callable[[tuple], dict] | None = None) -> None:
+        """As :meth:`make`, for runs made together: each batch of keys is one job (its unfinished
+        keys; ``here(keys)`` returns their runs in order, ``worker((config, keys))`` returns
+        ``(keys, runs)``), and every run of a batch is recorded as the batch ends, so a stopped
+        call loses at most the batches in progress."""
+        from tqdm.auto import tqdm
+
+        keys = [key for batch in batches for key in batch]
+        missing = {tuple(key) for key in self.missing(keys)}
+        todo = [part for part in ([key for key in batch if tuple(key) in missing] for batch in batches) if part]
+        with tqdm(total=len(keys), initial=len(keys) - len(missing), desc=desc, disable=not config.progress) as bar:
+            for batch, runs in make_runs(todo, jobs, here=here, worker=worker, config=config):
+                for key, run in zip(batch, runs, strict=True):
+                    self.add(key, run)
+                if postfix is not None:
+                    bar.set_postfix(**postfix(batch[-1]), refresh=False)
+                bar.update(len(batch))
+
     def done(self, key) -> bool:
         """Whether the run of ``key`` is finished (its folder holds ``result.json``, and its
         ``config.json`` names this key)."""

@@ -42,7 +42,7 @@ from ..federated import figures
 from ..federated import methods as F
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist
 from ..federated.models import FlatModel, cnn, logistic_regression
-from ..federated.runtime import FederatedConfig, run_federated
+from ..federated.runtime import FederatedConfig, run_batch, run_federated
 from ..methods import CappedTransportAssignment, LoadBounds, MinNorm, Shares
 from ..registry import variant
 
@@ -200,23 +200,49 @@ def _device_name(device: str | None) -> str:
 
 
 def _run_one(config, data, model, method_name, seed, eta, extra):
-    build, _ = METHODS[method_name]
-    method = build(config.n_models, eta, extra)
     fed = dataclasses.replace(config.protocol, seed=seed)
     tic = time.perf_counter()
     try:
-        result = run_federated(data, model, method, fed)
+        result = run_federated(data, model, _method(config, method_name, eta, extra), fed)
     except ValueError as exc:
         if "diverged" not in str(exc):
             raise
+        result = exc
+    return _record(data, result, seed, eta, extra, time.perf_counter() - tic)
+
+
+def _method(config, name, eta, extra):
+    build, _ = METHODS[name]
+    return build(config.n_models, eta, extra)
+
+
+def _run_batch(config, data, model, tasks: list[tuple]) -> list[dict]:
+    """The runs of ``tasks`` (one seed's ``(seed, method, eta, extra)``) as one batched job
+    (:func:`~most.federated.run_batch`); each run's seconds are the batch's, shared equally."""
+    runs = [(_method(config, name, eta, extra), dataclasses.replace(config.protocol, seed=seed))
+            for seed, name, eta, extra in tasks]
+    tic = time.perf_counter()
+    results = run_batch(data, model, runs, errors="return")
+    seconds = (time.perf_counter() - tic) / len(tasks)
+    out = []
+    for (seed, _, eta, extra), result in zip(tasks, results):
+        if isinstance(result, ValueError) and "diverged" not in str(result):
+            raise result
+        out.append(_record(data, result, seed, eta, extra, seconds))
+    return out
+
+
+def _record(data, result, seed, eta, extra, seconds) -> dict:
+    """A run's entry in the results: its summary, or, for a run whose training diverged, a
+    failed candidate that is never chosen."""
+    if isinstance(result, Exception):
         # a candidate of the search that diverged is recorded and never chosen
         nan = float("nan")
-        return {"seed": seed, "server_lr": eta, "extra": extra, "seconds": time.perf_counter() - tic,
-                "val_accuracy": -math.inf, "failed": str(exc),
+        return {"seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds,
+                "val_accuracy": -math.inf, "failed": str(result),
                 **{k: nan for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS},
                 "choice_counts": [], "per_client": [], "val_curve": [], "loss_curve": [], "sparsity": [],
                 "drift": [], "plans": [], "timing": {}}
-    seconds = time.perf_counter() - tic
     # clients without test samples have no accuracy: left out of the summary, not counted as 0 %
     tested = result.tested
     val_acc, test_acc = result.val_accuracy[tested].nan_to_num(-1.0), result.test_accuracy[tested]
@@ -248,7 +274,8 @@ def _folder(task: tuple) -> str:
     return folder_name((name, ("server_lr", float(eta))) + extras, f"seed{int(seed)}")
 
 
-def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
+def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1,
+                  batch: bool = True) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and figures to ``config.out``.
 
     Each finished candidate run is kept in its folder under ``config.out / RUNS_DIR``
@@ -259,7 +286,14 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
     as this one); every run draws from its own seed, so the results are those of ``jobs=1``
     (only the seconds differ). Methods added to :data:`METHODS` at run time (by a script) are
-    not known to the workers and need ``jobs=1``."""
+    not known to the workers and need ``jobs=1``.
+
+    ``batch`` (the default) makes the runs of one seed (every method, server step and extra
+    value: they share the data) as one batched job (:func:`~most.federated.run_batch`), split
+    into ``jobs`` parts so that the workers share the work; the results equal those of
+    ``batch=False``, run by run (only the seconds differ: each run's are its batch's, shared
+    equally). A batch's runs are recorded when it ends; a stopped call loses the batches in
+    progress, never a finished one."""
     check_positive_int(jobs, name="jobs")
     if jobs > 1 and (late := [m for m in config.methods if m not in _IMPORTED_METHODS]):
         raise ValueError(f"Method(s) {late} were added to METHODS at run time, which worker processes do not see; "
@@ -271,8 +305,14 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
                     suite="federated", folder=_folder, resume=resume, restart=restart)  # checked before any work
     tasks = [(seed, name, eta, extra) for seed in config.seeds for name in config.methods
              for eta in config.server_lrs for extra in METHODS[name][1]]
-    runs.make(tasks, jobs, here=lambda task: _make(config, task, loaded), worker=_worker_run, config=config,
-              desc=f"federated {config.label}", postfix=lambda task: {"method": task[1], "seed": task[0]})
+    if batch:
+        by_seed = [[task for task in tasks if task[0] == seed] for seed in config.seeds]
+        parts = [part[i::jobs] for part in by_seed for i in range(jobs) if part[i::jobs]]  # methods mixed
+        runs.make_batches(parts, jobs, here=lambda part: _make_batch(config, part, loaded), worker=_worker_batch,
+                          config=config, desc=f"federated {config.label}", postfix=lambda task: {"seed": task[0]})
+    else:
+        runs.make(tasks, jobs, here=lambda task: _make(config, task, loaded), worker=_worker_run, config=config,
+                  desc=f"federated {config.label}", postfix=lambda task: {"method": task[1], "seed": task[0]})
     for seed in config.seeds:
         for name in config.methods:
             candidates = [runs.get((seed, name, eta, extra)) for eta in config.server_lrs for extra in METHODS[name][1]]
@@ -291,6 +331,20 @@ def _make(config: FederatedBenchConfig, task: tuple, loaded: list) -> dict:
         loaded[:] = [seed, _data(config, seed)]
     data, model = loaded[1]
     return _run_one(config, data, model, name, seed, eta, extra)
+
+
+def _make_batch(config: FederatedBenchConfig, tasks: list[tuple], loaded: list) -> list[dict]:
+    """The runs of ``tasks`` (all of one seed) as one batch; ``loaded`` as for :func:`_make`."""
+    seed = tasks[0][0]
+    if loaded[0] != seed:
+        loaded[:] = [seed, _data(config, seed)]
+    data, model = loaded[1]
+    return _run_batch(config, data, model, [tuple(task) for task in tasks])
+
+
+def _worker_batch(job):
+    config, tasks = job
+    return tasks, _make_batch(config, tasks, _worker_data)
 
 
 #: the methods every worker process knows (those defined when this module is imported)
