@@ -314,6 +314,9 @@ def run_cmd(
     dry_run: bool = typer.Option(False, "--dry-run", help="Check the file and list the runs; run nothing."),
     threads: int = typer.Option(1, min=1, help="torch threads (1 gives the same numbers on every machine)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars (for CI and logs)."),
+    batch: bool = typer.Option(True, "--batch/--no-batch", help="Train federated runs that share data, model and "
+                               "local protocol (seeds, methods, swept values) as one batched job; the results are "
+                               "those of --no-batch, which makes the runs one by one."),
 ) -> None:
     from .checkpoint import CheckpointError
     from .config import ConfigError
@@ -333,7 +336,8 @@ def run_cmd(
             typer.echo(f"  {run.folder}")
         return
     try:
-        root = run_experiment(exp, out, resume=resume, restart=restart, progress=not quiet, echo=typer.echo)
+        root = run_experiment(exp, out, resume=resume, restart=restart, progress=not quiet, echo=typer.echo,
+                              batch=batch)
     except (ConfigError, CorruptFileError, CheckpointError):  # the user's to fix: one line, exit code 2
         raise
     except ValueError as exc:  # e.g. a run diverged: finished runs and checkpoints are kept

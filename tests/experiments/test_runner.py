@@ -348,6 +348,56 @@ def test_federated_run_report_and_interrupted_runs(tmp_path):
     assert folder.result()["resumed_from_round"] == 0
 
 
+def test_a_batched_sweep_equals_runs_one_by_one_and_a_stopped_batch_resumes(tmp_path, monkeypatch):
+    """``most run`` trains the federated runs that share data, model and protocol as one batch
+    (here the methods and the swept server steps of each seed): the same result files as one by
+    one; a batch killed midway leaves each run its checkpoint, and --resume ends where an
+    uninterrupted batch ends."""
+    from most.experiments import runner
+
+    table = _with(FED, seeds=[0, 1], sweep={"methods.MosT.server_lr": [1.0, 3.0]}, checkpoint_every=3,
+                  federated={"rounds": 6, "eval_every": 3})
+    exp = lambda: parse_experiment(table, source=_toml(table))  # noqa: E731 (fresh method objects per call)
+    alone = run_experiment(exp(), tmp_path / "alone", progress=False, echo=lambda s: None, batch=False)
+    groups = runner.batch_groups([(run, None) for run in exp().runs])
+    assert [len(g) for g in groups] == [3, 3]  # per seed (the data's seed): MosT at 2 steps, FedAvg
+    batched = run_experiment(exp(), tmp_path / "batched", progress=False, echo=lambda s: None)
+
+    def results(root):
+        out = {}
+        for f in sorted((root / "runs").rglob("result.json")):
+            r = json.loads(f.read_text())
+            out[str(f.relative_to(root))] = (r["metrics"], r["per_objective"], r["choice_counts"])
+        return out
+
+    assert len(results(alone)) == 6 and results(batched) == results(alone)
+    metrics = lambda root: [{k: v for k, v in m.items() if k != "seconds"}  # noqa: E731
+                            for f in sorted((root / "runs").rglob("metrics.jsonl")) for m in RunFolder(f.parent).metrics()]
+    assert metrics(batched) == metrics(alone)
+
+    real = fl.run_batch
+
+    def killed_at_round_4(*args, callback=None, **kwargs):
+        def stop(r, log, params):
+            callback(r, log, params)
+            if log.round == 4:
+                raise _Kill
+        return real(*args, callback=stop, **kwargs)
+
+    monkeypatch.setattr("most.federated.runtime.run_batch", killed_at_round_4)
+    cut = tmp_path / "cut"
+    with pytest.raises(_Kill):
+        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
+    monkeypatch.setattr("most.federated.runtime.run_batch", real)
+    with pytest.raises(InterruptedRunsError):
+        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
+    root = run_experiment(exp(), cut, resume=True, progress=False, echo=lambda s: None)
+    assert results(root) == results(alone)
+    resumed = [json.loads(f.read_text())["resumed_from_round"] for f in sorted((root / "runs").rglob("result.json"))]
+    assert sorted(resumed) == [0, 0, 0, 3, 3, 3]  # seed 0's batch from its checkpoints; seed 1's from the start
+    assert metrics(root) == metrics(alone)
+
+
 # ----------------------------------------------------------------------------- the command line
 def test_cli_run_report_plot_and_errors(tmp_path):
     runner = CliRunner()

@@ -19,7 +19,7 @@ from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
 from .store import RunFolder, check_no_links, dumps, seedless
 
-__all__ = ["run_experiment", "execute", "fingerprint", "InterruptedRunsError"]
+__all__ = ["run_experiment", "execute", "execute_batch", "batch_groups", "fingerprint", "InterruptedRunsError"]
 
 
 class InterruptedRunsError(RuntimeError):
@@ -54,6 +54,68 @@ def execute(run: RunSpec, folder: RunFolder, *, checkpoint_every: int = 10, prog
             data_cache: dict | None = None) -> dict:
     """Runs one run into ``folder`` (resuming from its checkpoint if there is one) and returns
     its result (also written to ``result.json``)."""
+    objects, checkpoint, start, previous = _prepare(run, folder, checkpoint_every, data_cache)
+    tic = time.perf_counter()
+    if run.kind == FEDERATED:
+        result = _federated(run, objects, folder, checkpoint, progress, previous)
+    else:
+        result = _centralised(run, objects, folder, checkpoint, progress, previous)
+    return _finish(run, folder, checkpoint, result, start, time.perf_counter() - tic)
+
+
+def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: int = 10, progress: bool = True,
+                  data_cache: dict | None = None) -> list[dict]:
+    """Runs federated runs that share their data, model and the settings of
+    :data:`~most.federated.runtime.BATCH_SHARED` as one batched job
+    (:func:`~most.federated.run_batch`), each into its own folder, resuming each from its own
+    checkpoint; returns their results (each also written to its ``result.json``), in order. A
+    run whose training diverged does not stop the others: their results are written, then its
+    error is raised (its folder keeps its checkpoint). Each run's seconds are the batch's,
+    shared equally."""
+    from ..federated.runtime import run_batch
+
+    prepared = [_prepare(run, folder, checkpoint_every, data_cache) for run, folder in items]
+    objects = prepared[0][0]
+    states = [{"previous": previous} for _, _, _, previous in prepared]
+
+    def on_round(r, log, params):
+        _append_round(items[r][1], log, states[r])
+
+    tic = time.perf_counter()
+    results = run_batch(objects["data"], objects["model"], [(o["method"], o["config"]) for o, _, _, _ in prepared],
+                        progress=progress, callback=on_round, checkpoints=[c for _, c, _, _ in prepared],
+                        description=f"{len(items)} runs of {objects['data'].name}", errors="return")
+    seconds = (time.perf_counter() - tic) / len(items)
+    out, failed = [], None
+    for (run, folder), (o, checkpoint, start, _), result in zip(items, prepared, results):
+        if isinstance(result, Exception):
+            failed = failed or result
+            continue
+        out.append(_finish(run, folder, checkpoint, _federated_result(run, o["data"], folder, result), start, seconds))
+    if failed is not None:
+        raise failed
+    return out
+
+
+def batch_groups(items: list[tuple[RunSpec, RunFolder]]) -> list[list[tuple[RunSpec, RunFolder]]]:
+    """``items`` in groups that can train as one batch (:func:`execute_batch`): in-process
+    federated runs with the same data, model and shared settings; every other run alone.
+    Groups come in the order of their first run."""
+    from ..federated.runtime import BATCH_SHARED
+
+    groups: dict[object, list] = {}
+    for k, (run, folder) in enumerate(items):
+        key: object = k
+        if run.kind == FEDERATED and run.config.get("engine", "in-process") == "in-process":
+            config = run.build_without_data()["config"]
+            key = (_data_key(run), tuple(getattr(config, f) for f in BATCH_SHARED))
+        groups.setdefault(key, []).append((run, folder))
+    return list(groups.values())
+
+
+def _prepare(run: RunSpec, folder: RunFolder, checkpoint_every: int, data_cache: dict | None):
+    """A run's folder made ready (its checkpoint found, or the folder reset; its config
+    written) and its objects built: ``(objects, checkpoint, start round, previous plan)``."""
     folder.path.mkdir(parents=True, exist_ok=True)
     folder.check_no_legacy_checkpoint()
     checkpoint = folder.checkpoint(checkpoint_every, fingerprint=fingerprint(run))
@@ -70,12 +132,11 @@ def execute(run: RunSpec, folder: RunFolder, *, checkpoint_every: int = 10, prog
                   resolved=to_plain({k: v for k, v in objects.items() if k in ("method", "config")}),
                   versions=_versions())
     folder.write_config(config)
-    tic = time.perf_counter()
-    if run.kind == FEDERATED:
-        result = _federated(run, objects, folder, checkpoint, progress, previous)
-    else:
-        result = _centralised(run, objects, folder, checkpoint, progress, previous)
-    result.update(seconds=time.perf_counter() - tic, resumed_from_round=start, label=run.label, group=run.group,
+    return objects, checkpoint, start, previous
+
+
+def _finish(run: RunSpec, folder: RunFolder, checkpoint, result: dict, start: int, seconds: float) -> dict:
+    result.update(seconds=seconds, resumed_from_round=start, label=run.label, group=run.group,
                   seed=run.seed, sweep=run.sweep)
     folder.write_result(result)
     checkpoint.remove()
@@ -88,8 +149,12 @@ def fingerprint(run: RunSpec) -> dict:
     return {"config": json.loads(dumps(run.config)), "group": run.group, "seed": run.seed}
 
 
+def _data_key(run: RunSpec) -> str:
+    return json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
+
+
 def _load(run: RunSpec, cache: dict) -> dict:
-    key = json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
+    key = _data_key(run)
     objects = run.build_without_data()
     if key not in cache:
         cache.clear()  # one data set in memory at a time
@@ -98,17 +163,22 @@ def _load(run: RunSpec, cache: dict) -> dict:
     return objects
 
 
+def _append_round(folder: RunFolder, log, state: dict) -> None:
+    """Appends a federated round's line to the run's ``metrics.jsonl``; ``state["previous"]``
+    carries the last plan (for the drift of Γ)."""
+    line = {"round": log.round, "train_loss": log.train_loss, "val_accuracy": log.val_accuracy,
+            **_plan_stats(log.plan, state["previous"]), "seconds": log.seconds}
+    state["previous"] = log.plan
+    folder.append_metrics(line)
+
+
 def _federated(run, objects, folder, checkpoint, progress, previous=None) -> dict:
-    from ..federated import evaluation as ev
     from ..federated.runtime import run_federated
 
     state = {"previous": previous}
 
     def on_round(log, params):
-        line = {"round": log.round, "train_loss": log.train_loss, "val_accuracy": log.val_accuracy,
-                **_plan_stats(log.plan, state["previous"]), "seconds": log.seconds}
-        state["previous"] = log.plan
-        folder.append_metrics(line)
+        _append_round(folder, log, state)
 
     data, model = objects["data"], objects["model"]
     description = f"{run.group} seed {run.seed}"
@@ -120,6 +190,13 @@ def _federated(run, objects, folder, checkpoint, progress, previous=None) -> dic
     else:
         result = run_federated(data, model, objects["method"], objects["config"], progress=progress,
                                callback=on_round, description=description, checkpoint=checkpoint)
+    return _federated_result(run, data, folder, result)
+
+
+def _federated_result(run, data, folder, result) -> dict:
+    """A finished federated run's summary (and its final arrays, written to the folder)."""
+    from ..federated import evaluation as ev
+
     # clients without test samples have no accuracy: left out of the summary, not counted as 0 %
     tested = result.tested
     val, test = result.val_accuracy[tested].nan_to_num(-1.0), result.test_accuracy[tested]
@@ -216,8 +293,13 @@ def _check_other_seeds(experiment: Experiment, root: Path) -> None:
 
 
 def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bool = False, restart: bool = False,
-                   progress: bool = True, echo: Callable[[str], None] = print) -> Path:
+                   progress: bool = True, echo: Callable[[str], None] = print, batch: bool = True) -> Path:
     """Runs every unfinished run of ``experiment`` into ``out/NAME`` and returns that folder.
+
+    With ``batch`` (the default), in-process federated runs that share their data, model and
+    local protocol (seeds, methods and swept values of one file) train as one batched job
+    (:func:`execute_batch`); their results are those of ``batch=False``, which makes the runs
+    one by one.
 
     Finished runs are skipped (their stored configuration must match, else a
     :class:`~most.config.ConfigError` names the differing keys). Interrupted runs (a
@@ -265,14 +347,23 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
                                                        "groups": groups}, indent=2) + "\n")
     echo(f"{experiment.name}: {len(folders)} runs, {len(folders) - len(todo)} already done, {len(todo)} to run "
          f"-> {root}")
-    for k, (run, folder) in enumerate(todo, 1):
+    k = 0
+    for group in batch_groups(todo) if batch else [[item] for item in todo]:
         if restart:
-            folder.reset()
-        resumed = folder.status == "interrupted"
+            for _, folder in group:
+                folder.reset()
+        resumed = [folder.status == "interrupted" for _, folder in group]
         tic = time.perf_counter()
-        result = execute(run, folder, checkpoint_every=experiment.checkpoint_every, progress=progress,
-                         data_cache=cache)
-        main = next(iter(result["metrics"].items()))
-        echo(f"[{k}/{len(todo)}] {run.group} seed {run.seed}{' (resumed)' if resumed else ''}: "
-             f"{main[0]} = {main[1]:.4g} ({time.perf_counter() - tic:.1f} s)")
+        if len(group) == 1:
+            results = [execute(*group[0], checkpoint_every=experiment.checkpoint_every, progress=progress,
+                               data_cache=cache)]
+        else:
+            results = execute_batch(group, checkpoint_every=experiment.checkpoint_every, progress=progress,
+                                    data_cache=cache)
+        took = f"{time.perf_counter() - tic:.1f} s" + (f" for a batch of {len(group)}" if len(group) > 1 else "")
+        for (run, _), result, again in zip(group, results, resumed):
+            k += 1
+            main = next(iter(result["metrics"].items()))
+            echo(f"[{k}/{len(todo)}] {run.group} seed {run.seed}{' (resumed)' if again else ''}: "
+                 f"{main[0]} = {main[1]:.4g} ({took})")
     return root
