@@ -105,24 +105,35 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     are not ``[m, model.dim]``.
     """
     _check_evaluate_args(model, params, data, clients, max_samples, return_probs)
-    idx = torch.arange(data.n_clients) if clients is None else clients
-    x, y, w = data.x[idx], data.y[idx], data.w[idx]
+    return _evaluate(model, params, data, clients, max_samples, return_probs)
+
+
+def _evaluate(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None, max_samples: int = 8192,
+              return_probs: bool = False, accuracy: bool = True) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """:func:`evaluate` without its checks; ``accuracy=False`` leaves the accuracy out (None)."""
+    x, y, w = (data.x, data.y, data.w) if clients is None else (data.x[clients], data.y[clients], data.w[clients])
     n, N = y.shape
     flat_x = x.reshape(n * N, *x.shape[2:])
     # Only real samples go through the models (clients of very different sizes are mostly
     # padding); at least one, so that an all-empty split still gives logits of the right width.
     real = w.reshape(-1) > 0
     real[0] = True
-    xr = flat_x[real]
+    padded = not bool(real.all())  # clients of equal sizes have no padding: no selection, no scatter
+    xr = flat_x[real] if padded else flat_x
     outs = [model.batched_logits(params, xr[sl], shared_inputs=True) for sl in _chunks(len(xr), max(1, max_samples))]
-    out_real = torch.cat(outs, 1)  # [m, R, C]
-    logits = out_real.new_zeros(params.shape[0], n * N, out_real.shape[-1])
-    logits[:, real] = out_real
+    out_real = torch.cat(outs, 1) if len(outs) > 1 else outs[0]  # [m, R, C]
+    if padded:
+        logits = out_real.new_zeros(params.shape[0], n * N, out_real.shape[-1])
+        logits[:, real] = out_real
+    else:
+        logits = out_real
     logits = logits.reshape(params.shape[0], n, N, -1)  # [m, n, N, C]; padding rows are 0
     ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(params.shape[0], n, N), reduction="none")
-    correct = (logits.argmax(-1) == y).float()
     denom = w.sum(1)  # [n]
     loss = ((ce * w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
+    if not accuracy:
+        return loss, None, (logits.softmax(-1) if return_probs else None)
+    correct = (logits.argmax(-1) == y).float()
     acc = ((correct * w).sum(-1) / denom).T
     return loss, acc, (logits.softmax(-1) if return_probs else None)
 
@@ -811,7 +822,7 @@ def _resume(server: Server, dataset, config, checkpoint: Checkpoint | None) -> i
 
 
 def _evaluate_runs(model: FlatModel, params: list[Tensor], data: Padded, clients: list[Tensor | None],
-                   max_values: int = 2 ** 25) -> list[Tensor]:
+                   max_values: int = 2 ** 25, accuracy: bool = True) -> list[tuple]:
     """``evaluate``'s losses and accuracies for several runs: the runs asked on the same clients
     are evaluated in one pass over their models together (as many models at a time as keep the
     logits within about ``max_values`` numbers); returns ``(loss, accuracy)`` per run."""
@@ -824,10 +835,12 @@ def _evaluate_runs(model: FlatModel, params: list[Tensor], data: Padded, clients
         stacked = torch.cat([params[r] for r in members])
         rows = (data.n_clients if idx is None else len(idx)) * data.x.shape[1] * 64  # up to 64 classes
         at_once = max(max(params[r].shape[0] for r in members), max_values // max(1, rows))
-        parts = [evaluate(model, stacked[sl], data, clients=idx)[:2] for sl in _chunks(len(stacked), at_once)]
-        loss, acc = (torch.cat([p[i] for p in parts], 1) for i in range(2))
+        parts = [_evaluate(model, stacked[sl], data, idx, accuracy=accuracy)[:2]
+                 for sl in _chunks(len(stacked), at_once)]
         sizes = [params[r].shape[0] for r in members]
-        for r, l, a in zip(members, loss.split(sizes, 1), acc.split(sizes, 1)):
+        loss = torch.cat([p[0] for p in parts], 1).split(sizes, 1)
+        acc = torch.cat([p[1] for p in parts], 1).split(sizes, 1) if accuracy else [None] * len(members)
+        for r, l, a in zip(members, loss, acc):
             out[r] = (l, a)
     return out
 
@@ -843,7 +856,8 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     device, share = servers[0].params.device, 1.0 / len(servers)
     tic = time.perf_counter()
     sampled = [server.sample(t).to(device) for server in servers]
-    losses = [loss for loss, _ in _evaluate_runs(model, [s.params for s in servers], probe, sampled)]
+    full = [None if len(c) == probe.n_clients else c for c in sampled]  # every client: no gather
+    losses = [loss for loss, _ in _evaluate_runs(model, [s.params for s in servers], probe, full, accuracy=False)]
     shared["evaluate"] = time.perf_counter() - tic
     states: list[RoundState | None] = []
     for i, (server, c, loss) in enumerate(zip(servers, sampled, losses)):
