@@ -14,7 +14,7 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 EXTRAS := $(VENV)/.installed-extras
 
-.PHONY: install demo test perf data clean docs growth
+.PHONY: install demo test perf data clean docs growth run-axis
 
 install: $(EXTRAS)
 
@@ -60,6 +60,9 @@ perf: $(STAMP)
 # the section "Growth with n and d" of benchmarks/results/performance.md.
 growth: $(STAMP)
 	$(PY) benchmarks/growth.py --timeout 200 --rounds 10
+
+run-axis: $(STAMP)
+	$(PY) benchmarks/run_axis.py --table
 
 # Fashion-MNIST for `most bench federated --dataset fashion`, from Debian's package, without root:
 # extracted to .data/ (then: export MOST_FASHION_MNIST=$$PWD/.data/usr/share/datasets/fashion-mnist).
