@@ -637,6 +637,9 @@ def bench_federated(
     device: str = typer.Option(None, help="Where the runs train: cpu (default), or cuda (cuda:N) on a GPU."),
     rotations: int = typer.Option(1, help="Fashion-MNIST: turn the images of r groups of clients by 0/90/180/270 "
                                   "degrees (1 to 4; 1 = none), a known cluster structure."),
+    rotation_groups: list[int] = typer.Option([], "--rotation-group", help="Fashion-MNIST: repeat to give the sizes "
+                                               "of up to 4 groups of clients (summing to 100) turned by 0/90/180/270 "
+                                               "degrees, instead of --rotations' equal groups."),
     loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: _Threads = 1, list_methods: _ListMethods = False, quiet: _Quiet = False,
@@ -678,6 +681,7 @@ def bench_federated(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
         server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
+        rotation_groups=tuple(rotation_groups),
         out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs, batch=batch)
 
 

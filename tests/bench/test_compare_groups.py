@@ -28,6 +28,18 @@ def test_groups_recovered_under_the_best_matching_of_models_to_groups():
     assert _compare.recovered(five, r) == 0.8
     with pytest.raises(ValueError, match="non-empty"):
         _compare.recovered([], r)
+    # groups of unequal size (--rotation-group 10 20 30 40): consecutive blocks of clients
+    sizes = (10, 20, 30, 40)
+    blocks = [g for g, size in enumerate(sizes) for _ in range(size)]
+    assert _compare.recovered([3 - g for g in blocks], r, sizes) == 1.0
+    assert _compare.recovered([0] * 100, r, sizes) == 0.4  # one model: the largest group right
+    assert _compare.recovered([min(g, 2) for g in blocks], r, sizes) == 0.7  # groups 2, 3 share: 10 + 20 + 40
+    with pytest.raises(ValueError, match="do not describe"):
+        _compare.recovered(blocks, r, (10, 20, 30))
+    table = _compare.groups_report({"config": {"dataset": "fashion", "rotations": 1, "rotation_groups": list(sizes),
+                                               "n_models": 4},
+                                    "methods": {"MosT": {"runs": [{"seed": 0, "server_lr": 1.0, "plans": [blocks]}]}}})
+    assert "| MosT | 0 | 1 | 1.00 | [10, 20, 30, 40] |" in table
 
 
 def test_report_refuses_results_without_rotated_groups():

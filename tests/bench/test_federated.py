@@ -73,6 +73,14 @@ def test_federated_bench_bad_input(tmp_path):
     res = runner.invoke(app, ["bench", "federated", "--dataset", "fashion", "--rotations", "5", "--out", str(tmp_path),
                               "--quiet"])
     assert res.exit_code != 0 and "wholenumberfrom1to4" in _flat(res.output)
+    groups = ["--rotation-group", "10", "--rotation-group", "20", "--rotation-group", "30"]
+    res = runner.invoke(app, ["bench", "federated", "--dataset", "fashion", *groups, "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code != 0 and "hold60clients,butn_clientsis100" in _flat(res.output)
+    res = runner.invoke(app, ["bench", "federated", *groups, "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code != 0 and "`rotation_groups`turnsFashion-MNIST" in _flat(res.output)
+    res = runner.invoke(app, ["bench", "federated", "--dataset", "fashion", "--rotations", "2", *groups,
+                              "--out", str(tmp_path), "--quiet"])
+    assert res.exit_code != 0 and "notboth" in _flat(res.output)
     if not torch.cuda.is_available():
         res = runner.invoke(app, ["bench", "federated", "--device", "cuda", "--out", str(tmp_path), "--quiet"])
         assert res.exit_code != 0 and "CUDAisnotavailablehere" in _flat(res.output)

@@ -433,6 +433,23 @@ def test_fashion_rotations_turn_each_group_of_clients_and_change_nothing_else(tm
             load_fashion_mnist(tmp_path, n_clients=8, rotations=bad)
 
 
+def test_fashion_rotation_groups_of_unequal_size_turn_consecutive_blocks_of_clients(tmp_path):
+    _tiny_fashion(tmp_path)
+    plain = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2)
+    turned = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2, rotations=(1, 2, 5))
+    assert turned.name.endswith("rotated groups 1/2/5)")
+    group = [0, 1, 1, 2, 2, 2, 2, 2]  # clients 0 | 1-2 | 3-7
+    for cid, a, b in zip(plain.client_ids, plain.clients, turned.clients):
+        k = group[int(cid.split("_")[1])]
+        for split in ("train", "val", "test"):
+            assert torch.equal(torch.rot90(getattr(a, f"x_{split}"), k, dims=(-2, -1)), getattr(b, f"x_{split}"))
+            assert torch.equal(getattr(a, f"y_{split}"), getattr(b, f"y_{split}"))
+    for bad, match in (((4, 3), "hold 7 clients, but n_clients is 8"), ((1, 1, 1, 1, 4), "1 to 4 positive"),
+                       ((0, 8), "1 to 4 positive"), ((4.0, 4), "1 to 4 positive"), ("44", "sequence of 1 to 4")):
+        with pytest.raises(ValueError, match=match):
+            load_fashion_mnist(tmp_path, n_clients=8, rotations=bad)
+
+
 def test_fashion_missing_files_name_them(tmp_path, monkeypatch):
     _write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((2, 28, 28)))
     with pytest.raises(FileNotFoundError) as info:

@@ -116,14 +116,21 @@ def _mean_std(summary: dict, key: str) -> str:
     return f"{100 * summary[key]['mean']:.2f} ± {100 * summary[key]['std']:.2f}" if key in summary else "–"
 
 
-def recovered(owner, r: int) -> float:
-    """The largest share of clients k with ``owner[k] == match[k mod r]`` over one-to-one maps
-    ``match`` from the r groups to models (all clients, the positions of the benchmark's data)."""
+def recovered(owner, r: int, sizes: tuple[int, ...] | None = None) -> float:
+    """The largest share of clients k with ``owner[k] == match[group(k)]`` over one-to-one maps
+    ``match`` from the r groups to models (all clients, the positions of the benchmark's data);
+    ``group(k)`` is ``k mod r``, or with ``sizes`` (``--rotation-group``) the block of consecutive
+    clients that k falls in."""
     owner = np.asarray(owner)
     if owner.ndim != 1 or not len(owner):
         raise ValueError(f"`owner` must be a non-empty list of model indices; got shape {owner.shape}.")
     m = int(owner.max()) + 1
-    group = np.arange(len(owner)) % r
+    if sizes is None:
+        group = np.arange(len(owner)) % r
+    else:
+        if sum(sizes) != len(owner) or len(sizes) != r:
+            raise ValueError(f"The group sizes {tuple(sizes)} do not describe {len(owner)} clients in {r} groups.")
+        group = np.repeat(np.arange(r), sizes)
     counts = np.zeros((r, max(m, r)), dtype=int)
     np.add.at(counts, (group, owner), 1)
     best = max(sum(counts[g, j] for g, j in enumerate(match)) for match in itertools.permutations(range(counts.shape[1]), r))
@@ -135,9 +142,10 @@ def groups_report(results: dict) -> str:
     per method whose runs store plans (MosT, IFCA, ...) and seed, the share of clients whose final
     model is their rotation group's (:func:`recovered`) and the clients per model. Raises
     ``ValueError`` for results without rotated groups, or with a client left out."""
-    r = int(results["config"].get("rotations", 1))
+    sizes = tuple(int(v) for v in results["config"].get("rotation_groups") or ()) or None
+    r = len(sizes) if sizes else int(results["config"].get("rotations", 1))
     if r < 2:
-        raise ValueError("these results were run without rotated groups (--rotations 2 to 4).")
+        raise ValueError("these results were run without rotated groups (--rotations 2 to 4, or --rotation-group).")
     if results["config"].get("dataset") != "fashion":
         raise ValueError("rotated groups exist only in Fashion-MNIST results.")
     m = int(results["config"]["n_models"])
@@ -155,7 +163,7 @@ def groups_report(results: dict) -> str:
             if len(owner) != 100:  # the benchmark's 100 clients; a dropped empty one shifts the groups
                 raise ValueError(f"{name}, seed {run['seed']}: {len(owner)} clients, not 100; a client left out "
                                  "for having no data shifts the positions that define the groups.")
-            shares.append(recovered(owner, r))
+            shares.append(recovered(owner, r, sizes))
             per = np.bincount(owner, minlength=m).tolist()
             lines.append(f"| {name} | {run['seed']} | {run['server_lr']:g} | {shares[-1]:.2f} | {per} |")
         lines.append(f"| {name} | mean | | {np.mean(shares):.2f} | |")

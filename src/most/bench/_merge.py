@@ -38,6 +38,7 @@ def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
     as 1 (older results). :func:`most.bench._compare.compare` uses it too, with its own ``free``."""
     fixed = {k: v for k, v in config.items() if k not in free}
     fixed.setdefault("rotations", 1)  # results written before the setting existed turned nothing
+    fixed["rotation_groups"] = list(fixed.get("rotation_groups") or [])  # left out when empty
     if isinstance(fixed.get("protocol"), dict) and fixed["protocol"].get("device") is None:
         fixed["protocol"] = {**fixed["protocol"], "device": "cpu"}
     return fixed

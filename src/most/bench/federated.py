@@ -122,6 +122,8 @@ class FederatedBenchConfig(SuiteConfig):
             ``linear`` (multinomial logistic regression on the pixels: a CPU-sized stand-in).
         cnn_channels: width of the CNN (FEMNIST, Fashion-MNIST); the paper's is (32, 64).
         samples_per_client: Fashion-MNIST average client size (keeps CPU runs short).
+        rotation_groups: Fashion-MNIST only, instead of ``rotations``: the sizes of 1 to 4 groups
+            of clients (summing to 100), turned by 0, 90, 180, 270 degrees: groups of unequal size.
         rotations: Fashion-MNIST only: r in 1..4 groups of clients whose images are turned by
             0, 90, 180, 270 degrees (:func:`~most.federated.data.load_fashion_mnist`), a known
             cluster structure on top of the label skew; 1 (default) turns nothing.
@@ -140,6 +142,7 @@ class FederatedBenchConfig(SuiteConfig):
     cnn_channels: tuple[int, int] = (8, 16)
     samples_per_client: int = 100
     rotations: int = 1
+    rotation_groups: tuple[int, ...] = ()
     data_path: Path | None = None
     out: Path = Path("bench_out/federated")
     progress: bool = True
@@ -160,16 +163,35 @@ class FederatedBenchConfig(SuiteConfig):
             raise ValueError(f"`cnn_channels` must be two positive widths such as (32, 64); got {self.cnn_channels}.")
         if isinstance(self.rotations, bool) or not isinstance(self.rotations, int) or not 1 <= self.rotations <= 4:
             raise ValueError(f"`rotations` must be a whole number from 1 to 4; got {self.rotations!r}.")
+        if self.rotation_groups:
+            if self.rotations > 1:
+                raise ValueError("Give `rotations` (equal groups) or `rotation_groups` (their sizes), not both.")
+            if self.dataset != "fashion":
+                raise ValueError(f"`rotation_groups` turns Fashion-MNIST's images; it does not apply to "
+                                 f"{self.dataset!r} (use --dataset fashion).")
+            from ..federated.data._fashion_mnist import _quarter_turns
+
+            _quarter_turns(tuple(self.rotation_groups), 100)  # the loader's check, before any work
         if self.rotations > 1 and self.dataset != "fashion":
             raise ValueError(f"`rotations` turns Fashion-MNIST's images; it does not apply to {self.dataset!r} "
                              "(use --dataset fashion, or leave rotations at 1).")
         if not self.server_lrs or min(self.server_lrs) <= 0:
             raise ValueError(f"`server_lrs` must be positive numbers; got {self.server_lrs}.")
 
+    def plain(self) -> dict:
+        """As :meth:`SuiteConfig.plain`; ``rotation_groups`` only when given, so that results and
+        run folders written before the setting existed keep the same settings."""
+        out = super().plain()
+        if not out["rotation_groups"]:
+            del out["rotation_groups"]
+        return out
+
     @property
     def label(self) -> str:
         if self.dataset == "synthetic":
             return f"Syn({self.rho[0]:g},{self.rho[1]:g})" + (", power-law sizes" if self.sizes == "power_law" else "")
+        if self.dataset == "fashion" and self.rotation_groups:
+            return "Fashion-MNIST, rotated groups of " + "/".join(map(str, self.rotation_groups)) + " clients"
         if self.dataset == "fashion" and self.rotations > 1:
             return f"Fashion-MNIST, {self.rotations} rotations"
         return {"femnist": "FEMNIST", "fashion": "Fashion-MNIST"}[self.dataset]
@@ -186,7 +208,7 @@ def _data(config: FederatedBenchConfig, seed: int):
     else:
         data = load_fashion_mnist(config.data_path, n_clients=100, concentration=0.3,
                                   samples_per_client=config.samples_per_client, seed=seed,
-                                  rotations=config.rotations)
+                                  rotations=tuple(config.rotation_groups) or config.rotations)
     if config.model == "linear":
         return data, FlatModel(lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(
             int(np.prod(data.input_shape)), data.n_classes)), name="logreg")

@@ -68,6 +68,33 @@ def _fashion_file(directory: Path, name: str) -> Path | None:
     return None
 
 
+def _quarter_turns(rotations, n_clients: int) -> list[int]:
+    """Each client's quarter turns: ``k mod r`` for an int r in 1..4, or the index of the client's
+    group for a sequence of group sizes (contiguous blocks of clients)."""
+    if isinstance(rotations, (int, np.integer)) and not isinstance(rotations, bool):
+        if not 1 <= rotations <= 4:
+            raise ValueError(f"`rotations` must be a whole number from 1 to 4 (quarter turns); got {rotations!r}.")
+        return [k % int(rotations) for k in range(n_clients)]
+    if isinstance(rotations, (str, bytes)) or not isinstance(rotations, Sequence):
+        raise ValueError(f"`rotations` must be a whole number from 1 to 4, or a sequence of 1 to 4 group sizes "
+                         f"summing to n_clients (e.g. (10, 20, 30, 40)); got {rotations!r}.")
+    sizes = list(rotations)
+    if not 1 <= len(sizes) <= 4 or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1
+                                       for v in sizes):
+        raise ValueError(f"`rotations` as group sizes must be 1 to 4 positive whole numbers (one group per quarter "
+                         f"turn); got {rotations!r}.")
+    if sum(sizes) != n_clients:
+        raise ValueError(f"The rotation groups {tuple(int(v) for v in sizes)} hold {sum(sizes)} clients, but "
+                         f"n_clients is {n_clients}: give sizes that sum to n_clients.")
+    return [g for g, size in enumerate(sizes) for _ in range(int(size))]
+
+
+def _rotation_label(rotations) -> str:
+    if isinstance(rotations, (int, np.integer)):
+        return f", {rotations} rotations)" if rotations > 1 else ")"
+    return ", rotated groups " + "/".join(str(int(v)) for v in rotations) + ")"
+
+
 def load_fashion_mnist(
     path: str | os.PathLike | None = None,
     *,
@@ -76,7 +103,7 @@ def load_fashion_mnist(
     samples_per_client: int | None = None,
     split: Sequence[float] = (0.6, 0.2, 0.2),
     seed: int = 0,
-    rotations: int = 1,
+    rotations: int | Sequence[int] = 1,
 ) -> FederatedDataset:
     """Fashion-MNIST over ``n_clients`` clients with a Dirichlet(``concentration``) label skew.
 
@@ -100,7 +127,10 @@ def load_fashion_mnist(
             ``90 * (k mod r)`` degrees, so the clients fall into r equal groups that need
             different models (the rotated-image clusters of IFCA's experiments, Ghosh et al.
             2020). ``1`` (default): no rotation; the data are the same for every r but for
-            the turn.
+            the turn. A sequence of 1 to 4 group sizes summing to ``n_clients`` makes groups
+            of those sizes instead: ``(10, 20, 30, 40)`` leaves clients 0-9 as they are and
+            turns clients 10-29 by 90 degrees, 30-59 by 180 and 60-99 by 270 (groups of
+            unequal size).
 
     The official train (60000) and test (10000) images are pooled before splitting, so
     each client's test split follows its own label distribution. Pixels are scaled to
@@ -116,8 +146,7 @@ def load_fashion_mnist(
     if samples_per_client is not None:
         check_positive_int(samples_per_client, name="samples_per_client")
     split = _check_split(split)
-    if isinstance(rotations, bool) or not isinstance(rotations, (int, np.integer)) or not 1 <= rotations <= 4:
-        raise ValueError(f"`rotations` must be a whole number from 1 to 4 (quarter turns); got {rotations!r}.")
+    turns = _quarter_turns(rotations, n_clients)
     x_all, y_all = _read_fashion(path)
     rng = _numpy_rng(seed)
     pool = _pool(len(y_all), n_clients, samples_per_client, rng)
@@ -125,12 +154,12 @@ def load_fashion_mnist(
     clients = []
     for k, part in enumerate(parts):
         idx = pool[part]
-        x = np.rot90(x_all[idx], k % rotations, axes=(1, 2))  # zero turns: the images as they are
+        x = np.rot90(x_all[idx], turns[k], axes=(1, 2))  # zero turns: the images as they are
         clients.append(_client_from_arrays(x[:, None], y_all[idx], split, rng, divisor=255))
     width = len(str(n_clients - 1))
     data = FederatedDataset.from_clients(
         clients,
-        name=f"fashion_mnist(dirichlet {concentration:g}" + (f", {rotations} rotations)" if rotations > 1 else ")"),
+        name=f"fashion_mnist(dirichlet {concentration:g}" + _rotation_label(rotations),
         n_classes=10,
         client_ids=[f"client_{k:0{max(width, 3)}d}" for k in range(n_clients)],
         input_shape=(1, 28, 28),
