@@ -220,7 +220,7 @@ def main(argv=None) -> int:
     parser.add_argument("--table", action="store_true", help="also time the whole Syn(0.5,0.5) table (minutes)")
     parser.add_argument("--quick", action="store_true", help="a few rounds, to a scratch folder (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--only", choices=("loop", "batch"), help="measure this section again and keep the others "
+    parser.add_argument("--only", choices=("loop", "batch", "table"), help="measure this section again and keep the others "
                         "from OUT/run_axis.json")
     args = parser.parse_args(argv)
     rounds = 4 if args.quick else 100
@@ -238,7 +238,7 @@ def main(argv=None) -> int:
                 results["loop"] = measure_loop(baseline / "src", 1 if args.quick else args.repeats, rounds)
             if args.only in (None, "batch"):
                 results["batch"] = measure_batch(rounds)
-            if args.table and not args.quick and not args.only:
+            if (args.table and not args.quick and not args.only) or args.only == "table":
                 results["table"] = measure_table(baseline / "src", Path(scratch))
         finally:
             _remove_worktree(baseline)

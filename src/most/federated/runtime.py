@@ -882,7 +882,8 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
         mu = _per_pair([server.method.prox_mu for server, _ in training], counts)
         local = _sgd(model, torch.cat(starts), train.x, train.y, train.w,
                      [torch.cat([o[e] for o in orders]) for e in range(config.local_epochs)],
-                     batch_size=config.batch_size, lr=lr, prox_mu=mu, max_pairs=4096, rows=torch.cat(cidx))
+                     batch_size=config.batch_size, lr=lr, prox_mu=mu, rows=torch.cat(cidx),
+                     max_pairs=4096 if len(training) == 1 else _BATCH_PAIRS)
         deltas = (torch.cat(starts) - local).split(counts)
     shared["local_training"] = time.perf_counter() - tic
     for (server, state), delta in zip(training, deltas if training else ()):
@@ -902,6 +903,12 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
         state.seconds.update({k: v * share for k, v in shared.items()})
         logs.append(server.log(state, val_acc.get(r)))
     return logs
+
+
+#: the pairs a batch of runs trains at a time: thousands of small models' parameters and batches
+#: at once leave the cache (measured on Syn's logistic model, 5400 pairs: a round 16 % faster in
+#: chunks of 1024 than of 4096, the same numbers); a single run keeps local_train's 4096
+_BATCH_PAIRS = 1024
 
 
 def _per_pair(values: list[float], counts: list[int]) -> float | Tensor:
