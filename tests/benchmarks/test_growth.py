@@ -5,7 +5,6 @@ synthetic results. Timings are not asserted (they are the script's output, not a
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import math
 import subprocess
@@ -14,18 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.benchmarks import script_module
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "benchmarks" / "growth.py"
 
 
-def _module():
-    spec = importlib.util.spec_from_file_location("_growth_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-growth = _module()
+growth = script_module("growth")
 
 
 def _run(*args) -> subprocess.CompletedProcess:

@@ -4,24 +4,16 @@ rounds. Timings are not asserted (they are the script's output, not a property).
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.benchmarks import script_module
+
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "run_axis.py"
 
-
-def _module():
-    spec = importlib.util.spec_from_file_location("_run_axis_under_test", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-run_axis = _module()
+run_axis = script_module("run_axis")
 
 
 def _has_baseline() -> bool:
