@@ -382,13 +382,8 @@ class Problem:
 
         def value_and_jac(theta: Tensor) -> tuple[Tensor, Tensor]:
             if dim < n:
-                def column(e: Tensor) -> tuple[Tensor, Tensor]:
-                    out, tangent = jvp(self._call, (theta,), (e,))
-                    return out.detach(), tangent
-
-                basis = torch.eye(dim, dtype=theta.dtype, device=theta.device)
-                values, columns = vmap(column, randomness="same", chunk_size=min(chunk, dim))(basis)
-                return values[0], columns.T
+                value, columns = _forward_columns(self._call, theta, min(chunk, dim))
+                return value, columns.T
 
             def with_aux(t: Tensor) -> tuple[Tensor, Tensor]:
                 out = self._call(t)
@@ -397,13 +392,7 @@ class Problem:
             jac, value = jacrev(with_aux, has_aux=True, chunk_size=min(chunk, n))(theta)
             return value, jac
 
-        if self.vectorize:
-            with _vmap_errors():
-                values, jac = vmap(value_and_jac, randomness="same")(params)
-        else:
-            pairs = [value_and_jac(p) for p in params]
-            values = torch.stack([v for v, _ in pairs])
-            jac = torch.stack([j for _, j in pairs])
+        values, jac = self._map_models(value_and_jac, params)
         return values.T, jac
 
     def weighted_gradients(self, params: Tensor, weights: Tensor | Callable[[Tensor], Tensor], *,
@@ -451,15 +440,6 @@ class Problem:
         out = values.T, grads
         return (*out, w) if return_weights else out
 
-    def _per_model(self, fn, params: Tensor, other: Tensor) -> tuple[Tensor, Tensor]:
-        """``fn(theta_j, other_j) -> (a, b)`` for every model, stacked: vectorised with ``vmap``
-        (``vectorize=True``) or one model at a time."""
-        if self.vectorize:
-            with _vmap_errors():
-                return vmap(fn, randomness="same")(params, other)
-        pairs = [fn(p, o) for p, o in zip(params, other)]
-        return torch.stack([a for a, _ in pairs]), torch.stack([b for _, b in pairs])
-
     def active_jacobian(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and the gradients of selected objectives only, ``[m, k, dim]``.
 
@@ -485,17 +465,12 @@ class Problem:
             # to the served rows at once; a chunk's passes hold about 2^24 values of n x dim
             # intermediates, as in :meth:`jacobian`
             chunk = max(1, min(dim, 2**24 // (n * dim)))
-            basis = torch.eye(dim, dtype=params.dtype, device=params.device)
 
             def value_and_columns(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-                def column(e: Tensor) -> tuple[Tensor, Tensor]:
-                    out, tangent = jvp(self._call, (theta,), (e,))
-                    return out.detach(), tangent[idx]
+                value, columns = _forward_columns(self._call, theta, chunk, idx)
+                return value, columns.T
 
-                parts = [vmap(column, randomness="same")(basis[s:s + chunk]) for s in range(0, dim, chunk)]
-                return parts[0][0][0], torch.cat([p[1] for p in parts]).T
-
-            values, jac = self._per_model(value_and_columns, params, rows)
+            values, jac = self._map_models(value_and_columns, params, rows)
             return values.T, jac.detach()
 
         # Each pullback needs a length-n cotangent, built inside the map, and its backward pass
@@ -511,7 +486,7 @@ class Problem:
 
             return out.detach(), vmap(row, chunk_size=chunk)(idx)
 
-        values, jac = self._per_model(value_and_rows, params, rows)
+        values, jac = self._map_models(value_and_rows, params, rows)
         return values.T, jac
 
     def active_gradients(self, params: Tensor, rows: Tensor) -> Tensor:
@@ -555,12 +530,13 @@ class Problem:
             values.append(v.detach())
         return torch.stack(values), jac
 
-    def _map_models(self, fn, params: Tensor):
-        """``fn(theta_j)`` for every model, stacked (vectorised unless ``vectorize=False``)."""
+    def _map_models(self, fn, params: Tensor, *per_model: Tensor):
+        """``fn(theta_j, *(a_j for a in per_model))`` for every model, stacked (a tensor, or a
+        tuple of them): vectorised with ``vmap`` (``vectorize=True``) or one model at a time."""
         if self.vectorize:
             with _vmap_errors():
-                return vmap(fn, randomness="same")(params)
-        outs = [fn(theta) for theta in params]
+                return vmap(fn, randomness="same")(params, *per_model)
+        outs = [fn(*args) for args in zip(params, *per_model)]
         if isinstance(outs[0], tuple):
             return tuple(torch.stack(parts) for parts in zip(*outs))
         return torch.stack(outs)
@@ -921,6 +897,20 @@ def _vmap_errors():
                 "`torch.where`."
             ) from exc
         raise
+
+
+def _forward_columns(call: Callable[[Tensor], Tensor], theta: Tensor, chunk: int,
+                     idx: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """``call(theta)`` and its derivatives along every basis vector of the parameters,
+    ``[dim, n]`` (or only the entries ``idx`` of each, ``[dim, k]``): forward mode, ``dim``
+    passes mapped ``chunk`` at a time."""
+    def column(e: Tensor) -> tuple[Tensor, Tensor]:
+        out, tangent = jvp(call, (theta,), (e,))
+        return out.detach(), tangent if idx is None else tangent[idx]
+
+    basis = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
+    values, columns = vmap(column, randomness="same", chunk_size=chunk)(basis)
+    return values[0], columns
 
 
 class _PerObjective:
