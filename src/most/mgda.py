@@ -715,8 +715,9 @@ FLOAT32_TOL = 1e-6
 _TINY_GRAM = 2.0**-500
 
 
-#: Row counts above which, with fewer coordinates than rows, the min-norm problem is solved on
-#: working sets of rows (:func:`_working_set_min_norm`) instead of the full Gramian.
+#: Row counts above which, with fewer coordinates than rows, the min-norm problem is solved
+#: without the full Gramian (:func:`_low_rank_min_norm`, with :func:`_working_set_min_norm` as
+#: its fallback).
 _WORKING_SET_MIN_ROWS = 128
 
 
@@ -817,7 +818,6 @@ def _working_set_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, t
         lam = min_norm(0.5 * (gram + gram.transpose(1, 2)), mask=valid, max_iter=max_iter, tol=tol).weights
     out = torch.zeros(B, k, dtype=rows.dtype, device=rows.device)
     return out.scatter_add_(1, index, lam * valid)
-
 
 
 def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[int, int] | None = None,

@@ -101,14 +101,13 @@ def batch_groups(items: list[tuple[RunSpec, RunFolder]]) -> list[list[tuple[RunS
     """``items`` in groups that can train as one batch (:func:`execute_batch`): in-process
     federated runs with the same data, model and shared settings; every other run alone.
     Groups come in the order of their first run."""
-    from ..federated.runtime import BATCH_SHARED
+    from ..federated.runtime import _batch_key
 
     groups: dict[object, list] = {}
     for k, (run, folder) in enumerate(items):
         key: object = k
         if run.kind == FEDERATED and run.config.get("engine", "in-process") == "in-process":
-            config = run.build_without_data()["config"]
-            key = (_data_key(run), tuple(getattr(config, f) for f in BATCH_SHARED))
+            key = (_data_key(run), _batch_key(run.build_without_data()["config"]))
         groups.setdefault(key, []).append((run, folder))
     return list(groups.values())
 
