@@ -76,6 +76,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ._host import solve_device, to_device, to_host
 from ._validation import as_tensor, check_has_data, check_non_negative, check_positive_int
 from ._warnings import ConvergenceWarning
 
@@ -145,7 +146,7 @@ class MinNormResult:
 
 
 def _compute_device(device: torch.device) -> torch.device:
-    # MPS has no float64: solve on the CPU there (the problem is only n x n).
+    # MPS has no float64: a Jacobian is combined on the CPU there.
     return torch.device("cpu") if device.type == "mps" else device
 
 
@@ -159,9 +160,11 @@ def _real_tensor(value, *, name: str, real: str, shape: str) -> Tensor:
     return t
 
 
+_GRAM_SHAPE = "[n, n] (one problem) or [B, n, n] (a batch of B problems)"
+
+
 def _check_gram(gram) -> Tensor:
-    g = _real_tensor(gram, name="gram", real="a real matrix",
-                     shape="[n, n] (one problem) or [B, n, n] (a batch of B problems)")
+    g = _real_tensor(gram, name="gram", real="a real matrix", shape=_GRAM_SHAPE)
     if g.shape[-1] != g.shape[-2]:
         raise ValueError(f"`gram` must be square in its last two dimensions; got shape {tuple(g.shape)}.")
     if g.shape[-1] == 0:
@@ -564,16 +567,19 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
     >>> float(r.norm_sq)
     0.5
     """
-    g = _check_gram(gram)
+    g = _real_tensor(gram, name="gram", real="a real matrix", shape=_GRAM_SHAPE)
+    out_dtype, out_device = g.dtype, g.device
+    # a small problem on an accelerator is solved on the host: one copy there and one back
+    # instead of a launch and a host read per iteration (most._host)
+    g = _check_gram(g.detach().to(solve_device(out_device, g.numel())))
     max_iter, tol = _resolve_options(max_iter, tol)
     batched = g.ndim == 3
     n = g.shape[-1]
     g3 = g if batched else g.unsqueeze(0)
-    out_dtype, out_device = g.dtype, g.device
     # The solve runs in inference mode (a few hundred tiny operations: autograd's bookkeeping
     # is a fifth of their cost); the outputs are cloned out of it into ordinary tensors.
     with torch.inference_mode():
-        G64 = g3.detach().to(device=_compute_device(out_device), dtype=torch.float64)
+        G64 = g3.to(dtype=torch.float64)
         _check_symmetric(G64, out_dtype)
         _check_diagonal(G64, out_dtype)
         G64 = 0.5 * G64 + 0.5 * G64.transpose(-2, -1)  # (G + Gᵀ) / 2 without overflow at 1e308
@@ -589,8 +595,8 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
             n_it, converged = 0, True
         else:
             lam, norm_sq, n_it, converged = _solve(G64, m, max_iter=max_iter, tol=tol, repair_dtype=out_dtype)
-        lam = lam.to(dtype=out_dtype, device=out_device)
-        norm_sq = norm_sq.to(dtype=out_dtype, device=out_device)
+        lam = to_device(lam.to(dtype=out_dtype), out_device)
+        norm_sq = to_device(norm_sq.to(dtype=out_dtype), out_device)
     lam, norm_sq = lam.clone(), norm_sq.clone()
     if not batched:
         lam, norm_sq = lam[0], norm_sq[0]
@@ -846,6 +852,10 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
         gram = None
     else:
         gram = _gram(rows)
+    norms = sub.norm(dim=-1)
+    small = w64
+    if gram is not None and solve_device(gram.device, gram.numel()) != gram.device:
+        gram, norms, small = to_host([gram, norms, w64])  # the k x k problem on the host, in one copy
     if gram is not None and (not torch.isfinite(gram).all()
                              or bool(gram.diagonal(dim1=-2, dim2=-1).amax() < _TINY_GRAM)):
         # rows of ~1e200 (or ~1e-200): the Gramian of the rows divided by a power of two per problem
@@ -856,20 +866,19 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
                              "try a smaller `lr`.")
         rows = torch.ldexp(rows, -_pow2_scale(rows, (-2, -1))[:, None, None])
         sub = torch.ldexp(sub, -_pow2_scale(sub, (-2, -1))[:, None, None])
-        gram = _gram(rows)
+        gram, norms = (t.to(gram.device) for t in (_gram(rows), sub.norm(dim=-1)))
     if gram is not None:
         gram = 0.5 * (gram + gram.transpose(1, 2))
-    norms = sub.norm(dim=-1)
     if not torch.isfinite(norms).all():  # huge rows with tiny weights: their norms after an exact rescaling
-        norms = torch.ldexp(sub, -_pow2_scale(sub, (-2, -1))[:, None, None]).norm(dim=-1)
+        norms = torch.ldexp(sub, -_pow2_scale(sub, (-2, -1))[:, None, None]).norm(dim=-1).to(norms.device)
     live = norms > ZERO_GRADIENT_RTOL * norms.amax(-1, keepdim=True)
     if tol is None and jacobian.dtype in (torch.float32, torch.float16, torch.bfloat16):
         tol = FLOAT32_TOL
-    mask = (w64 > 0) & live
+    mask = (small > 0) & live
     if gram is None:
         lam = _low_rank_min_norm(rows, mask, max_iter=max_iter, tol=tol)
     else:
-        lam = min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights
+        lam = to_device(min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights, jac64.device)
     direction = torch.einsum("bn,bnd->bd", lam * w64, jac64)
     return (direction.to(dtype=jacobian.dtype, device=jacobian.device),
             lam.to(dtype=jacobian.dtype, device=jacobian.device))

@@ -488,3 +488,46 @@ def test_the_old_spelling_of_federated_most_still_builds_the_same_method_with_a_
         assert made == F.MosT(3, server_lr=2.0, **new), old
     with pytest.warns(DeprecationWarning), pytest.raises(ValueError, match="'min_norm' or 'mean'"):
         F.MosT(3, combine="median")
+
+
+def test_values_per_sample_counts_the_forward_pass_of_linear_and_convolutional_models():
+    from most.federated.models import cnn
+
+    assert fl.logistic_regression(60, 10).values_per_sample((60,)) == 2 * 10  # the logits, twice
+    net = cnn(62, channels=(32, 64))
+    # conv1 32x28x28, conv2 64x14x14, the linear layer's 62 (pooling and ReLU are functional here)
+    assert net.values_per_sample((1, 28, 28)) == 2 * (32 * 28 * 28 + 64 * 14 * 14 + 62)
+    assert net.values_per_sample([1, 28, 28]) == net.values_per_sample((1, 28, 28))
+
+
+def test_evaluation_and_training_in_memory_sized_chunks_give_the_same_numbers(small, monkeypatch):
+    # a budget of a few inputs per chunk splits both the evaluation and the local training of a
+    # small CNN into many pieces: every loss and every trained model is the same as in one piece
+    import most.federated.runtime as rt
+    from most.federated.models import cnn
+
+    model = cnn(3, side=8, channels=(2, 3))
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 6, 1, 8, 8, generator=gen)
+    y = torch.randint(0, 3, (3, 6), generator=gen)
+    w = torch.ones(3, 6)
+    w[2, 4:] = 0
+    padded = Padded(x, y, w, w.sum(1).long())
+    params = model.init(4, gen)
+    keys = rt.batch_orders(w.repeat(4, 1), 1, generator=torch.Generator().manual_seed(1))
+    rows = torch.arange(3).repeat(4)
+    whole_eval = rt._evaluate(model, params, padded, None)
+    whole_train = rt._sgd(model, params.repeat_interleave(3, 0), x, y, w, keys, batch_size=2, lr=0.1, prox_mu=0.0,
+                          max_pairs=4096, rows=rows)
+    monkeypatch.setattr(rt, "_CHUNK_VALUES", 3 * model.values_per_sample((1, 8, 8)))
+    torch.testing.assert_close(rt._evaluate(model, params, padded, None)[0], whole_eval[0], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(rt._sgd(model, params.repeat_interleave(3, 0), x, y, w, keys, batch_size=2, lr=0.1,
+                                       prox_mu=0.0, max_pairs=4096, rows=rows), whole_train, rtol=1e-6, atol=1e-7)
+
+
+def test_a_batch_trains_in_cache_sized_chunks_on_the_cpu_and_in_one_on_an_accelerator():
+    import most.federated.runtime as rt
+
+    assert rt._batch_pairs(torch.device("cpu"), 1) == 4096
+    assert rt._batch_pairs(torch.device("cpu"), 3) == rt._BATCH_PAIRS
+    assert rt._batch_pairs(torch.device("cuda"), 3) > 100_000  # bounded by memory, not by a cache size

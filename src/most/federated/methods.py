@@ -41,6 +41,7 @@ import torch
 from torch import Tensor
 
 from .. import transport
+from .._host import to_device, to_host
 from .._random import derive_seed
 from .._validation import check_bool, check_component, check_non_negative, check_positive, check_positive_int
 from ..methods import (
@@ -75,16 +76,19 @@ def combine_updates(combiner: Combiner, m: int, deltas: Tensor, pair_model: Tens
     (padding has weight 0) and handed to ``combiner``, as the centralised loop hands it the
     served objectives' gradients. A model without pairs gets a zero direction."""
     P, d = deltas.shape
+    # the packing is index arithmetic on ``pair_model``'s device (the host, in the runtime), then
+    # one copy of the indices and one of the weights to the updates' device
     order = torch.sort(pair_model, stable=True).indices  # the pairs of each model, in their order
-    pair_model, deltas, pair_weight = pair_model[order], deltas[order], pair_weight[order]
+    pair_model = pair_model[order]
     count = torch.bincount(pair_model, minlength=m)
     k = max(1, int(count.max())) if P else 1
     start = torch.cumsum(count, 0) - count
-    slot = torch.arange(P, device=deltas.device) - start[pair_model]
+    slot = torch.arange(P, device=pair_model.device) - start[pair_model]
+    order, model_at, slot = to_device(torch.stack([order, pair_model, slot]), deltas.device)
     packed = deltas.new_zeros(m, k, d)
-    packed[pair_model, slot] = deltas
+    packed[model_at, slot] = deltas[order]
     weights = torch.zeros(m, k, dtype=torch.float64, device=deltas.device)
-    weights[pair_model, slot] = pair_weight.to(device=deltas.device, dtype=torch.float64)
+    weights[model_at, slot] = to_device(pair_weight.to(dtype=torch.float64), deltas.device)[order]
     direction, _ = combiner(packed, weights)
     return direction.to(deltas.dtype)
 
@@ -103,14 +107,20 @@ class BoxMinNorm(Combiner):
 
     def __call__(self, jacobian, weights, *, losses=None, params=None):
         m, n, _ = jacobian.shape
+        device = jacobian.device
         direction = jacobian.new_zeros(m, jacobian.shape[-1])
-        lam = torch.zeros(m, n, dtype=jacobian.dtype, device=jacobian.device)
+        lam = torch.zeros(m, n, dtype=jacobian.dtype, device=device)
+        # the models' unit rows and Gram matrices on the rows' device, then the m small QPs on the
+        # host: one read of the active rows and one of the Gram matrices, not one per model
+        (active,) = to_host([weights > 0])
+        units = []
         for j in range(m):
-            rows = torch.nonzero(weights[j] > 0).squeeze(1)
-            if not len(rows):
-                continue
-            u = jacobian[j, rows] / jacobian[j, rows].norm(dim=1, keepdim=True).clamp_min(1e-12)
-            w = min_norm_box(u.double() @ u.double().T, self.eps)
+            rows = to_device(torch.nonzero(active[j]).squeeze(1), device)
+            if len(rows):
+                u = jacobian[j, rows] / jacobian[j, rows].norm(dim=1, keepdim=True).clamp_min(1e-12)
+                units.append((j, rows, u, u.double() @ u.double().T))
+        for (j, rows, u, _), gram in zip(units, to_host([g for *_, g in units])):
+            w = to_device(min_norm_box(gram, self.eps), device)
             direction[j] = (w.to(u)[:, None] * u).sum(0)
             lam[j, rows] = w.to(lam)
         return direction, lam
@@ -356,7 +366,7 @@ class FederatedMethod:
         if self._opt_state is None:
             self._opt_state = self.optimizer.init(params)
         new, self._opt_state = self.optimizer.step(params, direction.to(params), self._opt_state, self.server_lr)
-        return torch.where(self.moved(pair_model, m, round)[:, None], new, params)
+        return torch.where(to_device(self.moved(pair_model, m, round), params.device)[:, None], new, params)
 
     def moved(self, pair_model: Tensor, m: int, round: int) -> Tensor:
         """``[m]``: the models this round's step moves (those with a trained pair)."""

@@ -110,6 +110,37 @@ class FlatModel:
         x = x.reshape(*x.shape[:2], -1) if x.dim() != 3 else x
         return _Affine.apply(theta, x, *self._affine)
 
+    def values_per_sample(self, input_shape: tuple[int, ...]) -> int:
+        """About how many numbers one input of shape ``input_shape`` makes in a forward pass:
+        twice the outputs of the module's leaf submodules (for the functional steps between
+        them), counted once per shape on the meta device (no memory, no arithmetic). The
+        runtime sizes its evaluation and training chunks with it, so a convolutional model is
+        evaluated in pieces that fit where a linear one goes in one."""
+        cache = self.__dict__.setdefault("_values_per_sample", {})
+        shape = tuple(int(v) for v in input_shape)
+        if shape not in cache:
+            total = 0
+
+            def count(_module, _inputs, output):
+                nonlocal total
+                if isinstance(output, Tensor):
+                    total += output.numel()
+
+            leaves = [mod for mod in self._template.modules() if not any(True for _ in mod.children())]
+            hooks = [mod.register_forward_hook(count) for mod in leaves]
+            try:
+                meta = {name: torch.empty(s, device="meta") for name, s in zip(self._names, self._shapes)}
+                meta.update({name: b.to("meta") for name, b in self._buffers.items()})
+                with torch.no_grad():
+                    functional_call(self._template, meta, (torch.empty(1, *shape, device="meta"),))
+            except Exception:  # a module the meta device cannot run: count the inputs alone
+                total = math.prod(shape)
+            finally:
+                for hook in hooks:
+                    hook.remove()
+            cache[shape] = max(1, 2 * total)
+        return cache[shape]
+
     def to_module(self, theta: Tensor) -> nn.Module:
         """A fresh ``nn.Module`` holding ``theta`` (for deployment)."""
         module = self.factory()

@@ -34,6 +34,7 @@ from torch import Tensor
 from torch.func import vmap
 from torch.nn.functional import cross_entropy
 
+from .._host import HOST_SOLVE_MAX, to_device, to_host
 from .._random import derive_seed
 from .._validation import check_bool, check_positive, check_positive_int, check_seed
 from ..checkpoint import Checkpoint, restore_into
@@ -120,7 +121,8 @@ def _evaluate(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | 
     real[0] = True
     padded = not bool(real.all())  # clients of equal sizes have no padding: no selection, no scatter
     xr = flat_x[real] if padded else flat_x
-    outs = [model.batched_logits(params, xr[sl], shared_inputs=True) for sl in _chunks(len(xr), max(1, max_samples))]
+    per_chunk = min(max_samples, _CHUNK_VALUES // (params.shape[0] * model.values_per_sample(x.shape[2:])))
+    outs = [model.batched_logits(params, xr[sl], shared_inputs=True) for sl in _chunks(len(xr), max(1, per_chunk))]
     out_real = torch.cat(outs, 1) if len(outs) > 1 else outs[0]  # [m, R, C]
     if padded:
         logits = out_real.new_zeros(params.shape[0], n * N, out_real.shape[-1])
@@ -216,7 +218,8 @@ def batch_orders(w: Tensor, epochs: int, *, generator: torch.Generator | None = 
 
 
 def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys: list[Tensor], *, batch_size: int,
-         lr: float | Tensor, prox_mu: float | Tensor, max_pairs: int, rows: Tensor | None = None) -> Tensor:
+         lr: float | Tensor, prox_mu: float | Tensor, max_pairs: int, rows: Tensor | None = None,
+         sizes: Tensor | None = None) -> Tensor:
     """Mini-batch SGD of P pairs, one epoch per entry of ``keys`` (:func:`batch_orders`).
 
     ``x, y, w`` hold the data of the pairs' clients, ``rows [P]`` naming each pair's row (None:
@@ -224,37 +227,41 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
     ``prox_mu`` are numbers, or ``[P]`` tensors (one per pair: runs with different settings
     trained together). Each step is one forward pass of the pairs that still have samples and
     one reverse pass of the sum of their losses: pair p's loss depends only on its own
-    parameters, so the gradient of the sum is every pair's own gradient."""
+    parameters, so the gradient of the sum is every pair's own gradient. ``sizes [P]``, each
+    pair's number of samples on the host (None: read from ``w``), plans the steps without a
+    read from the device."""
     def loss(theta, xb, yb, wb):  # the sum over pairs of each pair's mean loss
         logits = model.batched_logits(theta, xb)
         ce = cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view(yb.shape)
         return ((ce * wb).sum(1) / wb.sum(1).clamp_min(1.0)).sum()
 
-    P = params.shape[0]
+    P, device = params.shape[0], params.device
     rows = torch.arange(P, device=w.device) if rows is None else rows.to(w.device)
-    mu = prox_mu.to(params) if isinstance(prox_mu, Tensor) else torch.full((P,), float(prox_mu)).to(params)
-    step = lr.to(params)[:, None] if isinstance(lr, Tensor) else lr
-    sample_counts = w.sum(1)
+    # the step plan (sizes, order, FedProx's pairs) is host work: no read from the device per chunk
+    sizes = (w.sum(1)[rows] if sizes is None else sizes).cpu()
+    mu = (prox_mu if isinstance(prox_mu, Tensor) else torch.full((P,), float(prox_mu))).cpu().to(params.dtype)
+    step = to_device(lr.to(params.dtype), device)[:, None] if isinstance(lr, Tensor) else lr
     n_samples = w.shape[1]
+    max_pairs = max(1, min(max_pairs, _CHUNK_VALUES // (batch_size * model.values_per_sample(x.shape[2:]))))
     flat = [v.reshape(v.shape[0] * n_samples, *v.shape[2:]) for v in (x, y, w)]  # a sample per row
     out = []
     with torch.enable_grad():
         for sl in _chunks(P, max_pairs):
             # pairs by size, largest first: the pairs still stepping at step s are a prefix (one
             # host read of the sizes per call, none per step), so a step costs only its active pairs
-            sizes = sample_counts[rows[sl]]
-            perm = sizes.argsort(descending=True, stable=True)
-            counts = sizes[perm].long().tolist()
+            perm_host = sizes[sl].argsort(descending=True, stable=True)
+            counts = sizes[sl][perm_host].long().tolist()
             left = [-c for c in counts]  # ascending, for bisect
+            perm = to_device(perm_host, device)
             theta, anchor = params[sl][perm].detach().clone(), params[sl][perm].detach()
             pair_rows = rows[sl][perm][:, None]
             lr_sl = step[sl][perm] if isinstance(step, Tensor) else step
             # FedProx's mu/2 ||theta - anchor||^2 adds mu (theta - anchor) to the gradient (the
             # numbers autograd forms), only where mu > 0
-            mu_sl = mu[sl][perm]
-            prox = mu_sl.nonzero().squeeze(1)
-            prox_at = prox.tolist()
-            prox_mu = mu_sl[prox][:, None]
+            mu_sl = mu[sl][perm_host]
+            prox_host = mu_sl.nonzero().squeeze(1)
+            prox_at = prox_host.tolist()
+            prox, prox_mu = to_device(prox_host, device), to_device(mu_sl[prox_host][:, None], device)
             n_steps = math.ceil(counts[0] / batch_size)
             for epoch_keys in keys:
                 order = epoch_keys[sl][perm].argsort(1)
@@ -731,6 +738,7 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
         train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
         train.counts.clamp(max=config.loss_samples))
     servers = [Server(method, model, cfg, train.counts.cpu(), device=device) for method, cfg in runs]
+    host_w = train.w.cpu()
     starts = [_resume(server, dataset, cfg, ck) for server, (_, cfg), ck in zip(servers, runs, checkpoints)]
     first = min(starts)
     label = description or (type(runs[0][0]).__name__ if len(runs) == 1 else f"{len(runs)} runs")
@@ -742,7 +750,7 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
         if not active:
             break
         now: dict[int, Exception] | None = {} if errors == "return" else None
-        logs = _round([servers[r] for r in active], t, model, train, probe, val, dataset.client_ids, now)
+        logs = _round([servers[r] for r in active], t, model, train, probe, val, dataset.client_ids, now, host_w)
         failed.update({active[i]: exc for i, exc in (now or {}).items()})
         if progress and any(log is not None for log in logs):
             bar.set_postfix(_postfix([log for log in logs if log is not None]), refresh=False)
@@ -852,18 +860,27 @@ def _evaluate_runs(model: FlatModel, params: list[Tensor], data: Padded, clients
 
 
 def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe: Padded, val: Padded,
-           client_ids, failures: dict[int, Exception] | None = None) -> list[RoundLog | None]:
+           client_ids, failures: dict[int, Exception] | None = None, host_w: Tensor | None = None
+           ) -> list[RoundLog | None]:
     """One round of every run in ``servers`` in this process: every client answers, and the
     pairs of all runs train at once. Each run draws from its own generator, in the order a run
     alone draws (clients, plan, batch orders). With ``failures`` (a dict), a run whose plan
     fails (diverged losses) is recorded there by its index and left out of the round (its log
-    is None); without, the error is raised."""
+    is None); without, the error is raised. ``host_w`` is ``train.w`` on the CPU (copied here if
+    None).
+
+    On an accelerator the models, the data, local training and evaluation stay on the device;
+    the plans, the combination weights and the random draws are small host work (the losses
+    come to the host in one copy per round, the pairs' indices go to the device without waiting
+    for its queue)."""
     shared: dict[str, float] = {}
     device, share = servers[0].params.device, 1.0 / len(servers)
     tic = time.perf_counter()
-    sampled = [server.sample(t).to(device) for server in servers]
-    full = [None if len(c) == probe.n_clients else c for c in sampled]  # every client: no gather
+    sampled = [server.sample(t) for server in servers]  # on the host, as the plans are
+    full = [None if len(c) == probe.n_clients else to_device(c, device) for c in sampled]  # every client: no gather
     losses = [loss for loss, _ in _evaluate_runs(model, [s.params for s in servers], probe, full, accuracy=False)]
+    if sum(loss.numel() for loss in losses) <= HOST_SOLVE_MAX * len(losses):
+        losses = to_host(losses)  # every run's n x m losses in one copy: the plans are small host work
     shared["evaluate"] = time.perf_counter() - tic
     states: list[RoundState | None] = []
     for i, (server, c, loss) in enumerate(zip(servers, sampled, losses)):
@@ -879,17 +896,19 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     config = servers[0].config
     training = [(server, state) for server, state in zip(servers, states) if state is not None and not state.skipped]
     if training:
-        cidx = [state.pair_clients.to(device) for _, state in training]
-        starts = [server.params[state.pair_model] for server, state in training]
-        orders = [batch_orders(train.w[c], config.local_epochs, generator=server.generator,
+        w_host = train.w.cpu() if host_w is None else host_w
+        cidx = [state.pair_clients.to(w_host.device) for _, state in training]
+        starts = [server.params[to_device(state.pair_model, device)] for server, state in training]
+        # the batch orders are drawn on the host (a CPU generator) and moved in one copy per epoch
+        orders = [batch_orders(w_host[c], config.local_epochs, generator=server.generator,
                                seeds=server.pair_seeds(state)) for c, (server, state) in zip(cidx, training)]
         counts = [len(c) for c in cidx]
         lr = _per_pair([server.config.lr for server, _ in training], counts)
         mu = _per_pair([server.method.prox_mu for server, _ in training], counts)
         local = _sgd(model, torch.cat(starts), train.x, train.y, train.w,
-                     [torch.cat([o[e] for o in orders]) for e in range(config.local_epochs)],
-                     batch_size=config.batch_size, lr=lr, prox_mu=mu, rows=torch.cat(cidx),
-                     max_pairs=4096 if len(training) == 1 else _BATCH_PAIRS)
+                     [to_device(torch.cat([o[e] for o in orders]), device) for e in range(config.local_epochs)],
+                     batch_size=config.batch_size, lr=lr, prox_mu=mu, rows=to_device(torch.cat(cidx), device),
+                     max_pairs=_batch_pairs(device, len(training)), sizes=w_host.sum(1)[torch.cat(cidx)])
         deltas = (torch.cat(starts) - local).split(counts)
     shared["local_training"] = time.perf_counter() - tic
     for (server, state), delta in zip(training, deltas if training else ()):
@@ -900,7 +919,8 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     val_acc: dict[int, float] = {}
     if due:
         scores = _evaluate_runs(model, [servers[r].params for r in due], val, [None] * len(due))
-        val_acc = {r: float(acc.max(1).values.nanmean()) for r, (_, acc) in zip(due, scores)}
+        means = torch.stack([acc.max(1).values.nanmean() for _, acc in scores]).tolist()  # one host read
+        val_acc = dict(zip(due, means))
     logs = []
     for r, (server, state) in enumerate(zip(servers, states)):
         if state is None:
@@ -911,10 +931,25 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     return logs
 
 
+#: the numbers (about) that one chunk of evaluation or training makes in its forward pass
+#: (:meth:`FlatModel.values_per_sample`): the paper's CNN evaluates five models on about 1400
+#: inputs at a time and trains about 350 pairs at a time; a linear model is not split by it
+_CHUNK_VALUES = 2 ** 29
+
 #: the pairs a batch of runs trains at a time: thousands of small models' parameters and batches
 #: at once leave the cache (measured on Syn's logistic model, 5400 pairs: a round 16 % faster in
 #: chunks of 1024 than of 4096, the same numbers); a single run keeps local_train's 4096
 _BATCH_PAIRS = 1024
+
+
+def _batch_pairs(device: torch.device, runs: int) -> int:
+    """The pairs trained together: on the CPU a single run's 4096 and a batch's
+    :data:`_BATCH_PAIRS` (cache-sized chunks); on an accelerator as many as memory allows
+    (:data:`_CHUNK_VALUES`), since each chunk repeats every step's launches (on an H100 a
+    seed's batch of the Syn table trained in chunks of 1024 pairs is launch-bound)."""
+    if device.type != "cpu":
+        return 1 << 20
+    return 4096 if runs == 1 else _BATCH_PAIRS
 
 
 def _per_pair(values: list[float], counts: list[int]) -> float | Tensor:

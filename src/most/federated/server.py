@@ -168,8 +168,9 @@ class Server:
             cidx = state.clients[pair_client.cpu()]
             weight = self.method.pair_weights(state.weights[pair_model, pair_client],
                                               self.counts[cidx].to(state.weights.device), state.round)
-            params = self.method.aggregate(self.params, deltas.to(self.params), pair_model.to(self.params.device),
-                                           weight, round=state.round)
+            # the pairs' models and weights stay where the plan was made (the host, for a small
+            # plan): the combination moves what it needs to the device in one go
+            params = self.method.aggregate(self.params, deltas.to(self.params), pair_model, weight, round=state.round)
             self.params = params.to(self.params.dtype)
         state.seconds["aggregate"] = time.perf_counter() - tic
         return self.params
