@@ -196,6 +196,20 @@ def test_kmeanspp_seeding_puts_models_at_objective_minimisers_in_different_group
     assert (first[0] < 1e-10).all()  # every model sits on an objective's minimiser at round 0
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_kmeanspp_seeding_and_sum_of_minimum_run_on_a_gpu_as_on_the_cpu():
+    # the run's generator is a CPU generator: the seeding's draws stay on the host wherever the
+    # models live, so a problem on the GPU picks the same objectives as on the CPU
+    centres = 3.0 * torch.randn(40, 4, generator=torch.Generator().manual_seed(0), dtype=D64)
+    results = {}
+    for device in ("cpu", "cuda"):
+        c = centres.to(device)
+        problem = most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1), dim=4, n_objectives=40,
+                                             init=lambda m, g: torch.randn(m, 4, generator=g, dtype=D64).to(device))
+        results[device] = SumOfMinimum(n_models=3, rounds=5, lr=0.1, seed=1).fit(problem)
+    torch.testing.assert_close(results["cuda"].params.cpu(), results["cpu"].params, rtol=1e-9, atol=1e-9)
+
+
 # ====================================================================== recovery
 def test_som_lloyd_and_most_recover_well_separated_mixed_regression_models():
     # Noise 0.1, no individual perturbation: 3 ground-truth models in d = 5, pairwise >= 3 apart.

@@ -395,7 +395,8 @@ def kmeanspp_seeding(problem: Problem, n_models: int, generator: torch.Generator
         weight = jac.to(torch.float64).pow(2).sum(-1).min(0).values  # [n]
         if not torch.isfinite(weight).all() or float(weight.sum()) <= 0:
             weight = torch.ones(n, dtype=torch.float64)
-        i = int(torch.multinomial(weight / weight.sum(), 1, generator=generator))
+        # drawn on the host: the generator is a CPU generator wherever the models live
+        i = int(torch.multinomial((weight / weight.sum()).cpu(), 1, generator=generator))
         chosen.append(_minimise_one(problem, i, start, steps, lr))
     return torch.stack(chosen)
 
