@@ -80,6 +80,8 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "performance" / "growth.json"
 DEFAULT_MARKDOWN = ROOT / "benchmarks" / "results" / "performance.md"
 START_MARK = "<!-- growth:start -->"
 END_MARK = "<!-- growth:end -->"
+GPU_START_MARK = "<!-- growth-cuda:start -->"
+GPU_END_MARK = "<!-- growth-cuda:end -->"
 
 #: Short keys (for ``--methods``) -> the names in the tables.
 METHODS = {
@@ -198,8 +200,11 @@ def growth_case(case: dict[str, Any], report=None) -> dict[str, Any]:
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         tic = time.perf_counter()
-        c = 3.0 * torch.randn(n, d, generator=torch.Generator().manual_seed(seed))
-        problem = most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1), dim=d, n_objectives=n)
+        device = torch.device(case.get("device", "cpu"))
+        c = (3.0 * torch.randn(n, d, generator=torch.Generator().manual_seed(seed))).to(device)
+        # on a GPU the models start where they would on the CPU (the default init's draws) and live there
+        init = None if device.type == "cpu" else (lambda k, g: torch.randn(k, d, generator=g).to(device))
+        problem = most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1), dim=d, n_objectives=n, init=init)
         build_s = time.perf_counter() - tic
         if report is not None:
             report({"reached": "warm-up", "build_s": build_s})
@@ -217,8 +222,12 @@ def growth_case(case: dict[str, Any], report=None) -> dict[str, Any]:
 
         ends: list[float] = []
         method = make_method(name, used, m, seed)
+        sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
         start = time.perf_counter()
-        result = method.fit(problem, callback=lambda record, params: ends.append(time.perf_counter()))
+        result = method.fit(problem, callback=lambda record, params: (sync(), ends.append(time.perf_counter())))
+        sync()
         end = time.perf_counter()
         caught = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w in seen})
     row = round_stats(start, ends, result.history, end)
@@ -233,6 +242,8 @@ def growth_case(case: dict[str, Any], report=None) -> dict[str, Any]:
         rss_start_mib=rss_start,
         peak_above_start_mib=None if rss_start is None else max(0.0, peak_mib - rss_start),
         mean_best_loss=float(result.best_losses().double().mean()),
+        device=str(device),
+        device_peak_mib=torch.cuda.max_memory_allocated() / 2 ** 20 if device.type == "cuda" else None,
         warnings=caught,
     )
     return row
@@ -267,11 +278,15 @@ def _context() -> "ForkServerContext":
     return _CTX
 
 
+#: where the cases' problems and models live (``--device``)
+DEVICE = "cpu"
+
+
 def run_case(case: dict[str, Any], timeout: float) -> dict[str, Any]:
     """Runs :func:`growth_case` in a fresh child process with a wall-clock ``timeout`` (seconds)."""
     ctx = _context()
     start = time.time()
-    case = dict(case, deadline=start + timeout)
+    case = dict(case, deadline=start + timeout, device=DEVICE)
     recv, send = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=_case_child, args=(case, send), daemon=True)
     proc.start()
@@ -487,14 +502,27 @@ def machine_line(mach: dict[str, Any]) -> str:
             f"torch {mach.get('torch')}, Python {mach.get('python')}; {mach.get('date')}; load average at start {load}.")
 
 
+def _on_gpu(results: dict[str, Any]) -> bool:
+    return str(results.get("settings", {}).get("device", "cpu")).startswith("cuda")
+
+
+def markers(results: dict[str, Any]) -> tuple[str, str]:
+    """The section's markers: the CPU grid's, or the GPU columns' (``--device cuda``)."""
+    return (GPU_START_MARK, GPU_END_MARK) if _on_gpu(results) else (START_MARK, END_MARK)
+
+
 def render_section(results: dict[str, Any]) -> str:
     """The markdown section (without the markers)."""
     rows = [dict(r) for r in results.get("cases", [])]
+    gpu = _on_gpu(results)
+    if gpu:  # the memory that matters is the GPU's
+        for r in rows:
+            r["peak_mib"] = r.get("device_peak_mib")
     add_ratios(rows)
     s = results.get("settings", {})
     m, base_n, base_d = s.get("m", M), s.get("base_n", BASE_N), s.get("base_d", BASE_D)
     starts = [r["rss_start_mib"] for r in rows if r.get("status") == "ok" and r.get("rss_start_mib")]
-    out = ["## Growth with n and d", "",
+    out = ["## Growth with n and d" + (" on a GPU" if gpu else ""), "",
            f"Command: `{results.get('command', COMMAND)}`" + (" (quick mode: a smoke test)" if s.get("quick") else ""),
            "", machine_line(results.get("machine", {})), "",
            f"Quadratic objectives ‖θ − c_i‖², c_i ~ N(0, 3²) in R^d, from `most.Problem.from_function`; m = {m} "
@@ -502,9 +530,11 @@ def render_section(results: dict[str, Any]) -> str:
            f"warm-up, then {s.get('rounds', DEFAULT_ROUNDS)} timed rounds. s/round = median of rounds 2..R; "
            "× TCH-Set = s/round over TCH-Set's in the same case; setup s = first round (from the start of `fit`: "
            "seeding and other one-off costs) minus the median round; phase shares of rounds 2..R from "
-           "`RoundRecord` (other = updates, re-seeding, bookkeeping); peak MiB = peak RSS of the child"
-           + (f" (about {sig3(statistics.median(starts))} MiB of it is torch and the library at start)" if starts
-              else "") + f"; timeout {sig3(s.get('timeout_s'))} s per case, larger sizes of a method skipped "
+           "`RoundRecord` (other = updates, re-seeding, bookkeeping); "
+           + ("peak MiB = the GPU memory allocated at the peak of the timed run (`torch.cuda.max_memory_allocated`)"
+              if gpu else "peak MiB = peak RSS of the child"
+              + (f" (about {sig3(statistics.median(starts))} MiB of it is torch and the library at start)" if starts
+                 else "")) + f"; timeout {sig3(s.get('timeout_s'))} s per case, larger sizes of a method skipped "
            "after it. Raw numbers: `" + results.get("out", "benchmarks/results/performance/growth.json")
            + "`; figure: the `.png` next to it.", "",
            f"### By n (d = {base_d:,})", "", *_table(rows, "n"), "",
@@ -523,7 +553,7 @@ def render_section(results: dict[str, Any]) -> str:
     for t in targets(results):
         met = t["met"] if t["met"] != "no" else "**no**"
         out.append(f"| {t['target']} | {t['measured']} | {t['limit']} | {met} |")
-    out += ["", READING]
+    out += ["", READING] + (["", results["note"]] if results.get("note") else [])
     return "\n".join(out) + "\n"
 
 
@@ -554,8 +584,10 @@ def _atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def write_section(path: Path, section: str) -> None:
-    """Puts ``section`` between the growth markers of ``path`` (appended with the markers if absent)."""
+def write_section(path: Path, section: str, marks: tuple[str, str] = (START_MARK, END_MARK)) -> None:
+    """Puts ``section`` between the growth markers ``marks`` of ``path`` (appended with the
+    markers if absent)."""
+    START_MARK, END_MARK = marks  # noqa: N806 (the module's names, for this section)
     text = path.read_text(encoding="utf-8") if path.exists() else ""
     block = f"{START_MARK}\n{section.rstrip()}\n{END_MARK}"
     i, j = text.find(START_MARK), text.find(END_MARK)
@@ -675,7 +707,12 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"fresh interpreters per import (default {IMPORT_REPEATS}; {QUICK_IMPORT_REPEATS} "
                         "with --quick; 0: skip)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="cpu",
+                        help="where the problems and models live (cuda: the GPU columns; write them to another --out "
+                        "with --no-markdown)")
     args = parser.parse_args(argv)
+    global DEVICE
+    DEVICE = args.device
     figure = args.figure or args.out.with_suffix(".png")
 
     if args.render:
@@ -683,7 +720,7 @@ def main(argv: list[str] | None = None) -> int:
         add_ratios(results.get("cases", []))
         plot(results, figure)
         if not args.no_markdown:
-            write_section(args.markdown, render_section(results))
+            write_section(args.markdown, render_section(results), markers(results))
         return 0
 
     unknown = [k for k in args.methods if k not in METHODS]
@@ -712,6 +749,7 @@ def main(argv: list[str] | None = None) -> int:
         "settings": {"quick": q, "ns": ns, "ds": ds, "base_n": args.base_n, "base_d": args.base_d, "m": args.m,
                      "lr": LR, "seed": args.seed, "rounds": rounds, "warmup_rounds": WARMUP_ROUNDS,
                      "min_rounds": MIN_ROUNDS, "timeout_s": timeout, "methods": methods, "extra": extra,
+                     "device": args.device,
                      "import_repeats": repeats},
     }
     log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731
@@ -732,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
     plot(results, figure)
     section = render_section(results)
     if not args.no_markdown:
-        write_section(args.markdown, section)
+        write_section(args.markdown, section, markers(results))
     print(section)
     log(f"wrote {args.out} and {figure}" + ("" if args.no_markdown else f" and {args.markdown}")
         + f" in {results['seconds']:.1f} s")
