@@ -49,6 +49,14 @@ only what lies between them is replaced). Usage, from the repository root::
     .venv/bin/python benchmarks/growth.py --quick --out /tmp/growth_quick.json --no-markdown
     .venv/bin/python benchmarks/growth.py --render        # growth.png and the section again from the JSON
 
+``--device cuda`` puts each case's problem and models on the GPU (round times synchronised, peak
+memory the GPU's) and writes the section "Growth with n and d on a GPU" between
+``<!-- growth-cuda:start -->`` and ``<!-- growth-cuda:end -->`` instead::
+
+    python benchmarks/growth.py --device cuda --rounds 5 --timeout 25 --import-repeats 0 \
+        --out benchmarks/results/performance/growth_cuda.json --no-markdown
+    python benchmarks/growth.py --render --out benchmarks/results/performance/growth_cuda.json
+
 ``--quick`` runs n ≤ 1000, d ≤ 1000, R = 3, a 20 s timeout, 2 import repeats and the extra case at
 n = 1000 (a smoke test: the targets at larger sizes then read "not measured").
 """
