@@ -37,7 +37,7 @@ from .problem import Problem
 from .seeding import KMeansSeeding, Reseed
 from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, run
 from .selection import ModelCountSelection, choose_n_models
-from .selection import ModelCountSelection, choose_n_models
+from ._threads import get_threads, set_threads
 from . import baselines, metrics, optim, problems, variants
 
 __version__ = "0.1.0"
@@ -54,7 +54,6 @@ __all__ = [
     "MGDA",
     "MinNorm",
     "ModelCountSelection",
-    "ModelCountSelection",
     "ModelsSelectObjectives",
     "MosT",
     "ObjectivesSelectModels",
@@ -68,11 +67,12 @@ __all__ = [
     "WeightedSum",
     "baselines",
     "choose_n_models",
-    "choose_n_models",
+    "get_threads",
     "mgda",
     "optim",
     "problems",
     "run",
+    "set_threads",
     "transport",
     "variants",
 ]

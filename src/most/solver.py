@@ -32,6 +32,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from ._threads import threads_for
 from ._validation import check_positive, check_positive_int, check_seed
 from .checkpoint import Checkpoint, restore_into
 from .methods import (
@@ -182,44 +183,46 @@ def run(
     check_positive_int(inner_steps, name="inner_steps")
     check_positive(lr, name="lr")
     seed = check_seed(seed)
-    n, m = problem.n_objectives, n_models
-    generator = torch.Generator().manual_seed(seed)
-    optimizer = SGD() if optimizer is None else optimizer
-    params = problem.initial_params(m, generator)
-    if not torch.isfinite(params).all():
-        raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
-    if seeding is not None:  # the objectives are checked where the user's errors show first
-        _check_finite(_first_losses(problem, params), None, problem, 0, None)
-        params = seeding(problem, m, generator, lr=lr, optimizer=optimizer, run_steps=rounds * inner_steps)
-    assignment.reset(n, m, generator)
-    if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
-        combiner = combiner.resolve(problem.coordinates)
-    loop = _Loop(problem, m, rounds, inner_steps, lr, assignment, weighting, combiner, optimizer,
-                 params=params, opt_state=optimizer.init(params), reseed=reseed, generator=generator)
-    settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
-                    optimizer=optimizer, **loop.components)
-    if seeding is not None or reseed is not None:  # older checkpoints (without these) keep resuming
-        settings.update(seeding=seeding, reseed=reseed)
-    start = 0
-    state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
-    if state is not None:
-        start = loop.restore(state, generator)
-    bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start, total=rounds)
-    for t in bar:
-        record = loop.round(t, first=t == start)
-        if progress:
-            best = record.losses.min(1).values.mean()
-            sparsity = float((record.plan <= 1e-12).float().mean())
-            bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
-        if callback is not None:
-            callback(record, loop.params)
-        if checkpoint is not None and checkpoint.due(t, rounds):
-            checkpoint.save(loop.state(t + 1), generator, settings=settings)
+    # one torch thread for small problems, torch's count for large ones (most.set_threads)
+    with threads_for(n_models * problem.n_objectives * problem.dim):
+        n, m = problem.n_objectives, n_models
+        generator = torch.Generator().manual_seed(seed)
+        optimizer = SGD() if optimizer is None else optimizer
+        params = problem.initial_params(m, generator)
+        if not torch.isfinite(params).all():
+            raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
+        if seeding is not None:  # the objectives are checked where the user's errors show first
+            _check_finite(_first_losses(problem, params), None, problem, 0, None)
+            params = seeding(problem, m, generator, lr=lr, optimizer=optimizer, run_steps=rounds * inner_steps)
+        assignment.reset(n, m, generator)
+        if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
+            combiner = combiner.resolve(problem.coordinates)
+        loop = _Loop(problem, m, rounds, inner_steps, lr, assignment, weighting, combiner, optimizer,
+                     params=params, opt_state=optimizer.init(params), reseed=reseed, generator=generator)
+        settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
+                        optimizer=optimizer, **loop.components)
+        if seeding is not None or reseed is not None:  # older checkpoints (without these) keep resuming
+            settings.update(seeding=seeding, reseed=reseed)
+        start = 0
+        state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
+        if state is not None:
+            start = loop.restore(state, generator)
+        bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start, total=rounds)
+        for t in bar:
+            record = loop.round(t, first=t == start)
+            if progress:
+                best = record.losses.min(1).values.mean()
+                sparsity = float((record.plan <= 1e-12).float().mean())
+                bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
+            if callback is not None:
+                callback(record, loop.params)
+            if checkpoint is not None and checkpoint.due(t, rounds):
+                checkpoint.save(loop.state(t + 1), generator, settings=settings)
 
-    final = problem.loss_matrix(loop.params)
-    _check_finite(final, None, problem, rounds, None)
-    return Result(params=loop.params.detach(), assignment=loop.plan.detach(), losses=final, history=loop.history,
-                  problem=problem)
+        final = problem.loss_matrix(loop.params)
+        _check_finite(final, None, problem, rounds, None)
+        return Result(params=loop.params.detach(), assignment=loop.plan.detach(), losses=final, history=loop.history,
+                      problem=problem)
 
 
 def _first_losses(problem: Problem, params: Tensor, *, jacobian: bool = False):

@@ -36,6 +36,7 @@ from torch.nn.functional import cross_entropy
 
 from .._host import HOST_SOLVE_MAX, to_device, to_host
 from .._random import derive_seed
+from .._threads import threads_for
 from .._validation import check_bool, check_positive, check_positive_int, check_seed
 from ..checkpoint import Checkpoint, restore_into
 from .data import FederatedDataset
@@ -733,37 +734,41 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
     _check_batch_shares(runs)
     config = runs[0][1]
     device = torch.device(config.device or "cpu")
-    train, val, test = (_to(pad_split(dataset, s), device) for s in ("train", "val", "test"))
-    probe = train if config.loss_samples is None else Padded(
-        train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
-        train.counts.clamp(max=config.loss_samples))
-    servers = [Server(method, model, cfg, train.counts.cpu(), device=device) for method, cfg in runs]
-    host_w = train.w.cpu()
-    starts = [_resume(server, dataset, cfg, ck) for server, (_, cfg), ck in zip(servers, runs, checkpoints)]
-    first = min(starts)
-    label = description or (type(runs[0][0]).__name__ if len(runs) == 1 else f"{len(runs)} runs")
-    bar = tqdm(range(first, config.rounds), desc=label, disable=not progress, leave=False, initial=first,
-               total=config.rounds)
-    failed: dict[int, Exception] = {}
-    for t in bar:
-        active = [r for r, start in enumerate(starts) if start <= t and r not in failed]
-        if not active:
-            break
-        now: dict[int, Exception] | None = {} if errors == "return" else None
-        logs = _round([servers[r] for r in active], t, model, train, probe, val, dataset.client_ids, now, host_w)
-        failed.update({active[i]: exc for i, exc in (now or {}).items()})
-        if progress and any(log is not None for log in logs):
-            bar.set_postfix(_postfix([log for log in logs if log is not None]), refresh=False)
-        for r, log in zip(active, logs):
-            if log is None:
-                continue
-            if callback is not None:
-                callback(r, log, servers[r].params)
-            if checkpoints[r] is not None and checkpoints[r].due(t, config.rounds):
-                checkpoints[r].save(servers[r].state(t + 1), servers[r].generator,
-                                    settings=_settings(servers[r], dataset, runs[r][1]))
-    return [failed[r] if r in failed else _final(server, dataset, model, train, val, test)
-            for r, server in enumerate(servers)]
+    # one torch thread when a local step is small work, torch's count otherwise (most.set_threads)
+    pairs = min(sum(dataset.n_clients * method.n_models for method, _ in runs), _batch_pairs(device, len(runs)))
+    work = pairs * config.batch_size * max(model.dim, model.values_per_sample(dataset.input_shape))
+    with threads_for(work):
+        train, val, test = (_to(pad_split(dataset, s), device) for s in ("train", "val", "test"))
+        probe = train if config.loss_samples is None else Padded(
+            train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
+            train.counts.clamp(max=config.loss_samples))
+        servers = [Server(method, model, cfg, train.counts.cpu(), device=device) for method, cfg in runs]
+        host_w = train.w.cpu()
+        starts = [_resume(server, dataset, cfg, ck) for server, (_, cfg), ck in zip(servers, runs, checkpoints)]
+        first = min(starts)
+        label = description or (type(runs[0][0]).__name__ if len(runs) == 1 else f"{len(runs)} runs")
+        bar = tqdm(range(first, config.rounds), desc=label, disable=not progress, leave=False, initial=first,
+                   total=config.rounds)
+        failed: dict[int, Exception] = {}
+        for t in bar:
+            active = [r for r, start in enumerate(starts) if start <= t and r not in failed]
+            if not active:
+                break
+            now: dict[int, Exception] | None = {} if errors == "return" else None
+            logs = _round([servers[r] for r in active], t, model, train, probe, val, dataset.client_ids, now, host_w)
+            failed.update({active[i]: exc for i, exc in (now or {}).items()})
+            if progress and any(log is not None for log in logs):
+                bar.set_postfix(_postfix([log for log in logs if log is not None]), refresh=False)
+            for r, log in zip(active, logs):
+                if log is None:
+                    continue
+                if callback is not None:
+                    callback(r, log, servers[r].params)
+                if checkpoints[r] is not None and checkpoints[r].due(t, config.rounds):
+                    checkpoints[r].save(servers[r].state(t + 1), servers[r].generator,
+                                        settings=_settings(servers[r], dataset, runs[r][1]))
+        return [failed[r] if r in failed else _final(server, dataset, model, train, val, test)
+                for r, server in enumerate(servers)]
 
 
 def batch_groups(runs) -> list[list[int]]:
