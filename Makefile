@@ -4,7 +4,7 @@
 #
 # torch is installed first and pinned (constraints.txt) so that resolving the other
 # dependencies can never replace it with a different build. `make test` adds the Flower
-# and soft-prompt extras (most[flower], most[prompts]), whose tests are part of the suite.
+# and soft-prompt extras (most-transport[flower], most-transport[prompts]), whose tests are part of the suite.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -14,7 +14,7 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.installed
 EXTRAS := $(VENV)/.installed-extras
 
-.PHONY: install demo test perf data clean docs growth run-axis
+.PHONY: install demo test perf data clean docs growth run-axis package
 
 install: $(EXTRAS)
 
@@ -64,6 +64,21 @@ growth: $(STAMP)
 run-axis: $(STAMP)
 	$(PY) benchmarks/run_axis.py --table
 
+# The package as a user gets it: the wheel and sdist into dist/ (checked: no test files, the
+# py.typed marker, the LICENSE), the wheel installed in a fresh virtual environment (torch
+# pinned first, as above) and a smoke example run there, outside the checkout (about 2 minutes).
+PKG_VENV := $(CURDIR)/.pkgcheck
+package: $(STAMP)
+	rm -rf dist $(PKG_VENV)
+	$(PIP) install --quiet -c constraints.txt build
+	$(PY) -m build --outdir dist . >/dev/null
+	$(PY) tests/package_check.py dist
+	$(PYTHON) -m venv $(PKG_VENV)
+	$(PKG_VENV)/bin/pip install --quiet "$(TORCH)"
+	$(PKG_VENV)/bin/pip install --quiet -c constraints.txt dist/*.whl
+	cd /tmp && $(PKG_VENV)/bin/most --version && $(PKG_VENV)/bin/python $(CURDIR)/tests/package_check.py --smoke
+	rm -rf $(PKG_VENV)
+
 # Fashion-MNIST for `most bench federated --dataset fashion`, from Debian's package, without root:
 # extracted to .data/ (then: export MOST_FASHION_MNIST=$$PWD/.data/usr/share/datasets/fashion-mnist).
 # With root, `apt-get install dataset-fashion-mnist` puts it where the loader looks by default.
@@ -72,4 +87,4 @@ data:
 	@echo "export MOST_FASHION_MNIST=$(CURDIR)/.data/usr/share/datasets/fashion-mnist"
 
 clean:
-	rm -rf $(VENV) demo_out site .pytest_cache .hypothesis
+	rm -rf $(VENV) demo_out site .pytest_cache .hypothesis dist .pkgcheck

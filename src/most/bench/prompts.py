@@ -24,7 +24,7 @@ For every run the results also give the best single prompt (chosen on validation
 (the best prompt per test instance, an upper bound), and the majority-class accuracy.
 
 Run it with ``most bench prompts --data-path ../shared/data/superglue --out DIR`` (see
-``--help``); it needs ``pip install 'most[prompts]'``. Every finished run is kept in its own
+``--help``); it needs ``pip install 'most-transport[prompts]'``. Every finished run is kept in its own
 folder under ``OUT/runs/`` (``TASK/METHOD/seedN``, the results store of ``most run``); a call that
 was stopped continues with ``--resume``.
 """

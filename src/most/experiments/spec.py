@@ -79,7 +79,7 @@ CENTRALISED = "centralised"
 
 _TOP = {"name", "seeds", "checkpoint_every", "engine", "data", "model", "federated", "problem", "methods", "sweep"}
 #: Runtimes of a federated experiment: the in-process loop, or Flower's simulation engine
-#: (``most[flower]``; one virtual SuperNode per client, not checkpointed).
+#: (``most-transport[flower]``; one virtual SuperNode per client, not checkpointed).
 ENGINES = ("in-process", "flower")
 # fields a method table may not set: the experiment sets them
 _RESERVED = {"seed": "set by the experiment's `seeds` list", "progress": "set by `most run` (use --quiet)"}
@@ -233,7 +233,7 @@ def _check_kind(table) -> tuple[str, str]:
         import importlib.util
 
         if importlib.util.find_spec("flwr") is None:
-            raise ConfigError("engine = \"flower\" needs Flower: pip install 'most[flower]'.")
+            raise ConfigError("engine = \"flower\" needs Flower: pip install 'most-transport[flower]'.")
     return kind, engine
 
 

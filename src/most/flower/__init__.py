@@ -1,6 +1,6 @@
 """MosT on Flower: a multi-model strategy and client app for a real federated engine.
 
-Needs the optional extra: ``pip install 'most[flower]'`` (``flwr[simulation]``). The rest of
+Needs the optional extra: ``pip install 'most-transport[flower]'`` (``flwr[simulation]``). The rest of
 the library never imports Flower.
 
 * :class:`MostStrategy` -- a Flower ``Strategy`` running any :mod:`most.federated.methods`
@@ -26,7 +26,7 @@ try:
     import flwr  # noqa: F401
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
-        "most.flower needs Flower, an optional extra: pip install 'most[flower]' "
+        "most.flower needs Flower, an optional extra: pip install 'most-transport[flower]' "
         "(or pip install 'flwr[simulation]>=1.20')."
     ) from exc
 

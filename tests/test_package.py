@@ -1,0 +1,30 @@
+"""The package as built: the wheel's contents and the version in one place."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import most
+
+from .package_check import wheel_problems
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_the_wheel_has_no_test_files_and_carries_its_marker_licence_and_metadata(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    (wheel,) = tmp_path.glob("most_transport-*.whl")
+    assert wheel_problems(wheel) == []
+
+
+def test_the_version_is_written_once_and_the_command_prints_it():
+    text = (ROOT / "pyproject.toml").read_text()
+    assert 'dynamic = ["version"]' in text and 'version = { attr = "most.__version__" }' in text
+    out = subprocess.run([sys.executable, "-m", "most.cli", "--version"], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == f"most {most.__version__}"
