@@ -347,3 +347,15 @@ def test_objectives_that_fail_on_the_parameters_are_named_as_the_cause(make):
     with pytest.raises(ValueError, match=r"The objectives fail on the models' parameters .*Check that every "
                                          r"objective takes parameters of that size and dtype"):
         most.MosT(n_models=1, rounds=2).fit(make())
+
+
+def test_a_result_and_its_rounds_print_as_one_short_line():
+    c = torch.tensor([[0.0, 0.0], [0.3, 0.0], [9.0, 9.0], [9.0, 9.3]])
+    problem = most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1), dim=2, n_objectives=4)
+    result = most.MosT(n_models=2, rounds=50, lr=0.2).fit(problem)
+    text = repr(result)
+    best = result.best_losses()
+    assert len(text) < 160 and "\n" not in text
+    assert text.startswith("Result(2 models of 2 parameters, 4 objectives, 50 rounds;")
+    assert f"mean {float(best.double().mean()):.3g}" in text and f"worst {float(best.max()):.3g}" in text
+    assert repr(result.history[0]).startswith("RoundRecord(round=0, 4 objectives x 2 models, mean best loss ")

@@ -83,6 +83,12 @@ class RoundRecord:
     gradient_seconds: float
     moved: int | None = None
 
+    def __repr__(self) -> str:
+        n, m = self.plan.shape
+        best = float(self.losses.min(1).values.double().mean())
+        return (f"RoundRecord(round={self.round}, {n} objectives x {m} models, mean best loss {best:.3g}"
+                + (f", moved model {self.moved}" if self.moved is not None else "") + ")")
+
 
 @dataclass(frozen=True)
 class Result:
@@ -101,6 +107,13 @@ class Result:
     losses: Tensor
     history: list[RoundRecord]
     problem: Problem = field(repr=False)
+
+    def __repr__(self) -> str:
+        """One line: the sizes and the final losses (the tensors are attributes)."""
+        m, dim = self.params.shape
+        best = self.best_losses().double()
+        return (f"Result({m} models of {dim} parameters, {self.losses.shape[0]} objectives, {len(self.history)} "
+                f"rounds; best-model loss mean {float(best.mean()):.3g}, worst {float(best.max()):.3g})")
 
     def best_model(self) -> Tensor:
         """For each objective, the index of its lowest-loss final model, ``[n]``."""

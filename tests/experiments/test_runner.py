@@ -292,7 +292,7 @@ def test_run_store_report_and_plot_centralised(tmp_path):
     text = report(root)
     losses = [RunFolder(root / "runs" / "MosT" / f"seed{s}").result()["metrics"]["loss"] for s in (0, 1)]
     row = next(line for line in text.splitlines() if line.startswith("| MosT |"))
-    assert f"{np.mean(losses):.4g} ± {np.std(losses, ddof=1):.4g}" in row
+    assert f"{np.mean(losses):.3g} ± {np.std(losses, ddof=1):.3g}" in row
     with open(root / "report.csv") as f:
         rows = list(csv.DictReader(f))
     assert [r["run"] for r in rows] == ["MosT", "Linearization"]

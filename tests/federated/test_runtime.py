@@ -531,3 +531,13 @@ def test_a_batch_trains_in_cache_sized_chunks_on_the_cpu_and_in_one_on_an_accele
     assert rt._batch_pairs(torch.device("cpu"), 1) == 4096
     assert rt._batch_pairs(torch.device("cpu"), 3) == rt._BATCH_PAIRS
     assert rt._batch_pairs(torch.device("cuda"), 3) > 100_000  # bounded by memory, not by a cache size
+
+
+def test_a_federated_result_and_its_rounds_print_as_one_short_line(small):
+    res = fl.run_federated(small, fl.logistic_regression(60, 10), F.FedAvg(2),
+                           fl.FederatedConfig(rounds=5, seed=0, eval_every=5))
+    text = repr(res)
+    assert len(text) < 160 and "\n" not in text
+    assert f"mean test accuracy {100 * res.mean_accuracy:.1f} %" in text
+    assert repr(res.history[-1]).endswith(f"validation accuracy {100 * res.history[-1].val_accuracy:.1f} %)")
+    assert "validation" not in repr(res.history[0])  # not evaluated in round 0

@@ -162,7 +162,8 @@ def _cell(kind, key, stats) -> str:
     if stats is None:
         return ""
     mean, std, _ = stats
-    scale, fmt = (100.0, "{:.2f}") if kind == FEDERATED and key in _PERCENT else (1.0, "{:.4g}")
+    # percentages to one decimal, other numbers to three significant digits (no float noise)
+    scale, fmt = (100.0, "{:.1f}") if kind == FEDERATED and key in _PERCENT else (1.0, "{:.3g}")
     if key == "seconds":
         fmt = "{:.1f}"
     text = fmt.format(mean * scale)

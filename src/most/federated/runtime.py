@@ -396,6 +396,13 @@ class FederatedResult:
     test_weight: Tensor = field(repr=False)
     selection_loss: Tensor | None = field(default=None, repr=False)
 
+    def __repr__(self) -> str:
+        """One line: the sizes and the mean test accuracy (the tensors are attributes)."""
+        m, dim = self.params.shape
+        acc = f"{100 * self.mean_accuracy:.1f} %" if self.n_tested else "none"
+        return (f"FederatedResult({self.choice.shape[0]} clients, {m} models of {dim} parameters, "
+                f"{len(self.history)} rounds; mean test accuracy {acc})")
+
     @property
     def client_accuracy(self) -> Tensor:
         """``[n]`` test accuracy of each client with its validation-chosen model."""

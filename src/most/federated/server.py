@@ -47,6 +47,11 @@ class RoundLog:
     val_accuracy: float | None
     seconds: dict
 
+    def __repr__(self) -> str:
+        val = "" if self.val_accuracy is None else f", validation accuracy {100 * self.val_accuracy:.1f} %"
+        return (f"RoundLog(round={self.round}, {len(self.clients)} clients, best-model training loss "
+                f"{self.train_loss:.3g}{val})")
+
 
 def pair_seed(seed: int, round: int, client: int, model: int) -> int:
     """The seed of one (round, client, model) pair's batch order under ``pair_seeds=True``:
