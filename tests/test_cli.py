@@ -106,6 +106,29 @@ def test_run_errors_are_one_line(tmp_path):
     _one_line_error(runner.invoke(app, ["run", str(path)]), "not valid TOML", code=2)
 
 
+def test_set_overrides_the_file_and_is_checked_as_the_file_is(tmp_path):
+    path = tmp_path / "exp.toml"
+    path.write_text(CENTRAL)
+    out = tmp_path / "out"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet", "--set", "methods.MosT.rounds=3",
+                                 "--set", "seeds=[0, 1]", "--set", 'name="changed"'])
+    assert result.exit_code == 0, result.output
+    runs = sorted(p.name for p in (out / "changed" / "runs" / "MosT").iterdir())
+    assert runs == ["seed0", "seed1"]
+    resolved = json.loads((out / "changed" / "runs" / "MosT" / "seed0" / "config.json").read_text())
+    assert resolved["method"]["rounds"] == 3
+    stored = (out / "changed" / "experiment.toml").read_text()
+    assert stored.startswith(CENTRAL.rstrip()) and "#   methods.MosT.rounds=3" in stored
+    # the same messages as a file with those values
+    _one_line_error(runner.invoke(app, ["run", str(path), "--set", "methods.MosT.diversty=1.0"]),
+                    "did you mean 'diversity'", code=2)
+    _one_line_error(runner.invoke(app, ["run", str(path), "--set", "methods.MosT.lr=-1"]), "methods.MosT", code=2)
+    _one_line_error(runner.invoke(app, ["run", str(path), "--set", "methods.MosT.lr"]), "expected KEY=VALUE", code=2)
+    _one_line_error(runner.invoke(app, ["run", str(path), "--set", "seeds.first=1"]), "not a table", code=2)
+    _one_line_error(runner.invoke(app, ["run", str(path), "--set", "methods.MosT (paper).lr=1"]),
+                    "part that has spaces in quotes", code=2)
+
+
 def test_dry_run_makes_the_checks_of_the_run(tmp_path):
     path = tmp_path / "fed.toml"
     path.write_text(FED)  # 9 models, 8 clients

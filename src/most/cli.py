@@ -24,7 +24,7 @@ import functools
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import click
 import typer
@@ -312,6 +312,8 @@ _RUN_HELP = """Run every run of an experiment file: methods x sweep values x see
         most run examples/synthetic.toml --resume --quiet
 
         most run examples/synthetic.toml --dry-run
+
+        most run examples/synthetic.toml --set methods.MosT.server_lr=3 --set 'seeds=[0]' --out /tmp/try
     """
 
 
@@ -327,6 +329,10 @@ def run_cmd(
     batch: bool = typer.Option(True, "--batch/--no-batch", help="Train federated runs that share data, model and "
                                "local protocol (seeds, methods, swept values) as one batched job; the results are "
                                "those of --no-batch, which makes the runs one by one."),
+    overrides: Optional[list[str]] = typer.Option(
+        None, "--set", help="KEY=VALUE over the file's value (repeatable), checked as the file is: "
+        "--set methods.MosT.server_lr=3 --set 'seeds=[0, 1]' --set federated.device=cuda. The values applied "
+        "are recorded in OUT/NAME/experiment.toml."),
 ) -> None:
     from .checkpoint import CheckpointError
     from .config import ConfigError
@@ -334,7 +340,7 @@ def run_cmd(
     from .experiments.spec import check_runs
     from .experiments.store import CorruptFileError
 
-    exp = load_experiment(experiment)
+    exp = load_experiment(experiment, overrides or ())
     if resume and restart:
         raise _Failure("--resume and --restart exclude each other; choose one.")
     _out_folder(out)

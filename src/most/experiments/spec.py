@@ -50,7 +50,7 @@ import sys
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 from ..config import ConfigError, build, call, check_call, did_you_mean
 
@@ -59,7 +59,8 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-__all__ = ["Experiment", "RunSpec", "load_experiment", "parse_experiment", "check_runs", "FEDERATED", "CENTRALISED"]
+__all__ = ["Experiment", "RunSpec", "load_experiment", "parse_experiment", "apply_overrides", "check_runs",
+           "FEDERATED", "CENTRALISED"]
 
 
 def _federated_registry():
@@ -150,9 +151,11 @@ class Experiment:
         return len(self.runs)
 
 
-def load_experiment(path: str | os.PathLike) -> Experiment:
+def load_experiment(path: str | os.PathLike, overrides: Sequence[str] = ()) -> Experiment:
     """Reads and checks an experiment file; every run is built once (without data) so that a
-    bad value anywhere is reported before any run starts."""
+    bad value anywhere is reported before any run starts. ``overrides`` are ``KEY=VALUE``
+    settings applied over the file's values first (:func:`apply_overrides`; ``most run --set``),
+    and checked with them."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"No experiment file at {path}. Write one (see `most run --help` for an example).")
@@ -167,7 +170,55 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         table = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    if overrides:
+        table = apply_overrides(table, overrides)
+        text = text.rstrip("\n") + "\n\n# Applied over this file by `most run --set`:\n" + "".join(
+            f"#   {item}\n" for item in overrides)
     return parse_experiment(table, default_name=path.stem, source=text)
+
+
+def apply_overrides(table: dict, overrides: Sequence[str]) -> dict:
+    """``table`` (a copy) with each ``KEY=VALUE`` of ``overrides`` set: ``KEY`` a dotted TOML
+    key (``methods.MosT.server_lr``; quote a part with spaces, ``methods."MosT (paper)".lr``),
+    ``VALUE`` a TOML value (``3``, ``0.5``, ``"cuda"``, ``[0, 1]``, ``true``) or a bare word,
+    taken as a string (``federated.device=cuda``). Missing tables on the way are created; the
+    result is checked as a file is, so a misspelt key gets the file's message.
+
+    >>> apply_overrides({"methods": {"MosT": {"server_lr": 5.0}}}, ["methods.MosT.server_lr=3", "seeds=[0, 1]"])
+    {'methods': {'MosT': {'server_lr': 3}}, 'seeds': [0, 1]}
+    """
+    out = copy.deepcopy(table)
+    for item in overrides:
+        key, sep, value = str(item).partition("=")
+        key, value = key.strip(), value.strip()
+        if not sep or not key:
+            raise ConfigError(f"--set {item!r}: expected KEY=VALUE, e.g. --set methods.MosT.server_lr=3.")
+        try:
+            path = _key_path(tomllib.loads(f"{key} = 0"))
+        except tomllib.TOMLDecodeError:
+            raise ConfigError(f"--set {item!r}: {key!r} is not a key of the file; write it as in TOML, with a "
+                              "part that has spaces in quotes: methods.\"MosT (paper)\".server_lr=3.") from None
+        try:
+            parsed = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            parsed = value  # a bare word: a string
+        node = out
+        for depth, part in enumerate(path[:-1]):
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {'.'.join(path[:depth + 1])} is {node!r} in the file, not a "
+                                  "table; set it as a whole instead.")
+        node[path[-1]] = parsed
+    return out
+
+
+def _key_path(table: dict) -> list[str]:
+    """The parts of the one key of a parsed ``KEY = 0``: ``{"a": {"b": 0}}`` -> ``["a", "b"]``."""
+    path = []
+    while isinstance(table, dict):
+        ((part, table),) = table.items()
+        path.append(part)
+    return path
 
 
 def parse_experiment(table: dict, *, default_name: str = "experiment", source: str = "") -> Experiment:
