@@ -24,6 +24,22 @@ __all__ = ["report", "summary_table"]
 
 _PERCENT = {"mean", "worst20", "worst40", "worst60", "worst80", "oracle"}
 
+#: What each column of a report means (printed under the table).
+COLUMNS = {
+    "mean": "mean test accuracy over the clients, each with its model chosen on validation",
+    **{f"worst{k}": f"mean test accuracy of the worst {k} % of clients" for k in (20, 40, 60, 80)},
+    "oracle": "mean test accuracy if each client used its best model on test (an upper bound)",
+    "diversity": "mean pairwise symmetric KL divergence between the models' predictions on the test "
+                 "inputs (0: the models predict alike)",
+    "seconds": "wall time of a run",
+    "loss": "mean over objectives of the best model's loss",
+    "worst20_loss": "the same over the worst 20 % of objectives",
+    "test_loss": "mean test loss over objectives, each with its model chosen on validation",
+    "worst20_test_loss": "the same over the worst 20 % of objectives",
+    "train_loss": "mean over objectives of the best model's training loss",
+    "hypervolume": "hypervolume of the models' objective vectors from the problem's reference point",
+}
+
 Run = tuple[RunFolder, dict, "dict | None"]
 
 
@@ -194,6 +210,9 @@ def _report(root: Path, table: dict, *, write: bool) -> str:
              "|---|" + "---:|" * len(metrics)]
     for group, row in groups.items():
         lines.append(f"| {group} | " + " | ".join(_cell(kind, k, row.get(k)) for k in metrics) + " |")
+    defined = [f"**{k}**: {COLUMNS[k]}" for k in metrics if k in COLUMNS]
+    if defined:
+        lines += ["", "Columns: " + "; ".join(defined) + "."]
     if table["unfinished"]:
         lines += ["", f"Unfinished runs (not in the table): {', '.join(table['unfinished'])}. "
                       "Continue them with `most run EXPERIMENT.toml --resume`."]
