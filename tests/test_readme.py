@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import torch
 from typer.testing import CliRunner
 
-import most
 from most.cli import app
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -35,12 +39,12 @@ def test_readme_example_runs_and_most_beats_linearization(capsys):
 
 
 def test_readme_variant_snippets_build_methods():
-    namespace: dict = {"most": most}
+    namespace: dict = {}
     exec(compile(_block("variants.apply"), "README.md", "exec"), namespace)
 
 
 def test_readme_few_objective_example_runs():
-    namespace: dict = {"most": most}
+    namespace: dict = {}
     code = _block("problems.zdt").replace("rounds=1000", "rounds=50")  # the API, not the numbers
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["F"].shape == (5, 2)
@@ -54,7 +58,7 @@ def test_readme_federated_example_runs():
 
 
 def test_readme_few_for_many_example_runs(capsys):
-    namespace: dict = {"most": most}
+    namespace: dict = {}
     exec(compile(_block("SumOfMinimum"), "README.md", "exec"), namespace)
     lines = capsys.readouterr().out.strip().splitlines()
     assert [line.split()[0] for line in lines] == ["SumOfMinimum", "STCHSet", "MosT"]
@@ -68,6 +72,23 @@ def test_readme_sklearn_example_runs(capsys):
     model = clf.group_model_
     assert len(set(model[::3].tolist())) == 1 and set(model[::3].tolist()).isdisjoint(
         set(model[1::3].tolist()) | set(model[2::3].tolist()))  # flipped groups share a model of their own
+
+
+#: shortened so that the blocks run in seconds (the API, not the numbers: the tests above check those)
+_SHORTER = {"rounds=1000": "rounds=30", "rounds=100": "rounds=3"}
+
+
+@pytest.mark.slow
+def test_every_readme_python_block_runs_alone_in_a_fresh_interpreter(tmp_path):
+    # as a reader pastes it: its own imports, nothing from another block or from the tests
+    blocks = _python_blocks()
+    assert len(blocks) >= 6
+    for i, block in enumerate(blocks):
+        for long, short in _SHORTER.items():
+            block = block.replace(long, short)
+        out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, cwd=tmp_path,
+                             env={**os.environ, "PYTHONWARNINGS": "ignore"})
+        assert out.returncode == 0, f"README python block {i} fails alone:\n{block}\n{out.stderr[-1500:]}"
 
 
 def test_demo_command_writes_table_results_and_figures(tmp_path):
