@@ -122,5 +122,14 @@ def test_mkdocs_build_strict_offline(tmp_path):
         assert not remote.search(text), f"{html.relative_to(site)} loads something from the network"
         for src in images.findall(text):
             assert (html.parent / src).resolve().exists(), f"{html.relative_to(site)}: missing image {src}"
+    # code is shown as code: no fence marker or doctest prompt left in the prose of any page
+    # (an invalid fence, or an `Example:` section griffe reads as a quote, renders that way)
+    code = re.compile(r"<(pre|code)\b.*?</\1>", re.S | re.I)
+    for html in pages:
+        prose = code.sub("", html.read_text("utf-8"))
+        for marker in ("```", "&gt;&gt;&gt; "):
+            assert marker not in prose, f"{html.relative_to(site)} shows {marker!r} as prose"
+        # `>>>` read as markdown is three nested quotes
+        assert not re.search(r"<blockquote>\s*<blockquote>", prose), f"{html.relative_to(site)}: a doctest as quotes"
     assert (site / "benchmarks" / "few_objective" / "index.html").exists()
     assert "<img" in (site / "benchmarks" / "few_objective" / "index.html").read_text("utf-8")

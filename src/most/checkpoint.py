@@ -23,7 +23,7 @@ naming the keys that differ.
 then replaces the old checkpoint with :func:`os.replace`. A crash mid-write leaves the
 previous checkpoint intact (and at worst a stray ``*.tmp`` file, ignored on load).
 
-Example:
+Examples:
     >>> import tempfile, most
     >>> from most.checkpoint import Checkpoint
     >>> problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)

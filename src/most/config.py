@@ -12,7 +12,7 @@ class name, or as a table with a ``type`` key and the class's own fields::
     marginals = { type = "Curriculum", warmup = 0.3 }
     weighting = "GammaWeights"
 
-Example:
+Examples:
     >>> from most.config import build
     >>> from most.federated import FederatedConfig
     >>> build(FederatedConfig, {"rounds": 20, "lr": 0.1}, path="federated")

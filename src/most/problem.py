@@ -17,7 +17,7 @@ Three ways to build one:
   ``L_i(theta) = loss(theta, x_i, y_i)``; per-instance gradients are taken one instance at a
   time (vectorised), so a model's step costs one backward pass per instance it serves.
 
-Example:
+Examples:
     >>> import torch, most
     >>> centres = torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0]])
     >>> problem = most.Problem.from_function(
@@ -170,7 +170,7 @@ class Problem:
                 model being evaluated. A callable may draw a fresh mini-batch each time it
                 is called; the same batch is used for all m models of one evaluation.
 
-        Example:
+        Examples:
             >>> import torch, most
             >>> from torch import nn
             >>> xs = [torch.randn(8, 3) for _ in range(4)]
@@ -239,7 +239,7 @@ class Problem:
         backward pass per instance (:func:`torch.func.grad`), instead of the n reverse passes
         through the whole batch that a generic :meth:`from_function` Jacobian takes.
 
-        Example:
+        Examples:
             >>> import torch, most
             >>> x = torch.randn(6, 3); y = x @ torch.tensor([1.0, -2.0, 0.5])
             >>> problem = most.Problem.from_instances(
@@ -598,7 +598,7 @@ class Problem:
         vector that holds parameter ``name`` of the module; ``"last"`` is its last parameter
         (e.g. the final layer's bias). For :class:`~most.methods.MinNorm`'s ``coordinates``.
 
-        Example:
+        Examples:
             >>> import torch, most
             >>> from torch import nn
             >>> net = lambda: nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 2))

@@ -11,7 +11,7 @@ method, component, data set or variant is added in one place.
 * :data:`VARIANTS` and :func:`variant` -- the ablations of MosT (paper Appendix E, Table 7),
   one table for both settings (see :mod:`most.variants`).
 
-Example:
+Examples:
     >>> from most import registry
     >>> sorted(registry.methods("federated"))[:3]
     ['FedAvg', 'FedMGDAPlus', 'FedProx']

@@ -13,7 +13,7 @@ Without validation objectives the training losses score the fits; they tend to f
 grows (more models can fit the training objectives at least as well), so the elbow rule is then
 the one to use, and the result says that it was scored on training losses.
 
-Example:
+Examples:
     >>> import torch, most
     >>> centres = torch.tensor([[0.0, 0.0], [0.1, 0.0], [6.0, 6.0], [6.0, 6.1]])   # two pairs
     >>> held_out = centres + torch.tensor([[0.5, 0.0], [0.0, 0.5], [-0.5, 0.0], [0.0, -0.5]])

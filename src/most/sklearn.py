@@ -41,7 +41,7 @@ metadata routing: with ``sklearn.set_config(enable_metadata_routing=True)``, use
 ``est.set_fit_request(groups=True).set_score_request(groups=True)`` and
 ``cross_val_score(est, X, y, params={"groups": groups})``.
 
-Example:
+Examples:
     >>> import numpy as np
     >>> from most.sklearn import MosTClassifier
     >>> rng = np.random.default_rng(0)
@@ -488,7 +488,7 @@ class MosTClassifier(ClassifierMixin, _MosTEstimator):
         loss_curve_: per round, the mean over groups of the best model's loss (with penalty).
         n_outputs_: number of output units (the number of classes).
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from sklearn.base import clone
         >>> from most.sklearn import MosTClassifier
@@ -572,7 +572,7 @@ class MosTRegressor(RegressorMixin, _MosTEstimator):
             original units: ``y = X @ coef_[j].T + intercept_[j]``, shapes
             ``[m, n_outputs, n_features]`` and ``[m, n_outputs]``.
 
-    Example:
+    Examples:
         >>> import numpy as np
         >>> from most.sklearn import MosTRegressor
         >>> rng = np.random.default_rng(0)

@@ -10,7 +10,7 @@ weighting and combiner (see :mod:`most.methods`). Each round:
    combiners only of the objectives the model serves, ``W_ji > 0``),
    ``d_j <- combiner(J_j, W_j)`` (Eqs. 7-9), ``theta_j <- project(theta_j - lr * d_j)``.
 
-Example:
+Examples:
     >>> import torch, most
     >>> centres = torch.tensor([[0.0, 0.0], [0.3, 0.0], [9.0, 9.0], [9.0, 9.3]])
     >>> problem = most.Problem.from_function(

@@ -46,7 +46,7 @@ update averages over the m particles (a particle far from the others moves with
 ``lr * g / m``), and near the ends of the Pareto set the repulsion pushes particles
 slightly past it; reduce ``alpha`` if they must sit on the set.
 
-Example:
+Examples:
     >>> import torch, most
     >>> from most.baselines import EPO, MOOSVGD
     >>> a, b = torch.tensor([0.0, 0.0]), torch.tensor([2.0, 0.0])

@@ -75,7 +75,7 @@ each round's plan (``Result.assignment``) is the best-model plan of
 and work from the losses the loop passes them. The values of the three scalarisations are
 :func:`tch_set`, :func:`stch_set` and :func:`sum_of_minimum` (differentiable, for checks).
 
-Example:
+Examples:
     >>> import torch, most
     >>> from most.baselines import TCHSet, STCHSet, SumOfMinimum
     >>> centres = torch.tensor([[0.0, 0.0], [0.2, 0.0], [5.0, 5.0], [5.0, 5.2]])

@@ -15,7 +15,7 @@
 * :mod:`most.federated.figures` -- radar, curves, worst-k % bars, assignment stack plot,
   sparsity/drift.
 
-Example:
+Examples:
     >>> import most.federated as fl
     >>> data = fl.fedprox_synthetic(0.0, 0.0, n_clients=6, samples_per_client=40, seed=0)
     >>> model = fl.logistic_regression(60, 10)

@@ -23,7 +23,7 @@ Arrays returned per client follow the input: a tensor for a tensor, a NumPy arra
 Scalars are Python floats. Bad input (wrong or mismatched shapes, NaN or inf) raises a
 ``ValueError`` that names the argument and its shape.
 
-Example:
+Examples:
     >>> val = [[0.6, 0.8], [0.9, 0.5], [0.7, 0.7]]
     >>> test = [[0.5, 0.9], [0.8, 0.4], [0.6, 0.3]]
     >>> s = summarise(val, test)

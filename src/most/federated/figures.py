@@ -12,7 +12,7 @@ colour and line style (:func:`most.plots.method_style`, in insertion order) with
 
 Call ``matplotlib.pyplot.close(fig)`` after saving when making many figures.
 
-Example:
+Examples:
     >>> import matplotlib.pyplot as plt
     >>> fig = radar({"FedAvg": [0.7, 0.5, 0.9], "MosT": [0.8, 0.7, 0.9]}, title="accuracy")
     >>> type(fig).__name__, len(fig.axes)

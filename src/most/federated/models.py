@@ -8,7 +8,7 @@ so ``torch.func.vmap`` batches any number of (model, client) pairs.
 * :func:`cnn` -- the paper's CNN for 28x28 images: two 5x5 conv layers with ReLU and 2x2
   max-pooling, then a linear layer to the classes.
 
-Example:
+Examples:
     >>> import torch
     >>> model = logistic_regression(60, 10)
     >>> theta = model.init(3, torch.Generator().manual_seed(0))

@@ -28,7 +28,7 @@ Report metrics on held-out splits with :meth:`FairnessData.accuracy` and
 :meth:`FairnessData.disparate_impact` (demographic-parity difference; the p%-rule ratio is
 :meth:`FairnessData.p_rule`).
 
-Example:
+Examples:
     >>> import torch
     >>> from most.problems._fairness import zafar_synthetic
     >>> data = zafar_synthetic(200, seed=1)

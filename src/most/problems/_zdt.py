@@ -60,7 +60,7 @@ def zdt(name: str = "zdt1", n_var: int = 30) -> Problem:
     ``ideal`` (the smallest value of each objective on the front, which
     :class:`~most.methods.TchebycheffExtension` takes as its ideal point by default).
 
-    Example:
+    Examples:
         >>> import torch
         >>> problem = zdt("zdt1")
         >>> x = torch.zeros(1, 30); x[0, 0] = 0.25

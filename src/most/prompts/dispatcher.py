@@ -7,7 +7,7 @@ frozen encoder's embedding of the instance attend over the m prompts' embeddings
 bilinear score against each prompt gives logits over the prompts. It is trained with
 cross-entropy to predict, for labelled instances, the prompt with the lowest loss.
 
-Example:
+Examples:
     >>> import torch
     >>> from most.prompts import Dispatcher, fit_dispatcher
     >>> g = torch.Generator().manual_seed(0)

@@ -16,7 +16,7 @@ Data sets (one module each; the containers and the helpers they share are in ``_
   Dirichlet label skew (:func:`dirichlet_label_split`; ``MOST_FASHION_MNIST``, or
   ``/usr/share/datasets/fashion-mnist`` from Debian's ``dataset-fashion-mnist``).
 
-Example:
+Examples:
     >>> from most.federated import fedprox_synthetic
     >>> data = fedprox_synthetic(0.5, 0.5, n_clients=4, samples_per_client=50, seed=1)
     >>> data.n_clients, data.n_classes, data.input_shape
