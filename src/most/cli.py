@@ -246,7 +246,7 @@ def demo(
             "seconds": seconds,
         }
         rows.append((name, *results[name].values()))
-        curves[name] = [float(r.losses.min(1).values.mean()) for r in result.history]
+        curves[name] = [r.mean_best_loss for r in result.history]
         per_objective[name] = test_loss.tolist()
         if name == "MosT":
             plots.assignment_heatmap(result.assignment, title="MosT: final assignment Γ",

@@ -361,7 +361,7 @@ class _MosTEstimator(BaseEstimator):
             group_losses_=group_losses,
             group_model_=group_model,
             average_model_=int(group_losses.mean(0).argmin()),
-            loss_curve_=[float(r.losses.min(1).values.mean()) for r in result.history],
+            loss_curve_=[r.mean_best_loss for r in result.history],
             n_outputs_=n_outputs,
             _layers=layers,
             _one_group=groups is None,

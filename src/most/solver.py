@@ -24,6 +24,7 @@ Examples:
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Literal
@@ -72,22 +73,44 @@ class RoundRecord:
         transport_seconds, min_norm_seconds, gradient_seconds: time spent in the
             assignment, in the combiner, and in evaluating losses and gradients.
         moved: the model :class:`~most.seeding.Reseed` moved after this round, if any.
+        mean_best_loss: the mean over objectives of the best model's loss at the start of the
+            round (kept for every round).
+
+    In a :class:`Result`'s history of a large run (more than :data:`HISTORY_NUMBERS` numbers of
+    plans, losses and weights over all rounds) only every k-th round and the last keep
+    ``plan``, ``losses`` and ``weights``; the others have ``None`` there and keep their times
+    and ``mean_best_loss``. A ``callback`` always gets the round's full record.
     """
 
     round: int
-    plan: Tensor
-    losses: Tensor
-    weights: Tensor
+    plan: Tensor | None
+    losses: Tensor | None
+    weights: Tensor | None
     transport_seconds: float
     min_norm_seconds: float
     gradient_seconds: float
     moved: int | None = None
+    mean_best_loss: float | None = None
+
+    def __post_init__(self):
+        if self.mean_best_loss is None and self.losses is not None:  # records of older checkpoints
+            object.__setattr__(self, "mean_best_loss", float(self.losses.min(1).values.double().mean()))
+
+    def thinned(self) -> "RoundRecord":
+        """This record without its tensors (what a large run's history keeps of most rounds)."""
+        return replace(self, plan=None, losses=None, weights=None)
 
     def __repr__(self) -> str:
-        n, m = self.plan.shape
-        best = float(self.losses.min(1).values.double().mean())
-        return (f"RoundRecord(round={self.round}, {n} objectives x {m} models, mean best loss {best:.3g}"
+        size = "" if self.plan is None else f"{self.plan.shape[0]} objectives x {self.plan.shape[1]} models, "
+        return (f"RoundRecord(round={self.round}, {size}mean best loss {self.mean_best_loss:.3g}"
                 + (f", moved model {self.moved}" if self.moved is not None else "") + ")")
+
+
+#: The numbers (plans, losses and weights over all rounds) up to which a run's history keeps
+#: every round's tensors; above, every k-th round and the last keep them (k the smallest that
+#: fits). 2^25 float64 numbers are 256 MiB: a 100-round run keeps every round up to n * m of
+#: about 110 000 (10^4 objectives and 10 models), every 45th at 10^5 objectives and 50 models.
+HISTORY_NUMBERS = 2 ** 25
 
 
 @dataclass(frozen=True)
@@ -98,7 +121,8 @@ class Result:
         params: the m final models, ``[m, dim]``.
         assignment: the last plan Gamma, ``[n, m]``.
         losses: the loss matrix ``[n, m]`` of the final models.
-        history: one :class:`RoundRecord` per round.
+        history: one :class:`RoundRecord` per round (in a large run, most without their
+            tensors: see :class:`RoundRecord`).
         problem: the problem that was solved (the extended one for MosT-E).
     """
 
@@ -211,7 +235,8 @@ def run(
         if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
             combiner = combiner.resolve(problem.coordinates)
         loop = _Loop(problem, m, rounds, inner_steps, lr, assignment, weighting, combiner, optimizer,
-                     params=params, opt_state=optimizer.init(params), reseed=reseed, generator=generator)
+                     params=params, opt_state=optimizer.init(params), reseed=reseed, generator=generator,
+                     keep_every=max(1, math.ceil(rounds * 3 * n * m / HISTORY_NUMBERS)))
         settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
                         optimizer=optimizer, **loop.components)
         if seeding is not None or reseed is not None:  # older checkpoints (without these) keep resuming
@@ -271,6 +296,7 @@ class _Loop:
     generator: torch.Generator | None = None
     plan: Tensor | None = None
     history: list[RoundRecord] = field(default_factory=list)
+    keep_every: int = 1  # rounds whose record keeps its tensors (HISTORY_NUMBERS)
 
     @property
     def components(self) -> dict:
@@ -326,6 +352,8 @@ class _Loop:
         record = RoundRecord(round=t, plan=self.plan.detach().cpu(), losses=losses.detach().cpu(),
                              weights=lam.detach().cpu(), transport_seconds=transport_s, min_norm_seconds=min_norm_s,
                              gradient_seconds=grad_s + step_grad_s, moved=moved)
+        if self.history and self.history[-1].round % self.keep_every:  # the last round keeps its tensors
+            self.history[-1] = self.history[-1].thinned()
         self.history.append(record)
         return record
 
