@@ -39,8 +39,8 @@ seeds = [0]
 
 [data]
 name = "fedprox_synthetic"
-alpha = 0.0
-beta = 0.0
+model_shift = 0.0
+feature_shift = 0.0
 n_clients = 8
 samples_per_client = 40
 
@@ -314,7 +314,7 @@ def test_sizes_too_large_for_memory_are_one_line(tmp_path):
 
 def test_a_warning_for_the_user_is_one_line(tmp_path):
     experiment = tmp_path / "fed.toml"
-    experiment.write_text('seeds = [0]\n[data]\nname = "fedprox_synthetic"\nalpha = 0.0\nbeta = 0.0\nn_clients = 6\n'
+    experiment.write_text('seeds = [0]\n[data]\nname = "fedprox_synthetic"\nmodel_shift = 0.0\nfeature_shift = 0.0\nn_clients = 6\n'
                           'samples_per_client = 30\n[model]\nname = "logistic_regression"\n[federated]\nrounds = 2\n'
                           '[methods.MosT]\nn_models = 2\n')
     res = subprocess.run([sys.executable, "-m", "most.cli", "run", str(experiment), "--out", str(tmp_path / "r"),

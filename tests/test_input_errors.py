@@ -301,7 +301,7 @@ def test_federated_toml_with_infinite_server_lr_is_refused_when_loaded(tmp_path)
     from most.experiments.spec import load_experiment
 
     path = tmp_path / "exp.toml"
-    path.write_text('[data]\nname = "fedprox_synthetic"\nalpha = 0.0\nbeta = 0.0\n[model]\n'
+    path.write_text('[data]\nname = "fedprox_synthetic"\nmodel_shift = 0.0\nfeature_shift = 0.0\n[model]\n'
                     'name = "logistic_regression"\n[federated]\nrounds = 2\nlr = inf\n'
                     '[methods.MosT]\nn_models = 2\nserver_lr = 1.0\n')
     with pytest.raises(ConfigError, match=r"`lr` must be a positive finite number; got inf"):

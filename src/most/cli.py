@@ -276,8 +276,8 @@ _EXAMPLE = """
 
     [data]
     name = "fedprox_synthetic"
-    alpha = 0.0
-    beta = 0.0
+    model_shift = 0.0
+    feature_shift = 0.0
 
     [model]
     name = "logistic_regression"
@@ -633,7 +633,8 @@ def bench_prompts(
 @bench_app.command("federated")
 def bench_federated(
     dataset: str = typer.Option("synthetic", help="synthetic, femnist or fashion."),
-    rho: tuple[float, float] = typer.Option((0.0, 0.0), help="rho1 rho2 of the synthetic data."),
+    rho: tuple[float, float] = typer.Option((0.0, 0.0), help="The paper's Syn(rho1, rho2): fedprox_synthetic's "
+                                            "model_shift and feature_shift."),
     sizes: str = typer.Option("equal", help="Synthetic client sizes: equal (100 each) or power_law (FedProx)."),
     methods: list[str] = typer.Option([], "--method", help="Repeat to choose (default: the main table). "
                                       "See --list-methods."),

@@ -210,7 +210,7 @@ def test_synthetic_power_law_sizes():
 def test_synthetic_bad_arguments():
     with pytest.raises(ValueError, match="size_distribution"):
         fedprox_synthetic(0, 0, size_distribution="zipf")
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ValueError, match="model_shift"):
         fedprox_synthetic(-1, 0)
     with pytest.raises(ValueError, match="sum to 1"):
         fedprox_synthetic(0, 0, split=(0.6, 0.2, 0.1))
@@ -485,3 +485,16 @@ def test_fashion_real_small():
     again = load_fashion_mnist(n_clients=10, samples_per_client=50, concentration=0.3, seed=0)
     assert all(torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
                for a, b in zip(data.clients, again.clients))
+
+
+def test_fedprox_synthetic_names_its_heterogeneity_apart_from_the_marginals():
+    # model_shift / feature_shift are FedProx's alpha / beta; the old keywords still work, with a warning
+    new = fedprox_synthetic(model_shift=0.5, feature_shift=1.0, n_clients=4, seed=3)
+    assert torch.equal(new.clients[2].x_train, fedprox_synthetic(0.5, 1.0, n_clients=4, seed=3).clients[2].x_train)
+    with pytest.warns(DeprecationWarning, match="now `feature_shift`"):
+        old = fedprox_synthetic(alpha=0.5, beta=1.0, n_clients=4, seed=3)
+    assert torch.equal(old.clients[2].x_train, new.clients[2].x_train)
+    with pytest.raises(TypeError, match="needs `model_shift`"):
+        fedprox_synthetic(feature_shift=1.0)
+    with pytest.raises(TypeError, match="not both"):
+        fedprox_synthetic(0.5, 1.0, beta=1.0)

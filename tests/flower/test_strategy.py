@@ -267,8 +267,8 @@ seeds = [0]
 engine = "flower"
 [data]
 name = "fedprox_synthetic"
-alpha = 0.0
-beta = 0.0
+model_shift = 0.0
+feature_shift = 0.0
 n_clients = 6
 samples_per_client = 40
 [model]

@@ -109,7 +109,8 @@ class FederatedBenchConfig(SuiteConfig):
         seeds: one run per seed (data, models and batches).
         dataset: ``synthetic`` (FedProx synthetic(rho1, rho2), 30 clients), ``femnist`` (LEAF
             directory) or ``fashion`` (Fashion-MNIST, 100 clients, Dirichlet(0.3) label skew).
-        rho: (rho1, rho2) of the synthetic data.
+        rho: (rho1, rho2) of the synthetic data, the paper's Syn(rho1, rho2): fedprox_synthetic's
+            (model_shift, feature_shift).
         sizes: synthetic client sizes: ``equal`` (100 samples each) or ``power_law`` (FedProx's
             recipe: lognormal(4, 2) + 50 samples).
         n_models: m, the number of models.

@@ -7,10 +7,10 @@ An experiment is either *federated* (tables ``[data]``, ``[model]``, ``[federate
     seeds = [0, 1, 2]             # one run per seed and method
     checkpoint_every = 10         # rounds between checkpoints
 
-    [data]                        # most.federated.fedprox_synthetic(alpha=0, beta=0)
+    [data]                        # most.federated.fedprox_synthetic(model_shift=0, feature_shift=0)
     name = "fedprox_synthetic"
-    alpha = 0.0
-    beta = 0.0
+    model_shift = 0.0
+    feature_shift = 0.0
 
     [model]                       # most.federated.logistic_regression(dim, n_classes)
     name = "logistic_regression"  # input and class sizes come from the data

@@ -3,6 +3,7 @@ nothing to download."""
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
@@ -18,8 +19,8 @@ POWER_LAW_MAX_SAMPLES = 2000
 
 
 def fedprox_synthetic(
-    alpha: float,
-    beta: float,
+    model_shift: float | None = None,
+    feature_shift: float | None = None,
     *,
     n_clients: int = 30,
     dim: int = 60,
@@ -29,15 +30,22 @@ def fedprox_synthetic(
     max_samples_per_client: int = POWER_LAW_MAX_SAMPLES,
     split: Sequence[float] = (0.6, 0.2, 0.2),
     seed: int = 0,
+    alpha: float | None = None,
+    beta: float | None = None,
 ) -> FederatedDataset:
     """FedProx's synthetic(alpha, beta) data: a softmax-regression task per client.
+
+    ``model_shift`` is FedProx's ``alpha`` (how far the clients' models lie apart) and
+    ``feature_shift`` its ``beta`` (how far their feature means lie apart): the library keeps
+    alpha and beta for the transport marginals. ``alpha=`` and ``beta=`` are still accepted,
+    with a ``DeprecationWarning``. ``fedprox_synthetic(0.5, 0.5)`` is Syn(0.5, 0.5).
 
     As in ``data/synthetic_*/generate_synthetic.py`` of ``litian96/FedProx`` (and MosT's
     copy, ``data/synthetic/generate_synthetic.py``), for each client ``k``:
 
-    * ``u_k ~ N(0, alpha^2)``, ``W_k ~ N(u_k, 1)`` (``[dim, n_classes]``, each entry),
+    * ``u_k ~ N(0, model_shift^2)``, ``W_k ~ N(u_k, 1)`` (``[dim, n_classes]``, each entry),
       ``b_k ~ N(u_k, 1)`` (``[n_classes]``);
-    * ``B_k ~ N(0, beta^2)``, ``v_k ~ N(B_k, 1)`` (``[dim]``, each coordinate);
+    * ``B_k ~ N(0, feature_shift^2)``, ``v_k ~ N(B_k, 1)`` (``[dim]``, each coordinate);
     * ``x ~ N(v_k, Sigma)`` with ``Sigma`` diagonal, ``Sigma_jj = j^(-1.2)`` (``j = 1..dim``);
     * ``y = argmax(softmax(x W_k + b_k))``, computed as the argmax of the logits.
 
@@ -67,8 +75,10 @@ def fedprox_synthetic(
     computed in float64 and stored as float32. Client ids: ``f_00000``, ``f_00001``, ...
     (FedProx's user names).
     """
-    alpha = _check_fraction_number(alpha, name="alpha", positive=False)
-    beta = _check_fraction_number(beta, name="beta", positive=False)
+    model_shift = _renamed(model_shift, alpha, "model_shift", "alpha")
+    feature_shift = _renamed(feature_shift, beta, "feature_shift", "beta")
+    alpha = _check_fraction_number(model_shift, name="model_shift", positive=False)
+    beta = _check_fraction_number(feature_shift, name="feature_shift", positive=False)
     check_positive_int(n_clients, name="n_clients")
     check_positive_int(dim, name="dim")
     check_positive_int(n_classes, name="n_classes", minimum=2)
@@ -87,6 +97,19 @@ def fedprox_synthetic(
         input_shape=(dim,),
     )
     return _check_splits_filled(data, split, f"clients of {int(sizes.min())} to {int(sizes.max())} samples")
+
+
+def _renamed(value, old_value, name: str, old_name: str):
+    """``value``, or the deprecated keyword's ``old_value`` (with a warning); one of them is needed."""
+    if old_value is not None:
+        if value is not None:
+            raise TypeError(f"fedprox_synthetic: give `{name}` (the new name of `{old_name}`), not both.")
+        warnings.warn(f"fedprox_synthetic({old_name}=...) is deprecated: the argument is now `{name}` (alpha and beta "
+                      "name the transport marginals in this library).", DeprecationWarning, stacklevel=3)
+        return old_value
+    if value is None:
+        raise TypeError(f"fedprox_synthetic needs `{name}` (e.g. fedprox_synthetic(0.5, 0.5) for Syn(0.5, 0.5)).")
+    return value
 
 
 def _client_sizes(rng: np.random.Generator, size_distribution: str, n_clients: int, samples_per_client: int,
