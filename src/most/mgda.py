@@ -160,11 +160,9 @@ def _real_tensor(value, *, name: str, real: str, shape: str) -> Tensor:
     return t
 
 
-_GRAM_SHAPE = "[n, n] (one problem) or [B, n, n] (a batch of B problems)"
-
-
-def _check_gram(gram) -> Tensor:
-    g = _real_tensor(gram, name="gram", real="a real matrix", shape=_GRAM_SHAPE)
+def _check_gram(g: Tensor) -> Tensor:
+    """``g`` (a real tensor of 2 or 3 dimensions, :func:`_real_tensor`): square, with an
+    objective, finite."""
     if g.shape[-1] != g.shape[-2]:
         raise ValueError(f"`gram` must be square in its last two dimensions; got shape {tuple(g.shape)}.")
     if g.shape[-1] == 0:
@@ -567,7 +565,8 @@ def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None 
     >>> float(r.norm_sq)
     0.5
     """
-    g = _real_tensor(gram, name="gram", real="a real matrix", shape=_GRAM_SHAPE)
+    g = _real_tensor(gram, name="gram", real="a real matrix",
+                     shape="[n, n] (one problem) or [B, n, n] (a batch of B problems)")
     out_dtype, out_device = g.dtype, g.device
     # a small problem on an accelerator is solved on the host: one copy there and one back
     # instead of a launch and a host read per iteration (most._host)

@@ -245,13 +245,13 @@ def run(
         state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
         if state is not None:
             start = loop.restore(state, generator)
-        bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start, total=rounds)
+        bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start,
+                   total=rounds)
         for t in bar:
             record = loop.round(t, first=t == start)
             if progress:
-                best = record.losses.min(1).values.mean()
                 sparsity = float((record.plan <= 1e-12).float().mean())
-                bar.set_postfix(best_loss=f"{float(best):.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
+                bar.set_postfix(best_loss=f"{record.mean_best_loss:.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
             if callback is not None:
                 callback(record, loop.params)
             if checkpoint is not None and checkpoint.due(t, rounds):

@@ -872,14 +872,12 @@ def _evaluate_runs(model: FlatModel, params: list[Tensor], data: Padded, clients
 
 
 def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe: Padded, val: Padded,
-           client_ids, failures: dict[int, Exception] | None = None, host_w: Tensor | None = None
-           ) -> list[RoundLog | None]:
+           client_ids, failures: dict[int, Exception] | None, host_w: Tensor) -> list[RoundLog | None]:
     """One round of every run in ``servers`` in this process: every client answers, and the
     pairs of all runs train at once. Each run draws from its own generator, in the order a run
     alone draws (clients, plan, batch orders). With ``failures`` (a dict), a run whose plan
     fails (diverged losses) is recorded there by its index and left out of the round (its log
-    is None); without, the error is raised. ``host_w`` is ``train.w`` on the CPU (copied here if
-    None).
+    is None); without (None), the error is raised. ``host_w`` is ``train.w`` on the CPU.
 
     On an accelerator the models, the data, local training and evaluation stay on the device;
     the plans, the combination weights and the random draws are small host work (the losses
@@ -908,19 +906,19 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     config = servers[0].config
     training = [(server, state) for server, state in zip(servers, states) if state is not None and not state.skipped]
     if training:
-        w_host = train.w.cpu() if host_w is None else host_w
-        cidx = [state.pair_clients.to(w_host.device) for _, state in training]
+        cidx = [state.pair_clients.cpu() for _, state in training]
+        rows = torch.cat(cidx)
         starts = [server.params[to_device(state.pair_model, device)] for server, state in training]
         # the batch orders are drawn on the host (a CPU generator) and moved in one copy per epoch
-        orders = [batch_orders(w_host[c], config.local_epochs, generator=server.generator,
+        orders = [batch_orders(host_w[c], config.local_epochs, generator=server.generator,
                                seeds=server.pair_seeds(state)) for c, (server, state) in zip(cidx, training)]
         counts = [len(c) for c in cidx]
         lr = _per_pair([server.config.lr for server, _ in training], counts)
         mu = _per_pair([server.method.prox_mu for server, _ in training], counts)
         local = _sgd(model, torch.cat(starts), train.x, train.y, train.w,
                      [to_device(torch.cat([o[e] for o in orders]), device) for e in range(config.local_epochs)],
-                     batch_size=config.batch_size, lr=lr, prox_mu=mu, rows=to_device(torch.cat(cidx), device),
-                     max_pairs=_batch_pairs(device, len(training)), sizes=w_host.sum(1)[torch.cat(cidx)])
+                     batch_size=config.batch_size, lr=lr, prox_mu=mu, rows=to_device(rows, device),
+                     max_pairs=_batch_pairs(device, len(training)), sizes=host_w.sum(1)[rows])
         deltas = (torch.cat(starts) - local).split(counts)
     shared["local_training"] = time.perf_counter() - tic
     for (server, state), delta in zip(training, deltas if training else ()):
