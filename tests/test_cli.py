@@ -125,6 +125,7 @@ def test_set_overrides_the_file_and_is_checked_as_the_file_is(tmp_path):
     _one_line_error(runner.invoke(app, ["run", str(path), "--set", "methods.MosT.lr=-1"]), "methods.MosT", code=2)
     _one_line_error(runner.invoke(app, ["run", str(path), "--set", "methods.MosT.lr"]), "expected KEY=VALUE", code=2)
     _one_line_error(runner.invoke(app, ["run", str(path), "--set", "seeds.first=1"]), "not a table", code=2)
+    _one_line_error(runner.invoke(app, ["run", str(path), "--set", "seeds=[0,"]), "is not a TOML value", code=2)
     _one_line_error(runner.invoke(app, ["run", str(path), "--set", "methods.MosT (paper).lr=1"]),
                     "part that has spaces in quotes", code=2)
 

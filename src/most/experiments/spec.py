@@ -201,6 +201,9 @@ def apply_overrides(table: dict, overrides: Sequence[str]) -> dict:
         try:
             parsed = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:
+            if not _BARE_WORD.fullmatch(value):  # e.g. "[1," : not taken for a string by mistake
+                raise ConfigError(f"--set {item!r}: {value!r} is not a TOML value; write a number, true/false, "
+                                  "a list [0, 1], or a string in quotes (a single word needs none).") from None
             parsed = value  # a bare word: a string
         node = out
         for depth, part in enumerate(path[:-1]):
@@ -210,6 +213,10 @@ def apply_overrides(table: dict, overrides: Sequence[str]) -> dict:
                                   "table; set it as a whole instead.")
         node[path[-1]] = parsed
     return out
+
+
+#: a value ``--set`` takes as a string without quotes: one word (cuda, femnist, cuda:1, ./data)
+_BARE_WORD = re.compile(r"[A-Za-z_./][\w.\-/:]*")
 
 
 def _key_path(table: dict) -> list[str]:
