@@ -38,40 +38,11 @@ def test_readme_example_runs_and_most_beats_linearization(capsys):
     assert float(result.best_losses().mean()) < 0.2 * float(baseline.best_losses().mean())
 
 
-def test_readme_variant_snippets_build_methods():
-    namespace: dict = {}
-    exec(compile(_block("variants.apply"), "README.md", "exec"), namespace)
-
-
-def test_readme_few_objective_example_runs():
-    namespace: dict = {}
-    code = _block("problems.zdt").replace("rounds=1000", "rounds=50")  # the API, not the numbers
-    exec(compile(code, "README.md", "exec"), namespace)
-    assert namespace["F"].shape == (5, 2)
-
-
 def test_readme_federated_example_runs():
     code = _block("fedprox_synthetic").replace("rounds=100", "rounds=3")  # the API, not the numbers
     namespace: dict = {}
     exec(compile(code, "README.md", "exec"), namespace)
     assert namespace["result"].test_accuracy.shape == (30, 5)
-
-
-def test_readme_few_for_many_example_runs(capsys):
-    namespace: dict = {}
-    exec(compile(_block("SumOfMinimum"), "README.md", "exec"), namespace)
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert [line.split()[0] for line in lines] == ["SumOfMinimum", "STCHSet", "MosT"]
-
-
-def test_readme_sklearn_example_runs(capsys):
-    namespace: dict = {}
-    exec(compile(_block("MosTClassifier"), "README.md", "exec"), namespace)
-    clf, X, y, groups = (namespace[k] for k in ("clf", "X", "y", "groups"))
-    assert clf.score(X, y, groups=groups) > 0.9
-    model = clf.group_model_
-    assert len(set(model[::3].tolist())) == 1 and set(model[::3].tolist()).isdisjoint(
-        set(model[1::3].tolist()) | set(model[2::3].tolist()))  # flipped groups share a model of their own
 
 
 #: shortened so that the blocks run in seconds (the API, not the numbers: the tests above check those)
@@ -82,13 +53,24 @@ _SHORTER = {"rounds=1000": "rounds=30", "rounds=100": "rounds=3"}
 def test_every_readme_python_block_runs_alone_in_a_fresh_interpreter(tmp_path):
     # as a reader pastes it: its own imports, nothing from another block or from the tests
     blocks = _python_blocks()
-    assert len(blocks) >= 6
+    assert len(blocks) >= 2
     for i, block in enumerate(blocks):
         for long, short in _SHORTER.items():
             block = block.replace(long, short)
         out = subprocess.run([sys.executable, "-c", block], capture_output=True, text=True, cwd=tmp_path,
                              env={**os.environ, "PYTHONWARNINGS": "ignore"})
         assert out.returncode == 0, f"README python block {i} fails alone:\n{block}\n{out.stderr[-1500:]}"
+
+
+def test_readme_is_a_front_page_whose_links_resolve():
+    # a newcomer reads it in five minutes; the depth lives once, in the docs site
+    text = README.read_text()
+    assert len(text.splitlines()) <= 250
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    local = [t for t in targets if not t.startswith(("http://", "https://"))]
+    assert local, "the README links its docs pages"
+    missing = [t for t in local if not (README.parent / t).exists()]
+    assert not missing, f"README links to missing files: {missing}"
 
 
 def test_demo_command_writes_table_results_and_figures(tmp_path):
