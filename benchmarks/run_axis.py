@@ -132,7 +132,7 @@ def _table(src: Path, out: Path, *extra: str) -> float:
 
 def _runs(out: Path) -> dict:
     results = json.loads((out / "results.json").read_text())
-    keys = ("val_accuracy", "mean", "worst20", "oracle", "diversity", "server_lr", "candidates_val")
+    keys = ("val_accuracy", "mean", "worst20", "oracle", "prediction_kl", "server_lr", "candidates_val")
     return {name: [{k: run.get(k) for k in keys} for run in entry["runs"]] for name, entry in results["methods"].items()}
 
 

@@ -28,3 +28,11 @@ def test_the_version_is_written_once_and_the_command_prints_it():
     assert 'dynamic = ["version"]' in text and 'version = { attr = "most.__version__" }' in text
     out = subprocess.run([sys.executable, "-m", "most.cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == f"most {most.__version__}"
+
+
+def test_the_package_cites_no_path_of_the_repository_an_installed_copy_lacks():
+    # an installed package has no benchmarks/ folder: its docstrings and messages name the docs pages
+    cited = [f"{path.relative_to(ROOT)}:{i}" for path in sorted((ROOT / "src" / "most").rglob("*.py"))
+             for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if "benchmarks/results" in line or "benchmarks/trap.py" in line]
+    assert not cited, f"library files cite the repository's benchmark files: {cited}"

@@ -4,7 +4,7 @@ A federated round or an optimisation step does two kinds of arithmetic: work tha
 models (local training, evaluation, Gram matrices of updates) and work on small matrices (the
 plan's ``n x m`` losses, a ``k x k`` min-norm problem, a capped QP). On a GPU the second kind is
 a few hundred tiny kernels with a host read between many of them, each paying a launch and a
-synchronisation: slower than the same arithmetic on the CPU (``benchmarks/results/cuda.md``).
+synchronisation: slower than the same arithmetic on the CPU (the documentation's Benchmarks → The CUDA path).
 So a problem of at most :data:`HOST_SOLVE_MAX` numbers is moved to the host once, solved there,
 and its answer moved back once.
 """

@@ -376,7 +376,7 @@ def flower_credentials(
     """Make what a Flower deployment with TLS and SuperNode authentication needs: a CA and the
     SuperLink's certificate (ca.crt, server.pem, server.key) and one key pair per SuperNode
     (supernode_K, supernode_K.pub). Copy ca.crt and supernode_K to SuperNode K's machine; keep
-    server.key on the SuperLink's. The README's deployment section shows the commands.
+    server.key on the SuperLink's. The docs' Flower page (Deployment) shows the commands.
 
     Example:
 
@@ -647,7 +647,7 @@ def bench_federated(
     participation: float = typer.Option(1.0, help="Fraction of clients per round."),
     server_lrs: list[float] = typer.Option([1.0, 3.0, 5.0, 7.0], "--server-lr",
                                            help="Server steps searched on validation (repeat); the default is "
-                                                "the grid of the synthetic tables in benchmarks/results/federated.md."),
+                                                "the grid of the paper's synthetic tables (docs: Benchmarks → Federated)."),
     data_path: Path = typer.Option(None, help="FEMNIST (LEAF) or Fashion-MNIST directory."),
     model: str = typer.Option("auto", help="auto, cnn or linear (logistic regression on the pixels)."),
     cnn_channels: tuple[int, int] = typer.Option((8, 16), help="Widths of the CNN's two conv layers; the paper's are 32 64."),
@@ -732,7 +732,7 @@ def choose_m_cmd(
 ) -> None:
     """Fit one method of an experiment file for a range of m and pick m on validation.
 
-    The problem and the method come from the file (its first seed and, with a [sweep], its
+    The problem and the method come from the file (its first seed and, with a \\[sweep], its
     first configuration; the method's n_models is replaced). Each objective uses its best model
     on train, and a fit scores the mean over objectives of that model's validation loss; with a
     problem without a validation split (quadratic_clusters, the ZDT problems) the training

@@ -27,7 +27,7 @@ stationary points MGDA stops. Two consequences hurt the literal algorithm:
   opposes the others, the convex hull contains the origin and model j stops for good --
   at a point that *is* Pareto stationary for its (too large) support. The short vector
   ``Gamma_ij * grad`` even makes this worse: min-norm solutions are pulled towards short
-  rows. ``benchmarks/trap.py`` measures it (results in ``benchmarks/results/trap.md``).
+  rows. The documentation's Benchmarks → The split-objective trap measures it.
 * **The step shrinks with n.** Gamma_ij = O(1/n), so a Gamma-scaled direction is O(1/n).
 
 :class:`MajorityShare` keeps what Gamma says and drops what it cannot mean: the share

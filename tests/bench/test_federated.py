@@ -9,6 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from most.bench._curves import CURVES, load_results
 from most.cli import app
 
 runner = CliRunner()
@@ -25,8 +26,15 @@ def test_federated_bench_command_writes_results_and_figures(tmp_path):
                               "--rounds", "7", "--server-lr", "1", "--server-lr", "3", "--method", "MosT",
                               "--method", "IFCA", "--method", "FedProx", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
-    results = json.loads((out / "results.json").read_text())
+    results = load_results(out)  # results.json joined with curves.json
     assert results["label"] == "Syn(0.5,0.5)"
+    # results.json holds the scalars, per-client accuracies and the final assignment; curves.json the series
+    stored = json.loads((out / "results.json").read_text())
+    for entry in stored["methods"].values():
+        for r in entry["runs"]:
+            assert not set(CURVES) - {"plans"} & set(r) and len(r.get("plans", [])) <= 1
+    assert stored["methods"]["MosT"]["runs"][0]["plans"] == results["methods"]["MosT"]["runs"][0]["plans"][-1:]
+    assert len((out / "curves.json").read_text()) > len((out / "results.json").read_text()) / 4
     # no --device: the protocol of every stored table (device None), so later runs still merge into them
     assert results["config"]["protocol"]["device"] is None and results["device_name"] == "cpu"
     for name, entry in results["methods"].items():

@@ -331,7 +331,7 @@ def test_federated_run_report_and_interrupted_runs(tmp_path):
     exp = parse_experiment(FED, source=_toml(FED))
     root = run_experiment(exp, tmp_path, progress=False, echo=lambda s: None)
     result = RunFolder(root / "runs" / "MosT" / "seed0").result()
-    assert set(result["metrics"]) == {"mean", "worst20", "worst40", "worst60", "worst80", "oracle", "diversity"}
+    assert set(result["metrics"]) == {"mean", "worst20", "worst40", "worst60", "worst80", "oracle", "prediction_kl"}
     assert len(result["per_objective"]) == 8 and result["objective_names"][0].startswith("f_")
     metrics = RunFolder(root / "runs" / "MosT" / "seed0").metrics()
     assert [m["val_accuracy"] is not None for m in metrics] == [False, False, True, False, False, True]
@@ -461,17 +461,17 @@ def test_sigkill_then_resume_gives_the_uninterrupted_result(tmp_path):
     assert [m["train_loss"] for m in a.metrics()] == [m["train_loss"] for m in b.metrics()]
 
 
-def test_readme_experiment_file_parses_and_expands():
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
-    blocks = [b.split("```", 1)[0] for b in readme.split("```toml\n")[1:]]
-    assert blocks, "the README shows an experiment file"
+def test_documented_experiment_file_parses_and_expands():
+    page = (Path(__file__).parents[2] / "docs" / "experiments.md").read_text()
+    blocks = [b.split("```", 1)[0] for b in page.split("```toml\n")[1:]]
+    assert blocks, "the experiments page shows an experiment file"
     from most.experiments.spec import tomllib
 
-    for block in blocks:
-        exp = parse_experiment(tomllib.loads(block))
-        groups = {r.group for r in exp.runs}
-        assert {"MosT [server_lr=3.0]", "MosT [server_lr=5.0]", "MosT paper"} <= groups
-        assert len(exp) == 3 * 3
+    exp = parse_experiment(tomllib.loads(blocks[0]))
+    groups = {r.group for r in exp.runs}
+    # MosT: 2 server steps x 2 lrs; the others: 2 lrs each; every group over 3 seeds
+    assert {"MosT [server_lr=3.0, federated.lr=0.05]", "MosT paper [federated.lr=0.1]", "FedAvg [federated.lr=0.05]"} <= groups
+    assert len(exp) == (4 + 2 + 2) * 3
 
 
 def test_missing_data_folder_fails_before_any_run(tmp_path):

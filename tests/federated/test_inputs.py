@@ -180,7 +180,7 @@ def test_flower_chooses_a_client_without_validation_samples_as_the_runtime_does(
     nan = float("nan")
     strategy._final = {"val": torch.tensor([[0.2, 0.8], [nan, nan], [nan, nan]]),
                        "test": torch.tensor([[0.5, 0.5], [0.4, 0.6], [nan, nan]]),
-                       "test_loss": torch.zeros(3, 2), "diversity": 0.0, "missing": [2],
+                       "test_loss": torch.zeros(3, 2), "prediction_kl": 0.0, "missing": [2],
                        "selection": torch.tensor([[1.0, 2.0], [3.0, 0.5], [nan, nan]])}
     strategy.params = torch.zeros(2, 18)
     result = strategy.result()

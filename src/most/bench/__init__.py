@@ -72,14 +72,19 @@ def mean_std(values, scale: float = 1.0) -> str:
     return f"{a.mean():.2f} ± {a.std(ddof=1) if len(a) > 1 else 0.0:.2f}"
 
 
-def write_results(results: dict, out, figures, table, *, json_default=None) -> dict:
+def write_results(results: dict, out, figures, table, *, json_default=None, split=None) -> dict:
     """Writes a suite's output folder: ``figures(results, out)`` (their paths go into
     ``results["figures"]``), ``results.json`` (``json_default`` converts values json cannot)
-    and ``table.md`` (``table(results)``)."""
+    and ``table.md`` (``table(results)``). ``split(results) -> (compact, curves)`` (federated:
+    :func:`most.bench._curves.split_curves`) writes ``compact`` as ``results.json`` and ``curves``
+    as ``curves.json``; the figures are drawn from the whole results first."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results["figures"] = figures(results, out)
+    stored, curves = (results, None) if split is None else split(results)
     # whole files or none: a stopped call never leaves half a results.json
-    atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=json_default))
+    if curves is not None:
+        atomic_write_text(out / "curves.json", json.dumps(curves, default=json_default))
+    atomic_write_text(out / "results.json", json.dumps(stored, indent=1, default=json_default))
     atomic_write_text(out / "table.md", table(results) + "\n")
     return results

@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from . import write_results
+from ._curves import load_results, split_curves
 from . import federated as fb
 
 __all__ = ["FREE", "MergeError", "merge", "merge_folders", "restrict", "settings"]
@@ -146,8 +147,8 @@ def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None 
     missing = [str(f / "results.json") for f in (dest, *sources) if not (f / "results.json").is_file()]
     if missing:
         raise MergeError(f"no results file at {', '.join(missing)}; pass folders written by `most bench federated`.")
-    joined = json.loads((dest / "results.json").read_text())
-    loaded = [json.loads((s / "results.json").read_text()) for s in sources]
+    joined = load_results(dest)
+    loaded = [load_results(s) for s in sources]
     if methods:
         joined = restrict(joined, list(methods))
         kept = [[name for name in methods if name in src["methods"]] for src in loaded]
@@ -159,7 +160,7 @@ def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None 
     target = dest if out is None else Path(out)
     if out is not None:
         joined["config"]["out"] = str(target)
-    write_results(joined, target, fb._figures, fb.table_markdown)
+    write_results(joined, target, fb._figures, fb.table_markdown, split=split_curves)
     return added
 
 

@@ -2,11 +2,11 @@ r"""Federated learning (paper Section 6.2, Table 2, Appendix E Table 7): MosT ag
 
 Each client picks its best model on its validation split (the paper's protocol); the table
 reports the clients' mean test accuracy, the worst 20/40/60/80 % client groups, the oracle
-(best model on test), the models' prediction diversity (pairwise symmetric KL on test inputs)
+(best model on test), the models' prediction KL (mean pairwise symmetric KL divergence on test inputs)
 and, for transport-based methods, the sparsity of Gamma and its drift between rounds. Beside
 it, the same models scored when each client picks its lowest-loss model on its training and
 validation data pooled (``*_loss_pick``; ``FederatedResult.loss_choice``), the lower-variance
-rule of ``benchmarks/results/pick_rule.md``.
+rule of the documentation's Benchmarks → Pick rules.
 
 Every method gets the same local work (K local epochs of mini-batch SGD with the same
 learning rate and batch size) and m models from m random initialisations (MosT's default
@@ -36,6 +36,7 @@ import torch
 from .. import baselines as _b
 from .._validation import check_positive_int
 from . import SuiteConfig, write_results
+from ._curves import split_curves
 from ._runs import RUNS_DIR, RunStore, folder_name
 from ..federated import evaluation as ev
 from ..federated import figures
@@ -118,7 +119,7 @@ class FederatedBenchConfig(SuiteConfig):
             rounds, local epochs, batch size, local lr, participation, loss probe); its seed is
             replaced by each run's seed.
         server_lrs: server steps searched on validation for every method (the default, {1, 3, 5, 7},
-            is the grid of the synthetic tables in ``benchmarks/results/federated.md``).
+            is the grid of the synthetic tables in the documentation's Benchmarks → Federated).
         model: ``auto`` (logistic regression on synthetic data, the CNN on images), ``cnn`` or
             ``linear`` (multinomial logistic regression on the pixels: a CPU-sized stand-in).
         cnn_channels: width of the CNN (FEMNIST, Fashion-MNIST); the paper's is (32, 64).
@@ -279,7 +280,7 @@ def _record(data, result, seed, eta, extra, seconds) -> dict:
         **{k: v for k, v in summary.items()},
         **{f"{k}_loss_pick": by_loss[k] for k in _KEYS[:5] + ("pooled",)},
         "choice_counts_loss_pick": by_loss["choice_counts"],
-        "diversity": result.prediction_diversity(),
+        "prediction_kl": result.prediction_diversity(),
         "per_client": result.client_accuracy.tolist(),
         "val_curve": [(log.round, log.val_accuracy) for log in result.history if log.val_accuracy is not None],
         "loss_curve": [log.train_loss for log in result.history],
@@ -343,7 +344,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
             best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
             results["methods"][name]["runs"].append(best)
     _summarise(results)
-    return write_results(results, config.out, _figures, table_markdown)
+    return write_results(results, config.out, _figures, table_markdown, split=split_curves)
 
 
 def _make(config: FederatedBenchConfig, task: tuple, loaded: list) -> dict:
@@ -382,7 +383,7 @@ def _worker_run(job):
 
 
 _RADAR = ("MosT", "MosT (paper)", "IFCA", "FedAvg", "MGDA", "Linearization")
-_KEYS = ("mean", "worst20", "worst40", "worst60", "worst80", "oracle", "diversity")
+_KEYS = ("mean", "worst20", "worst40", "worst60", "worst80", "oracle", "prediction_kl")
 #: the same accuracies when each client picks the model with the lowest loss on its training and
 #: validation data pooled (``FederatedResult.loss_choice``) instead of the best on validation
 _LOSS_PICK_KEYS = tuple(f"{k}_loss_pick" for k in _KEYS[:5])
@@ -423,7 +424,7 @@ def table_markdown(results: dict) -> str:
     # Accuracy over all test samples, where it differs from the mean over clients (unequal sizes).
     pooled = any("pooled" in r and abs(r["pooled"] - r["mean"]) > 1e-9
                  for e in results["methods"].values() for r in e["runs"] if math.isfinite(r.get("mean", math.nan)))
-    head = ("| method | mean | worst 20 % | worst 40 % | worst 60 % | worst 80 % | oracle | diversity | "
+    head = ("| method | mean | worst 20 % | worst 40 % | worst 60 % | worst 80 % | oracle | prediction KL | "
             "MosT − method (95 % CI) |")
     if loss_pick:
         head += " mean, loss pick | MosT − method, loss pick |"
@@ -432,7 +433,7 @@ def table_markdown(results: dict) -> str:
     lines = [f"**{results['label']}**", "", head + " s / run |", "|---" * head.count("|") + "|"]
     for name, e in results["methods"].items():
         cells = [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" for k in _KEYS[:-1]]
-        cells.append(f"{e['diversity']['mean']:.3f}")
+        cells.append(f"{e['prediction_kl']['mean']:.3g}")
         cells.append(_paired_cell(results.get("paired_vs_most", {}).get(name)))
         if loss_pick:
             cells.append(f"{100 * e['mean_loss_pick']['mean']:.2f} ± {100 * e['mean_loss_pick']['std']:.2f}"

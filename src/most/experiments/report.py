@@ -29,8 +29,9 @@ COLUMNS = {
     "mean": "mean test accuracy over the clients, each with its model chosen on validation",
     **{f"worst{k}": f"mean test accuracy of the worst {k} % of clients" for k in (20, 40, 60, 80)},
     "oracle": "mean test accuracy if each client used its best model on test (an upper bound)",
-    "diversity": "mean pairwise symmetric KL divergence between the models' predictions on the test "
-                 "inputs (0: the models predict alike)",
+    "prediction_kl": "mean pairwise symmetric KL divergence between the models' predictions on the test "
+                     "inputs (0: the models predict alike)",
+    "diversity": "prediction_kl under its former name, in results folders written by earlier versions",
     "seconds": "wall time of a run",
     "loss": "mean over objectives of the best model's loss",
     "worst20_loss": "the same over the worst 20 % of objectives",

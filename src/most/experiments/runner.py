@@ -205,7 +205,7 @@ def _federated_result(run, data, folder, result) -> dict:
                         "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy,
                         "choice": result.choice})
     metrics = {k: summary[k] for k in ("mean", "worst20", "worst40", "worst60", "worst80", "oracle")}
-    metrics["diversity"] = result.prediction_diversity()
+    metrics["prediction_kl"] = result.prediction_diversity()
     return {"status": "done", "kind": FEDERATED, "metrics": metrics, "choice_counts": summary["choice_counts"],
             "per_objective": result.client_accuracy.tolist(), "objective_names": list(data.client_ids),
             "tested_clients": result.n_tested,

@@ -11,7 +11,7 @@ the library never imports Flower.
 * :func:`run_simulation` -- the same on Flower's simulation engine (one virtual SuperNode per
   client).
 * :mod:`most.flower.app` -- a ready-made ServerApp/ClientApp pair on FedProx's synthetic data
-  for ``flwr run`` (simulation or deployment; see the README's deployment section).
+  for ``flwr run`` (simulation or deployment; see the docs' Flower page, Deployment).
 
 Example (Flower's simulation engine, a few seconds to start Ray):
 

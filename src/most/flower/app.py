@@ -7,7 +7,7 @@ Reference it from a Flower app's ``pyproject.toml`` (``examples/flower/pyproject
     clientapp = "most.flower.app:client_app"
 
 and run it with ``flwr run examples/flower <federation>``, in simulation or on a deployment
-(README, "Deployment with Flower"). Settings come from the run config
+(the docs' Flower page, "Deployment"). Settings come from the run config
 (``[tool.flwr.app.config]``, overridable with ``--run-config``); see :class:`AppSettings`.
 Each SuperNode holds one client: its ``partition-id`` node config (``0 .. num-clients - 1``)
 selects which, and every node builds the same data from ``data-seed``. The ServerApp writes
@@ -132,7 +132,7 @@ def _main(grid, context) -> None:
         "mean_accuracy": float(result.client_accuracy.nanmean()),  # clients missing at the end are NaN
         "client_accuracy": result.client_accuracy.tolist(), "choice": result.choice.tolist(),
         "missing": {str(k): v for k, v in result.missing.items()},
-        "diversity": result.prediction_diversity(), "timings": result.timings(),
+        "prediction_kl": result.prediction_diversity(), "timings": result.timings(),
         "plans": [None if log.plan is None else log.plan.tolist() for log in result.history],
         "sent": [list(x) for x in strategy.messages],
     }

@@ -51,7 +51,8 @@ class FlowerResult(FederatedResult):
     """:class:`~most.federated.FederatedResult` of a Flower run.
 
     The clients keep their predictions: ``test_probs`` is empty and
-    :meth:`prediction_diversity` is the pooled mean the clients reported as sums.
+    :meth:`prediction_diversity` (the field ``prediction_kl``) is the pooled mean the clients
+    reported as sums.
     ``missing`` maps a round to the ids of the clients that did not answer in it
     (``"final"`` for the last evaluation); ``accuracy`` rows of clients missing at the end
     are NaN. ``selection_loss`` (for :attr:`loss_choice`) is what the clients reported at the
@@ -61,10 +62,10 @@ class FlowerResult(FederatedResult):
     """
 
     missing: dict = field(default_factory=dict)
-    diversity: float = float("nan")
+    prediction_kl: float = float("nan")
 
     def prediction_diversity(self) -> float:
-        return self.diversity
+        return self.prediction_kl
 
 
 class MostStrategy(Strategy):
@@ -308,7 +309,7 @@ class MostStrategy(Strategy):
                 div_count += int(r["test-count"])
             self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
                            "missing": sorted(set(range(self.n)) - answered),
-                           "diversity": div_sum / div_count if div_count else nan}
+                           "prediction_kl": div_sum / div_count if div_count else nan}
             val_acc = float(val.max(1).values.nanmean())
             out = MetricRecord({"val-accuracy": val_acc})
         self.server.log(state, val_acc)
@@ -358,4 +359,4 @@ class MostStrategy(Strategy):
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
                             selection_loss=f["selection"],
                             test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
-                            missing=dict(self.missing), diversity=f["diversity"])
+                            missing=dict(self.missing), prediction_kl=f["prediction_kl"])

@@ -24,7 +24,7 @@ the line search finds no Newton step that increases ``F`` enough (tiny problems 
 ``ε``, where ``F`` is nearly piecewise linear), a Sinkhorn update of the columns is taken
 instead, so ``F`` increases at every step either way.
 
-Measured (``benchmarks/results/performance.md``): n = 10⁵, m = 50, ``reg = 1e-3`` on two CPU
+Measured (the documentation's Benchmarks → Performance): n = 10⁵, m = 50, ``reg = 1e-3`` on two CPU
 cores -- log-domain Sinkhorn 21 s (170 iterations), this solver well under a second.
 """
 

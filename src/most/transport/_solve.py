@@ -226,7 +226,7 @@ def _exact_on_host(cost: Tensor, a, b, *, max_iter: int) -> tuple[Tensor, float,
     The network simplex runs on the host, so the checks around it run there too, in NumPy:
     one copy of each input in and of the plan out, where the general path's small tensor
     operations (and, on a GPU, their syncs) cost several times more than the 30 x 5 solve
-    itself (``benchmarks/results/performance.md``). Same checks, same messages and, through
+    itself (the documentation's Benchmarks → Performance). Same checks, same messages and, through
     the same :func:`exact_transport`, the same plan bit for bit as the general path."""
     c = cost.detach().to("cpu", torch.float64).numpy()
     bounds = matrix_range(c, name="cost")  # checks shape and finiteness too
