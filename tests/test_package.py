@@ -36,3 +36,15 @@ def test_the_package_cites_no_path_of_the_repository_an_installed_copy_lacks():
              for i, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
              if "benchmarks/results" in line or "benchmarks/trap.py" in line]
     assert not cited, f"library files cite the repository's benchmark files: {cited}"
+
+
+def test_the_committed_benchmark_results_stay_light():
+    # tables, compact per-run summaries and a few key figures; per-round series (curves.json) and
+    # the probes' figures are redrawn by their commands
+    listed = subprocess.run(["git", "ls-files", "-z", "benchmarks"], cwd=ROOT, capture_output=True)
+    if listed.returncode != 0:
+        pytest.skip("not a git checkout")
+    files = [ROOT / p for p in listed.stdout.decode().split("\0") if p and (ROOT / p).is_file()]
+    total = sum(f.stat().st_size for f in files)
+    assert total <= 10 * 2**20, f"benchmarks/ holds {total / 2**20:.1f} MB in git (at most 10)"
+    assert not [f for f in files if f.name == "curves.json"]

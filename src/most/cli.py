@@ -420,9 +420,10 @@ def plot_cmd(
     out: Path = typer.Option(None, help="Folder for the figures (default RESULTS/figures)."),
     formats: list[str] = typer.Option(["png", "pdf"], "--format", help="Repeat: png, pdf, svg."),
 ) -> None:
-    """Draw the figures of a results folder from the stored files: training curves, radar of
-    per-objective accuracy, worst-k % bars, Γ heat map and assignment stack plot per method,
-    Γ sparsity and drift, Pareto fronts (two objectives).
+    """Draw the figures of a results folder from the stored files: training curves, the sorted
+    per-objective profile, worst-k % bars, the Γ heat map (objectives grouped by model) and, where
+    it changes, the assignment stack plot per method, Γ sparsity and drift, Pareto fronts (two
+    objectives).
 
     Example:
 
@@ -669,8 +670,9 @@ def bench_federated(
     accuracy, worst-k % clients, oracle, prediction diversity, Γ sparsity and drift, and MosT's
     paired difference to every method with a 95 % interval over seeds.
 
-    Writes OUT/results.json, OUT/table.md and figures (radar.png, accuracy_curves.png,
-    loss_curves.png, worst_k.png, assignment_stack.png, gamma.png). Each finished run is kept as a
+    Writes OUT/results.json (the table's numbers), OUT/curves.json (the per-round series),
+    OUT/table.md and figures (per_client.png, accuracy_curves.png, loss_curves.png, worst_k.png,
+    gamma.png, and assignment_stack.png where the clients per model change). Each finished run is kept as a
     run folder in OUT/runs/: a call that was stopped continues with --resume.
 
     Examples:

@@ -2,7 +2,9 @@
 
 * :func:`curves` -- a metric per round, one line per method, optional ± std bands;
   :func:`training_curves` is the same on a log scale.
-* :func:`assignment_heatmap` -- the plan Gamma [n, m] as an image.
+* :func:`profile` -- each method's per-objective values sorted worst to best, against the
+  objective's rank (a quantile, 0 .. 100 %); log scale where the values span decades.
+* :func:`assignment_heatmap` -- the plan Gamma [n, m] as an image, objectives grouped by model.
 * :func:`per_objective_bars` -- per-objective values of several methods, sorted.
 * :func:`pareto_fronts` -- solutions of each method over the true front (one panel each).
 * :func:`hypervolume_areas` -- the area each method's solutions dominate (2-D).
@@ -41,15 +43,26 @@ def _save(fig, path: str | Path | None):
     return fig
 
 
-#: line styles taking turns after every ten colours, so that up to 40 methods stay apart
+#: twenty colours, none alike: matplotlib's ten (``C0`` .. ``C9``), then ten darker or brighter
+#: ones unlike them, so that a figure of up to 20 methods repeats no colour
+PALETTE: tuple[str, ...] = (
+    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#000000", "#000075", "#800000", "#469990", "#f032e6", "#e6b400", "#556b2f", "#4b0082", "#9acd32", "#fa8072",
+)
+#: line styles, markers and hatches taking turns after every ten colours
 _LINESTYLES = ("-", "--", ":", "-.")
+_MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
 _HATCHES = ("", "//", "..", "xx")
 
 
 def method_style(k: int) -> dict:
-    """Colour and line style of the ``k``-th method of a figure: ``C0`` .. ``C9`` with solid lines,
-    then the same colours dashed, dotted, dash-dotted (a figure of 15 methods has no two alike)."""
-    return {"color": f"C{k % 10}", "linestyle": _LINESTYLES[(k // 10) % len(_LINESTYLES)]}
+    """Colour, line style and marker of the ``k``-th method of a figure: the first ten methods get
+    ``C0`` .. ``C9`` with solid lines, the next ten ten other colours (:data:`PALETTE`) dashed,
+    then the palette again dotted, dash-dotted; every method also gets its own marker, so that
+    lines lying on top of each other stay apart (draw the markers every few points, staggered by
+    method: :func:`_markevery`)."""
+    return {"color": PALETTE[k % len(PALETTE)], "linestyle": _LINESTYLES[(k // 10) % len(_LINESTYLES)],
+            "marker": _MARKERS[k % len(_MARKERS)]}
 
 
 def method_hatch(k: int) -> str:
@@ -57,11 +70,26 @@ def method_hatch(k: int) -> str:
     return _HATCHES[(k // 10) % len(_HATCHES)]
 
 
-def _legend(ax, n: int, **kwargs) -> None:
-    """A legend inside the axes for a few entries, beside them for more than six (where it would
-    hide the lines)."""
-    if n > 6:
-        kwargs = {**kwargs, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
+def _markevery(k: int, n_points: int, n_marks: int = 10):
+    """Where the ``k``-th method's markers go on a line of ``n_points``: about ``n_marks`` of them,
+    each method's shifted by a different tenth of the spacing (3/10 more for each method: ten
+    methods, ten shifts), so that the markers of lines on top of each other alternate instead of
+    hiding one another."""
+    step = max(1, int(np.ceil(n_points / n_marks)))
+    return (int((3 * k) % 10 * step / 10), step)
+
+
+def _zorder(k: int) -> float:
+    """Drawing order of the ``k``-th method's line: the first methods (the main ones, listed
+    first) on top, where lines coincide."""
+    return 2.0 + 1.0 / (k + 1)
+
+
+def _legend(ax, n: int = 0, **kwargs) -> None:
+    """The legend beside the axes (upper right, outside), so that it never covers a line or a bar,
+    whatever the number of entries ``n``; ``ncols`` is dropped (one column reads best beside)."""
+    kwargs.pop("ncols", None)
+    kwargs = {"fontsize": 8, **kwargs, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
     ax.legend(frameon=False, **kwargs)
 
 
@@ -105,7 +133,7 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
             raise ValueError(f"`{where}` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")
         style = method_style(k)
         color = style["color"]
-        ax.plot(xs, v, lw=1.6, label=name, **style)
+        ax.plot(xs, v, lw=1.6, ms=4, markevery=_markevery(k, len(v)), zorder=_zorder(k), label=name, **style)
         if std is not None and name in std:
             s = _values(std[name], f"std[{name!r}]")
             if len(s) != len(v):
@@ -130,31 +158,146 @@ def training_curves(series: Mapping[str, Sequence[float]], *, ylabel: str, title
     return curves(series, ylabel=ylabel, title=title, log=log, path=path)
 
 
-def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", path=None):
+def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", sort: bool = True, path=None):
+    """The plan Gamma ``[n, m]`` as an image: row i is objective i's shares ``Γᵢⱼ / αᵢ`` over the
+    models.
+
+    With ``sort`` (the default) the rows are grouped by the model holding their largest share
+    (ties to the lowest index), largest share first within a group, so that each model's block of
+    objectives shows; white lines part the groups, the model ticks say how many objectives each
+    holds, and (for up to 60 objectives) the row ticks give the objectives' own indices.
+    """
     plan = torch.as_tensor(plan).detach().cpu().double()
-    share = plan / plan.sum(1, keepdim=True).clamp_min(1e-300)
+    if plan.ndim != 2 or 0 in plan.shape:
+        raise ValueError(f"`plan` must be a plan Gamma of shape [n, m]; got shape {tuple(plan.shape)}.")
+    share = (plan / plan.sum(1, keepdim=True).clamp_min(1e-300)).numpy()
     n, m = share.shape
-    fig, ax = plt.subplots(figsize=(1.2 + 0.45 * m, 1.2 + min(0.12 * n, 9)))
-    im = ax.imshow(share.numpy(), aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
-    ax.set_xlabel("model j")
-    ax.set_ylabel("objective i")
+    owner = share.argmax(1)
+    order = np.lexsort((np.arange(n), -share[np.arange(n), owner], owner)) if sort else np.arange(n)
+    counts = np.bincount(owner, minlength=m)
+    fig, ax = plt.subplots(figsize=(1.8 + 0.5 * m, 1.4 + min(0.12 * n, 9)))
+    im = ax.imshow(share[order], aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks(range(m))
+    ax.set_xticklabels([f"{j}\n({c})" for j, c in enumerate(counts)], fontsize=8)
+    ax.set_xlabel("model j (objectives with their largest share on it)")
+    if sort:
+        for edge in np.cumsum(counts)[:-1]:
+            if 0 < edge < n:
+                ax.axhline(edge - 0.5, color="white", lw=1.2)
+        ax.set_ylabel("objective i (grouped by largest-share model)")
+    else:
+        ax.set_ylabel("objective i")
+    if n <= 60:
+        ax.set_yticks(range(n))
+        ax.set_yticklabels([str(i) for i in order], fontsize=6 if n > 30 else 7)
+    else:
+        ax.set_yticks([])
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label="share Γᵢⱼ / αᵢ")
     return _save(fig, path)
 
 
+def _profile_data(v, name: str, higher_is_better: bool) -> np.ndarray:
+    """``[seeds, n]`` values, each row sorted worst to best."""
+    if isinstance(v, torch.Tensor):
+        v = v.detach().cpu().double().numpy()
+    a = np.asarray(v, dtype=float)
+    if a.ndim == 1:
+        a = a[None]
+    if a.ndim != 2 or a.size == 0:
+        raise ValueError(f"`{name}` must be a non-empty sequence of per-objective values, or one such "
+                         f"sequence per seed ([seeds, n]); got shape {a.shape}.")
+    if not np.isfinite(a).all():
+        raise ValueError(f"`{name}` (shape {a.shape}) contains NaN or inf.")
+    a = np.sort(a, axis=1)
+    return a if higher_is_better else a[:, ::-1]
+
+
+def profile(values: Mapping[str, Sequence[float]], *, ylabel: str = "", title: str = "",
+            higher_is_better: bool = True, percent: bool = False, log: bool | None = None,
+            max_decades: float = 1.5, xlabel: str = "objectives ranked worst → best (percentile)", path=None):
+    """The sorted per-objective profile: each method's per-objective values sorted worst to best,
+    drawn against the objective's rank as a quantile (0 .. 100 %), one line per method.
+
+    Readable for any number of objectives (a radar of 30 spokes is not), and the left end reads as
+    the worst-k %: the line's mean left of x = 20 is the mean of the worst 20 % objectives. Lines
+    of different numbers of objectives share the axis.
+
+    Args:
+        values: method name -> ``[n]`` per-objective values, or ``[seeds, n]``, one row per seed:
+            each seed's values are sorted apart and the line is their mean at each rank (the k-th
+            worst objective's value, on average), with a band of ± one standard deviation over
+            the seeds.
+        higher_is_better: accuracies (``True``) are sorted ascending, losses (``False``)
+            descending, so that the worst objectives are on the left either way.
+        percent: multiply by 100 (accuracies given as fractions; say "%" in ``ylabel``).
+        log: logarithmic y axis; ``None`` (default) chooses it when every value is positive and
+            they span more than ``max_decades`` decades (losses of 0.6 against 40, say), where a
+            linear axis would squash the small ones into a flat line.
+
+    Examples:
+        >>> import matplotlib.pyplot as plt
+        >>> fig = profile({"MosT": [0.5, 0.4, 0.7], "FedAvg": [[0.3, 0.5, 0.6], [0.4, 0.4, 0.8]]},
+        ...               ylabel="accuracy (%)", percent=True)
+        >>> fig.axes[0].get_lines()[0].get_ydata().tolist()  # sorted, worst first
+        [40.0, 50.0, 70.0]
+        >>> plt.close(fig)
+    """
+    _nonempty(values, "values")
+    data = {name: _profile_data(v, f"values[{name!r}]", higher_is_better) * (100.0 if percent else 1.0)
+            for name, v in values.items()}
+    lo = min(float(a.min()) for a in data.values())
+    hi = max(float(a.max()) for a in data.values())
+    if log is None:
+        log = lo > 0 and hi / lo > 10 ** max_decades
+    fig, ax = plt.subplots(figsize=(6.4, 3.9))
+    for k, (name, a) in enumerate(data.items()):
+        n = a.shape[1]
+        x = 100.0 * (np.arange(n) + 0.5) / n
+        mean = a.mean(0)
+        style = method_style(k)
+        ax.plot(x, mean, drawstyle="steps-mid", lw=1.6, ms=4, markevery=_markevery(k, n, 12), label=name,
+                zorder=_zorder(k), **style)
+        if len(a) > 1:
+            std = a.std(0, ddof=1)
+            # within the values' range: a band past 100 % or below the smallest value means nothing
+            low, high = np.clip(mean - std, lo, hi), np.clip(mean + std, lo, hi)
+            ax.fill_between(x, low, high, step="mid", color=style["color"], alpha=0.12, lw=0)
+    if log:
+        ax.set_yscale("log")
+    else:
+        bottom, top = ax.get_ylim()
+        if lo >= 0 > bottom:  # a non-negative quantity: the axis does not go below 0
+            ax.set_ylim(0, top)
+    ax.set_xlim(0, 100)
+    ax.set_xticks(range(0, 101, 20))
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    seeds = {len(a) for a in data.values()}
+    if seeds != {1}:
+        title = f"{title}\n(mean at each rank over seeds, band ± std)" if title else "mean over seeds, band ± std"
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3, which="both" if log else "major")
+    _legend(ax, len(data))
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def per_objective_bars(values: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "", path=None):
+    """Per-objective losses of several methods, each sorted worst (largest) to best, on a log
+    axis against the objective's rank (:func:`profile` draws the same against the rank as a
+    quantile, with seeds and accuracies)."""
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
-    for name, v in values.items():
+    for k, (name, v) in enumerate(values.items()):
         v = np.sort(np.asarray(v, dtype=float))[::-1]
-        ax.plot(np.arange(len(v)), v, drawstyle="steps-mid", label=name, lw=1.6)
+        ax.plot(np.arange(len(v)), v, drawstyle="steps-mid", label=name, lw=1.6, ms=4,
+                markevery=_markevery(k, len(v)), zorder=_zorder(k), **method_style(k))
     ax.set_xlabel("objectives, worst to best")
     ax.set_ylabel(ylabel)
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    ax.legend(frameon=False)
+    _legend(ax, len(values))
     return _save(fig, path)
 
 

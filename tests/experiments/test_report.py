@@ -76,9 +76,17 @@ def test_swept_values_with_decimals_get_a_figure_each(tmp_path):
     table = _with(CENTRAL, methods={"MosT": {"n_models": 3, "rounds": 4}}, sweep={"methods.MosT.lr": [0.1, 0.15]})
     root = run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
     files = plot(root, formats=("png",))
-    heatmaps = [Path(f).name for f in files if Path(f).name.startswith("assignment_MosT")]
-    assert len(heatmaps) == 2 and len(set(heatmaps)) == 2, heatmaps
-    assert all(name.endswith(".png") and "0.1" in name for name in heatmaps)
+    heatmaps = [Path(f).name for f in files if Path(f).name.startswith("assignment_most")]
+    assert sorted(heatmaps) == ["assignment_most_lr_0_1.png", "assignment_most_lr_0_15.png"], heatmaps
+    assert not [f for f in files if "=" in Path(f).name or " " in Path(f).name]  # plain file names
+
+
+def test_figure_file_names_are_plain_and_apart():
+    from most.experiments.figures import _file_names
+
+    assert _file_names(["MosT server_lr=3", "MosT [weighting=GammaWeights]", "IFCA", "a-b", "a_b", "=="]) == {
+        "MosT server_lr=3": "most_server_lr_3", "MosT [weighting=GammaWeights]": "most_weighting_gammaweights",
+        "IFCA": "ifca", "a-b": "a_b", "a_b": "a_b_2", "==": "group"}
 
 
 # ----------------------------------------------------------------------------- corrupt results files

@@ -8,6 +8,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 import torch
+from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from scipy import stats
 
@@ -379,7 +380,75 @@ def test_sparsity_drift_writes_two_panels(tmp_path):
     ax_s, ax_d = fig.axes
     assert len(ax_s.get_lines()) == 2 and len(ax_d.get_lines()) == 2
     assert list(ax_d.get_lines()[0].get_xdata()) == [1, 2, 3]  # drift between successive rounds
+    assert list(ax_s.get_lines()[0].get_ydata()) == [0, 30, 50, 50]  # sparsity in %
+    # non-negative quantities: both axes start at 0 (before, the drift axis went below it)
+    assert ax_s.get_ylim() == (0, 100) and ax_d.get_ylim()[0] == 0
+    legend = ax_d.get_legend()  # one legend, beside the last panel, naming every method
+    assert [t.get_text() for t in legend.get_texts()] == ["MosT", "MosT (no entropy)"]
+    fig.canvas.draw()
+    assert legend.get_window_extent().x0 >= ax_d.get_window_extent().x1
+    # distinguishable where the values coincide: colour, line style or marker differ
+    a, b = ax_s.get_lines()
+    assert a.get_color() != b.get_color() and a.get_marker() != b.get_marker()
     _png_ok(fig, path)
+
+
+def test_sparsity_drift_cumulative_switches_and_warm_up_alignment():
+    fig = figures.sparsity_drift({"MosT": [0.8, 0.8, 0.8], "IFCA": [0.8, 0.8, 0.8, 0.8, 0.8]},
+                                 {"MosT": [0.5, 0.0], "IFCA": [1.0, 0.0, 2.0, 0.0]}, cumulative=True,
+                                 switches={"MosT": [0.2, 0.0], "IFCA": [0.5, 0.0, 0.1, 0.0]},
+                                 start={"MosT": 2})
+    ax_s, ax_d, ax_w = fig.axes
+    most_s, ifca_s = ax_s.get_lines()
+    assert list(most_s.get_xdata()) == [2, 3, 4] and list(ifca_s.get_xdata()) == [0, 1, 2, 3, 4]  # lined up
+    most_d, ifca_d = ax_d.get_lines()
+    # summed over the rounds, from 0 at the first plan: a staircase that never goes down
+    assert list(most_d.get_xdata()) == [2, 3, 4] and list(most_d.get_ydata()) == [0, 0.5, 0.5]
+    assert list(ifca_d.get_ydata()) == [0, 1, 1, 3, 3]
+    assert "summed" in ax_d.get_ylabel()
+    assert list(ax_w.get_lines()[0].get_ydata()) == [20, 0] and ax_w.get_ylim() == (0, 100)
+    assert "%" in ax_w.get_ylabel() and ax_w.get_legend() is not None
+    plt.close(fig)
+
+
+def test_switch_share_and_counts_change():
+    constant = [[0, 1, 1, 0], [1, 0, 0, 1], [1, 0, 0, 1]]  # two per model each round, yet all switch once
+    assert not figures.counts_change(constant)
+    assert figures.switch_share(constant).tolist() == [1.0, 0.0]
+    assert figures.counts_change([[0, 0, 1], [0, 1, 1]])
+    plans = [np.eye(2)[[0, 0, 1]], np.eye(2)[[0, 1, 1]]]  # plans [n, m] give the same
+    assert figures.counts_change(plans) and figures.switch_share(plans).tolist() == pytest.approx([1 / 3])
+    assert not figures.counts_change([[0, 1]])  # a single round: nothing changes
+
+
+def test_worst_k_bars_draw_error_bars_over_seeds_in_percent(tmp_path):
+    keys = ("worst20", "worst40", "worst60", "worst80")
+    per_seed = {k: [0.5 + 0.1 * i, 0.6 + 0.1 * i, 0.7 + 0.1 * i] for i, k in enumerate(keys)}
+    summary = {k: {"mean": 0.4, "std": 0.05} for k in keys}  # the bench's summaries
+    path = tmp_path / "bars.png"
+    fig = figures.worst_k_bars({"MosT": per_seed, "IFCA": summary}, title="worst k", path=path)
+    ax = fig.axes[0]
+    most, ifca = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [b.get_height() for b in most] == pytest.approx([60, 70, 80, 90])  # the seeds' mean, in %
+    assert [b.get_height() for b in ifca] == pytest.approx([40] * 4)
+    for bars, std in ((most, 10.0), (ifca, 5.0)):  # a bar of ± std
+        assert bars.errorbar is not None
+        segments = bars.errorbar.lines[2][0].get_segments()
+        assert [s[1][1] - s[0][1] for s in segments] == pytest.approx([2 * std] * 4)
+    assert "(%)" in ax.get_ylabel() and "std over seeds" in ax.get_title()
+    assert ax.get_legend() is not None
+    _png_ok(fig, path)
+    single = figures.worst_k_bars({"a": {k: 0.5 for k in keys}})  # one seed: no error bars
+    assert [c.errorbar for c in single.axes[0].containers] == [None]
+    plt.close(single)
+    with pytest.raises(ValueError, match="mean"):
+        figures.worst_k_bars({"a": {k: {"std": 0.1} for k in keys}})
+
+
+def test_profile_is_the_federated_per_client_figure():
+    fig = figures.profile({"MosT": [0.9, 0.4, 0.7], "FedAvg": [0.5, 0.6, 0.8]}, percent=True)
+    assert list(fig.axes[0].get_lines()[0].get_ydata()) == pytest.approx([40, 70, 90])
+    plt.close(fig)
 
 
 def test_gamma_drift_skip_empty_leaves_out_rows_without_mass():

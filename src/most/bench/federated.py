@@ -505,49 +505,93 @@ def _paired_cell(p: dict | None) -> str:
 
 
 def _radar_methods(names: list[str], k: int = 6) -> list[str]:
-    """The at most ``k`` methods the radar draws, so that it stays readable: the main ones
-    (``_RADAR``) first, then the table's others in table order, so that a table of mostly other
-    methods (the few-for-many ones, say) still compares MosT with them."""
+    """The at most ``k`` methods the per-client profile (``per_client.png``, the radar before it)
+    draws, so that it stays readable: the main ones (``_RADAR``) first, then the table's others in
+    table order, so that a table of mostly other methods (the few-for-many ones, say) still
+    compares MosT with them."""
     return ([n for n in names if n in _RADAR] + [n for n in names if n not in _RADAR])[:k]
 
 
 def _figures(results: dict, out: Path) -> list[str]:
+    """The figures of a results folder (their file names, in ``out``), from what the runs hold.
+
+    * ``per_client.png`` -- each method's per-client test accuracy (%) sorted worst to best,
+      mean over seeds at each rank with a ± std band (:func:`most.federated.figures.profile`);
+    * ``accuracy_curves.png``, ``loss_curves.png`` -- validation accuracy (%) and training loss
+      per round, seed 0 (where the runs keep their curves);
+    * ``worst_k.png`` -- worst-k % accuracy, mean ± std over seeds;
+    * ``assignment_stack.png`` -- MosT's clients per largest-share model over the rounds, only
+      where those counts change (under uniform capacities they are a constant split);
+    * ``gamma.png`` -- Γ sparsity, cumulative drift and the share of clients changing model per
+      round, for (at most six of) the methods with two or more plans.
+
+    Compact results (runs without the curves, keeping only the last plan) give the first and
+    the fourth; a figure the runs lack the data for is left out.
+    """
     methods = results["methods"]
     first = {name: e["runs"][0] for name, e in methods.items() if "failed" not in e["runs"][0]}
     if not first:  # every method diverged on seed 0: the table says so, there is nothing to draw
         return []
-    written, made = [], []
-    main = _radar_methods(list(first))
-    label = results["label"]
-    made.append(figures.radar({n: first[n]["per_client"] for n in main},
-                              title=f"{label}: per-client test accuracy (seed 0)", path=out / "radar.png"))
-    made.append(figures.curves({n: [v for _, v in r["val_curve"]] for n, r in first.items()},
-                               ylabel="validation accuracy",
-                               x=[t + 1 for t, _ in next(iter(first.values()))["val_curve"]],
-                               title=f"{label}: best-model validation accuracy", path=out / "accuracy_curves.png"))
-    made.append(figures.curves({n: r["loss_curve"] for n, r in first.items()}, ylabel="best-model training loss",
-                               log=True, title=f"{label}: training loss", path=out / "loss_curves.png"))
-    made.append(figures.worst_k_bars({n: {k: e[k]["mean"] for k in ("worst20", "worst40", "worst60", "worst80")}
-                                      for n, e in methods.items() if np.isfinite(e["mean"]["mean"])},
-                                     title=f"{label}: worst-k % clients", path=out / "worst_k.png"))
-    written += ["radar.png", "accuracy_curves.png", "loss_curves.png", "worst_k.png"]
-    with_plans = {n: r for n, r in first.items() if r["plans"]}
-    # MosT's, else the table's first MosT variant's (a variant run alone, e.g. "MosT (update split)")
-    stacked = "MosT" if "MosT" in with_plans else next((n for n in with_plans if n.startswith("MosT")), None)
-    if stacked is not None:
-        m = results["config"]["n_models"]
-        one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans[stacked]["plans"]]
-        made.append(figures.assignment_stack(one_hot, title=f"{label}: {stacked}, clients per model",
-                                             path=out / "assignment_stack.png"))
-        written.append("assignment_stack.png")
-    with_plans = {n: r for n, r in with_plans.items() if len(r["plans"]) >= 2}
-    if with_plans:
-        made.append(figures.sparsity_drift({n: r["sparsity"] for n, r in with_plans.items()},
-                                           {n: r["drift"] for n, r in with_plans.items()},
-                                           title=f"{label}: Γ sparsity and drift", path=out / "gamma.png"))
-        written.append("gamma.png")
     import matplotlib.pyplot as plt  # after `figures`, which sets the Agg backend
 
-    for fig in made:  # a long-lived process (a notebook, a merge of many folders) keeps no figure open
-        plt.close(fig)
+    from ..plots import _save
+
+    written = []
+    label = results["label"]
+
+    def save(fig, name):
+        _save(fig, out / name)
+        plt.close(fig)  # a long-lived process (a notebook, a merge of many folders) keeps no figure open
+        written.append(name)
+
+    per_client = {}
+    for n in _radar_methods(list(first)):
+        rows = [r["per_client"] for r in methods[n]["runs"] if "failed" not in r and r.get("per_client")]
+        if rows and len({len(x) for x in rows}) == 1:
+            per_client[n] = rows
+    if per_client:
+        seeds = max(len(v) for v in per_client.values())
+        save(figures.profile(per_client, ylabel="test accuracy (%)", percent=True,
+                             xlabel="clients ranked worst → best (percentile)",
+                             title=f"{label}: per-client test accuracy" + (f", {seeds} seeds" if seeds > 1 else "")),
+             "per_client.png")
+    val = {n: r["val_curve"] for n, r in first.items() if r.get("val_curve")}
+    if val:
+        save(figures.curves({n: [100 * v for _, v in c] for n, c in val.items()},
+                            x={n: [t + 1 for t, _ in c] for n, c in val.items()},
+                            ylabel="validation accuracy (%)",
+                            title=f"{label}: best-model validation accuracy (seed {_seed(first)})"),
+             "accuracy_curves.png")
+    loss = {n: r["loss_curve"] for n, r in first.items() if r.get("loss_curve")}
+    if loss:
+        save(figures.curves(loss, ylabel="best-model training loss", log=True,
+                            title=f"{label}: training loss (seed {_seed(first)})"), "loss_curves.png")
+    table = {n: {k: e[k] for k in figures.WORST_KEYS} for n, e in methods.items()  # {"mean", "std"}: error bars
+             if all(k in e for k in figures.WORST_KEYS) and np.isfinite((e.get("mean") or {}).get("mean", 0.0))}
+    if table:
+        save(figures.worst_k_bars(table, title=f"{label}: worst-k % clients"), "worst_k.png")
+    with_plans = {n: r for n, r in first.items() if len(r.get("plans") or []) >= 2}
+    # MosT's, else the table's first MosT variant's (a variant run alone, e.g. "MosT (update split)")
+    stacked = "MosT" if "MosT" in with_plans else next((n for n in with_plans if n.startswith("MosT")), None)
+    if stacked is not None and figures.counts_change(with_plans[stacked]["plans"]):
+        m = results["config"]["n_models"]
+        one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans[stacked]["plans"]]
+        save(figures.assignment_stack(one_hot, title=f"{label}: {stacked}, clients per model (seed {_seed(first)})"),
+             "assignment_stack.png")
+    gamma = {n: with_plans[n] for n in _radar_methods(list(with_plans))  # at most six: readable
+             if with_plans[n].get("sparsity") and with_plans[n].get("drift") is not None}
+    if gamma:
+        rounds = (results["config"].get("protocol") or {}).get("rounds")
+        # the plans are those of the last rounds (none during a warm-up): line them up on the rounds
+        start = {n: max(0, rounds - len(r["plans"])) for n, r in gamma.items()} if isinstance(rounds, int) else None
+        save(figures.sparsity_drift({n: r["sparsity"] for n, r in gamma.items()},
+                                    {n: r["drift"] for n, r in gamma.items()}, cumulative=True,
+                                    switches={n: figures.switch_share(r["plans"]) for n, r in gamma.items()},
+                                    start=start, title=f"{label}: Γ over the rounds (seed {_seed(first)})"),
+             "gamma.png")
     return written
+
+
+def _seed(first: dict) -> int:
+    """The seed of the runs the per-round figures draw (the first of each method)."""
+    return next(iter(first.values())).get("seed", 0)

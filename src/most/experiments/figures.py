@@ -1,18 +1,27 @@
 """Figures from a results folder (PNG and PDF), rebuilt from the stored files alone.
 
 * ``training_loss`` -- mean best-model training loss per round, mean ± std over seeds;
-* ``val_accuracy`` -- validation accuracy per round (federated);
-* ``radar`` -- per-objective test accuracy (federated) or loss of each group, mean over seeds;
-* ``worst_k`` -- worst-20 .. 80 % client accuracy per group (federated);
-* ``assignment_GROUP`` -- the final plan Gamma of the group's first seed;
-* ``assignment_stack_GROUP`` -- objectives per largest-share model over the rounds;
-* ``sparsity_drift`` -- Gamma sparsity and drift per round;
+* ``val_accuracy`` -- validation accuracy (%) per round (federated);
+* ``per_objective`` -- each group's per-objective test accuracy (%, federated) or loss sorted
+  worst to best against the objective's rank, mean over seeds at each rank with a ± std band;
+  log scale where the values span decades (:func:`most.plots.profile`);
+* ``worst_k`` -- worst-20 .. 80 % client accuracy (%) per group, mean ± std over seeds (federated);
+* ``assignment_GROUP`` -- the final plan Gamma of the group's first seed, objectives grouped by model;
+* ``assignment_stack_GROUP`` -- objectives per largest-share model over the rounds, only where
+  those counts change (a constant split says nothing);
+* ``sparsity_drift`` -- Gamma sparsity, drift summed over the rounds and the share of objectives
+  changing model, per round (first seed);
 * ``pareto`` -- each group's models in objective space (two-objective problems).
+
+File names are plain: ``GROUP`` is the group's name in lower case with every run of other
+characters than letters and digits made one ``_`` (``MosT server_lr=3`` ->
+``most_server_lr_3``).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +29,6 @@ import torch
 
 from .report import _experiments, _group_of, _group_order
 from .spec import FEDERATED
-from .spec import _safe as _safe_name
 from .store import CorruptFileError, RunFolder
 
 __all__ = ["plot"]
@@ -36,6 +44,20 @@ def _save(fig, base: Path, formats, written: list[str]) -> None:
         save(fig, path)  # written whole or not at all
         written.append(str(path))
     plt.close(fig)
+
+
+def _file_names(groups: list[str]) -> dict[str, str]:
+    """Each group's part of a figure's file name: lower case letters, digits and single ``_``
+    (``MosT [server_lr=3.0]`` -> ``most_server_lr_3_0``), ``_2``, ``_3`` .. added where two
+    groups would otherwise share a name."""
+    names: dict[str, str] = {}
+    for g in groups:
+        base = re.sub(r"[^a-z0-9]+", "_", g.lower()).strip("_") or "group"
+        name, k = base, 2
+        while name in names.values():
+            name, k = f"{base}_{k}", k + 1
+        names[g] = name
+    return names
 
 
 def _stack(series: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -104,30 +126,37 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...]) -> li
         points = [[(m["round"], m["val_accuracy"]) for m in ms if m.get("val_accuracy") is not None]
                   for ms in per_seed]
         if points and all(points):
-            mean, std = _stack([[v for _, v in p] for p in points])
+            mean, std = _stack([[100 * v for _, v in p] for p in points])
             val[g] = (mean, std, [r + 1 for r, _ in points[0][: len(mean)]])
     if val:
         fig = plots.curves({g: v[0] for g, v in val.items()}, std={g: v[1] for g, v in val.items()},
                            x={g: v[2] for g, v in val.items()},  # each group's own rounds
-                           ylabel="validation accuracy (best model per client)", title=f"{root.name}")
+                           ylabel="validation accuracy (%), best model per client", title=f"{root.name}")
         _save(fig, out / "val_accuracy", formats, written)
 
-    per_obj = {g: np.mean([r["per_objective"] for _, _, r in rs], 0) for g, rs in by_group.items()
+    # each seed's values, sorted apart by the profile: the mean k-th worst objective over seeds
+    per_obj = {g: [r["per_objective"] for _, _, r in rs] for g, rs in by_group.items()
                if all(isinstance(r.get("per_objective"), list) for _, _, r in rs)
                and len({len(r["per_objective"]) for _, _, r in rs}) == 1}
-    if per_obj and len({len(v) for v in per_obj.values()}) == 1 and len(next(iter(per_obj.values()))) >= 3:
+    if per_obj and min(len(v[0]) for v in per_obj.values()) >= 3:
         metric = next(iter(by_group.values()))[0][2].get("per_objective_metric", "")
-        fig = figures.radar(per_obj, title=f"{root.name}: per-objective {metric}")
-        _save(fig, out / "radar", formats, written)
+        accuracy = "accuracy" in metric  # in %, higher is better; else a loss
+        head = metric.split(" (")[0] or ("accuracy" if kind == FEDERATED else "loss")
+        who = "clients" if kind == FEDERATED else "objectives"
+        fig = plots.profile(per_obj, ylabel=f"{head} (%)" if accuracy else head, percent=accuracy,
+                            higher_is_better=accuracy, xlabel=f"{who} ranked worst → best (percentile)",
+                            title=f"{root.name}: per-objective {metric}".rstrip())
+        _save(fig, out / "per_objective", formats, written)
 
-    table = {g: {k: float(np.mean([r["metrics"][k] for _, _, r in rs])) for k in figures.WORST_KEYS}
+    table = {g: {k: [r["metrics"][k] for _, _, r in rs] for k in figures.WORST_KEYS}  # per seed: error bars
              for g, rs in by_group.items() if all(r["metrics"].get(k) is not None for _, _, r in rs
                                                   for k in figures.WORST_KEYS)}
     if kind == FEDERATED and table:
         fig = figures.worst_k_bars(table, title=f"{root.name}: worst-k % clients", annotate=len(table) <= 4)
         _save(fig, out / "worst_k", formats, written)
 
-    sparsity, drift = {}, {}
+    files = _file_names(list(by_group))
+    sparsity, drift, switches, start = {}, {}, {}, {}
     for g, rs in by_group.items():
         folder = rs[0][0]
         history = metrics[g][0]
@@ -135,17 +164,22 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...]) -> li
         final = folder.final() if folder.final_file.is_file() else {}
         if "assignment" in final and owners:
             fig = plots.assignment_heatmap(final["assignment"], title=f"{g}: final Γ (seed {rs[0][1].get('seed')})")
-            _save(fig, out / f"assignment_{_safe_name(g)}", formats, written)
-            m = final["assignment"].shape[1]
-            plans = [torch.nn.functional.one_hot(torch.tensor(o).clamp_min(0), m) * (torch.tensor(o) >= 0)[:, None]
-                     for o in owners]
-            fig = figures.assignment_stack(plans, title=f"{g}: objectives per model",
-                                           rounds=[mm["round"] for mm in history if "owners" in mm])
-            _save(fig, out / f"assignment_stack_{_safe_name(g)}", formats, written)
+            _save(fig, out / f"assignment_{files[g]}", formats, written)
+            if figures.counts_change(owners):  # else a constant split: nothing to see
+                m = final["assignment"].shape[1]
+                plans = [torch.nn.functional.one_hot(torch.tensor(o).clamp_min(0), m) * (torch.tensor(o) >= 0)[:, None]
+                         for o in owners]
+                fig = figures.assignment_stack(plans, title=f"{g}: objectives per model",
+                                               rounds=[mm["round"] for mm in history if "owners" in mm])
+                _save(fig, out / f"assignment_stack_{files[g]}", formats, written)
             sparsity[g] = [m["gamma_sparsity"] for m in history if "gamma_sparsity" in m]
             drift[g] = [m["gamma_drift"] for m in history if "gamma_drift" in m]
+            switches[g] = figures.switch_share(owners) if len(owners) >= 2 else []
+            start[g] = next(m["round"] for m in history if "gamma_sparsity" in m) if sparsity[g] else 0
     if sparsity and all(len(d) for d in drift.values()):
-        fig = figures.sparsity_drift(sparsity, drift, title=f"{root.name}: Γ over rounds")
+        fig = figures.sparsity_drift(sparsity, drift, cumulative=True, start=start,
+                                     switches={g: v for g, v in switches.items() if len(v)},
+                                     title=f"{root.name}: Γ over the rounds (first seed)")
         _save(fig, out / "sparsity_drift", formats, written)
 
     points = {g: rs[0][2]["points"] for g, rs in by_group.items() if "points" in rs[0][2]}

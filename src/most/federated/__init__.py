@@ -11,9 +11,9 @@
 * :mod:`most.federated.methods` -- MosT and the baselines (FedAvg, FedProx, MGDA, w-MGDA,
   linearization, FedMGDA+, IFCA) as server-side objects.
 * :mod:`most.federated.evaluation` -- per-client model selection on validation, worst-k %,
-  oracle, prediction diversity, Gamma sparsity and drift, paired differences over seeds.
-* :mod:`most.federated.figures` -- radar, curves, worst-k % bars, assignment stack plot,
-  sparsity/drift.
+  oracle, prediction KL, Gamma sparsity and drift, paired differences over seeds.
+* :mod:`most.federated.figures` -- the sorted per-client profile, curves, worst-k % bars,
+  assignment stack plot, sparsity/drift.
 
 Examples:
     >>> import most.federated as fl

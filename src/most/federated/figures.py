@@ -2,13 +2,20 @@
 
 Every function returns the :class:`matplotlib.figure.Figure` and saves it when ``path`` is
 given (via :func:`most.plots._save`; parent folders are created). A method keeps the same
-colour and line style (:func:`most.plots.method_style`, in insertion order) within a figure.
+colour, line style and marker (:func:`most.plots.method_style`, in insertion order) within a
+figure, no two methods alike; legends sit beside the axes, never over a line.
 
-* :func:`radar` -- per-client accuracy of each method on a polar plot (Figure 1 of MosT).
+* :func:`profile` -- per-client values of each method sorted worst to best, against the client's
+  rank (:func:`most.plots.profile`); what the drivers draw instead of the radar.
+* :func:`radar` -- per-client accuracy of each method on a polar plot (Figure 1 of MosT; kept for
+  a few clients, unreadable for 30 or more).
 * :func:`curves` -- a metric per round, one line per method, optional ± std bands.
-* :func:`worst_k_bars` -- grouped bars of worst-20 .. worst-80 % accuracy per method.
+* :func:`worst_k_bars` -- grouped bars of worst-20 .. worst-80 % accuracy per method, in %, with
+  error bars over seeds.
 * :func:`assignment_stack` -- clients per largest-share model over rounds (Figure 9).
-* :func:`sparsity_drift` -- Gamma sparsity and successive-Gamma symmetric KL per round (Figure 2).
+* :func:`sparsity_drift` -- Gamma sparsity, successive-Gamma symmetric KL and (optionally) the
+  share of clients changing model, per round (Figure 2).
+* :func:`switch_share` -- that share, from each round's largest-share models.
 
 Call ``matplotlib.pyplot.close(fig)`` after saving when making many figures.
 
@@ -32,9 +39,11 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from ..plots import _legend, _nonempty, _save, _values, curves, method_hatch, method_style  # noqa: E402
+from ..plots import (  # noqa: E402
+    PALETTE, _legend, _markevery, _nonempty, _save, _values, _zorder, curves, method_hatch, method_style, profile)
 
-__all__ = ["radar", "curves", "worst_k_bars", "assignment_stack", "sparsity_drift"]
+__all__ = ["profile", "radar", "curves", "worst_k_bars", "assignment_stack", "sparsity_drift", "switch_share",
+           "counts_change"]
 
 WORST_KEYS: tuple[str, ...] = ("worst20", "worst40", "worst60", "worst80")
 
@@ -43,7 +52,9 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
           ylim: tuple[float, float] | None = None, fill: bool = True, path=None):
     """Per-client accuracy of each method on a polar plot (MosT, Figure 1).
 
-    Clients are spaced around the circle (in the given order), one closed line per method.
+    Readable for a dozen clients or so; with more, or values spanning decades (losses), use
+    :func:`profile`, which the drivers draw instead. Clients are spaced around the circle (in
+    the given order), one closed line per method.
 
     Args:
         per_client: method name -> ``[n_clients]`` accuracies (same clients, same order, for all).
@@ -70,7 +81,8 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
     fig, ax = plt.subplots(figsize=(5.6, 5.6), subplot_kw={"projection": "polar"})
     for k, (name, v) in enumerate(data.items()):
         style = method_style(k)
-        ax.plot(closed, np.append(v, v[:1]), lw=1.6, label=name, marker="o" if n <= 30 else None, ms=3, **style)
+        style["marker"] = style["marker"] if n <= 30 else None
+        ax.plot(closed, np.append(v, v[:1]), lw=1.6, label=name, ms=3, **style)
         if fill:
             ax.fill(closed, np.append(v, v[:1]), color=style["color"], alpha=0.08)
     labels = list(client_labels) if client_labels is not None else [str(i) for i in range(n)]
@@ -86,41 +98,73 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
     ax.tick_params(axis="y", labelsize=7)
     ax.grid(alpha=0.35)
     ax.set_title(title, pad=18)
-    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.02, 1.0))
+    ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.08, 1.0))
     return _save(fig, path)
 
 
+def _mean_std(v, where: str) -> tuple[float, float]:
+    """A bar's height and error: a number (no error), ``{"mean", "std"}``, or per-seed values
+    (their mean and sample standard deviation)."""
+    if isinstance(v, Mapping):
+        if "mean" not in v:
+            raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got keys {list(v)}.")
+        return float(v["mean"]), float(v.get("std") or 0.0)
+    a = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=float)
+    if a.ndim == 0:
+        return float(a), 0.0
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got shape {a.shape}.")
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+
+
 def worst_k_bars(table: Mapping[str, Mapping[str, float]], *, title: str = "", keys: Sequence[str] = WORST_KEYS,
-                 ylabel: str = "mean accuracy of the worst k % clients", annotate: bool = False, path=None):
-    """Grouped bars: one group per k (``worst20`` .. ``worst80``), one bar per method.
+                 ylabel: str | None = None, annotate: bool = False, percent: bool = True, path=None):
+    """Grouped bars: one group per k (``worst20`` .. ``worst80``), one bar per method, with error
+    bars (± one standard deviation over seeds) where the table gives several seeds.
 
     Args:
-        table: method name -> ``{"worst20": ..., "worst40": ..., ...}`` (e.g. from
-            :func:`most.federated.evaluation.summarise`; other keys are ignored).
+        table: method name -> ``{"worst20": v, "worst40": v, ...}`` (e.g. from
+            :func:`most.federated.evaluation.summarise`; other keys are ignored), each ``v`` a
+            number, per-seed values (bar: their mean, error bar: their sample std) or
+            ``{"mean": ..., "std": ...}`` (the bench's summaries).
         keys: the groups, in order.
         annotate: write each bar's value above it.
+        percent: the values are fractions, drawn in % (the tables print %).
+        ylabel: default "accuracy of the worst k % clients (%)" (without "(%)" when not
+            ``percent``).
     """
     _nonempty(table, "table")
     for name, row in table.items():
         missing = [k for k in keys if k not in row]
         if missing:
             raise ValueError(f"`table[{name!r}]` lacks {missing}; it must have every key in {list(keys)}.")
+    scale = 100.0 if percent else 1.0
+    stats = {name: np.array([_mean_std(table[name][key], f"table[{name!r}][{key!r}]") for key in keys]) * scale
+             for name in table}
+    errors = any((s[:, 1] > 0).any() for s in stats.values())
     methods = list(table)
     groups = np.arange(len(keys))
     width = 0.8 / len(methods)
     fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 1.2 + 0.45 * len(keys) * len(methods))), 3.8))
     for k, name in enumerate(methods):
-        vals = np.array([float(table[name][key]) for key in keys])
+        vals, errs = stats[name][:, 0], stats[name][:, 1]
         bars = ax.bar(groups - 0.4 + width * (k + 0.5), vals, width, color=method_style(k)["color"],
-                      hatch=method_hatch(k), edgecolor="white", linewidth=0, label=name)
+                      hatch=method_hatch(k), edgecolor="white", linewidth=0, label=name,
+                      yerr=errs if errors else None,
+                      error_kw={"ecolor": "0.2", "elinewidth": 0.8, "capsize": 1.5 if len(methods) > 6 else 3})
         if annotate:
-            ax.bar_label(bars, fmt="%.3f", fontsize=7, padding=1)
+            ax.bar_label(bars, fmt="%.1f" if percent else "%.3f", fontsize=7, padding=1)
     ax.set_xticks(groups)
     ax.set_xticklabels([key.replace("worst", "worst ") + " %" if key.startswith("worst") else key for key in keys])
+    if ylabel is None:
+        ylabel = "accuracy of the worst k % clients" + (" (%)" if percent else "")
     ax.set_ylabel(ylabel)
+    if errors:
+        title = f"{title} (mean ± std over seeds)" if title else "mean ± std over seeds"
     ax.set_title(title)
+    ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, axis="y")
-    _legend(ax, len(methods), fontsize=8, **({} if len(methods) > 6 else {"ncols": min(len(methods), 4)}))
+    _legend(ax, len(methods))
     fig.tight_layout()
     return _save(fig, path)
 
@@ -155,7 +199,7 @@ def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float
         raise ValueError(f"`rounds` has {len(xs)} entries but there are {len(mats)} plans.")
 
     fig, ax = plt.subplots(figsize=(6.0, 3.8))
-    colors = [f"C{j % 10}" for j in range(m)]
+    colors = [PALETTE[j % len(PALETTE)] for j in range(m)]
     if len(mats) == 1:  # a single round: a stacked bar
         bottom = 0
         for j in range(m):
@@ -170,53 +214,128 @@ def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float
     ax.set_xlabel("round")
     ax.set_ylabel("clients (largest-share model)")
     ax.set_title(title)
-    ax.legend(frameon=False, fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend(ax, m)
     fig.tight_layout()
     return _save(fig, path)
 
 
+def _owners(plans, where: str) -> np.ndarray:
+    """``[T, n]`` largest-share model per round: from plans ``[T, n, m]`` or the indices themselves."""
+    a = np.asarray([p.detach().cpu().numpy() if isinstance(p, torch.Tensor) else np.asarray(p) for p in plans])
+    if a.ndim == 3:
+        a = a.argmax(2)
+    if a.ndim != 2:
+        raise ValueError(f"`{where}` must hold one plan [n, m] or one list of n model indices per round; "
+                         f"got shape {a.shape}.")
+    return a
+
+
+def counts_change(plans) -> bool:
+    """Whether the number of objectives per largest-share model ever changes over the rounds:
+    where it does not (a balanced plan under uniform capacities, say), :func:`assignment_stack`
+    is a constant split and says nothing; :func:`switch_share` still tells whether objectives
+    trade places. ``plans``: one plan ``[n, m]`` or list of model indices per round."""
+    owners = _owners(plans, "plans")
+    if len(owners) < 2:
+        return False
+    m = int(owners.max()) + 1
+    counts = np.stack([np.bincount(o[o >= 0], minlength=m) for o in owners])
+    return bool((counts != counts[0]).any())
+
+
+def switch_share(plans) -> np.ndarray:
+    """The fraction of objectives whose largest-share model changed since the previous round,
+    one value per round after the first: ``plans`` is one plan ``[n, m]`` or one list of the n
+    objectives' model indices per round. Constant counts per model (:func:`counts_change`) can
+    hide objectives trading places; this shows them.
+
+    Examples:
+        >>> switch_share([[0, 1, 1], [0, 1, 0], [0, 1, 0]]).tolist()
+        [0.3333333333333333, 0.0]
+    """
+    owners = _owners(plans, "plans")
+    return (owners[1:] != owners[:-1]).mean(1)
+
+
 def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, Sequence[float]], *,
-                   title: str = "", log_drift: bool = False, path=None):
-    """Two panels per round: Gamma sparsity and successive-Gamma symmetric KL (MosT, Figure 2).
+                   title: str = "", log_drift: bool = False, cumulative: bool = False,
+                   switches: Mapping[str, Sequence[float]] | None = None, start: Mapping[str, int] | None = None,
+                   path=None):
+    """Panels per round: Gamma sparsity (in %) and successive-Gamma symmetric KL (MosT, Figure 2),
+    and, with ``switches``, the share of clients changing largest-share model (in %).
+
+    Each method has its own colour, line style and marker (markers staggered, so that methods
+    with the same values stay visible); the axes start at 0 (every quantity is non-negative) and
+    one legend beside the last panel names them all.
 
     Args:
         sparsity: method/variant -> :func:`~most.federated.evaluation.gamma_sparsity` per round
-            (rounds ``0 .. T-1``).
+            (fractions; rounds ``start .. start + T - 1``).
         drift: method/variant -> :func:`~most.federated.evaluation.gamma_drift` between
             successive plans; a series one shorter than the method's sparsity series is drawn at
-            rounds ``1 .. T-1`` (drift at round t compares Gamma_{t-1} with Gamma_t), otherwise
-            at ``0 .. len - 1``.
+            rounds ``start + 1 ..`` (drift at round t compares Gamma_{t-1} with Gamma_t),
+            otherwise from ``start``.
         log_drift: logarithmic y axis for the drift (zeros are not drawn).
+        cumulative: draw the drift summed over the rounds so far: a staircase per method whose
+            height is the total change and which is flat once Gamma settles (reads better than
+            spikes at a few rounds among many zeros).
+        switches: method/variant -> fraction of clients whose largest-share model changed, per
+            round (:func:`switch_share`), aligned like ``drift``.
+        start: method/variant -> the round of its first plan (default 0), so that methods with a
+            warm-up line up with the others.
     """
     _nonempty(sparsity, "sparsity")
     _nonempty(drift, "drift")
-    names = list(dict.fromkeys([*sparsity, *drift]))
-    fig, (ax_s, ax_d) = plt.subplots(1, 2, figsize=(10.0, 3.8))
+    switches = switches or {}
+    start = start or {}
+    names = list(dict.fromkeys([*sparsity, *drift, *switches]))
+    panels = 3 if switches else 2
+    fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels + 0.6, 3.8))
+    ax_s, ax_d = axes[0], axes[1]
+    handles = {}
     for k, name in enumerate(names):
         style = method_style(k)
+        first = int(start.get(name, 0))
         n_s = None
+
+        def draw(ax, values, where, shift=0, scale=1.0):
+            v = _values(values, where) * scale
+            xs = np.arange(first + shift, first + shift + len(v))
+            keep = v > 0 if ax is ax_d and log_drift else np.ones(len(v), bool)
+            (line,) = ax.plot(xs[keep], v[keep], lw=1.4, ms=4, markevery=_markevery(k, int(keep.sum())),
+                              label=name, clip_on=False, zorder=_zorder(k), **style)
+            handles.setdefault(name, line)
+
         if name in sparsity:
-            s = _values(sparsity[name], f"sparsity[{name!r}]")
-            n_s = len(s)
-            ax_s.plot(np.arange(n_s), s, lw=1.6, label=name, **style)
-        if name in drift:
-            d = _values(drift[name], f"drift[{name!r}]")
-            start = 1 if n_s is not None and len(d) == n_s - 1 else 0
-            ax_d.plot(np.arange(start, start + len(d)), d, lw=1.6, label=name, **style)
-    ax_s.set_ylim(-0.02, 1.02)
-    ax_s.set_ylabel("Γ sparsity (fraction of zeros)")
-    ax_d.set_ylabel(r"symmetric KL($\Gamma_{t-1}$, $\Gamma_t$)")
+            n_s = len(_values(sparsity[name], f"sparsity[{name!r}]"))
+            draw(ax_s, sparsity[name], f"sparsity[{name!r}]", scale=100.0)
+        for ax, series, what in ((ax_d, drift, "drift"), (axes[-1] if switches else None, switches, "switches")):
+            if ax is None or name not in series:
+                continue
+            v = _values(series[name], f"{what}[{name!r}]")
+            shift = 1 if n_s is not None and len(v) == n_s - 1 else 0
+            if what == "drift" and cumulative:
+                v = np.cumsum(v)
+                if shift == 1:  # from 0 at the first plan's round
+                    v, shift = np.concatenate([[0.0], v]), 0
+            draw(ax, v, f"{what}[{name!r}]", shift=shift, scale=100.0 if what == "switches" else 1.0)
+    ax_s.set_ylim(0, 100)
+    ax_s.set_ylabel("Γ entries that are zero (%)")
+    what = r"symmetric KL($\Gamma_{t-1}$, $\Gamma_t$)"
+    ax_d.set_ylabel(f"{what}, summed over rounds" if cumulative else what)
     if log_drift:
         ax_d.set_yscale("log")
-    for ax in (ax_s, ax_d):
+    else:
+        ax_d.set_ylim(0, max(ax_d.get_ylim()[1], 1e-3))
+    if switches:
+        axes[-1].set_ylim(0, 100)
+        axes[-1].set_ylabel("clients changing largest-share model (%)")
+    for ax in axes:
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    if any(name not in sparsity for name in drift):
-        ax_s.legend(frameon=False, fontsize=8)
-        _legend(ax_d, len(names), fontsize=8)
-    else:
-        _legend(ax_s if len(names) <= 6 else ax_d, len(names), fontsize=8)
+    axes[-1].legend(list(handles.values()), list(handles), frameon=False, fontsize=8, loc="upper left",
+                    bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
