@@ -12,6 +12,7 @@ import os
 import re
 import subprocess
 import sys
+from html import unescape
 from pathlib import Path
 
 import pytest
@@ -100,9 +101,56 @@ def test_every_test_the_guarantees_page_names_exists():
         assert not test or re.search(rf"^def {test}\(", source, re.M), f"{path}::{test} is named in guarantees.md"
 
 
+# What a reader sees of a built page: no code, no typeset formula, no tag. LaTeX left in it is a
+# formula that was not typeset: between dollars (as arithmatex reads them: no space inside), a command
+# (\frac), a \( or \[ delimiter, or a braced sub- or superscript.
+_NOT_SEEN = re.compile(r"<(pre|code|script|style|math|title)\b.*?</\1>", re.S | re.I)
+_LATEX = re.compile(r"\$[^$\s](?:[^$]*?[^$\s])?\$|\\[A-Za-z]{2,}|\\[()\[\]]|[_^]\{")
+
+
+def untypeset_latex(page: str) -> list[str]:
+    """The LaTeX that a built page shows as text, outside code blocks and typeset formulas."""
+    seen = unescape(re.sub(r"<[^>]+>", " ", _NOT_SEEN.sub(" ", page)))
+    return _LATEX.findall(seen)
+
+
+def test_untypeset_latex_is_found_outside_code_and_formulas():
+    page = (
+        "<p>Find $\\theta_j$, then \\frac{a}{b}, R_+^{n} and \\(x\\).</p><pre>$x_{ij}$ \\sum</pre>"
+        "<code>$HOME \\alpha</code><math><mi>x</mi></math><p>$5 and $6 are prices; a_i, n^2 stay</p>"
+    )
+    assert untypeset_latex(page) == ["$\\theta_j$", "\\frac", "^{", "\\(", "\\)"]
+
+
+def _mathml_hook():
+    pytest.importorskip("latex2mathml", reason="pip install -e '.[docs]' (the docs' formulas)")
+    spec = importlib.util.spec_from_file_location("docs_mathml_hook", DOCS / "_hooks" / "mathml.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    return hook
+
+
+def test_formulas_become_mathml():
+    """docs/_hooks/mathml.py: what arithmatex marks becomes MathML; LaTeX it cannot read is refused."""
+    hook = _mathml_hook()
+    page = ('<p>Plans in <span class="arithmatex">\\(\\mathbb{R}_+^{n \\times m}\\)</span>:</p>\n'
+            '<div class="arithmatex">\\[\n\\lambda^* = \\operatorname{argmin}\\limits_{\\lambda \\in \\Delta^n} '
+            'x &lt; \\mathbf{1}\n\\]</div>')
+    out = hook.on_page_content(page, page=None, config=None, files=None)
+    assert "arithmatex" not in out and out.count("<math") == 2
+    assert '<msubsup><mi>&#x0211D;</mi>' in out                      # R_+^{n x m}, double-struck R
+    assert '<div class="math-display"><math' in out and 'display="block"' in out
+    assert '<mi mathvariant="normal">&#x00394;</mi>' in out          # capital Greek upright
+    assert "&#x1D7CF;" in out and "<mo>&#x0003C;</mo>" in out          # \mathbf{1}, and "<" read back
+    assert untypeset_latex(out) == []
+    for bad in ("\\notacommand x", "x^{", "\\begin{array}{ll} a & b \\\\ c & \\end{array}"):
+        with pytest.raises(ValueError):
+            hook.to_mathml(bad)
+
+
 @pytest.mark.slow
 def test_mkdocs_build_strict_offline(tmp_path):
-    for module in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python"):
+    for module in ("mkdocs", "mkdocstrings", "mkdocstrings_handlers.python", "pymdownx", "latex2mathml"):
         if importlib.util.find_spec(module.split(".")[0]) is None:
             pytest.skip(f"{module} is not installed (pip install -e '.[docs]')")
     site = tmp_path / "site"
@@ -133,3 +181,11 @@ def test_mkdocs_build_strict_offline(tmp_path):
         assert not re.search(r"<blockquote>\s*<blockquote>", prose), f"{html.relative_to(site)}: a doctest as quotes"
     assert (site / "benchmarks" / "few_objective" / "index.html").exists()
     assert "<img" in (site / "benchmarks" / "few_objective" / "index.html").read_text("utf-8")
+
+    # formulas are typeset (MathML, made at build time): none is left as LaTeX text on any page
+    for page in pages:
+        left = untypeset_latex(page.read_text("utf-8"))
+        assert not left, f"{page.relative_to(site)} shows LaTeX as text: {left[:5]}"
+    most_page = (site / "methods" / "most.html").read_text("utf-8")
+    assert most_page.count("<math") >= 10 and 'display="block"' in most_page
+    assert "&#x0211D;" in most_page and "R_+^" not in most_page        # the plans' set, typeset

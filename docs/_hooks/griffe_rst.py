@@ -7,8 +7,8 @@ extension rewrites, in the docstring text only (the source files are not touched
 * roles ``:class:`~most.methods.MajorityShare``` (and ``:func:``, ``:meth:``, ``:mod:``,
   ``:data:``, ``:attr:``, ``:exc:``, ``:obj:``) -> an optional cross-reference (a link
   when the target is rendered somewhere in the site, plain code otherwise);
-  ``:math:`x``` -> ``x`` as code;
-* ``.. math::`` blocks -> fenced ``latex`` code blocks (no MathJax: the site is offline);
+  ``:math:`x``` -> ``$x$``, a formula (typeset as MathML by ``docs/_hooks/mathml.py``);
+* ``.. math::`` blocks -> ``$$ ... $$`` blocks, formulas on a line of their own;
 * a paragraph ending in ``::`` -> ``:`` (its indented literal block stays a code block);
 * bare doctest blocks (``>>>`` outside an Examples section) -> fenced ``pycon`` blocks;
 * simple tables (``=== ===`` borders) -> Markdown tables;
@@ -58,7 +58,9 @@ def _math_blocks(lines: list[str]) -> list[str]:
                 block.pop(0)
             inner = min((_indent(b) for b in block if b.strip()), default=0)
             pad = " " * base
-            out += [pad + "```latex", *[pad + b[inner:] if b.strip() else "" for b in block], pad + "```", ""]
+            if out and out[-1].strip():
+                out.append("")
+            out += [pad + "$$", *[pad + b[inner:] for b in block if b.strip()], pad + "$$", ""]
             continue
         out.append(line)
         i += 1
@@ -167,10 +169,17 @@ def _tables(lines: list[str]) -> list[str]:
 
 _ANGLE = re.compile(r"<([^<>\n]*,[^<>\n]*)>")  # an inner product <a, b> in prose, not an HTML tag
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1")
+_MATH_SPAN = re.compile(r"(\$[^$\n]+\$)")  # a formula, from :math:
+
+
+def _escape_prose_angles(text: str) -> str:
+    parts = _MATH_SPAN.split(text)  # text, formula, text, ...
+    return "".join(part if k % 2 else _ANGLE.sub(r"&lt;\1&gt;", part) for k, part in enumerate(parts))
 
 
 def _escape_angles(lines: list[str]) -> list[str]:
-    """``<L, Gamma>`` in prose would be read as an HTML tag; code (spans, literal blocks) is left alone."""
+    """``<L, Gamma>`` in prose would be read as an HTML tag; code (spans, literal blocks) and formulas are
+    left alone."""
     out, literal_at = [], None
     for line in lines:
         if literal_at is not None and line.strip() and _indent(line) <= literal_at:
@@ -179,7 +188,7 @@ def _escape_angles(lines: list[str]) -> list[str]:
         if not in_code:
             parts = _CODE_SPAN.split(line)  # text, ticks, code, text, ...
             line = "".join(
-                _ANGLE.sub(r"&lt;\1&gt;", part) if k % 3 == 0 else (part + parts[k + 1] + part if k % 3 == 1 else "")
+                _escape_prose_angles(part) if k % 3 == 0 else (part + parts[k + 1] + part if k % 3 == 1 else "")
                 for k, part in enumerate(parts)
             )
         if line.rstrip().endswith("::"):
@@ -190,7 +199,7 @@ def _escape_angles(lines: list[str]) -> list[str]:
 
 def rewrite(text: str, module: str) -> str:
     """The Markdown reading of one docstring (``module``: where unqualified roles resolve)."""
-    text = _MATH_ROLE.sub(lambda m: f"`{m.group(1)}`", text)
+    text = _MATH_ROLE.sub(lambda m: f"${m.group(1).strip()}$", text)
     text = "\n".join(_escape_angles(text.split("\n")))
     text = _ROLE.sub(lambda m: _role(m, module), text)
     lines = text.split("\n")

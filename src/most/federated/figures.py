@@ -261,7 +261,7 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
                    title: str = "", log_drift: bool = False, cumulative: bool = False,
                    switches: Mapping[str, Sequence[float]] | None = None, start: Mapping[str, int] | None = None,
                    path=None):
-    """Panels per round: Gamma sparsity (in %) and successive-Gamma symmetric KL (MosT, Figure 2),
+    r"""Panels per round: Gamma sparsity (in %) and successive-Gamma symmetric KL (MosT, Figure 2),
     and, with ``switches``, the share of clients changing largest-share model (in %).
 
     Each method has its own colour, line style and marker (markers staggered, so that methods
@@ -273,7 +273,7 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
             (fractions; rounds ``start .. start + T - 1``).
         drift: method/variant -> :func:`~most.federated.evaluation.gamma_drift` between
             successive plans; a series one shorter than the method's sparsity series is drawn at
-            rounds ``start + 1 ..`` (drift at round t compares Gamma_{t-1} with Gamma_t),
+            rounds ``start + 1 ..`` (drift at round t compares $\Gamma_{t-1}$ with $\Gamma_t$),
             otherwise from ``start``.
         log_drift: logarithmic y axis for the drift (zeros are not drawn).
         cumulative: draw the drift summed over the rounds so far: a staircase per method whose
