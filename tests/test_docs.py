@@ -189,3 +189,16 @@ def test_mkdocs_build_strict_offline(tmp_path):
     most_page = (site / "methods" / "most.html").read_text("utf-8")
     assert most_page.count("<math") >= 10 and 'display="block"' in most_page
     assert "&#x0211D;" in most_page and "R_+^" not in most_page        # the plans' set, typeset
+
+
+def test_grouped_attributes_become_one_entry_per_name():
+    """docs/_hooks/griffe_rst.py: ``a, b: text`` in an Attributes section is not read as ``a,`` of type ``b``."""
+    pytest.importorskip("griffe", reason="pip install -e '.[docs]'")
+    spec = importlib.util.spec_from_file_location("docs_griffe_rst", DOCS / "_hooks" / "griffe_rst.py")
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    text = ("Sizes.\n\nAttributes:\n    x_train, x_val: features,\n        float32.\n\n    y: labels.\n\n"
+            "Args:\n    a, b: kept as they are.\n")
+    assert hook.rewrite(text, "most") == (
+        "Sizes.\n\nAttributes:\n    x_train: features,\n        float32.\n    x_val: features,\n        float32.\n\n"
+        "    y: labels.\n\nArgs:\n    a, b: kept as they are.\n")

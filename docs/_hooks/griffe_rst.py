@@ -12,7 +12,8 @@ extension rewrites, in the docstring text only (the source files are not touched
 * a paragraph ending in ``::`` -> ``:`` (its indented literal block stays a code block);
 * bare doctest blocks (``>>>`` outside an Examples section) -> fenced ``pycon`` blocks;
 * simple tables (``=== ===`` borders) -> Markdown tables;
-* ``<a, b>`` (an inner product) in prose -> escaped, so that it is not read as an HTML tag.
+* ``<a, b>`` (an inner product) in prose -> escaped, so that it is not read as an HTML tag;
+* grouped names in an Attributes section (``a, b: text``) -> one entry per name, with the text.
 """
 
 from __future__ import annotations
@@ -197,6 +198,42 @@ def _escape_angles(lines: list[str]) -> list[str]:
     return out
 
 
+_ATTRIBUTES = re.compile(r"^(\s*)Attributes:\s*$")
+_GROUPED = re.compile(r"^(\s+)([A-Za-z_]\w*(?:, [A-Za-z_]\w*)+):(\s|$)")
+
+
+def _grouped_attributes(lines: list[str]) -> list[str]:
+    """``a, b, c: text`` in an Attributes section: one entry per name, each with the text, so that
+    each gets its own type (griffe would take ``a,`` as the name and ``b, c`` as its type)."""
+    out: list[str] = []
+    base = None  # the indent of the Attributes heading while inside that section
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        if base is not None and line.strip() and _indent(line) <= base:
+            base = None
+        heading = _ATTRIBUTES.match(line)
+        m = _GROUPED.match(line) if base is not None and not heading else None
+        if heading:
+            base = len(heading.group(1))
+        if m is None:
+            out.append(line)
+            i += 1
+            continue
+        entry = [line[m.end(2):]]  # ": text" and the lines that continue it
+        i += 1
+        while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > len(m.group(1))):
+            entry.append(lines[i])
+            i += 1
+        while len(entry) > 1 and not entry[-1].strip():
+            entry.pop()
+            i -= 1
+        for name in m.group(2).split(", "):
+            out.append(m.group(1) + name + entry[0])
+            out.extend(entry[1:])
+    return out
+
+
 def rewrite(text: str, module: str) -> str:
     """The Markdown reading of one docstring (``module``: where unqualified roles resolve)."""
     text = _MATH_ROLE.sub(lambda m: f"${m.group(1).strip()}$", text)
@@ -204,6 +241,7 @@ def rewrite(text: str, module: str) -> str:
     text = _ROLE.sub(lambda m: _role(m, module), text)
     lines = text.split("\n")
     lines = _math_blocks(lines)
+    lines = _grouped_attributes(lines)
     lines = _tables(lines)
     lines = _doctest_blocks(lines)
     lines = _literal_markers(lines)

@@ -70,8 +70,9 @@ class RoundRecord:
         losses: the loss matrix ``[n, m]`` at the start of the round.
         weights: the combiner's coefficients ``lambda [m, n]`` at the last inner step
             (min-norm weights for MGDA-type methods).
-        transport_seconds, min_norm_seconds, gradient_seconds: time spent in the
-            assignment, in the combiner, and in evaluating losses and gradients.
+        transport_seconds: time spent in the assignment.
+        min_norm_seconds: time spent in the combiner.
+        gradient_seconds: time spent evaluating losses and gradients.
         moved: the model :class:`~most.seeding.Reseed` moved after this round, if any.
         mean_best_loss: the mean over objectives of the best model's loss at the start of the
             round (kept for every round).
