@@ -92,8 +92,8 @@ class ModelCountSelection:
                  "|---:|---:|---:|" + ("---:|" if train else "") + ":---|"]
         for m, score in self.scores.items():
             mark = f"**chosen** ({self.rule})" if m == self.n_models else "lowest" if m == self.best else ""
-            extra = f" {self.train_scores[m]:.4g} |" if train else ""
-            lines.append(f"| {m} | {score:.4g} | {self.worst[m]:.4g} |{extra} {mark} |")
+            extra = f" {self.train_scores[m]:.3g} |" if train else ""
+            lines.append(f"| {m} | {score:.3g} | {self.worst[m]:.3g} |{extra} {mark} |")
         rule = (f"the smallest m within {self.tolerance:.4g} (relative) of the lowest mean {what} loss"
                 if self.rule == "elbow" else f"the lowest mean {what} loss")
         note = "" if self.on_validation else (" Scored on the training objectives (no validation objectives "
