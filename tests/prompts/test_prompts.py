@@ -154,8 +154,8 @@ def test_a_short_benchmark_run_writes_its_table_and_resumes_when_stopped(encoder
     from most.bench import _runs
     from most.bench.prompts import PromptsConfig, run_benchmark, table_markdown
 
-    config = PromptsConfig(tasks=("wic",), seeds=(0,), n_train=12, rounds=2, dispatcher_epochs=10,
-                           data_path=SUPERGLUE_DIR, out=tmp_path, progress=False)
+    config = PromptsConfig(tasks=("wic",), seeds=(0,), methods=("MosT", "MGDA", "Linearization"), n_train=12,
+                           rounds=2, dispatcher_epochs=10, data_path=SUPERGLUE_DIR, out=tmp_path, progress=False)
     real, made = _runs.RunStore.add, []
 
     def stopped_at_the_third_run(self, key, run):
