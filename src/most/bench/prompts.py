@@ -262,8 +262,8 @@ def _figures(results: dict, out: Path) -> list[str]:
         ax.bar(np.arange(len(tasks)) + k * width, acc.mean(1), width, yerr=std, label=name, capsize=2,
                color=method_style(k)["color"])
     majority = [100 * np.mean([r["majority"] for r in runs if r["task"] == t]) for t in tasks]
-    ax.scatter(np.arange(len(tasks)) + width * (len(names) - 1) / 2, majority, marker="_", s=600, color="k",
-               label="majority class", zorder=3)
+    ax.hlines(majority, np.arange(len(tasks)) - width / 2, np.arange(len(tasks)) + width * (len(names) - 0.5),
+              colors="k", linestyles="--", label="majority class", zorder=3)  # across each task's bars
     ax.set_xticks(np.arange(len(tasks)) + width * (len(names) - 1) / 2, tasks)
     ax.set_ylabel("test accuracy (%)")
     ax.set_title("Mixture of soft prompts (dispatched prompt per test instance; mean ± std over seeds)",
