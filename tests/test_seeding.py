@@ -1,6 +1,8 @@
 """most.seeding and the default MosT that uses it: recovery of known groups, determinism,
-resume, and the rule that placement waits for two objectives per model."""
+resume, the rule that placement waits for two objectives per model, and the spread of MosT-E
+models (one ray each) over a disconnected front's pieces."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -147,3 +149,138 @@ def test_more_models_than_a_floor_allows_is_refused_before_any_work():
         most.MosT(n_models=8).fit(problem)
     with pytest.raises(ValueError, match="min_objectives=2"):
         most.MosT(n_models=4, marginals=most.LoadBounds(min_objectives=2), rounds=2).fit(problem)
+
+
+# ------------------------------------------------------------------ the spread (MosT-E, one ray per model)
+def recommended_rays():
+    """The recommended two-objective extension: one smooth augmented Tchebycheff ray per model."""
+    return most.TchebycheffExtension(n_extra=5, spread="grid", smoothing=0.05, augment=0.01, include_original=False)
+
+
+def zdt_models(name, x1):
+    """ZDT ``name`` extended with the recommended rays, and models on the g = 1 curve at ``x1``."""
+    base = most.problems.zdt(name)
+    params = torch.zeros(len(x1), base.dim)
+    params[:, 0] = torch.tensor(x1)
+    return base, recommended_rays().apply(base, torch.Generator().manual_seed(0)), params
+
+
+def ray_values(problem):
+    """``(x1, values [rays, points])``: each ray on the g = 1 curve, on a grid of 1e-4 (float64)."""
+    x1 = torch.linspace(0.0, 1.0, 10001, dtype=F64)
+    grid = torch.zeros(len(x1), problem.dim, dtype=F64)
+    grid[:, 0] = x1
+    return x1, problem.loss_matrix(grid)
+
+
+def ray_minimisers(problem):
+    """Every local minimiser along x1 of each ray on the g = 1 curve, ``{ray: [x1, ...]}``."""
+    x1, values = ray_values(problem)
+    padded = torch.nn.functional.pad(values, (1, 1), value=float("inf"))
+    low = (values <= padded[:, :-2]) & (values <= padded[:, 2:])
+    return {k: x1[low[k]].tolist() for k in range(values.shape[0])}
+
+
+def percent_of_limit(base, params):
+    ref = base.metadata["reference_point"]
+    limit = most.metrics.best_hypervolume_2d(base.metadata["front"], ref, len(params))
+    return 100 * float(most.metrics.hypervolume(base.loss_matrix(params).T.double().numpy(), ref)) / limit
+
+
+ONE_RAY_EACH = torch.eye(5) / 5  # ray k served by model k
+ADAM = most.optim.Adam()
+
+
+def test_zdt3_rays_have_local_minimisers_on_several_pieces_and_their_global_ones_share_a_piece():
+    # the cause the spread answers: rays 1 and 2 both have their global minimiser on the piece
+    # f1 in [0.62, 0.66], and every ray has local minimisers on other pieces
+    base, ext, _ = zdt_models("zdt3", [0.0])
+    x1, values = ray_values(ext)
+    best = x1[values.argmin(1)]
+    assert 0.62 < best[1] < 0.66 and 0.62 < best[2] < 0.66
+    assert all(len(v) >= 2 for k, v in ray_minimisers(ext).items() if k < 4)
+    _, _, params = zdt_models("zdt3", best.tolist())
+    assert percent_of_limit(base, params) < 99  # each ray at its global minimiser: 98.75 %
+
+
+def test_spread_moves_a_model_off_a_shared_piece_to_a_local_minimiser_of_its_own_ray():
+    base, ext, params = zdt_models("zdt3", [0.8518, 0.65215, 0.63695, 0.25675, 0.0001])  # global minimisers
+    out, moved = Reseed()(ext, params, torch.Generator().manual_seed(0), lr=5e-3, optimizer=ADAM, plan=ONE_RAY_EACH)
+    assert moved in (1, 2)  # one of the two models on the piece near f1 = 0.64
+    assert (out != params).any(1).nonzero().flatten().tolist() == [moved]
+    new = float(out[moved, 0])
+    assert 0.44 < new < 0.46  # the lower end of the next piece ...
+    assert min(abs(new - x) for x in ray_minimisers(ext)[moved]) < 2e-3  # ... a local minimiser of its own ray
+    assert percent_of_limit(base, params) < 99 < percent_of_limit(base, out)
+    again = Reseed()(ext, params, torch.Generator().manual_seed(123), lr=5e-3, optimizer=ADAM, plan=ONE_RAY_EACH)
+    assert again[1] == moved and torch.equal(again[0], out)  # deterministic, no draw from the generator
+
+
+def test_spread_moves_one_of_two_models_on_the_same_point():
+    # ray 0 stuck at a local minimiser on ray 1's point (two models at (0.652, -0.458))
+    base, ext, params = zdt_models("zdt3", [0.6525, 0.65215, 0.45355, 0.25675, 0.0001])
+    out, moved = Reseed()(ext, params, torch.Generator().manual_seed(0), lr=5e-3, optimizer=ADAM, plan=ONE_RAY_EACH)
+    assert moved in (0, 1)
+    points = base.loss_matrix(out).T
+    assert torch.cdist(points, points).add(torch.eye(5)).min() > 0.05  # five distinct points now
+    assert percent_of_limit(base, out) > percent_of_limit(base, params) + 0.5
+
+
+@pytest.mark.parametrize("name", ["zdt1", "zdt2", "zdt3"])
+def test_spread_leaves_models_alone_where_no_local_minimiser_serves_the_set_better(name):
+    # zdt1/zdt2 (connected fronts): each model at its ray's minimiser; zdt3: the best five-piece
+    # placement that the rays' local minimisers allow
+    if name == "zdt3":
+        x1 = [0.0829, 0.65215, 0.45355, 0.25675, 0.0001]
+    else:
+        _, ext, _ = zdt_models(name, [0.0])
+        grid, values = ray_values(ext)
+        x1 = grid[values.argmin(1)].tolist()
+    _, ext, params = zdt_models(name, x1)
+    out, moved = Reseed()(ext, params, torch.Generator().manual_seed(0), lr=5e-3, optimizer=ADAM, plan=ONE_RAY_EACH)
+    assert moved is None and torch.equal(out, params)
+
+
+def test_spread_waits_for_its_start_and_can_be_turned_off():
+    _, ext, params = zdt_models("zdt3", [0.6525, 0.65215, 0.45355, 0.25675, 0.0001])
+    call = dict(lr=5e-3, optimizer=ADAM, plan=ONE_RAY_EACH)
+    gen = lambda: torch.Generator().manual_seed(0)  # noqa: E731
+    assert Reseed()(ext, params, gen(), round=399, total=1000, **call) == (params, None)  # before 40 % of the run
+    assert Reseed()(ext, params, gen(), round=419, total=1000, **call)[1] is not None
+    assert Reseed(spread=False)(ext, params, gen(), **call) == (params, None)
+    assert Reseed()(ext, params, gen(), lr=5e-3, optimizer=ADAM)[1] is not None  # without a plan: best models
+    # without an original problem (not an extension) nothing moves, as before
+    plain = most.Problem.from_function(ext.fn, dim=ext.dim, n_objectives=5)
+    assert Reseed()(plain, params, gen(), **call) == (params, None)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(spread_steps=1), "spread_steps"), (dict(spread_start=-0.1), "spread_start"), (dict(spread="yes"), "spread"),
+])
+def test_bad_spread_settings_are_refused(kwargs, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        Reseed(**kwargs)
+
+
+def test_recommended_zdt3_call_reaches_99_percent_on_a_seed_that_missed_and_resumes_to_the_same_models(tmp_path):
+    # seed 2 reached 97.9 % of the 5-point limit without the spread (two pairs of models on shared points)
+    problem = most.problems.zdt("zdt3")
+    method = most.MosT(n_models=5, rounds=1000, lr=5e-3, optimizer=ADAM, extension=recommended_rays(), seed=2)
+    whole = method.fit(problem)
+    assert percent_of_limit(problem, whole.params) >= 99
+    moved = [(r.round, r.moved) for r in whole.history if r.moved is not None]
+    assert moved and all(400 <= t < 600 for t, _ in moved)  # within the spread's window
+
+    class Stop(Exception):
+        pass
+
+    def stop_after_first_move(record, params):
+        if record.round == moved[0][0] + 15:
+            raise Stop
+
+    ckpt = Checkpoint(tmp_path / "ckpt", every=20)  # saved after each attempt, a move included
+    with pytest.raises(Stop):
+        method.fit(problem, checkpoint=ckpt, callback=stop_after_first_move)
+    resumed = method.fit(problem, checkpoint=ckpt)
+    torch.testing.assert_close(resumed.params, whole.params, atol=0, rtol=0)
+    assert [(r.round, r.moved) for r in resumed.history if r.moved is not None] == moved

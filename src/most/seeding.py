@@ -14,6 +14,9 @@ between groups, and a model can end up serving nothing. Two components, used by 
   model whose objectives lose least by its removal is moved to the minimiser of an objective
   that is served badly (drawn the same way), and the move is kept only if the summed best loss
   falls by at least ``min_gain`` (a "swap" of k-means local search, Kanungo et al. 2004).
+  With fewer than two objectives per model on an extended problem (MosT-E with one ray per
+  model), it spreads the models over the original objectives' front instead: see
+  :class:`Reseed`.
 
 A minimiser of one objective is approximated by ``steps`` steps of the run's update rule on
 that objective alone, from the parameters of the model that serves it best (for seeding, from
@@ -35,10 +38,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from ._validation import check_non_negative, check_positive, check_positive_int
+from .methods import MajorityShare
 from .optim import SGD, UpdateRule
 from .problem import Problem
 
@@ -82,6 +87,53 @@ def _draw(weights: Tensor, k: int, generator: torch.Generator) -> Tensor:
 def _excess(best: Tensor) -> Tensor:
     """How badly each objective is served: its best loss above the best-served objective's."""
     return best - best.min()
+
+
+#: The spread's reference point lies this fraction of the models' range beyond their worst value
+#: in each original objective (so that the extreme models count).
+SPREAD_MARGIN = 0.1
+#: A point has settled when, over the last fifth of the spread's steps, it moved by less than this
+#: fraction of the models' range in every original objective.
+SPREAD_SETTLED = 0.01
+
+
+def _descend(problem: Problem, starts: Tensor, weights: Tensor, *, steps: int, lr: float,
+             optimizer: UpdateRule | None, snapshot: int) -> tuple[Tensor, Tensor]:
+    """``steps`` steps of ``optimizer`` on ``sum_i weights[t, i] L_i`` from ``starts[t]``, all ``t``
+    at once; returns the parameters after ``snapshot`` steps and after all of them (a start whose
+    parameters become non-finite stays non-finite, for the caller to leave out)."""
+    optimizer = SGD() if optimizer is None else optimizer
+    params = problem.apply_projection(starts.detach().clone())
+    state = optimizer.init(params)
+    weights = weights.to(device=params.device, dtype=params.dtype)
+    early = params
+    for k in range(steps):
+        if k == snapshot:
+            early = params
+        grads = problem.weighted_gradients(params, weights)[1][:, None]
+        grads = problem.tangent_jacobian(params, grads.detach())[:, 0]
+        params, state = optimizer.step(params, grads, state, lr)
+        params = problem.apply_projection(params)
+    return early.detach(), params.detach()
+
+
+def _hypervolume(points: np.ndarray, reference: np.ndarray) -> float:
+    """The hypervolume (moocore) of ``points [k, d]`` (minimisation) below ``reference``; points
+    not strictly inside the reference box add nothing."""
+    import moocore
+
+    points = points[(points < reference).all(1)]
+    return float(moocore.hypervolume(points, ref=reference)) if len(points) else 0.0
+
+
+def _neighbours(points: np.ndarray) -> list[tuple[int, int]]:
+    """The pairs of models adjacent in the order of some objective (for two objectives on a front:
+    the models on either side of each gap)."""
+    pairs = set()
+    for column in points.T:
+        order = np.argsort(column, kind="stable")
+        pairs.update((int(min(a, b)), int(max(a, b))) for a, b in zip(order[:-1], order[1:]))
+    return sorted(pairs)
 
 
 @dataclass(frozen=True)
@@ -149,11 +201,37 @@ class Reseed:
         until: no attempt after this fraction of the rounds (the last rounds settle the moved models).
         candidates: objectives drawn per attempt (``None``: ``2 + floor(ln m)``).
         steps: update-rule steps that move a model to a drawn objective's minimiser.
-        min_gain: a move is kept only if it lowers the summed best loss by this fraction.
+        min_gain: a move is kept only if it lowers the summed best loss (the spread: raises the
+            hypervolume) by this fraction.
+        spread: with fewer than two objectives per model on an extended problem, spread the
+            models over the original objectives' front (below); ``False``: no move there.
+        spread_steps: update-rule steps of each of the spread's candidates.
+        spread_start: the spread makes no attempt before this fraction of the rounds (the models
+            first settle on their objectives).
 
     The move is judged as if each objective went to its best model, so it is tried only with at
-    least two objectives per model (n >= 2m); with fewer (MosT-E with n' = m rays, say) each model
-    keeps the objectives the transport gives it.
+    least two objectives per model (n >= 2m). With fewer, each model keeps the objectives the
+    transport gives it, and on a problem extended from fewer original objectives (MosT-E, such
+    as one :class:`~most.methods.TchebycheffExtension` ray per model) the **spread** acts
+    instead. A scalarisation of a disconnected front has local minimisers on several pieces,
+    and the global one of two rays can lie on the same piece; the summed best loss cannot see
+    that, the set of points in the original objectives can. In an attempt:
+
+    1. every model, and one candidate per model and gap, take ``spread_steps`` steps of the run's
+       update rule on that model's objectives (those it holds the largest share of in the plan):
+       the model from where it is, the candidate from the midpoint of the parameters of two
+       models adjacent in some original objective's order (the two sides of a gap);
+    2. a point has settled when, over the last fifth of those steps, it moved by less than
+       :data:`SPREAD_SETTLED` of the models' range in every original objective;
+    3. the hypervolume of the models' points in the original objectives, from a reference point
+       :data:`SPREAD_MARGIN` of their range beyond their worst values, decides: a settled
+       model is replaced by a settled candidate of its own when that raises it the most, by at
+       least ``min_gain``.
+
+    So a model moves only to a local minimiser of its own objectives, and only when that
+    minimiser serves the set better. On a connected front every candidate returns to the model's
+    own minimiser, and nothing moves. An attempt is deterministic (no draw) and holds
+    ``m (1 + g)`` models' parameters, ``g <= n (m - 1)`` gaps.
     """
 
     every: int = 20
@@ -161,6 +239,9 @@ class Reseed:
     candidates: int | None = None
     steps: int = 20
     min_gain: float = 0.01
+    spread: bool = True
+    spread_steps: int = 50
+    spread_start: float = 0.4
 
     def __post_init__(self):
         check_positive_int(self.every, name="every")
@@ -170,18 +251,36 @@ class Reseed:
         check_non_negative(self.min_gain, name="min_gain")
         if not 0.0 <= self.until <= 1.0:
             raise ValueError(f"Reseed `until` must lie in [0, 1] (a fraction of the rounds); got {self.until!r}.")
+        if not isinstance(self.spread, bool):
+            raise TypeError(f"Reseed `spread` must be True or False; got {self.spread!r}.")
+        check_positive_int(self.spread_steps, name="spread_steps", minimum=2)
+        if not 0.0 <= self.spread_start <= 1.0:
+            raise ValueError(f"Reseed `spread_start` must lie in [0, 1] (a fraction of the rounds); "
+                             f"got {self.spread_start!r}.")
 
     def due(self, round: int, total: int) -> bool:
         """Whether an attempt follows round ``round`` (0-based) of ``total``."""
         return (round + 1) % self.every == 0 and round + 1 <= self.until * total and round + 1 < total
 
     def __call__(self, problem: Problem, params: Tensor, generator: torch.Generator, *, lr: float,
-                 optimizer: UpdateRule | None = None) -> tuple[Tensor, int | None]:
+                 optimizer: UpdateRule | None = None, plan: Tensor | None = None, round: int | None = None,
+                 total: int | None = None) -> tuple[Tensor, int | None]:
         """``(params, moved)``: the models after the attempt and the index of the model moved
-        (``None`` when no move pays; ``params`` is then returned unchanged)."""
+        (``None`` when no move pays; ``params`` is then returned unchanged).
+
+        ``plan`` (``[n, m]``), ``round`` and ``total`` come from the round loop, for the spread:
+        the plan says which objectives each model serves (without it, each objective goes to its
+        best model), and the spread waits for ``spread_start`` of the ``total`` rounds."""
         m = params.shape[0]
-        if m < 2 or problem.n_objectives < 2 * m:  # few objectives per model: no group to leave or to split
+        if m < 2:
             return params, None
+        if problem.n_objectives < 2 * m:  # few objectives per model: no group to leave or to split
+            base = problem.metadata.get("base_problem")
+            if not self.spread or not isinstance(base, Problem):
+                return params, None
+            if round is not None and total is not None and round + 1 <= self.spread_start * total:
+                return params, None
+            return self._spread(problem, base, params, lr=lr, optimizer=optimizer, plan=plan)
         losses = problem.loss_matrix(params)  # [n, m]
         two = losses.topk(2, dim=1, largest=False)
         best, owner, second = two.values[:, 0], two.indices[:, 0], two.values[:, 1]
@@ -199,4 +298,56 @@ class Reseed:
             return params, None
         params = params.clone()
         params[j] = cands[t]
+        return params, j
+
+    def _spread(self, problem: Problem, base: Problem, params: Tensor, *, lr: float,
+                optimizer: UpdateRule | None, plan: Tensor | None) -> tuple[Tensor, int | None]:
+        """The spread of an extended problem with fewer than two objectives per model (see the
+        class docstring)."""
+        m = params.shape[0]
+        if plan is None:  # each objective to its best model
+            best = problem.loss_matrix(params).argmin(1)
+            plan = torch.nn.functional.one_hot(best, m).to(params.dtype)
+        weights = MajorityShare()(plan.to(params.device))  # [m, n]: model j's own objectives
+        weights = weights / weights.sum(1, keepdim=True).clamp_min(torch.finfo(weights.dtype).tiny)
+        serving = (weights.sum(1) > 0).tolist()
+        points = base.loss_matrix(params).T.detach().to("cpu", torch.float64).numpy()  # [m, n_base]
+        if not np.isfinite(points).all():
+            return params, None
+        gaps = [(a, b) for a, b in _neighbours(points) if not np.array_equal(points[a], points[b])]
+        movable = [j for j in range(m) if serving[j]]
+        if not gaps or not movable:
+            return params, None
+        middles = torch.stack([0.5 * (params[a] + params[b]) for a, b in gaps])  # [g, dim]
+        owner = list(range(m)) + [j for j in movable for _ in gaps]  # whose objectives each start descends
+        starts = torch.cat([params] + [middles] * len(movable))
+        early, late = _descend(problem, starts, weights[owner], steps=self.spread_steps, lr=lr,
+                               optimizer=optimizer, snapshot=self.spread_steps - max(1, self.spread_steps // 5))
+        end = base.loss_matrix(late).T.to("cpu", torch.float64).numpy()  # [m + candidates, n_base]
+        before = base.loss_matrix(early).T.to("cpu", torch.float64).numpy()
+        finite = np.isfinite(end).all(1) & np.isfinite(before).all(1)
+        if not finite[:m].all():
+            return params, None
+        current = end[:m]  # the models, advanced as their candidates were
+        low, high = current.min(0), current.max(0)
+        scale = np.where(high > low, high - low, np.maximum(np.abs(high), 1.0))
+        reference = high + SPREAD_MARGIN * scale
+        with np.errstate(invalid="ignore"):
+            settled = finite & (np.abs(end - before) / scale < SPREAD_SETTLED).all(1)
+        volume = _hypervolume(current, reference)
+        best, pick = volume, None
+        for t in range(m, len(owner)):
+            j = owner[t]
+            if not (settled[j] and settled[t]):
+                continue
+            trial = current.copy()
+            trial[j] = end[t]
+            value = _hypervolume(trial, reference)
+            if value > best:
+                best, pick = value, t
+        if pick is None or not best > volume + self.min_gain * abs(volume):
+            return params, None
+        j = owner[pick]
+        params = params.clone()
+        params[j] = late[pick].to(params)
         return params, j

@@ -346,8 +346,11 @@ class _Loop:
         lam, min_norm_s, step_grad_s = self._steps(t, losses, jac, weights)
         moved = None
         if self.reseed is not None and self.reseed.due(t, self.rounds):
+            # the plan and the round, for Reseed's spread over an extended problem's original objectives
+            spread = isinstance(self.reseed, Reseed)
+            context = dict(plan=self.plan.detach(), round=t, total=self.rounds) if spread else {}
             self.params, moved = self.reseed(self.problem, self.params.detach(), self.generator, lr=self.lr,
-                                             optimizer=self.optimizer)
+                                             optimizer=self.optimizer, **context)
             if moved is not None:
                 self.opt_state = self.optimizer.restart(self.opt_state, moved)
         record = RoundRecord(round=t, plan=self.plan.detach().cpu(), losses=losses.detach().cpu(),
@@ -535,7 +538,9 @@ class MosT(_Method):
         seeding: where the models start: :class:`~most.seeding.KMeansSeeding` (default, at
             the minimisers of well-spread objectives) or ``None`` (the problem's ``init``).
         reseed: :class:`~most.seeding.Reseed` (default) moves a model that serves its
-            objectives badly, or none, when that lowers the summed best loss; ``None`` never.
+            objectives badly, or none, when that lowers the summed best loss (with an
+            extension of fewer than two objectives per model: when that raises the
+            hypervolume of the original objectives); ``None`` never.
 
     The paper's algorithm as written is ``most.variants.apply("paper", MosT(...))``; each
     departure of the defaults is measured in ``docs/methods/departures.md``.
