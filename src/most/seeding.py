@@ -50,27 +50,44 @@ from .problem import Problem
 __all__ = ["KMeansSeeding", "Reseed", "minimise_each"]
 
 
-def minimise_each(problem: Problem, starts: Tensor, objectives: Tensor, *, steps: int, lr: float,
-                  optimizer: UpdateRule | None = None) -> Tensor:
-    """``steps`` steps of ``optimizer`` (default SGD) on objective ``objectives[t]`` alone from
-    ``starts[t]``, for every ``t`` at once; returns ``[t, dim]``."""
+def _descend(problem: Problem, starts: Tensor, weights: Tensor, *, steps: int, lr: float,
+             optimizer: UpdateRule | None, rows: Tensor | None = None,
+             snapshot: int | None = None) -> tuple[Tensor, Tensor]:
+    """``steps`` steps of ``optimizer`` (default SGD) on ``sum_i weights[t, i] L_i`` from
+    ``starts[t]``, all ``t`` at once; returns the parameters after ``snapshot`` steps (default:
+    all of them) and after all of them. ``rows``: where each row of ``weights`` is one objective
+    (one-hot), its index, so that a problem of instances takes that instance's gradient alone.
+    A start whose parameters become non-finite stays non-finite, for the caller to handle."""
     optimizer = SGD() if optimizer is None else optimizer
     params = problem.apply_projection(starts.detach().clone())
     state = optimizer.init(params)
-    rows = objectives.reshape(-1).to(device=params.device)
-    one_hot = torch.nn.functional.one_hot(rows, problem.n_objectives).to(params.dtype)  # [t, n]
-    for _ in range(steps):
-        if problem.instances is None:  # one reverse pass over the candidates, the objective's row as cotangent
-            grads = problem.weighted_gradients(params, one_hot)[1][:, None]
+    weights = weights.to(device=params.device, dtype=params.dtype)
+    early = None
+    for k in range(steps):
+        if k == snapshot:
+            early = params
+        if rows is None or problem.instances is None:  # one reverse pass, the weights as cotangent
+            grads = problem.weighted_gradients(params, weights)[1][:, None]
         else:
             grads = problem.active_gradients(params, rows[:, None])  # [t, 1, dim]
         grads = problem.tangent_jacobian(params, grads.detach())[:, 0]
         params, state = optimizer.step(params, grads, state, lr)
         params = problem.apply_projection(params)
+    params = params.detach()
+    return (params if early is None else early.detach()), params
+
+
+def minimise_each(problem: Problem, starts: Tensor, objectives: Tensor, *, steps: int, lr: float,
+                  optimizer: UpdateRule | None = None) -> Tensor:
+    """``steps`` steps of ``optimizer`` (default SGD) on objective ``objectives[t]`` alone from
+    ``starts[t]``, for every ``t`` at once; returns ``[t, dim]``."""
+    rows = objectives.reshape(-1).to(device=starts.device)
+    one_hot = torch.nn.functional.one_hot(rows, problem.n_objectives).to(starts.dtype)  # [t, n]
+    _, params = _descend(problem, starts, one_hot, steps=steps, lr=lr, optimizer=optimizer, rows=rows)
     if not torch.isfinite(params).all():
         raise ValueError("While moving a model to the minimiser of one objective (seeding), a gradient became "
                          "non-finite; try a smaller `lr`, or `seeding=None` to start from the problem's `init`.")
-    return params.detach()
+    return params
 
 
 def _draw(weights: Tensor, k: int, generator: torch.Generator) -> Tensor:
@@ -95,26 +112,6 @@ SPREAD_MARGIN = 0.1
 #: A point has settled when, over the last fifth of the spread's steps, it moved by less than this
 #: fraction of the models' range in every original objective.
 SPREAD_SETTLED = 0.01
-
-
-def _descend(problem: Problem, starts: Tensor, weights: Tensor, *, steps: int, lr: float,
-             optimizer: UpdateRule | None, snapshot: int) -> tuple[Tensor, Tensor]:
-    """``steps`` steps of ``optimizer`` on ``sum_i weights[t, i] L_i`` from ``starts[t]``, all ``t``
-    at once; returns the parameters after ``snapshot`` steps and after all of them (a start whose
-    parameters become non-finite stays non-finite, for the caller to leave out)."""
-    optimizer = SGD() if optimizer is None else optimizer
-    params = problem.apply_projection(starts.detach().clone())
-    state = optimizer.init(params)
-    weights = weights.to(device=params.device, dtype=params.dtype)
-    early = params
-    for k in range(steps):
-        if k == snapshot:
-            early = params
-        grads = problem.weighted_gradients(params, weights)[1][:, None]
-        grads = problem.tangent_jacobian(params, grads.detach())[:, 0]
-        params, state = optimizer.step(params, grads, state, lr)
-        params = problem.apply_projection(params)
-    return early.detach(), params.detach()
 
 
 def _hypervolume(points: np.ndarray, reference: np.ndarray) -> float:
