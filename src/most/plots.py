@@ -5,6 +5,7 @@
 * :func:`profile` -- each method's per-objective values sorted worst to best, against the
   objective's rank (a quantile, 0 .. 100 %); log scale where the values span decades.
 * :func:`assignment_heatmap` -- the plan Gamma [n, m] as an image, objectives grouped by model.
+* :func:`grouped_bars` -- one group of bars per key, one bar per method, error bars over seeds.
 * :func:`per_objective_bars` -- per-objective values of several methods, sorted.
 * :func:`pareto_fronts` -- solutions of each method over the true front (one panel each).
 * :func:`hypervolume_areas` -- the area each method's solutions dominate (2-D).
@@ -85,10 +86,9 @@ def _zorder(k: int) -> float:
     return 2.0 + 1.0 / (k + 1)
 
 
-def _legend(ax, n: int = 0, **kwargs) -> None:
+def _legend(ax, **kwargs) -> None:
     """The legend beside the axes (upper right, outside), so that it never covers a line or a bar,
-    whatever the number of entries ``n``; ``ncols`` is dropped (one column reads best beside)."""
-    kwargs.pop("ncols", None)
+    whatever the number of entries (``kwargs`` go to ``ax.legend``: ``handles``, ``labels``, ...)."""
     kwargs = {"fontsize": 8, **kwargs, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
     ax.legend(frameon=False, **kwargs)
 
@@ -147,7 +147,7 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
         ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    _legend(ax, len(series))
+    _legend(ax)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -278,7 +278,69 @@ def profile(values: Mapping[str, Sequence[float]], *, ylabel: str = "", title: s
         title = f"{title}\n(mean at each rank over seeds, band ± std)" if title else "mean over seeds, band ± std"
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both" if log else "major")
-    _legend(ax, len(data))
+    _legend(ax)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _mean_std(v, where: str) -> tuple[float, float]:
+    """A bar's height and error: a number (no error), ``{"mean", "std"}``, or per-seed values
+    (their mean and sample standard deviation)."""
+    if isinstance(v, Mapping):
+        if "mean" not in v:
+            raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got keys {list(v)}.")
+        return float(v["mean"]), float(v.get("std") or 0.0)
+    a = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=float)
+    if a.ndim == 0:
+        return float(a), 0.0
+    if a.ndim != 1 or a.size == 0:
+        raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got shape {a.shape}.")
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+
+
+def grouped_bars(table: Mapping[str, Mapping[str, float]], keys: Sequence[str], *, labels: Sequence[str] | None = None,
+                 ylabel: str = "", title: str = "", annotate: bool = False, percent: bool = False, path=None):
+    """Grouped bars: one group per key (a domain, a task, a worst-k share), one bar per method,
+    with error bars (± one standard deviation over seeds) where the table gives several seeds.
+
+    Args:
+        table: method name -> ``{key: v}`` for every key (other keys are ignored), each ``v`` a
+            number, per-seed values (bar: their mean, error bar: their sample std) or
+            ``{"mean": ..., "std": ...}``.
+        keys: the groups, in order; ``labels``: their tick labels (default: the keys).
+        annotate: write each bar's value above it.
+        percent: the values are fractions, drawn in %.
+    """
+    _nonempty(table, "table")
+    for name, row in table.items():
+        missing = [k for k in keys if k not in row]
+        if missing:
+            raise ValueError(f"`table[{name!r}]` lacks {missing}; it must have every key in {list(keys)}.")
+    scale = 100.0 if percent else 1.0
+    stats = {name: np.array([_mean_std(table[name][key], f"table[{name!r}][{key!r}]") for key in keys]) * scale
+             for name in table}
+    errors = any((s[:, 1] > 0).any() for s in stats.values())
+    methods = list(table)
+    groups = np.arange(len(keys))
+    width = 0.8 / len(methods)
+    fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 1.2 + 0.45 * len(keys) * len(methods))), 3.8))
+    for k, name in enumerate(methods):
+        vals, errs = stats[name][:, 0], stats[name][:, 1]
+        bars = ax.bar(groups - 0.4 + width * (k + 0.5), vals, width, color=method_style(k)["color"],
+                      hatch=method_hatch(k), edgecolor="white", linewidth=0, label=name,
+                      yerr=errs if errors else None,
+                      error_kw={"ecolor": "0.2", "elinewidth": 0.8, "capsize": 1.5 if len(methods) > 6 else 3})
+        if annotate:
+            ax.bar_label(bars, fmt="%.1f" if percent else "%.3f", fontsize=7, padding=1)
+    ax.set_xticks(groups)
+    ax.set_xticklabels(list(keys) if labels is None else list(labels))
+    ax.set_ylabel(ylabel)
+    if errors:
+        title = f"{title} (mean ± std over seeds)" if title else "mean ± std over seeds"
+    ax.set_title(title)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3, axis="y")
+    _legend(ax)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -297,7 +359,7 @@ def per_objective_bars(values: Mapping[str, Sequence[float]], *, ylabel: str, ti
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    _legend(ax, len(values))
+    _legend(ax)
     return _save(fig, path)
 
 

@@ -247,23 +247,14 @@ def _figures(results: dict, out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import _legend, _save, method_style
+    from ..plots import grouped_bars
 
     domains = results["domains"]
     names = list(dict.fromkeys(r["method"] for r in results["runs"]))
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    width = 0.8 / len(names)
-    for k, name in enumerate(names):
-        acc = np.array([r["per_domain"] for r in results["runs"] if r["method"] == name]) * 100
-        std = acc.std(0, ddof=1) if len(acc) > 1 else np.zeros(len(domains))  # over seeds, as the table
-        ax.bar(np.arange(len(domains)) + k * width, acc.mean(0), width, yerr=std, label=name, capsize=2,
-               color=method_style(k)["color"])
-    ax.set_xticks(np.arange(len(domains)) + width * (len(names) - 1) / 2, domains)
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title(f"Office-Caltech10 ({results['config']['features']}): each domain's validation-chosen model")
-    ax.set_title(ax.get_title() + " (mean ± std over seeds)", fontsize=10)
-    _legend(ax, len(names))
+    table = {name: {d: [r["per_domain"][i] for r in results["runs"] if r["method"] == name]
+                    for i, d in enumerate(domains)} for name in names}  # per seed: error bars as the table's std
     path = out / "per_domain.png"
-    _save(fig, path)
+    fig = grouped_bars(table, domains, ylabel="test accuracy (%)", percent=True, path=path,
+                       title=f"Office-Caltech10 ({results['config']['features']}): each domain's validation-chosen model")
     plt.close(fig)
     return [str(path)]

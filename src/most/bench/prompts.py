@@ -249,26 +249,20 @@ def _figures(results: dict, out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import _legend, _save, method_style
+    from ..plots import _legend, _save, grouped_bars
 
     runs = results["runs"]
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     names = list(dict.fromkeys(r["method"] for r in runs))
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    width = 0.8 / len(names)
-    for k, name in enumerate(names):
-        acc = np.array([[r["accuracy"] for r in runs if r["task"] == t and r["method"] == name] for t in tasks]) * 100
-        std = acc.std(1, ddof=1) if acc.shape[1] > 1 else np.zeros(len(tasks))  # over seeds, as the table
-        ax.bar(np.arange(len(tasks)) + k * width, acc.mean(1), width, yerr=std, label=name, capsize=2,
-               color=method_style(k)["color"])
+    table = {name: {t: [r["accuracy"] for r in runs if r["task"] == t and r["method"] == name] for t in tasks}
+             for name in names}  # per seed: error bars as the table's std
+    fig = grouped_bars(table, tasks, ylabel="test accuracy (%)", percent=True,
+                       title="Mixture of soft prompts (dispatched prompt per test instance)")
+    ax = fig.axes[0]
     majority = [100 * np.mean([r["majority"] for r in runs if r["task"] == t]) for t in tasks]
-    ax.hlines(majority, np.arange(len(tasks)) - width / 2, np.arange(len(tasks)) + width * (len(names) - 0.5),
-              colors="k", linestyles="--", label="majority class", zorder=3)  # across each task's bars
-    ax.set_xticks(np.arange(len(tasks)) + width * (len(names) - 1) / 2, tasks)
-    ax.set_ylabel("test accuracy (%)")
-    ax.set_title("Mixture of soft prompts (dispatched prompt per test instance; mean ± std over seeds)",
-                 fontsize=10)
-    _legend(ax, len(names) + 1)
+    ax.hlines(majority, np.arange(len(tasks)) - 0.4, np.arange(len(tasks)) + 0.4, colors="k", linestyles="--",
+              label="majority class", zorder=3)  # across each task's bars
+    _legend(ax)
     path = out / "accuracy.png"
     _save(fig, path)
     plt.close(fig)

@@ -40,7 +40,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ..plots import (  # noqa: E402
-    PALETTE, _legend, _markevery, _nonempty, _save, _values, _zorder, curves, method_hatch, method_style, profile)
+    PALETTE, _legend, _markevery, _nonempty, _save, _values, _zorder, curves, grouped_bars, method_style,
+    profile)
 
 __all__ = ["profile", "radar", "curves", "worst_k_bars", "assignment_stack", "sparsity_drift", "switch_share",
            "counts_change"]
@@ -102,25 +103,11 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
     return _save(fig, path)
 
 
-def _mean_std(v, where: str) -> tuple[float, float]:
-    """A bar's height and error: a number (no error), ``{"mean", "std"}``, or per-seed values
-    (their mean and sample standard deviation)."""
-    if isinstance(v, Mapping):
-        if "mean" not in v:
-            raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got keys {list(v)}.")
-        return float(v["mean"]), float(v.get("std") or 0.0)
-    a = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=float)
-    if a.ndim == 0:
-        return float(a), 0.0
-    if a.ndim != 1 or a.size == 0:
-        raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got shape {a.shape}.")
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
-
-
 def worst_k_bars(table: Mapping[str, Mapping[str, float]], *, title: str = "", keys: Sequence[str] = WORST_KEYS,
                  ylabel: str | None = None, annotate: bool = False, percent: bool = True, path=None):
-    """Grouped bars: one group per k (``worst20`` .. ``worst80``), one bar per method, with error
-    bars (± one standard deviation over seeds) where the table gives several seeds.
+    """Grouped bars (:func:`most.plots.grouped_bars`): one group per k (``worst20`` .. ``worst80``),
+    one bar per method, with error bars (± one standard deviation over seeds) where the table gives
+    several seeds.
 
     Args:
         table: method name -> ``{"worst20": v, "worst40": v, ...}`` (e.g. from
@@ -133,40 +120,11 @@ def worst_k_bars(table: Mapping[str, Mapping[str, float]], *, title: str = "", k
         ylabel: default "accuracy of the worst k % clients (%)" (without "(%)" when not
             ``percent``).
     """
-    _nonempty(table, "table")
-    for name, row in table.items():
-        missing = [k for k in keys if k not in row]
-        if missing:
-            raise ValueError(f"`table[{name!r}]` lacks {missing}; it must have every key in {list(keys)}.")
-    scale = 100.0 if percent else 1.0
-    stats = {name: np.array([_mean_std(table[name][key], f"table[{name!r}][{key!r}]") for key in keys]) * scale
-             for name in table}
-    errors = any((s[:, 1] > 0).any() for s in stats.values())
-    methods = list(table)
-    groups = np.arange(len(keys))
-    width = 0.8 / len(methods)
-    fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 1.2 + 0.45 * len(keys) * len(methods))), 3.8))
-    for k, name in enumerate(methods):
-        vals, errs = stats[name][:, 0], stats[name][:, 1]
-        bars = ax.bar(groups - 0.4 + width * (k + 0.5), vals, width, color=method_style(k)["color"],
-                      hatch=method_hatch(k), edgecolor="white", linewidth=0, label=name,
-                      yerr=errs if errors else None,
-                      error_kw={"ecolor": "0.2", "elinewidth": 0.8, "capsize": 1.5 if len(methods) > 6 else 3})
-        if annotate:
-            ax.bar_label(bars, fmt="%.1f" if percent else "%.3f", fontsize=7, padding=1)
-    ax.set_xticks(groups)
-    ax.set_xticklabels([key.replace("worst", "worst ") + " %" if key.startswith("worst") else key for key in keys])
     if ylabel is None:
         ylabel = "accuracy of the worst k % clients" + (" (%)" if percent else "")
-    ax.set_ylabel(ylabel)
-    if errors:
-        title = f"{title} (mean ± std over seeds)" if title else "mean ± std over seeds"
-    ax.set_title(title)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3, axis="y")
-    _legend(ax, len(methods))
-    fig.tight_layout()
-    return _save(fig, path)
+    labels = [key.replace("worst", "worst ") + " %" if key.startswith("worst") else key for key in keys]
+    return grouped_bars(table, keys, labels=labels, ylabel=ylabel, title=title, annotate=annotate,
+                        percent=percent, path=path)
 
 
 def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float] | None = None, path=None):
@@ -214,7 +172,7 @@ def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float
     ax.set_xlabel("round")
     ax.set_ylabel("clients (largest-share model)")
     ax.set_title(title)
-    _legend(ax, m)
+    _legend(ax)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -334,8 +292,7 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    axes[-1].legend(list(handles.values()), list(handles), frameon=False, fontsize=8, loc="upper left",
-                    bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    _legend(axes[-1], handles=list(handles.values()), labels=list(handles))
     if title:
         fig.suptitle(title)
     fig.tight_layout()
