@@ -397,14 +397,14 @@ def test_figures_of_compact_results_draw_what_the_runs_keep(tmp_path):
     assert _figures(results, tmp_path / "older") == ["per_client.png", "worst_k.png"]
 
 
-def test_radar_draws_main_methods_first_then_the_tables_others():
-    from most.bench.federated import _radar_methods
+def test_figures_draw_the_main_methods_first_then_the_tables_others():
+    from most.bench.federated import _main_methods
 
     # a table of mostly non-main methods still compares MosT with them (not MosT alone)
-    assert _radar_methods(["MosT", "TCH-Set", "STCH-Set"]) == ["MosT", "TCH-Set", "STCH-Set"]
+    assert _main_methods(["MosT", "TCH-Set", "STCH-Set"]) == ["MosT", "TCH-Set", "STCH-Set"]
     # the main methods come first and the total stays at six
     names = ["MosT", "MosT (min-norm)", "IFCA", "FedAvg", "FedProx", "MGDA", "Linearization", "FedMGDA+"]
-    assert _radar_methods(names) == ["MosT", "IFCA", "FedAvg", "MGDA", "Linearization", "MosT (min-norm)"]
+    assert _main_methods(names) == ["MosT", "IFCA", "FedAvg", "MGDA", "Linearization", "MosT (min-norm)"]
 
 
 def test_femnist_cnn_script_runs_pairs_in_lanes_names_folders_and_reports_failures(tmp_path):

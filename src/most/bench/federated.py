@@ -382,7 +382,7 @@ def _worker_run(job):
     return task, _make(config, task, _worker_data)
 
 
-_RADAR = ("MosT", "MosT (paper)", "IFCA", "FedAvg", "MGDA", "Linearization")
+_MAIN = ("MosT", "MosT (paper)", "IFCA", "FedAvg", "MGDA", "Linearization")
 _KEYS = ("mean", "worst20", "worst40", "worst60", "worst80", "oracle", "prediction_kl")
 #: the same accuracies when each client picks the model with the lowest loss on its training and
 #: validation data pooled (``FederatedResult.loss_choice``) instead of the best on validation
@@ -504,12 +504,12 @@ def _paired_cell(p: dict | None) -> str:
     return f"{100 * p['mean']:+.2f} [{100 * p['low']:+.2f}, {100 * p['high']:+.2f}]{mark}"
 
 
-def _radar_methods(names: list[str], k: int = 6) -> list[str]:
-    """The at most ``k`` methods the per-client profile (``per_client.png``, the radar before it)
-    draws, so that it stays readable: the main ones (``_RADAR``) first, then the table's others in
-    table order, so that a table of mostly other methods (the few-for-many ones, say) still
-    compares MosT with them."""
-    return ([n for n in names if n in _RADAR] + [n for n in names if n not in _RADAR])[:k]
+def _main_methods(names: list[str], k: int = 6) -> list[str]:
+    """The at most ``k`` methods the per-client profile (``per_client.png``) and the Γ figure
+    (``gamma.png``) draw, so that they stay readable: the main ones (``_MAIN``) first, then the
+    table's others in table order, so that a table of mostly other methods (the few-for-many
+    ones, say) still compares MosT with them."""
+    return ([n for n in names if n in _MAIN] + [n for n in names if n not in _MAIN])[:k]
 
 
 def _figures(results: dict, out: Path) -> list[str]:
@@ -545,7 +545,7 @@ def _figures(results: dict, out: Path) -> list[str]:
         written.append(name)
 
     per_client = {}
-    for n in _radar_methods(list(first)):
+    for n in _main_methods(list(first)):
         rows = [r["per_client"] for r in methods[n]["runs"] if "failed" not in r and r.get("per_client")]
         if rows and len({len(x) for x in rows}) == 1:
             per_client[n] = rows
@@ -578,7 +578,7 @@ def _figures(results: dict, out: Path) -> list[str]:
         one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans[stacked]["plans"]]
         save(figures.assignment_stack(one_hot, title=f"{label}: {stacked}, clients per model (seed {_seed(first)})"),
              "assignment_stack.png")
-    gamma = {n: with_plans[n] for n in _radar_methods(list(with_plans))  # at most six: readable
+    gamma = {n: with_plans[n] for n in _main_methods(list(with_plans))  # at most six: readable
              if with_plans[n].get("sparsity") and with_plans[n].get("drift") is not None}
     if gamma:
         rounds = (results["config"].get("protocol") or {}).get("rounds")
