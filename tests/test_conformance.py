@@ -344,6 +344,9 @@ UPDATE_RULES = [
     case(Adam(beta1=0.5, beta2=0.9, eps=1e-3), "Adam-0.5-0.9",
          first_step=lambda p, d, lr: p - lr * d / (d.abs() + 1e-3),
          torch_optim=lambda ps, lr: torch.optim.Adam(ps, lr=lr, betas=(0.5, 0.9), eps=1e-3)),
+    # a clip no random direction here reaches: Adam itself (the clipping is tested in test_optim)
+    case(Adam(clip=1e3), "Adam-clip", first_step=lambda p, d, lr: p - lr * d / (d.abs() + 1e-8),
+         torch_optim=lambda ps, lr: torch.optim.Adam(ps, lr=lr)),
 ]
 
 # ---------------------------------------------------------------------------- extensions
