@@ -39,6 +39,7 @@ from most.baselines import (
     tch_set,
 )
 from most.methods import (
+    SmoothMax,
     Assignment,
     CappedTransportAssignment,
     Combiner,
@@ -313,11 +314,25 @@ def _box_min_norm(eps):
     return reference
 
 
+def _smooth_max_objective(smoothing):
+    """sum_j mu_j log sum_i exp(L[i, j] / mu_j), the temperature mu_j = smoothing * (max - min) of
+    column j held fixed (SmoothMax's objective when every model serves every objective)."""
+
+    def objective(L):
+        mu = (smoothing * (L.amax(0) - L.amin(0))).detach()
+        return (mu * torch.logsumexp(L / mu, dim=0)).sum()
+
+    return objective
+
+
 COMBINERS = [
     case(MinNorm(), "MinNorm", direction="lambda*weights", weight_scale=1, kkt="direction", idle=True),
     case(MinNorm(coordinates=(1, 4)), "MinNorm-coordinates", direction="lambda*weights", weight_scale=1,
          kkt="lambda", idle=True),
     case(WeightedSum(), "WeightedSum", direction="lambda", reference=_weighted_mean, idle=True),
+    case(SmoothMax(), "SmoothMax", direction="lambda", idle=True, gradient_of=_smooth_max_objective(0.1)),
+    case(SmoothMax(smoothing=1.0), "SmoothMax-1", direction="lambda", idle=True,
+         gradient_of=_smooth_max_objective(1.0)),
     case(EPOCombiner(), "EPO", direction="lambda", idle=True, epo_eps=1e-4),
     case(SVGDCombiner(), "SVGD", kkt="lambda", reference=_svgd_reference(None, 1.0)),
     case(SVGDCombiner(bandwidth=2.0, alpha=0.5), "SVGD-h2-a0.5", kkt="lambda", reference=_svgd_reference(2.0, 0.5)),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -357,3 +359,42 @@ def test_map_objectives_keeps_bounds_and_applies_transform():
     mapped = problem.map_objectives(lambda l: torch.stack([l.max(), l.min(), l.sum()]), 3, names=["a", "b", "c"])
     assert mapped.bounds == (0.0, 1.0) and mapped.names == ("a", "b", "c")
     torch.testing.assert_close(mapped.loss_matrix(torch.tensor([[0.25, 0.5]])).squeeze(1), torch.tensor([0.75, -0.75, 0.0]))
+
+
+# ------------------------------------------------------------------ SmoothMax (the "worst" variant)
+def test_smooth_max_coefficients_ignore_shift_and_scale_of_the_losses():
+    g = torch.Generator().manual_seed(0)
+    losses = torch.rand(3, 7, generator=g, dtype=torch.float64) * 4
+    weights = (torch.rand(3, 7, generator=g, dtype=torch.float64) > 0.4).double()
+    weights[:, 0] = 1.0
+    c = most.SmoothMax().linear_coefficients(weights, losses)
+    assert torch.allclose(most.SmoothMax().linear_coefficients(weights, 5.0 * losses - 2.0), c, atol=1e-12)
+    assert torch.allclose(c.sum(1), torch.ones(3, dtype=torch.float64))
+    assert bool((c[weights == 0] == 0).all())
+    for j in range(3):  # the worst served objective weighs most; the best about exp(-10) of it
+        served = weights[j] > 0
+        worst = torch.where(served, losses[j], -torch.inf).argmax()
+        best = torch.where(served, losses[j], torch.inf).argmin()
+        assert int(c[j].argmax()) == int(worst)
+        if best != worst:
+            assert float(c[j, best] / c[j, worst]) == pytest.approx(math.exp(-10), rel=1e-9)
+
+
+def test_smooth_max_takes_the_mean_of_equal_losses():
+    weights = torch.tensor([[1.0, 3.0, 0.0]], dtype=torch.float64)
+    c = most.SmoothMax().linear_coefficients(weights, torch.full((1, 3), 2.0, dtype=torch.float64))
+    assert torch.allclose(c, torch.tensor([[0.25, 0.75, 0.0]], dtype=torch.float64))
+
+
+def test_worst_variant_serves_each_group_at_its_minimax_point():
+    # two groups on a line: {0, 1, 5} (mean 2, minimax point 2.5) and {100, 101, 102, 110}
+    # (mean 103.25, minimax point 105); the default goes to the means, "worst" to the minimax points
+    centres = torch.tensor([0.0, 1.0, 5.0, 100.0, 101.0, 102.0, 110.0])
+    problem = most.Problem.from_function(lambda t: (t - centres) ** 2, dim=1, n_objectives=7)
+    base = most.MosT(n_models=2, rounds=600, lr=0.02, seed=0)
+    mean_fit = base.fit(problem).params.sort(0).values[:, 0]
+    worst_fit = most.variants.apply("worst", base).fit(problem).params.sort(0).values[:, 0]
+    assert torch.allclose(mean_fit, torch.tensor([2.0, 103.25]), atol=1e-3)
+    assert torch.allclose(worst_fit, torch.tensor([2.5, 105.0]), atol=0.05)
+    worst = lambda p: most.metrics.worst_objective(problem.loss_matrix(p[:, None]))
+    assert worst(worst_fit) < 0.9 * worst(mean_fit)

@@ -30,6 +30,7 @@ from .methods import (
     ModelsSelectObjectives,
     TchebycheffExtension,
     ObjectivesSelectModels,
+    SmoothMax,
     Uniform,
     WeightedSum,
 )
@@ -62,6 +63,7 @@ __all__ = [
     "Result",
     "TchebycheffExtension",
     "RoundRecord",
+    "SmoothMax",
     "Uniform",
     "WeightedMGDA",
     "WeightedSum",

@@ -80,6 +80,7 @@ __all__ = [
     "Combiner",
     "MinNorm",
     "WeightedSum",
+    "SmoothMax",
     "DirichletExtension",
     "TchebycheffExtension",
 ]
@@ -450,10 +451,15 @@ class Combiner(ABC):
     ``c = linear_coefficients(weights, losses)`` (``[m, n]``; ``losses`` model-major, at the
     step's parameters). The loop then forms the direction by one reverse pass over the models
     (:meth:`most.Problem.weighted_gradients`) and never builds a Jacobian.
+
+    A combiner with ``centralised_only = True`` reads ``losses`` or ``params``, which the
+    federated runtime (it combines the clients' updates) does not have; the federated MosT
+    refuses it.
     """
 
     active_only: ClassVar[bool] = False
     linear: ClassVar[bool] = False
+    centralised_only: ClassVar[bool] = False
 
     @abstractmethod
     def __call__(
@@ -545,6 +551,62 @@ class WeightedSum(Combiner):
 
     def linear_coefficients(self, weights, losses):
         return self.coefficients(weights.to(losses.dtype))
+
+
+@dataclass(frozen=True)
+class SmoothMax(Combiner):
+    r"""Each model descends a smooth maximum of the losses of the objectives it serves.
+
+    For model :math:`j` with served objectives :math:`S_j = \{i : W_{ji} > 0\}` the direction is
+    the gradient of :math:`\mu_j \log \sum_{i \in S_j} W_{ji} \exp(L_i(\theta_j) / \mu_j)`,
+
+    .. math::
+
+        \lambda_{ji} = \frac{W_{ji}\, e^{L_i(\theta_j) / \mu_j}}{\sum_{k \in S_j} W_{jk}\, e^{L_k(\theta_j) / \mu_j}},
+        \qquad d_j = \sum_i \lambda_{ji} \nabla L_i(\theta_j),
+
+    with the temperature :math:`\mu_j = s\,(\max_{S_j} L - \min_{S_j} L)`, ``s`` =
+    ``smoothing``, held fixed within the step: the worst served objective gets weight 1 relative
+    to the others, the best about :math:`e^{-1/s}`. As the temperature is a share of the
+    losses' spread, the coefficients do not change when the losses are shifted or scaled. A
+    model whose served losses are all equal takes their weighted mean.
+
+    Where :class:`WeightedSum` (the default) brings each model to the optimum of its group's
+    *average* loss, this brings it towards the point that minimises its group's *worst* loss:
+    with the default assignment (each objective to its best model) it is the few-for-many
+    goal :math:`\max_i \min_j L_i(\theta_j)` of TCH-Set and STCH-Set. ``most.variants.apply("worst",
+    ...)`` sets it. Centralised loop only (the federated runtime combines client updates, not
+    gradients at known losses).
+    """
+
+    smoothing: float = 0.1
+
+    linear: ClassVar[bool] = True  # coefficients from the weights and the losses
+    centralised_only: ClassVar[bool] = True
+
+    def __post_init__(self):
+        check_positive(self.smoothing, name="smoothing")
+
+    def linear_coefficients(self, weights: Tensor, losses: Tensor) -> Tensor:
+        losses = losses.detach().to(torch.float64)
+        w = weights.detach().to(losses)
+        served = w > 0
+        high = torch.where(served, losses, torch.full_like(losses, -math.inf)).amax(1, keepdim=True)
+        low = torch.where(served, losses, torch.full_like(losses, math.inf)).amin(1, keepdim=True)
+        spread = torch.where(served.any(1, keepdim=True), high - low, torch.zeros_like(high))
+        flat = spread <= 0
+        temperature = torch.where(flat, torch.ones_like(spread), self.smoothing * spread)
+        shifted = torch.where(served & ~flat, (losses - high) / temperature, torch.zeros_like(losses))
+        scores = torch.where(served, w * torch.exp(shifted), torch.zeros_like(w))
+        total = scores.sum(1, keepdim=True)
+        return torch.where(total > 0, scores / total.clamp_min(torch.finfo(total.dtype).tiny),
+                           torch.zeros_like(scores))
+
+    def __call__(self, jacobian, weights, *, losses=None, params=None):
+        if losses is None:
+            raise ValueError("SmoothMax needs the losses [m, n] (the round loop passes them as `losses=`).")
+        coeff = self.linear_coefficients(weights, losses)
+        return torch.einsum("mn,mnd->md", coeff.to(jacobian), jacobian), coeff.to(jacobian)
 
 
 # ============================================================================ MosT-E

@@ -42,7 +42,7 @@ def _components() -> dict[str, type]:
         m.TransportAssignment, m.CappedTransportAssignment, m.RandomAssignment, m.EqualAssignment,
         baselines.BestModelAssignment,
         m.MajorityShare, m.Shares, m.GammaWeights, m.Support, m.RelativeWeights,
-        m.MinNorm, m.WeightedSum, F.BoxMinNorm,
+        m.MinNorm, m.WeightedSum, m.SmoothMax, F.BoxMinNorm,
         m.DirichletExtension, m.TchebycheffExtension,
         F.WarmUp, F.GroupedWarmUp,
         optim.SGD, optim.Adam,
@@ -147,6 +147,8 @@ VARIANTS: dict[str, tuple[Callable, str]] = {
     "curriculum": (_lazy(marginals="Curriculum"), "the alpha/beta curriculum of Section 3.3"),
     "O": (_lazy(marginals="ObjectivesSelectModels"), '"objectives select models": the beta constraint dropped'),
     "M": (_lazy(marginals="ModelsSelectObjectives"), '"models select objectives": the alpha constraint dropped'),
+    "worst": (_lazy(combiner="SmoothMax"), "each model descends a smooth maximum of its objectives' losses: the "
+                                            "few-for-many worst objective instead of the average (centralised)"),
     "L": (_lazy(weighting="GammaWeights", combiner="WeightedSum"),
           "Gamma-weighted mean of gradients (or updates) instead of the min-norm direction"),
     "literal": (_lazy(weighting="GammaWeights"), "Gamma-weighted min-norm (GammaWeights), everything else "

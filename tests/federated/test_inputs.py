@@ -317,3 +317,17 @@ def test_a_parameter_name_the_model_lacks_is_refused_before_any_work(data):
     fl.check_inputs(data, model, fl.methods.MosT(n_models=2, combiner=MinNorm(coordinates="last"), warmup=None), CFG)
     with pytest.raises(ValueError, match=r"\(0, 999\) lie outside the 18 parameters"):
         fl.check_inputs(data, model, fl.methods.MosT(n_models=2, combiner=MinNorm(coordinates=(0, 999))), CFG)
+
+
+@pytest.mark.parametrize("combiner", [most.SmoothMax(), most.baselines.STCHSetCombiner(), most.baselines.TCHSetCombiner(),
+                                      most.baselines.SumOfMinimumCombiner(), most.baselines.EPOCombiner()])
+def test_most_refuses_a_combiner_that_needs_losses_at_the_models(combiner):
+    # the runtime combines client updates; a combiner reading losses would fail after the warm-up
+    with pytest.raises(ValueError, match="reads the losses or parameters at the models"):
+        fl.methods.MosT(n_models=2, combiner=combiner)
+
+
+def test_the_worst_variant_is_centralised_only():
+    with pytest.raises(ValueError, match="reads the losses or parameters at the models"):
+        most.variants.apply("worst", fl.methods.MosT(n_models=2))
+    assert isinstance(most.variants.apply("worst", most.MosT(n_models=2)).combiner, most.SmoothMax)

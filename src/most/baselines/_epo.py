@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import ClassVar, Sequence
 
 import numpy as np
 import torch
@@ -317,6 +317,8 @@ class EPOCombiner(Combiner):
     """
 
     eps: float = 1e-4
+
+    centralised_only: ClassVar[bool] = True
 
     def __post_init__(self):
         check_positive(self.eps, name="eps")

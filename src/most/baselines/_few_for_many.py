@@ -279,6 +279,7 @@ class TCHSetCombiner(Combiner):
     ideal: tuple[float, ...] | None = None
 
     linear: ClassVar[bool] = True  # coefficients from the losses
+    centralised_only: ClassVar[bool] = True
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -313,6 +314,7 @@ class STCHSetCombiner(Combiner):
         check_positive(self.smoothing, name="smoothing")
 
     linear: ClassVar[bool] = True  # coefficients from the losses
+    centralised_only: ClassVar[bool] = True
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -338,6 +340,7 @@ class SumOfMinimumCombiner(Combiner):
     """The gradient of ``F_SoM / n``: coefficient ``1/n`` on ``(argmin_k F[k, i], i)``; weights ignored."""
 
     linear: ClassVar[bool] = True  # coefficients from the losses
+    centralised_only: ClassVar[bool] = True
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import Tensor
@@ -77,6 +78,8 @@ class SVGDCombiner(Combiner):
 
     bandwidth: float | None = None
     alpha: float = 1.0
+
+    centralised_only: ClassVar[bool] = True
 
     def __post_init__(self):
         if self.bandwidth is not None:

@@ -547,6 +547,11 @@ class MosT(FederatedMethod):
         check_component(self.weighting, name="weighting", example="most.methods.MajorityShare()", base=Weighting)
         self.warm_start = check_bool(self.warm_start, name="warm_start")
         check_component(self.combiner, name="combiner", example="most.MinNorm()", base=Combiner)
+        if self.combiner.centralised_only:
+            raise ValueError(f"`combiner={type(self.combiner).__name__}(...)` reads the losses or parameters at the "
+                             "models, which the federated runtime does not have (it combines the clients' updates); "
+                             "use most.WeightedSum() or most.MinNorm(). For a set objective over clients use "
+                             "most.federated.methods.SetScalarization.")
         if self.warmup is not None:
             check_component(self.warmup, name="warmup", example="most.federated.methods.WarmUp(rounds=5)", base=WarmUp)
         self._assignment = transport_assignment(self)
