@@ -226,6 +226,18 @@ def test_spread_moves_one_of_two_models_on_the_same_point():
     assert percent_of_limit(base, out) > percent_of_limit(base, params) + 0.5
 
 
+def test_spread_moves_a_model_past_the_end_models_to_a_piece_they_leave_out():
+    # two models on the piece at f1 = 0.45 and none on the last piece (f1 = 0.65), beyond the
+    # models' range: only a start past the end model reaches it, and only a reference point past
+    # the models' range lets it count (seeds 48 and 53 of the recommended call ended like this)
+    # (each model on a local minimiser of its own ray; rays 0 and 1 both on the piece at 0.45)
+    base, ext, params = zdt_models("zdt3", [0.4539, 0.4538, 0.2577, 0.0827, 0.0001])
+    out, moved = Reseed()(ext, params, torch.Generator().manual_seed(0), lr=5e-3, optimizer=ADAM, plan=ONE_RAY_EACH)
+    assert moved in (0, 1)
+    assert 0.64 < float(out[moved, 0]) < 0.66  # the lower end of the last piece
+    assert percent_of_limit(base, out) > 99 > percent_of_limit(base, params)
+
+
 @pytest.mark.parametrize("name", ["zdt1", "zdt2", "zdt3"])
 def test_spread_leaves_models_alone_where_no_local_minimiser_serves_the_set_better(name):
     # zdt1/zdt2 (connected fronts): each model at its ray's minimiser; zdt3: the best five-piece

@@ -49,8 +49,10 @@ class Adam(UpdateRule):
     :math:`\sqrt{f_1}` of ZDT1/ZDT3 at :math:`f_1 = 0` -- cannot inflate the second moment and
     leave the model all but frozen for the next ~:math:`1/(1-\beta_2)` steps. Coordinates with no
     history yet (the first step, a restarted model) are not clipped. ``None`` is Adam as
-    published. The recommended few-objective call uses ``clip=3.0``
-    (see the MosT-E page of the docs).
+    published. The recommended few-objective call uses ``Adam(clip=3.0, beta2=0.99)`` (see the
+    MosT-E page of the docs): the shorter memory of the second moment (about 100 steps) also lets
+    a model whose gradients shrink by orders of magnitude (a model that reached the end of a
+    front, where only a small augmentation term still pulls it) keep a normal step length.
     """
 
     beta1: float = 0.9

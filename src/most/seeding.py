@@ -133,6 +133,23 @@ def _neighbours(points: np.ndarray) -> list[tuple[int, int]]:
     return sorted(pairs)
 
 
+def _ends(points: np.ndarray) -> list[tuple[int, int]]:
+    """The model at each end of some objective's order, with the nearest model in that order
+    whose point differs from its own by more than :data:`SPREAD_SETTLED` of the models' range
+    (so that a start reflected through it lands past the end)."""
+    low, high = points.min(0), points.max(0)
+    scale = np.where(high > low, high - low, 1.0)
+    pairs = set()
+    for column in points.T:
+        order = np.argsort(column, kind="stable")
+        for ranked in (order, order[::-1]):
+            end = int(ranked[0])
+            far = [int(b) for b in ranked[1:] if (np.abs(points[b] - points[end]) / scale > SPREAD_SETTLED).any()]
+            if far:
+                pairs.add((end, far[0]))
+    return sorted(pairs)
+
+
 @dataclass(frozen=True)
 class KMeansSeeding:
     """Greedy k-means++ starts: model ``k`` minimises one objective, drawn (``candidates`` times,
@@ -214,21 +231,24 @@ class Reseed:
     and the global one of two rays can lie on the same piece; the summed best loss cannot see
     that, the set of points in the original objectives can. In an attempt:
 
-    1. every model, and one candidate per model and gap, take ``spread_steps`` steps of the run's
-       update rule on that model's objectives (those it holds the largest share of in the plan):
-       the model from where it is, the candidate from the midpoint of the parameters of two
-       models adjacent in some original objective's order (the two sides of a gap);
+    1. every model, and one candidate per model and start, take ``spread_steps`` steps of the
+       run's update rule on that model's objectives (those it holds the largest share of in the
+       plan): the model from where it is, the candidates from the midpoint of the parameters of
+       two models adjacent in some original objective's order (the two sides of a gap) and from
+       past each end of that order (the end model reflected through its nearest distinct
+       neighbour, then projected), where the front may go on beyond the models;
     2. a point has settled when, over the last fifth of those steps, it moved by less than
        :data:`SPREAD_SETTLED` of the models' range in every original objective;
     3. the hypervolume of the models' points in the original objectives, from a reference point
-       :data:`SPREAD_MARGIN` of their range beyond their worst values, decides: a settled
-       model is replaced by a settled candidate of its own when that raises it the most, by at
-       least ``min_gain``.
+       :data:`SPREAD_MARGIN` of the range beyond the worst values of the models and the settled
+       candidates (so that a point past the models' range counts), decides: a settled model is
+       replaced by a settled candidate of its own when that raises it the most, by at least
+       ``min_gain``.
 
     So a model moves only to a local minimiser of its own objectives, and only when that
     minimiser serves the set better. On a connected front every candidate returns to the model's
     own minimiser, and nothing moves. An attempt is deterministic (no draw) and holds
-    ``m (1 + g)`` models' parameters, ``g <= n (m - 1)`` gaps.
+    ``m (1 + g + e)`` models' parameters, ``g <= n (m - 1)`` gaps and ``e <= 2 n`` ends.
     """
 
     every: int = 20
@@ -315,8 +335,13 @@ class Reseed:
         movable = [j for j in range(m) if serving[j]]
         if not gaps or not movable:
             return params, None
-        middles = torch.stack([0.5 * (params[a] + params[b]) for a, b in gaps])  # [g, dim]
-        owner = list(range(m)) + [j for j in movable for _ in gaps]  # whose objectives each start descends
+        # a start in the middle of every gap, and one beyond each end of every objective's order
+        # (the end model reflected through its neighbour), where the front may go on past the models
+        beyond = _ends(points)
+        middles = torch.stack([0.5 * (params[a] + params[b]) for a, b in gaps]
+                              + [2.0 * params[a] - params[b] for a, b in beyond])  # [g + e, dim]
+        middles = problem.apply_projection(middles)
+        owner = list(range(m)) + [j for j in movable for _ in range(len(middles))]  # whose objectives each descends
         starts = torch.cat([params] + [middles] * len(movable))
         early, late = _descend(problem, starts, weights[owner], steps=self.spread_steps, lr=lr,
                                optimizer=optimizer, snapshot=self.spread_steps - max(1, self.spread_steps // 5))
@@ -328,9 +353,14 @@ class Reseed:
         current = end[:m]  # the models, advanced as their candidates were
         low, high = current.min(0), current.max(0)
         scale = np.where(high > low, high - low, np.maximum(np.abs(high), 1.0))
-        reference = high + SPREAD_MARGIN * scale
         with np.errstate(invalid="ignore"):
             settled = finite & (np.abs(end - before) / scale < SPREAD_SETTLED).all(1)
+        # the reference lies beyond the worst of the models and of the settled candidates, so that a
+        # candidate past the models' range (a piece of the front beyond the end models) counts
+        reach = end[settled | (np.arange(len(end)) < m)]
+        low, high = reach.min(0), reach.max(0)
+        scale = np.where(high > low, high - low, np.maximum(np.abs(high), 1.0))
+        reference = high + SPREAD_MARGIN * scale
         volume = _hypervolume(current, reference)
         best, pick = volume, None
         for t in range(m, len(owner)):

@@ -17,7 +17,8 @@ Methods (:data:`METHODS`):
 * ``MosT-E (Tchebycheff)`` -- the library's recommended few-objective setting: n' = m smooth
   augmented Tchebycheff scalarisations on evenly spaced rays that include both ends
   (:class:`~most.methods.TchebycheffExtension` with ``spread="grid"``), with Adam clipped at three
-  root mean squares (:class:`~most.optim.Adam` ``clip=3.0``); every other row uses plain Adam.
+  root mean squares and a second-moment memory of 100 steps (:class:`~most.optim.Adam`
+  ``clip=3.0, beta2=0.99``); every other row uses plain Adam.
 * ``MosT-E (Tchebycheff, n'=20)`` -- 20 Dirichlet-drawn Tchebycheff rays plus the originals.
 * ``MosT-E (paper)`` -- the paper's MosT-E: 20 linear Dirichlet(1) mixtures plus the originals.
 * ``MosT (n=2)`` -- plain MosT on the two objectives (``most.MosT`` refuses m > n, so this row
@@ -79,7 +80,7 @@ def _fit_of(method):
 def _most_tch_grid(n_models, rounds, lr, seed, ideal, variant):
     ext = TchebycheffExtension(n_extra=n_models, spread="grid", smoothing=0.05, augment=0.01, ideal=ideal,
                                include_original=False)
-    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(clip=3.0),
+    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(clip=3.0, beta2=0.99),
                         extension=ext))
 
 
