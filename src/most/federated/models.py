@@ -129,11 +129,14 @@ class FlatModel:
             leaves = [mod for mod in self._template.modules() if not any(True for _ in mod.children())]
             hooks = [mod.register_forward_hook(count) for mod in leaves]
             try:
-                meta = {name: torch.empty(s, device="meta") for name, s in zip(self._names, self._shapes)}
-                meta.update({name: b.to("meta") for name, b in self._buffers.items()})
+                # two zero samples on the CPU: the meta device would do, but its first use imports
+                # torch's decompositions (sympy, torch._dynamo: about 1 s in a fresh process)
+                zeros = {name: torch.zeros(s) for name, s in zip(self._names, self._shapes)}
+                zeros.update({name: b.detach().to("cpu").clone() for name, b in self._buffers.items()})
                 with torch.no_grad():
-                    functional_call(self._template, meta, (torch.empty(1, *shape, device="meta"),))
-            except Exception:  # a module the meta device cannot run: count the inputs alone
+                    functional_call(self._template, zeros, (torch.zeros(2, *shape),))
+                total //= 2
+            except Exception:  # a module that cannot run so: count the inputs alone
                 total = math.prod(shape)
             finally:
                 for hook in hooks:
