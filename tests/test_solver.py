@@ -339,6 +339,8 @@ def test_numpy_and_tensor_settings_are_stored_as_plain_numbers():
 
 @pytest.mark.parametrize("make", [
     lambda: most.Problem.from_function(lambda th: ((th[None, :] - torch.ones(6, 3)) ** 2).sum(1), 4, 6),
+    # written for a batch of models (theta [m, d]) instead of one model's parameters
+    lambda: most.Problem.from_function(lambda th: ((th[:, None, :] - torch.ones(6, 3)) ** 2).sum(-1), 3, 6),
     lambda: most.Problem.from_module(lambda: torch.nn.Linear(2, 1), [lambda f: f(torch.ones(1, 3)).sum() ** 2]),
     lambda: most.Problem.from_module(lambda: torch.nn.Linear(2, 1).double(),
                                      [lambda f: f(torch.ones(1, 2)).sum() ** 2]),

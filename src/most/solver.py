@@ -270,7 +270,7 @@ def _first_losses(problem: Problem, params: Tensor, *, jacobian: bool = False):
     ``jacobian`` the pair ``(losses, jacobian)`` of :meth:`~most.Problem.jacobian`."""
     try:
         return problem.jacobian(params) if jacobian else problem.loss_matrix(params)
-    except RuntimeError as exc:
+    except (RuntimeError, IndexError) as exc:  # IndexError: e.g. a function written for a batch of models
         raise ValueError(
             f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
             f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
