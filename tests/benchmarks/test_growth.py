@@ -182,3 +182,24 @@ def test_a_timeout_skips_the_larger_sizes_of_that_method_on_that_axis_only(monke
     assert {r["method"] for r in rows if r["order"] == 0} == {"TCH-Set", "SoM", "MGDA"}
     som = next(r for r in rows if (r["n"], r["d"], r["method"]) == (10_000, 10, "SoM"))
     assert som["ratio_tch"] == pytest.approx(2.0)
+
+
+def test_the_per_instance_problem_has_its_own_section_and_the_same_objectives(tmp_path):
+    md = tmp_path / "performance.md"
+    md.write_text(f"# Performance\n\n{growth.START_MARK}\nthe from_function grid\n{growth.END_MARK}\n")
+    common = ["--ns", "60", "--ds", "4", "--base-n", "60", "--base-d", "4", "--methods", "default,min-norm,tch-set",
+              "--rounds", "2", "--timeout", "60", "--extra", "none", "--import-repeats", "0"]
+    res = _run(*common, "--problem", "instances", "--out", tmp_path / "inst.json", "--markdown", md)
+    assert res.returncode == 0, res.stderr[-3000:]
+    text = md.read_text()
+    assert "the from_function grid" in text  # the from_function section is left as it was
+    i, j = text.index(growth.INSTANCES_START_MARK), text.index(growth.INSTANCES_END_MARK)
+    assert "one loss per instance" in text[i:j] and "from_instances" in text[i:j]
+    res = _run(*common, "--out", tmp_path / "func.json", "--no-markdown")
+    assert res.returncode == 0, res.stderr[-3000:]
+    inst = {r["method"]: r for r in json.loads((tmp_path / "inst.json").read_text())["cases"]}
+    func = {r["method"]: r for r in json.loads((tmp_path / "func.json").read_text())["cases"]}
+    assert set(inst) == set(func) == {"MosT (default)", "MosT (min-norm)", "TCH-Set"}
+    for name in inst:  # the same objectives from the same starts: the same models, to float error
+        assert inst[name]["status"] == func[name]["status"] == "ok"
+        assert inst[name]["mean_best_loss"] == pytest.approx(func[name]["mean_best_loss"], rel=1e-4)
