@@ -1502,9 +1502,10 @@ PARTS = {"solvers": solvers_main, "rounds": rounds_main, "cuda": cuda_main}
 
 
 #: benchmarks/growth.py keeps its sections at the end of performance.md between these lines (the
-#: CPU grid's, then the GPU columns')
+#: CPU grid's, the GPU columns', then the per-instance problem's)
 GROWTH_MARKS = (("<!-- growth:start -->", "<!-- growth:end -->"),
-                ("<!-- growth-cuda:start -->", "<!-- growth-cuda:end -->"))
+                ("<!-- growth-cuda:start -->", "<!-- growth-cuda:end -->"),
+                ("<!-- growth-instances:start -->", "<!-- growth-instances:end -->"))
 
 
 def growth_block(text: str) -> str:

@@ -203,3 +203,11 @@ def test_the_per_instance_problem_has_its_own_section_and_the_same_objectives(tm
     for name in inst:  # the same objectives from the same starts: the same models, to float error
         assert inst[name]["status"] == func[name]["status"] == "ok"
         assert inst[name]["mean_best_loss"] == pytest.approx(func[name]["mean_best_loss"], rel=1e-4)
+
+
+def test_performance_re_renders_keep_every_growth_section():
+    # benchmarks/performance.py rewrites performance.md and keeps the sections between these marks
+    performance = script_module("performance")
+    assert set(performance.GROWTH_MARKS) == {(growth.START_MARK, growth.END_MARK),
+                                             (growth.GPU_START_MARK, growth.GPU_END_MARK),
+                                             (growth.INSTANCES_START_MARK, growth.INSTANCES_END_MARK)}
