@@ -422,6 +422,8 @@ def plot_cmd(
                                    show_default=False),
     out: Path = typer.Option(None, help="Folder for the figures (default RESULTS/figures)."),
     formats: list[str] = typer.Option(["png", "pdf"], "--format", help="Repeat: png, pdf, svg."),
+    seed: int = typer.Option(None, help="The seed whose run the one-run figures show (Γ, assignment, sparsity "
+                                        "and drift, Pareto front); default: each method's first seed."),
 ) -> None:
     """Draw the figures of a results folder from the stored files: training curves, the sorted
     per-objective profile, worst-k % bars, the Γ heat map (objectives grouped by model) and, where
@@ -431,6 +433,7 @@ def plot_cmd(
     Example:
 
         most plot results/syn00
+        most plot results/syn00 --seed 2
     """
     from .experiments import plot
 
@@ -438,7 +441,10 @@ def plot_cmd(
     if bad:
         raise _Failure(f"--format {bad[0]!r}: use png, pdf or svg.")
     _out_folder(out)
-    files = plot(results, out=out, formats=tuple(formats))
+    try:
+        files = plot(results, out=out, formats=tuple(formats), seed=seed)
+    except ValueError as exc:  # a seed with no run
+        raise _Failure(f"--seed {seed}: {exc}") from None
     typer.echo(f"Wrote {len(files)} files:\n  " + "\n  ".join(files))
 
 

@@ -504,3 +504,23 @@ def test_a_parameter_name_a_centralised_problem_cannot_resolve_is_refused_before
                                          r"Problem\.from_module"):
         run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
     assert not (tmp_path / "names").exists()
+
+
+def test_plot_shows_the_chosen_seed_in_the_one_run_figures(tmp_path, monkeypatch):
+    root = run_experiment(parse_experiment(CENTRAL, source=_toml(CENTRAL)), tmp_path, progress=False,
+                          echo=lambda line: None)
+    import most.plots
+
+    titles = []
+    drawn = most.plots.assignment_heatmap
+    monkeypatch.setattr(most.plots, "assignment_heatmap",
+                        lambda plan, title="", **kw: (titles.append(title), drawn(plan, title=title, **kw))[1])
+    plot(root, formats=("png",), out=tmp_path / "first")
+    plot(root, formats=("png",), out=tmp_path / "one", seed=1)
+    assert titles == ["MosT: final Γ (seed 0)", "Linearization: final Γ (seed 0)",
+                      "MosT: final Γ (seed 1)", "Linearization: final Γ (seed 1)"]
+    with pytest.raises(ValueError, match="MosT has no finished run of seed 7; its seeds are 0, 1"):
+        plot(root, formats=("png",), out=tmp_path / "none", seed=7)
+    res = CliRunner().invoke(app, ["plot", str(root), "--format", "png", "--seed", "7", "--out", str(tmp_path / "c")])
+    assert res.exit_code == 2 and "--seed 7: MosT has no finished run of seed 7" in res.output
+    assert "Traceback" not in res.output

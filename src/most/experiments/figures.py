@@ -6,11 +6,11 @@
   worst to best against the objective's rank, mean over seeds at each rank with a ± std band;
   log scale where the values span decades (:func:`most.plots.profile`);
 * ``worst_k`` -- worst-20 .. 80 % client accuracy (%) per group, mean ± std over seeds (federated);
-* ``assignment_GROUP`` -- the final plan Gamma of the group's first seed, objectives grouped by model;
+* ``assignment_GROUP`` -- the final plan Gamma of the group's first seed (or ``seed``), objectives grouped by model;
 * ``assignment_stack_GROUP`` -- objectives per largest-share model over the rounds, only where
   those counts change (a constant split says nothing);
 * ``sparsity_drift`` -- Gamma sparsity, drift summed over the rounds and the share of objectives
-  changing model, per round (first seed);
+  changing model, per round (first seed, or ``seed``);
 * ``pareto`` -- each group's models in objective space (two-objective problems).
 
 File names are plain: ``GROUP`` is the group's name in lower case with every run of other
@@ -79,27 +79,44 @@ def _metrics(folder: RunFolder, result: dict) -> list[dict]:
 
 
 def plot(results_dir: str | os.PathLike, *, out: str | os.PathLike | None = None,
-         formats: tuple[str, ...] = ("png", "pdf")) -> list[str]:
+         formats: tuple[str, ...] = ("png", "pdf"), seed: int | None = None) -> list[str]:
     """Draws the figures of ``results_dir`` into ``out`` (default ``results_dir/figures``) and
     returns the files written.
 
-    A folder of several experiments gives each experiment's figures apart: into its own
-    ``figures`` folder, or ``out/NAME`` with ``out``."""
+    The figures of one run per method (the final Γ, the assignment stack, Γ's sparsity and drift,
+    the Pareto front) show each method's run of ``seed``; ``None``: its first seed. The others
+    are over every seed. A folder of several experiments gives each experiment's figures apart:
+    into its own ``figures`` folder, or ``out/NAME`` with ``out``."""
     root = Path(results_dir)
     found = _experiments(root)
     if len(found) == 1:
-        return _plot(root, next(iter(found.values())), root / "figures" if out is None else Path(out), formats)
+        return _plot(root, next(iter(found.values())), root / "figures" if out is None else Path(out), formats,
+                     seed)
     written: list[str] = []
     for home, runs in found.items():
         if any(r is not None for _, _, r in runs):
             written += _plot(home, runs, home / "figures" if out is None else Path(out) / home.relative_to(root),
-                             formats)
+                             formats, seed)
     if not written:
         raise FileNotFoundError(f"{root} holds no finished runs yet; nothing to plot.")
     return written
 
 
-def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...]) -> list[str]:
+def _shown(by_group: dict[str, list], seed: int | None) -> dict[str, int]:
+    """Each group's index of the run of ``seed`` (``None``: its first run)."""
+    if seed is None:
+        return {g: 0 for g in by_group}
+    shown = {}
+    for g, rs in by_group.items():
+        seeds = [c.get("seed") for _, c, _ in rs]
+        if seed not in seeds:
+            raise ValueError(f"{g} has no finished run of seed {seed}; its seeds are "
+                             f"{', '.join(str(s) for s in sorted(x for x in seeds if x is not None))}.")
+        shown[g] = seeds.index(seed)
+    return shown
+
+
+def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed: int | None = None) -> list[str]:
     from .. import plots
     from ..federated import figures
 
@@ -112,6 +129,8 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...]) -> li
         by_group.setdefault(_group_of(run), []).append(run)
     by_group = {g: by_group[g] for g in _group_order(root, list(by_group))}
     metrics = {g: [_metrics(f, r) for f, _, r in rs] for g, rs in by_group.items()}
+    shown = _shown(by_group, seed)
+    which = "first seed" if seed is None else f"seed {seed}"
     written: list[str] = []
 
     loss = {g: _stack([[m.get("train_loss") for m in ms] for ms in per_seed]) for g, per_seed in metrics.items()
@@ -158,12 +177,13 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...]) -> li
     files = _file_names(list(by_group))
     sparsity, drift, switches, start = {}, {}, {}, {}
     for g, rs in by_group.items():
-        folder = rs[0][0]
-        history = metrics[g][0]
+        folder = rs[shown[g]][0]
+        history = metrics[g][shown[g]]
         owners = [m["owners"] for m in history if "owners" in m]
         final = folder.final() if folder.final_file.is_file() else {}
         if "assignment" in final and owners:
-            fig = plots.assignment_heatmap(final["assignment"], title=f"{g}: final Γ (seed {rs[0][1].get('seed')})")
+            fig = plots.assignment_heatmap(final["assignment"],
+                                           title=f"{g}: final Γ (seed {rs[shown[g]][1].get('seed')})")
             _save(fig, out / f"assignment_{files[g]}", formats, written)
             if figures.counts_change(owners):  # else a constant split: nothing to see
                 m = final["assignment"].shape[1]
@@ -179,12 +199,12 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...]) -> li
     if sparsity and all(len(d) for d in drift.values()):
         fig = figures.sparsity_drift(sparsity, drift, cumulative=True, start=start,
                                      switches={g: v for g, v in switches.items() if len(v)},
-                                     title=f"{root.name}: Γ over the rounds (first seed)")
+                                     title=f"{root.name}: Γ over the rounds ({which})")
         _save(fig, out / "sparsity_drift", formats, written)
 
-    points = {g: rs[0][2]["points"] for g, rs in by_group.items() if "points" in rs[0][2]}
+    points = {g: rs[shown[g]][2]["points"] for g, rs in by_group.items() if "points" in rs[shown[g]][2]}
     if points:
-        ref = next((rs[0][2].get("reference_point") for rs in by_group.values()), None)
-        fig = plots.pareto_fronts(points, reference=ref, title=f"{root.name}: final models (first seed)")
+        ref = next((rs[shown[g]][2].get("reference_point") for g, rs in by_group.items()), None)
+        fig = plots.pareto_fronts(points, reference=ref, title=f"{root.name}: final models ({which})")
         _save(fig, out / "pareto", formats, written)
     return written
