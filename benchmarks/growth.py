@@ -57,6 +57,11 @@ memory the GPU's) and writes the section "Growth with n and d on a GPU" between
         --out benchmarks/results/performance/growth_cuda.json --no-markdown
     python benchmarks/growth.py --render --out benchmarks/results/performance/growth_cuda.json
 
+``--problem instances`` builds the same objectives with ``most.Problem.from_instances`` (one loss
+per instance, so a min-norm combiner's rows are single instances' gradients) and writes the section
+"Growth with n and d, one loss per instance" between ``<!-- growth-instances:start -->`` and
+``<!-- growth-instances:end -->`` (its command is stored in that section).
+
 ``--quick`` runs n ≤ 1000, d ≤ 1000, R = 3, a 20 s timeout, 2 import repeats and the extra case at
 n = 1000 (a smoke test: the targets at larger sizes then read "not measured").
 """
