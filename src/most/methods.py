@@ -605,8 +605,8 @@ class SmoothMax(Combiner):
     def __call__(self, jacobian, weights, *, losses=None, params=None):
         if losses is None:
             raise ValueError("SmoothMax needs the losses [m, n] (the round loop passes them as `losses=`).")
-        coeff = self.linear_coefficients(weights, losses)
-        return torch.einsum("mn,mnd->md", coeff.to(jacobian), jacobian), coeff.to(jacobian)
+        coeff = self.linear_coefficients(weights, losses).to(jacobian)
+        return torch.einsum("mn,mnd->md", coeff, jacobian), coeff
 
 
 # ============================================================================ MosT-E

@@ -123,6 +123,13 @@ def _hypervolume(points: np.ndarray, reference: np.ndarray) -> float:
     return float(moocore.hypervolume(points, ref=reference)) if len(points) else 0.0
 
 
+def _extent(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(high, scale)`` per objective of ``points [k, d]``: the worst value and the range (for a
+    flat objective, its magnitude, at least 1), the unit of the spread's tolerances."""
+    low, high = points.min(0), points.max(0)
+    return high, np.where(high > low, high - low, np.maximum(np.abs(high), 1.0))
+
+
 def _neighbours(points: np.ndarray) -> list[tuple[int, int]]:
     """The pairs of models adjacent in the order of some objective (for two objectives on a front:
     the models on either side of each gap)."""
@@ -137,8 +144,7 @@ def _ends(points: np.ndarray) -> list[tuple[int, int]]:
     """The model at each end of some objective's order, with the nearest model in that order
     whose point differs from its own by more than :data:`SPREAD_SETTLED` of the models' range
     (so that a start reflected through it lands past the end)."""
-    low, high = points.min(0), points.max(0)
-    scale = np.where(high > low, high - low, 1.0)
+    scale = _extent(points)[1]
     pairs = set()
     for column in points.T:
         order = np.argsort(column, kind="stable")
@@ -351,15 +357,12 @@ class Reseed:
         if not finite[:m].all():
             return params, None
         current = end[:m]  # the models, advanced as their candidates were
-        low, high = current.min(0), current.max(0)
-        scale = np.where(high > low, high - low, np.maximum(np.abs(high), 1.0))
+        scale = _extent(current)[1]
         with np.errstate(invalid="ignore"):
             settled = finite & (np.abs(end - before) / scale < SPREAD_SETTLED).all(1)
         # the reference lies beyond the worst of the models and of the settled candidates, so that a
         # candidate past the models' range (a piece of the front beyond the end models) counts
-        reach = end[settled | (np.arange(len(end)) < m)]
-        low, high = reach.min(0), reach.max(0)
-        scale = np.where(high > low, high - low, np.maximum(np.abs(high), 1.0))
+        high, scale = _extent(end[settled | (np.arange(len(end)) < m)])
         reference = high + SPREAD_MARGIN * scale
         volume = _hypervolume(current, reference)
         best, pick = volume, None
