@@ -244,7 +244,11 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
     step = to_device(lr.to(params.dtype), device)[:, None] if isinstance(lr, Tensor) else lr
     n_samples = w.shape[1]
     max_pairs = max(1, min(max_pairs, _CHUNK_VALUES // (batch_size * model.values_per_sample(x.shape[2:]))))
-    flat = [v.reshape(v.shape[0] * n_samples, *v.shape[2:]) for v in (x, y, w)]  # a sample per row
+    flat = [v.reshape(v.shape[0] * n_samples, *v.shape[2:]) for v in (y, w)]  # a sample per row
+    # the samples' rows (and below the pairs' parameters) start at 64-byte boundaries, so every
+    # pair's block has the same alignment wherever it sits in a step's batch (_aligned_rows)
+    features = math.prod(x.shape[2:])
+    x_rows = _aligned_rows(x.reshape(x.shape[0] * n_samples, features))
     out = []
     with torch.enable_grad():
         for sl in _chunks(P, max_pairs):
@@ -254,7 +258,8 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
             counts = sizes[sl][perm_host].long().tolist()
             left = [-c for c in counts]  # ascending, for bisect
             perm = to_device(perm_host, device)
-            theta, anchor = params[sl][perm].detach().clone(), params[sl][perm].detach()
+            anchor = params[sl][perm].detach()
+            theta = _aligned_rows(anchor, copy=True)[:, : anchor.shape[1]]
             pair_rows = rows[sl][perm][:, None]
             lr_sl = step[sl][perm] if isinstance(step, Tensor) else step
             # FedProx's mu/2 ||theta - anchor||^2 adds mu (theta - anchor) to the gradient (the
@@ -270,7 +275,8 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
                     k = bisect.bisect_left(left, -s * batch_size)  # pairs with samples left
                     b = order[:k, s * batch_size:(s + 1) * batch_size]
                     at = (pair_rows[:k] * n_samples + b).flatten()  # the batch's rows of the flat data
-                    xb, yb, wb = (v.index_select(0, at).view(*b.shape, *v.shape[1:]) for v in flat)
+                    xb = x_rows.index_select(0, at)[:, :features].view(*b.shape, *x.shape[2:])
+                    yb, wb = (v.index_select(0, at).view(*b.shape) for v in flat)
                     leaf = theta[:k].detach().requires_grad_()
                     (g,) = torch.autograd.grad(loss(leaf, xb, yb, wb), leaf)
                     j = bisect.bisect_left(prox_at, k)  # the pairs with mu > 0 among the active ones
@@ -281,6 +287,23 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
                     theta[:k] = theta[:k] - (lr_sl[:k] if isinstance(lr_sl, Tensor) else lr_sl) * g
             out.append(theta[perm.argsort()])
     return torch.cat(out)
+
+
+def _aligned_rows(t: Tensor, *, copy: bool = False) -> Tensor:
+    """``t [R, F]`` with zero columns appended so that each row starts at a multiple of 64 bytes
+    (``t`` itself when its rows already do, unless ``copy``); ``[:, :F]`` gives ``t`` back.
+
+    Why: a batched matrix product's kernel may take another path, and so round otherwise, for an
+    operand at another alignment (MKL on an AVX-512 CPU, torch 2.13: ``baddbmm`` of a one-sample
+    step depends on where each pair's weights start, and with 33 input features that of any step
+    on where its inputs start). A pair's block in a step's batch starts at its position times
+    the block's length, so unpadded, a pair's numbers depend on its position among the pairs
+    (on the other runs' pairs in :func:`run_batch`), not only on its own data; 64 bytes is a
+    cache line and the widest vector, so every block starts at the same alignment."""
+    pad = -t.shape[1] % max(1, 64 // t.element_size())
+    if pad:
+        return torch.nn.functional.pad(t, (0, pad))
+    return t.clone() if copy else t
 
 
 @dataclass(frozen=True)
