@@ -393,3 +393,34 @@ def test_a_large_runs_history_keeps_the_tensors_of_every_kth_round_and_the_last(
     resumed = method.fit(problem, checkpoint=Checkpoint(path, every=1))
     assert [r.round for r in resumed.history if r.plan is not None] == kept
     assert torch.equal(resumed.params, full.params)
+
+
+@pytest.mark.parametrize("inner_steps", [1, 3])
+def test_a_round_of_a_linear_combiner_evaluates_the_objectives_once_per_step(inner_steps):
+    # the plan's loss matrix and the first step's gradients come from one forward pass; the same
+    # steps as a loss matrix followed by weighted_gradients at the same parameters
+    g = torch.Generator().manual_seed(0)
+    c = 3 * torch.randn(60, 4, generator=g)
+    calls = []
+
+    def fn(t):
+        calls.append(1)
+        return ((t - c) ** 2).sum(-1)
+
+    problem = most.Problem.from_function(fn, dim=4, n_objectives=60)
+    rounds = 7
+    fit = most.MosT(n_models=3, rounds=rounds, inner_steps=inner_steps, lr=0.05, seeding=None, reseed=None)
+    result = fit.fit(problem)
+    assert len(calls) == rounds * inner_steps + 1  # + the final loss matrix
+
+    generator = torch.Generator().manual_seed(0)
+    params = problem.initial_params(3, generator)
+    assignment, weighting, combiner = fit.components()
+    assignment.reset(60, 3, generator)
+    for t in range(rounds):
+        weights = weighting(assignment(problem.loss_matrix(params), t, rounds))
+        for _ in range(inner_steps):
+            _, direction = problem.weighted_gradients(params, lambda L: combiner.linear_coefficients(weights, L))
+            params = params - 0.05 * direction
+    assert torch.equal(result.params, params)
+

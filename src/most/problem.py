@@ -416,16 +416,34 @@ class Problem:
                                  f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
             return w
 
-        if self.instances is not None:  # per-instance gradients of the served instances, then their sum
-            values = self.loss_matrix(params)
-            w = checked(weights(values.T) if callable(weights) else weights)
-            rows, valid = active_rows(w != 0)
-            _, grads = self._instance_gradients(params, rows)  # padding rows get weight 0 below
-            coefficients = (w.gather(1, rows) * valid).to(grads)
-            out = values, torch.einsum("mk,mkd->md", coefficients, grads)
-            return (*out, w) if return_weights else out
         if not callable(weights):
             checked(weights)
+        values, pullback = self.losses_with_pullback(params)
+        w = checked(weights(values.T) if callable(weights) else weights)
+        out = values, pullback(w)
+        return (*out, w) if return_weights else out
+
+    def losses_with_pullback(self, params: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        """The loss matrix ``[n, m]`` and the reverse pass from it: ``pullback(w)`` with ``w [m, n]``
+        returns ``sum_i w[j, i] * grad L_i(theta_j)``, ``[m, dim]``, from the same forward pass.
+
+        :meth:`weighted_gradients` is this with the weights known when the losses are; the round
+        loop calls it directly when the weights come from a plan of these losses, so a round of a
+        linear combiner is one forward and one reverse pass. The forward's graph lives until the
+        pullback is called (once) or dropped. Problems given per instance
+        (:meth:`from_instances`) differentiate only the instances with a nonzero weight instead.
+        """
+        params = self._check_params(params)
+        m, n = params.shape[0], self.n_objectives
+        if self.instances is not None:
+            values = self.loss_matrix(params)
+
+            def instance_pullback(w: Tensor) -> Tensor:
+                rows, valid = active_rows(w != 0)
+                _, grads = self._instance_gradients(params, rows)  # padding rows get weight 0 below
+                return torch.einsum("mk,mkd->md", (w.gather(1, rows) * valid).to(grads), grads)
+
+            return values, instance_pullback
 
         def stacked(thetas: Tensor) -> Tensor:
             if self.vectorize:
@@ -439,15 +457,19 @@ class Problem:
         with _vmap_errors(), torch.enable_grad():
             leaf = params.detach().requires_grad_(True)
             forward = stacked(leaf)
-            values = forward.detach()
-            w = checked(weights(values) if callable(weights) else weights)
-            if forward.requires_grad:
+        values = forward.detach()
+
+        def pullback(w: Tensor) -> Tensor:
+            if not isinstance(w, Tensor) or w.shape != (m, n):
+                raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
+                                 f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
+            if not forward.requires_grad:  # the losses do not depend on the parameters
+                return torch.zeros_like(leaf)
+            with _vmap_errors(), torch.enable_grad():
                 (grads,) = torch.autograd.grad((forward * w.to(values.dtype)).sum(), leaf, allow_unused=True)
-            else:  # the losses do not depend on the parameters
-                grads = None
-            grads = torch.zeros_like(leaf) if grads is None else grads
-        out = values.T, grads
-        return (*out, w) if return_weights else out
+            return torch.zeros_like(leaf) if grads is None else grads
+
+        return values.T, pullback
 
     def active_jacobian(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and the gradients of selected objectives only, ``[m, k, dim]``.

@@ -264,11 +264,14 @@ def run(
                       problem=problem)
 
 
-def _first_losses(problem: Problem, params: Tensor, *, jacobian: bool = False):
+def _first_losses(problem: Problem, params: Tensor, *, jacobian: bool = False, pullback: bool = False):
     """The first evaluation of the user's objectives: torch's error inside them becomes a
     ``ValueError`` that says what they were given. Returns the loss matrix ``[n, m]``, or with
-    ``jacobian`` the pair ``(losses, jacobian)`` of :meth:`~most.Problem.jacobian`."""
+    ``jacobian`` the pair ``(losses, jacobian)`` of :meth:`~most.Problem.jacobian`, or with
+    ``pullback`` the pair of :meth:`~most.Problem.losses_with_pullback`."""
     try:
+        if pullback:
+            return problem.losses_with_pullback(params)
         return problem.jacobian(params) if jacobian else problem.loss_matrix(params)
     except (RuntimeError, IndexError) as exc:  # IndexError: e.g. a function written for a batch of models
         raise ValueError(
@@ -298,6 +301,8 @@ class _Loop:
     plan: Tensor | None = None
     history: list[RoundRecord] = field(default_factory=list)
     keep_every: int = 1  # rounds whose record keeps its tensors (HISTORY_NUMBERS)
+    # a linear combiner's reverse pass from the round's loss matrix, used by its first step (then dropped)
+    pullback: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
 
     @property
     def components(self) -> dict:
@@ -318,7 +323,11 @@ class _Loop:
 
     def _losses(self, t: int, first: bool) -> tuple[Tensor, Tensor | None]:
         """The loss matrix (and the full Jacobian when the combiner reads every row)."""
-        losses_only = self.combiner.active_only or self.combiner.linear
+        if self.combiner.linear:  # the first step's gradients come from this forward pass
+            losses, self.pullback = (_first_losses(self.problem, self.params, pullback=True) if first
+                                     else self.problem.losses_with_pullback(self.params))
+            return losses, None
+        losses_only = self.combiner.active_only
         if first and losses_only:
             return _first_losses(self.problem, self.params), None
         if first:
@@ -361,7 +370,7 @@ class _Loop:
         self.history.append(record)
         return record
 
-    def _linear_steps(self, t: int, weights: Tensor) -> tuple[Tensor, float, float]:
+    def _linear_steps(self, t: int, losses: Tensor, weights: Tensor) -> tuple[Tensor, float, float]:
         """The K inner steps of a combiner whose direction is a linear combination of the gradients
         (``combiner.linear``: :class:`~most.methods.WeightedSum`, TCH-Set, ...): one forward and one
         reverse pass over the models per step, with the coefficients taken from the step's losses."""
@@ -369,8 +378,13 @@ class _Loop:
         grad_s, lam = 0.0, None
         for k in range(self.inner_steps):
             tic = time.perf_counter()
-            step_losses, direction, lam = problem.weighted_gradients(
-                self.params, lambda losses: combiner.linear_coefficients(weights, losses), return_weights=True)
+            if k == 0 and self.pullback is not None:  # at the parameters of the round's loss matrix
+                step_losses, pullback, self.pullback = losses, self.pullback, None
+                lam = combiner.linear_coefficients(weights, step_losses.T)
+                direction = pullback(lam)
+            else:
+                step_losses, direction, lam = problem.weighted_gradients(
+                    self.params, lambda losses: combiner.linear_coefficients(weights, losses), return_weights=True)
             grad_s += time.perf_counter() - tic
             _check_finite(step_losses, None, problem, t, k)
             bad = ~torch.isfinite(direction).all(-1)
@@ -387,7 +401,7 @@ class _Loop:
         """The K inner steps under one plan; returns the last combiner weights ``[m, n]`` and the
         seconds spent combining and evaluating gradients."""
         if self.combiner.linear:
-            return self._linear_steps(t, weights)
+            return self._linear_steps(t, losses, weights)
         problem, combiner, n, m = self.problem, self.combiner, self.problem.n_objectives, self.m
         rows = _active_rows(weights) if combiner.active_only else None
         step_weights = weights if rows is None else weights.gather(1, rows[0]) * rows[1]

@@ -65,7 +65,7 @@ def test_the_shortcut_without_a_solve_has_the_simplex_cost_whether_or_not_the_bo
     for lower, upper, binds in [(1 / n, None, False), (1 / n, 0.3, True)]:
         low = torch.full((m,), lower, dtype=F64)
         up = None if upper is None else torch.full((m,), upper, dtype=F64)
-        greedy = _bounded._greedy_plan(C.numpy(), a.numpy(), low.numpy(), (torch.ones(m, dtype=F64) if up is None else up).numpy())
+        greedy = _bounded._greedy(C, a, low.numpy(), (torch.ones(m, dtype=F64) if up is None else up).numpy())
         assert (greedy is None) == binds
         res = solve_bounded(C, a, lower=low, upper=up)
         # linprog on the same problem: rows sum to a, column sums within [lower, upper]
@@ -77,3 +77,18 @@ def test_the_shortcut_without_a_solve_has_the_simplex_cost_whether_or_not_the_bo
                      b_ub=torch.cat([torch.from_numpy(ub), -low]).numpy(), bounds=(0, None), method="highs")
         assert res.cost == pytest.approx(lp.fun, abs=1e-10)
         assert bool((res.plan.sum(0) <= torch.from_numpy(ub) + 1e-12).all()) and bool((res.plan.sum(0) >= low - 1e-12).all())
+
+
+@pytest.mark.parametrize("layout", ["row-major", "column-major"])
+def test_the_shortcut_gives_ties_to_the_lowest_model_and_keeps_the_cost_s_layout_and_dtype(layout):
+    # rows 0-3 tie between models; the loss matrix of the loop comes column-major (losses.T)
+    C = torch.tensor([[1.0, 1.0, 2.0], [3.0, 0.5, 0.5], [0.0, 0.0, 0.0], [2.0, 1.0, 1.0], [0.0, 4.0, 4.0],
+                      [5.0, 5.0, 0.0]])
+    C = C if layout == "row-major" else C.T.contiguous().T
+    a = torch.full((6,), 1 / 6)
+    res = solve_bounded(C, a, lower=1 / 6)
+    assert res.plan.dtype == torch.float32 and res.plan.stride() == C.stride()
+    assert res.plan.argmax(1).tolist() == [0, 1, 0, 1, 0, 2]
+    assert torch.equal(res.plan.sum(1), a)
+    assert res.cost == pytest.approx(float((C * res.plan).sum()), abs=1e-7)
+

@@ -49,18 +49,25 @@ def _bound(x, *, name: str, m: int, default: float) -> np.ndarray:
     return v
 
 
-def _greedy_plan(c: np.ndarray, a: np.ndarray, low: np.ndarray, up: np.ndarray) -> np.ndarray | None:
-    """Each row's whole mass at its cheapest column (the lowest index on ties), or ``None`` when
-    those column sums leave the bounds. That plan is optimal without the column constraints, so
-    when it meets them it is optimal for the bounded problem: O(n m), no solve."""
-    n, m = c.shape
-    owner = c.argmin(1)
-    loads = np.bincount(owner, weights=a, minlength=m)
+def _greedy(c: torch.Tensor, a: torch.Tensor, low: np.ndarray, up: np.ndarray) -> TransportResult | None:
+    """The plan that puts each row's whole mass ``a`` (float64, on ``c``'s device) at its cheapest
+    column (the lowest index on ties), or ``None`` when its column sums leave the bounds. That
+    plan is optimal without the column constraints, so when it meets them it is optimal for the
+    bounded problem: O(n m) tensor operations on the cost's device (one sync, for the loads), no
+    solve. The plan has ``c``'s dtype and layout (column-major, as the loss matrix comes, or not)."""
+    # min(1) picks the lowest index on ties, as argmin does, at a tenth of argmin's time on the loss matrix's
+    # column-major layout; the float64 host copy would give the same owners (the conversion is exact)
+    values, owner = c.min(1)
+    loads = torch.bincount(owner, weights=a, minlength=c.shape[1]).cpu().numpy()
     if (loads < low * (1 - 1e-12)).any() or (loads > up * (1 + 1e-12)).any():
         return None
-    plan = np.zeros_like(c)
-    plan[np.arange(n), owner] = a
-    return plan
+    mass = a.to(c.dtype)
+    if c.stride(0) == 1:  # column-major: the plan too
+        plan = c.new_zeros(c.shape[::-1]).scatter_(0, owner[None], mass[None]).T
+    else:
+        plan = c.new_zeros(c.shape).scatter_(1, owner[:, None], mass[:, None])
+    cost = float((values.to(torch.float64) * a).sum())
+    return TransportResult(plan=plan, cost=cost, n_iter=1, converged=True)
 
 
 def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", diversity: float = 0.0,
@@ -107,10 +114,9 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
     >>> (solve_bounded(C, a).plan * 4).round().int().tolist()
     [[1, 0], [1, 0], [1, 0], [1, 0]]
     """
-    c_in = as_tensor(cost, name="cost")
-    c = c_in.detach().to("cpu", torch.float64).numpy()
-    lo, hi = matrix_range(c, name="cost")
-    n, m = c.shape
+    c_in = as_tensor(cost, name="cost").detach()
+    lo, hi = matrix_range(c_in, name="cost")
+    n, m = c_in.shape
     a64 = host_marginal(a, name="a", size=n)
     low = _bound(lower, name="lower", m=m, default=0.0)
     up = np.minimum(_bound(upper, name="upper", m=m, default=1.0), 1.0)
@@ -124,10 +130,10 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
         raise ValueError(f"The upper bounds leave room for only {up.sum():.6g} of the mass (< 1): raise them.")
     low = low * min(1.0, 1.0 / low.sum()) if low.sum() > 1 else low
     if method == "exact" and diversity == 0:
-        greedy = _greedy_plan(c, a64, low, up)
+        greedy = _greedy(c_in, torch.from_numpy(a64).to(c_in.device), low, up)
         if greedy is not None:  # every objective at its cheapest model already meets the bounds
-            return TransportResult(plan=torch.from_numpy(greedy).to(dtype=c_in.dtype, device=c_in.device),
-                                   cost=float(np.vdot(c, greedy)), n_iter=1, converged=True)
+            return greedy
+    c = c_in.to("cpu", torch.float64).numpy()
     spare = max(up.sum() - 1.0, 0.0)
     # never worth entering: moving mass between real rows changes the cost by at most hi - lo per unit
     big = hi + (hi - lo) + 1.0
