@@ -218,6 +218,25 @@ def _pow2_scale(x: Tensor, dims: tuple[int, ...]) -> Tensor:
     return torch.where(mag > 0, torch.frexp(mag).exponent, 0)
 
 
+def _divide_pow2(x: Tensor, e: Tensor) -> Tensor:
+    """``x / 2**e`` exactly, ``e [B]`` (from :func:`_pow2_scale`) per problem of ``x [B, ...]``:
+    ``torch.ldexp(x, -e)`` bit for bit, by one multiplication when every power is a normal number
+    (a tenth of ldexp's time on a large ``x``)."""
+    e = e.reshape(-1, *([1] * (x.ndim - 1)))
+    if bool(e.abs().max() <= 1000):
+        return x * torch.pow(2.0, -e.to(x.dtype))
+    return torch.ldexp(x, -e)
+
+
+def _all_finite(x: Tensor) -> bool:
+    """Whether every entry of ``x`` is finite, from its extremes (a NaN propagates into both):
+    one reduction instead of an elementwise test."""
+    if x.numel() == 0:
+        return True
+    lo, hi = torch.aminmax(x)
+    return bool(torch.isfinite(lo) & torch.isfinite(hi))
+
+
 def _check_mask(mask, *, batch: int | None, n: int, device: torch.device) -> Tensor:
     """Returns a bool mask of shape [B, n] (B = 1 when unbatched)."""
     m = torch.as_tensor(check_has_data(mask, name="mask"), device=device)
@@ -487,7 +506,7 @@ def _solve(G64: Tensor, mask: Tensor, *, max_iter: int, tol: float, repair_dtype
     """Validated float64 [B, n, n] symmetric Gramians and [B, n] masks -> (λ, λᵀGλ, n_iter, converged)."""
     # Solved on G / 2^e with max |G / 2^e| in [0.5, 1): exact, and safe from overflow and underflow.
     e = _pow2_scale(G64, (-2, -1))
-    G64 = torch.ldexp(G64, -e[:, None, None])
+    G64 = _divide_pow2(G64, e)
     Gs = G64 if repair_dtype is None else _psd_repair(G64, repair_dtype)
     lam, n_iter, done, gap_rel = _away_step_frank_wolfe(Gs, mask, max_iter=max_iter, tol=tol)
     # Reported objective on the caller's Gramian (identical unless it was repaired).
@@ -720,9 +739,9 @@ FLOAT32_TOL = 1e-6
 _TINY_GRAM = 2.0**-500
 
 
-#: Row counts above which, with fewer coordinates than rows, the min-norm problem is solved
-#: without the full Gramian (:func:`_low_rank_min_norm`, with :func:`_working_set_min_norm` as
-#: its fallback).
+#: Row counts above which the min-norm problem is solved exactly by non-negative least squares on
+#: the host (:func:`_nnls_min_norm`, with :func:`_working_set_min_norm` as its fallback) instead of
+#: Frank-Wolfe on the ``k x k`` Gramian.
 _WORKING_SET_MIN_ROWS = 128
 
 
@@ -730,10 +749,9 @@ def _gram(rows: Tensor) -> Tensor:
     return rows @ rows.transpose(1, 2)
 
 
-def _low_rank(rows: Tensor) -> bool:
-    """Whether the Gramian of ``rows [B, k, d]`` has low rank (``d < k / 4``) and is large."""
-    k, d = rows.shape[-2], rows.shape[-1]
-    return k > _WORKING_SET_MIN_ROWS and 4 * d < k
+def _many_rows(rows: Tensor) -> bool:
+    """Whether ``rows [B, k, d]`` are many (``k > 128``): solved by :func:`_nnls_min_norm`."""
+    return rows.shape[-2] > _WORKING_SET_MIN_ROWS
 
 
 def _kkt_holds(rows: Tensor, mask: Tensor, lam: Tensor, tol: float) -> bool:
@@ -749,14 +767,40 @@ def _kkt_holds(rows: Tensor, mask: Tensor, lam: Tensor, tol: float) -> bool:
                 and (gap[lam > 0] <= slack.expand_as(gap)[lam > 0]).all())
 
 
-def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
-    """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
-    rows, without the ``k x k`` Gramian.
+def _nnls_system(rows: np.ndarray, tall: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(A, b)`` with ``|A mu - b|^2 = |P^T mu|^2 + (1^T mu - 1)^2`` up to a constant, for the
+    rows ``P [s, d]``, with ``min(d + 1, s)`` rows: ``[P^T; 1^T]`` and ``e_{d+1}`` when ``d < s``
+    (or ``tall``), else a square root of ``H = P P^T + 1 1^T`` (``H = A^T A``) and the ``b`` with ``A^T b = 1``:
+    the Cholesky factor, or where ``H`` is singular its eigendecomposition without the directions
+    of zero eigenvalue (``1`` lies in the range of ``H``)."""
+    s, d = rows.shape
+    if tall or d + 1 <= s:
+        rhs = np.zeros(d + 1)
+        rhs[-1] = 1.0
+        return np.vstack([rows.T, np.ones((1, s))]), rhs
+    from scipy.linalg import solve_triangular
 
-    By SciPy's non-negative least squares (Lawson-Hanson, an exact active-set method) on the
-    ``(d + 1) x k`` system ``min_{mu >= 0} |P^T mu|^2 + (1^T mu - 1)^2``: its solution is
-    ``lambda* / (1 + |u*|^2)``, so ``lambda* = mu / 1^T mu``. Each step costs ``O(k d)`` and the
-    optimum has at most ``d + 1`` rows. The result is checked against :func:`min_norm`'s own
+    h = rows @ rows.T + 1.0
+    try:
+        lower = np.linalg.cholesky(h)
+        if np.diag(lower).min() > np.sqrt(h.diagonal().max() * s * np.finfo(np.float64).eps):
+            return lower.T, solve_triangular(lower, np.ones(s), lower=True)
+    except np.linalg.LinAlgError:
+        pass
+    values, vectors = np.linalg.eigh(h)
+    keep = values > values[-1] * s * np.finfo(np.float64).eps
+    root = np.sqrt(values[keep])
+    return root[:, None] * vectors[:, keep].T, vectors[:, keep].sum(0) / root
+
+
+def _nnls_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
+    """The min-norm weights of ``rows [B, k, d]`` (float64) over the ``mask [B, k]`` rows, exactly.
+
+    By SciPy's non-negative least squares (Lawson-Hanson, an exact active-set method) on
+    ``min_{mu >= 0} |P^T mu|^2 + (1^T mu - 1)^2``, written with ``min(d + 1, k)`` rows
+    (:func:`_nnls_system`): its solution is ``lambda* / (1 + |u*|^2)``, so
+    ``lambda* = mu / 1^T mu``. With fewer coordinates than rows no ``k x k`` Gramian is formed and
+    the optimum has at most ``d + 1`` rows. The result is checked against :func:`min_norm`'s own
     optimality guarantee on every row; if that fails (or NNLS stops), the working-set solver
     (:func:`_working_set_min_norm`) answers instead.
     """
@@ -766,19 +810,18 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
     B, k, d = rows.shape
     host, live = rows.detach().cpu().numpy(), mask.cpu().numpy()
     lam = np.zeros((B, k))
-    rhs = np.zeros(d + 1)
-    rhs[-1] = 1.0
+    tall = 4 * d < k  # far fewer coordinates than rows: every problem of the batch on [P^T; 1^T]
     try:
         for b in range(B):
             idx = np.flatnonzero(live[b])
             if idx.size == 0:
                 continue
-            system = np.vstack([host[b, idx].T, np.ones((1, idx.size))])
+            system, rhs = _nnls_system(host[b, idx], tall)
             mu = nnls(system, rhs, maxiter=max(50 * idx.size, 1000))[0]
             if not mu.sum() > 0:
                 raise RuntimeError("no weight")
             lam[b, idx] = mu / mu.sum()
-    except RuntimeError:  # SciPy's "too many iterations" (older versions raise it)
+    except (RuntimeError, np.linalg.LinAlgError):  # SciPy's "too many iterations" (older versions raise it)
         return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
     out = torch.from_numpy(lam).to(device=rows.device)
     if not _kkt_holds(rows, mask, out, tol_):
@@ -787,8 +830,8 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
 
 
 def _working_set_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
-    """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
-    rows, without forming the ``k x k`` Gramian: Wolfe's major cycle with batches of rows.
+    """The min-norm weights of ``rows [B, k, d]`` (float64) over the ``mask [B, k]`` rows, without
+    forming the ``k x k`` Gramian when ``d < k``: Wolfe's major cycle with batches of rows.
 
     The hull's min-norm point lies in a face of at most ``d + 1`` rows. The solver keeps a
     working set of rows, solves the min-norm problem on it (:func:`min_norm`, the same solver and
@@ -843,11 +886,11 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
                              "model; take them from problem.coordinates(name) or model.coordinates(name).")
         sub = jac64[..., start:stop]
     rows = w64.unsqueeze(-1) * sub
-    if _low_rank(rows):  # more rows than coordinates: solved on small subsets of rows, no k x k Gramian
-        if not torch.isfinite(rows).all():
+    if _many_rows(rows):  # solved exactly on the host by NNLS (without the k x k Gramian when d < k)
+        if not _all_finite(rows):
             raise ValueError("The gradients times their weights overflow float64: the iterates are diverging; "
                              "try a smaller `lr`.")
-        rows = torch.ldexp(rows, -_pow2_scale(rows, (-2, -1))[:, None, None])
+        rows = _divide_pow2(rows, _pow2_scale(rows, (-2, -1)))
         gram = None
     else:
         gram = _gram(rows)
@@ -860,22 +903,22 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
         # rows of ~1e200 (or ~1e-200): the Gramian of the rows divided by a power of two per problem
         # (exact; the weights do not depend on a common scale of the rows), so it neither overflows
         # nor underflows
-        if not torch.isfinite(rows).all():
+        if not _all_finite(rows):
             raise ValueError("The gradients times their weights overflow float64: the iterates are diverging; "
                              "try a smaller `lr`.")
-        rows = torch.ldexp(rows, -_pow2_scale(rows, (-2, -1))[:, None, None])
-        sub = torch.ldexp(sub, -_pow2_scale(sub, (-2, -1))[:, None, None])
+        rows = _divide_pow2(rows, _pow2_scale(rows, (-2, -1)))
+        sub = _divide_pow2(sub, _pow2_scale(sub, (-2, -1)))
         gram, norms = (t.to(gram.device) for t in (_gram(rows), sub.norm(dim=-1)))
     if gram is not None:
         gram = 0.5 * (gram + gram.transpose(1, 2))
     if not torch.isfinite(norms).all():  # huge rows with tiny weights: their norms after an exact rescaling
-        norms = torch.ldexp(sub, -_pow2_scale(sub, (-2, -1))[:, None, None]).norm(dim=-1).to(norms.device)
+        norms = _divide_pow2(sub, _pow2_scale(sub, (-2, -1))).norm(dim=-1).to(norms.device)
     live = norms > ZERO_GRADIENT_RTOL * norms.amax(-1, keepdim=True)
     if tol is None and jacobian.dtype in (torch.float32, torch.float16, torch.bfloat16):
         tol = FLOAT32_TOL
     mask = (small > 0) & live
     if gram is None:
-        lam = _low_rank_min_norm(rows, mask, max_iter=max_iter, tol=tol)
+        lam = _nnls_min_norm(rows, mask, max_iter=max_iter, tol=tol)
     else:
         lam = to_device(min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights, jac64.device)
     direction = torch.einsum("bn,bnd->bd", lam * w64, jac64)
