@@ -83,7 +83,10 @@ def matrix_range(x: Tensor | np.ndarray, *, name: str) -> tuple[float, float]:
     if isinstance(x, np.ndarray):
         lo, hi = float(x.min()), float(x.max())
     else:
-        lo, hi = (float(v) for v in torch.stack(torch.aminmax(x)).tolist())
+        # the extremes do not depend on the layout: a column-major matrix (the loss matrix, a
+        # transposed view) is reduced as its contiguous transpose, several times faster
+        flat = x.T if not x.is_contiguous() and x.T.is_contiguous() else x
+        lo, hi = (float(v) for v in torch.stack(torch.aminmax(flat)).tolist())
     if not (math.isfinite(lo) and math.isfinite(hi)):
         bad = (~torch.isfinite(torch.as_tensor(x))).nonzero()[0].tolist()
         raise ValueError(
