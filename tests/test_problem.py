@@ -47,7 +47,7 @@ def test_active_gradients_are_the_selected_rows_for_both_kinds_of_problem():
 
 
 @pytest.mark.parametrize("vectorize", [True, False])
-def test_weighted_gradients_are_the_weighted_sums_of_the_jacobian_rows(vectorize):
+def test_weighted_gradients_and_the_pullback_are_the_weighted_sums_of_the_jacobian_rows(vectorize):
     instances, batch = _both(*_data())
     problem = most.Problem.from_function(batch.fn, dim=6, n_objectives=40, vectorize=vectorize)
     params = torch.randn(3, 6, generator=torch.Generator().manual_seed(3))
@@ -59,8 +59,13 @@ def test_weighted_gradients_are_the_weighted_sums_of_the_jacobian_rows(vectorize
         values, grads = form.weighted_gradients(params, weights)
         torch.testing.assert_close(values, losses)
         torch.testing.assert_close(grads, torch.einsum("mn,mnd->md", weights, full))
+        values, pullback = form.losses_with_pullback(params)  # the reverse pass of one forward pass
+        torch.testing.assert_close(values, losses)
+        torch.testing.assert_close(pullback(weights), torch.einsum("mn,mnd->md", weights, full))
     with pytest.raises(ValueError, match=r"weights must have shape \[m=3, n=40\]"):
         problem.weighted_gradients(params, weights[:, :5])
+    with pytest.raises(ValueError, match=r"weights must have shape \[m=3, n=40\]"):
+        problem.losses_with_pullback(params)[1](weights.T)
 
 
 @pytest.mark.parametrize("vectorize", [True, False])
@@ -82,23 +87,6 @@ def test_weighted_gradients_take_weights_computed_from_the_losses_of_the_same_pa
         torch.testing.assert_close(grads, torch.einsum("mn,mnd->md", used, full))
     with pytest.raises(ValueError, match=r"weights must have shape \[m=3, n=40\]"):
         problem.weighted_gradients(params, lambda model_major: model_major[:, :5])
-
-
-@pytest.mark.parametrize("vectorize", [True, False])
-def test_the_pullback_of_one_forward_pass_gives_the_weighted_gradients(vectorize):
-    instances, batch = _both(*_data())
-    problem = most.Problem.from_function(batch.fn, dim=6, n_objectives=40, vectorize=vectorize)
-    params = torch.randn(3, 6, generator=torch.Generator().manual_seed(5))
-    weights = torch.rand(3, 40, generator=torch.Generator().manual_seed(6))
-    weights[2, 10:] = 0.0
-    losses, full = batch.jacobian(params)
-    for form in (problem, instances):
-        values, pullback = form.losses_with_pullback(params)
-        torch.testing.assert_close(values, losses)
-        torch.testing.assert_close(pullback(weights), torch.einsum("mn,mnd->md", weights, full))
-    values, pullback = problem.losses_with_pullback(params)
-    with pytest.raises(ValueError, match=r"weights must have shape \[m=3, n=40\]"):
-        pullback(weights.T)
 
 
 @pytest.mark.parametrize("dim,k", [(3, 30), (30, 10)])  # forward mode (dim < k) and reverse mode
