@@ -739,9 +739,9 @@ FLOAT32_TOL = 1e-6
 _TINY_GRAM = 2.0**-500
 
 
-#: Row counts above which the min-norm problem is solved exactly by non-negative least squares on
-#: the host (:func:`_nnls_min_norm`, with :func:`_working_set_min_norm` as its fallback) instead of
-#: Frank-Wolfe on the ``k x k`` Gramian.
+#: Row counts above which, with fewer coordinates than rows, the min-norm problem is solved
+#: exactly by non-negative least squares on the host, without the ``k x k`` Gramian
+#: (:func:`_low_rank_min_norm`, with :func:`_working_set_min_norm` as its fallback).
 _WORKING_SET_MIN_ROWS = 128
 
 
@@ -749,9 +749,10 @@ def _gram(rows: Tensor) -> Tensor:
     return rows @ rows.transpose(1, 2)
 
 
-def _many_rows(rows: Tensor) -> bool:
-    """Whether ``rows [B, k, d]`` are many (``k > 128``): solved by :func:`_nnls_min_norm`."""
-    return rows.shape[-2] > _WORKING_SET_MIN_ROWS
+def _low_rank(rows: Tensor) -> bool:
+    """Whether the Gramian of ``rows [B, k, d]`` has low rank (``d < k``) and is large."""
+    k, d = rows.shape[-2], rows.shape[-1]
+    return k > _WORKING_SET_MIN_ROWS and d < k
 
 
 def _kkt_holds(rows: Tensor, mask: Tensor, lam: Tensor, tol: float) -> bool:
@@ -767,40 +768,14 @@ def _kkt_holds(rows: Tensor, mask: Tensor, lam: Tensor, tol: float) -> bool:
                 and (gap[lam > 0] <= slack.expand_as(gap)[lam > 0]).all())
 
 
-def _nnls_system(rows: np.ndarray, tall: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """``(A, b)`` with ``|A mu - b|^2 = |P^T mu|^2 + (1^T mu - 1)^2`` up to a constant, for the
-    rows ``P [s, d]``, with ``min(d + 1, s)`` rows: ``[P^T; 1^T]`` and ``e_{d+1}`` when ``d < s``
-    (or ``tall``), else a square root of ``H = P P^T + 1 1^T`` (``H = A^T A``) and the ``b`` with ``A^T b = 1``:
-    the Cholesky factor, or where ``H`` is singular its eigendecomposition without the directions
-    of zero eigenvalue (``1`` lies in the range of ``H``)."""
-    s, d = rows.shape
-    if tall or d + 1 <= s:
-        rhs = np.zeros(d + 1)
-        rhs[-1] = 1.0
-        return np.vstack([rows.T, np.ones((1, s))]), rhs
-    from scipy.linalg import solve_triangular
+def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
+    """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
+    rows, without the ``k x k`` Gramian.
 
-    h = rows @ rows.T + 1.0
-    try:
-        lower = np.linalg.cholesky(h)
-        if np.diag(lower).min() > np.sqrt(h.diagonal().max() * s * np.finfo(np.float64).eps):
-            return lower.T, solve_triangular(lower, np.ones(s), lower=True)
-    except np.linalg.LinAlgError:
-        pass
-    values, vectors = np.linalg.eigh(h)
-    keep = values > values[-1] * s * np.finfo(np.float64).eps
-    root = np.sqrt(values[keep])
-    return root[:, None] * vectors[:, keep].T, vectors[:, keep].sum(0) / root
-
-
-def _nnls_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
-    """The min-norm weights of ``rows [B, k, d]`` (float64) over the ``mask [B, k]`` rows, exactly.
-
-    By SciPy's non-negative least squares (Lawson-Hanson, an exact active-set method) on
-    ``min_{mu >= 0} |P^T mu|^2 + (1^T mu - 1)^2``, written with ``min(d + 1, k)`` rows
-    (:func:`_nnls_system`): its solution is ``lambda* / (1 + |u*|^2)``, so
-    ``lambda* = mu / 1^T mu``. With fewer coordinates than rows no ``k x k`` Gramian is formed and
-    the optimum has at most ``d + 1`` rows. The result is checked against :func:`min_norm`'s own
+    By SciPy's non-negative least squares (Lawson-Hanson, an exact active-set method) on the
+    ``(d + 1) x k`` system ``min_{mu >= 0} |P^T mu|^2 + (1^T mu - 1)^2``: its solution is
+    ``lambda* / (1 + |u*|^2)``, so ``lambda* = mu / 1^T mu``. Each step costs ``O(k d)`` and the
+    optimum has at most ``d + 1`` rows. The result is checked against :func:`min_norm`'s own
     optimality guarantee on every row; if that fails (or NNLS stops), the working-set solver
     (:func:`_working_set_min_norm`) answers instead.
     """
@@ -810,18 +785,19 @@ def _nnls_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: flo
     B, k, d = rows.shape
     host, live = rows.detach().cpu().numpy(), mask.cpu().numpy()
     lam = np.zeros((B, k))
-    tall = 4 * d < k  # far fewer coordinates than rows: every problem of the batch on [P^T; 1^T]
+    rhs = np.zeros(d + 1)
+    rhs[-1] = 1.0
     try:
         for b in range(B):
             idx = np.flatnonzero(live[b])
             if idx.size == 0:
                 continue
-            system, rhs = _nnls_system(host[b, idx], tall)
+            system = np.vstack([host[b, idx].T, np.ones((1, idx.size))])
             mu = nnls(system, rhs, maxiter=max(50 * idx.size, 1000))[0]
             if not mu.sum() > 0:
                 raise RuntimeError("no weight")
             lam[b, idx] = mu / mu.sum()
-    except (RuntimeError, np.linalg.LinAlgError):  # SciPy's "too many iterations" (older versions raise it)
+    except RuntimeError:  # SciPy's "too many iterations" (older versions raise it)
         return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
     out = torch.from_numpy(lam).to(device=rows.device)
     if not _kkt_holds(rows, mask, out, tol_):
@@ -830,8 +806,8 @@ def _nnls_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: flo
 
 
 def _working_set_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
-    """The min-norm weights of ``rows [B, k, d]`` (float64) over the ``mask [B, k]`` rows, without
-    forming the ``k x k`` Gramian when ``d < k``: Wolfe's major cycle with batches of rows.
+    """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
+    rows, without forming the ``k x k`` Gramian: Wolfe's major cycle with batches of rows.
 
     The hull's min-norm point lies in a face of at most ``d + 1`` rows. The solver keeps a
     working set of rows, solves the min-norm problem on it (:func:`min_norm`, the same solver and
@@ -886,7 +862,7 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
                              "model; take them from problem.coordinates(name) or model.coordinates(name).")
         sub = jac64[..., start:stop]
     rows = w64.unsqueeze(-1) * sub
-    if _many_rows(rows):  # solved exactly on the host by NNLS (without the k x k Gramian when d < k)
+    if _low_rank(rows):  # more rows than coordinates: solved on small subsets of rows, no k x k Gramian
         if not _all_finite(rows):
             raise ValueError("The gradients times their weights overflow float64: the iterates are diverging; "
                              "try a smaller `lr`.")
@@ -918,7 +894,7 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
         tol = FLOAT32_TOL
     mask = (small > 0) & live
     if gram is None:
-        lam = _nnls_min_norm(rows, mask, max_iter=max_iter, tol=tol)
+        lam = _low_rank_min_norm(rows, mask, max_iter=max_iter, tol=tol)
     else:
         lam = to_device(min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights, jac64.device)
     direction = torch.einsum("bn,bnd->bd", lam * w64, jac64)
