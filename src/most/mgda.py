@@ -772,12 +772,15 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
     """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
     rows, without the ``k x k`` Gramian.
 
-    By SciPy's non-negative least squares (Lawson-Hanson, an exact active-set method) on the
-    ``(d + 1) x k`` system ``min_{mu >= 0} |P^T mu|^2 + (1^T mu - 1)^2``: its solution is
-    ``lambda* / (1 + |u*|^2)``, so ``lambda* = mu / 1^T mu``. Each step costs ``O(k d)`` and the
-    optimum has at most ``d + 1`` rows. The result is checked against :func:`min_norm`'s own
-    optimality guarantee on every row; if that fails (or NNLS stops), the working-set solver
-    (:func:`_working_set_min_norm`) answers instead.
+    The optimum lies on a face of at most ``d + 1`` rows, so each problem is solved on a working
+    set of rows (Wolfe's major cycle): SciPy's non-negative least squares (Lawson-Hanson, an exact
+    active-set method) on the set's ``(d + 1) x s`` system
+    ``min_{mu >= 0} |P^T mu|^2 + (1^T mu - 1)^2``, whose solution is ``lambda* / (1 + |u*|^2)``
+    (so ``lambda* = mu / 1^T mu``), then the ``d + 1`` rows that break the optimality conditions
+    ``<g_i, u> >= |u|^2`` most join the rows with weight, until none breaks them by more than
+    :func:`min_norm`'s tolerance. Each added row lowers the norm, so it ends; a cycle costs
+    ``O(k d)`` for the scores and a solve on ``O(d)`` rows. The result is checked against that
+    guarantee on every row; if that fails (or NNLS stops), :func:`_working_set_min_norm` answers.
     """
     from scipy.optimize import nnls  # imported at the first large solve: `import most` stays light
 
@@ -792,11 +795,25 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
             idx = np.flatnonzero(live[b])
             if idx.size == 0:
                 continue
-            system = np.vstack([host[b, idx].T, np.ones((1, idx.size))])
-            mu = nnls(system, rhs, maxiter=max(50 * idx.size, 1000))[0]
-            if not mu.sum() > 0:
-                raise RuntimeError("no weight")
-            lam[b, idx] = mu / mu.sum()
+            p = host[b, idx]
+            norms = np.einsum("kd,kd->k", p, p)
+            slack = 0.5 * tol_ * norms.max()
+            work = np.argsort(p @ p[norms.argmin()], kind="stable")[: d + 1]  # the rows most against the shortest
+            for _ in range(idx.size):
+                mu = nnls(np.vstack([p[work].T, np.ones((1, work.size))]), rhs, maxiter=max(50 * work.size, 1000))[0]
+                if not mu.sum() > 0:
+                    raise RuntimeError("no weight")
+                weights, work = mu[mu > 0] / mu.sum(), work[mu > 0]
+                u = weights @ p[work]
+                scores = p @ u
+                scores[work] = np.inf
+                bad = np.flatnonzero(scores < u @ u - slack)
+                if bad.size == 0:
+                    break
+                work = np.concatenate([work, bad[np.argsort(scores[bad], kind="stable")[: d + 1]]])
+            else:
+                raise RuntimeError("no convergence")
+            lam[b, idx[work]] = weights
     except RuntimeError:  # SciPy's "too many iterations" (older versions raise it)
         return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
     out = torch.from_numpy(lam).to(device=rows.device)
