@@ -642,7 +642,7 @@ def test_one_allowed_objective_per_problem_returns_that_vertex_without_iterating
 
 @pytest.mark.parametrize("seed", range(3))
 @pytest.mark.parametrize("offset", [0.3, 3.0])  # origin inside the hull / a common descent direction
-@pytest.mark.parametrize("solver", ["nnls", "working sets"])
+@pytest.mark.parametrize("solver", ["nnls", "working sets", "wrong nnls"])
 def test_many_rows_in_few_coordinates_are_solved_without_the_gramian_to_the_same_point_and_kkt(
         seed, offset, solver, monkeypatch):
     import scipy.optimize
@@ -654,6 +654,19 @@ def test_many_rows_in_few_coordinates_are_solved_without_the_gramian_to_the_same
             raise RuntimeError("too many iterations")
 
         monkeypatch.setattr(scipy.optimize, "nnls", stops)
+    fallbacks = []
+    if solver == "wrong nnls":  # an answer off the optimum: the check on every row hands over to the fallback
+        exact = scipy.optimize.nnls
+
+        def off(*args, **kwargs):
+            mu, res = exact(*args, **kwargs)
+            mu = mu.copy()
+            mu[mu.argmin()] += mu.sum()  # weight on a row the optimum leaves out
+            return mu, res
+
+        monkeypatch.setattr(scipy.optimize, "nnls", off)
+        fallback = mgda._working_set_min_norm
+        monkeypatch.setattr(mgda, "_working_set_min_norm", lambda *a, **k: fallbacks.append(1) or fallback(*a, **k))
 
     g = torch.Generator().manual_seed(seed)
     B, k, d = 3, 600, 6
@@ -678,6 +691,7 @@ def test_many_rows_in_few_coordinates_are_solved_without_the_gramian_to_the_same
     assert bool((lam[:2].sum(-1) - 1).abs().max() < 1e-12)
     if offset > 1:  # a nonzero min-norm point lies on a face of at most d + 1 rows (Caratheodory)
         assert int(on[0].sum()) <= d + 1
+    assert len(fallbacks) == (solver == "wrong nnls")
 
 
 @pytest.mark.parametrize("seed", range(2))

@@ -755,19 +755,6 @@ def _low_rank(rows: Tensor) -> bool:
     return k > _WORKING_SET_MIN_ROWS and d < k
 
 
-def _kkt_holds(rows: Tensor, mask: Tensor, lam: Tensor, tol: float) -> bool:
-    """Whether ``lam`` meets the min-norm optimality conditions on every ``mask`` row of ``rows``
-    within :func:`min_norm`'s guarantee: ``<g_i, u> >= |u|^2 - tol max_i |g_i|^2 / 2`` everywhere,
-    and ``<=`` the same plus that slack where ``lam_i > 0``."""
-    diag = (rows * rows).sum(-1)
-    slack = 0.5 * tol * torch.where(mask, diag, torch.zeros_like(diag)).amax(-1, keepdim=True)
-    u = torch.einsum("bk,bkd->bd", lam, rows)
-    gap = torch.einsum("bkd,bd->bk", rows, u) - (u * u).sum(-1, keepdim=True)
-    on_simplex = ((lam.sum(-1) - 1).abs() <= 1e-9) | ~mask.any(-1)
-    return bool(on_simplex.all() and (gap[mask] >= -slack.expand_as(gap)[mask]).all()
-                and (gap[lam > 0] <= slack.expand_as(gap)[lam > 0]).all())
-
-
 def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
     """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
     rows, without the ``k x k`` Gramian.
@@ -779,8 +766,10 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
     (so ``lambda* = mu / 1^T mu``), then the ``d + 1`` rows that break the optimality conditions
     ``<g_i, u> >= |u|^2`` most join the rows with weight, until none breaks them by more than
     :func:`min_norm`'s tolerance. Each added row lowers the norm, so it ends; a cycle costs
-    ``O(k d)`` for the scores and a solve on ``O(d)`` rows. The result is checked against that
-    guarantee on every row; if that fails (or NNLS stops), :func:`_working_set_min_norm` answers.
+    ``O(k d)`` for the scores and a solve on ``O(d)`` rows. The last cycle's scores check the
+    result against that guarantee on every row (``<g_i, u> >= |u|^2 - slack`` everywhere and
+    ``<= |u|^2 + slack`` on the rows with weight); if that fails (or NNLS stops),
+    :func:`_working_set_min_norm` answers.
     """
     from scipy.optimize import nnls  # imported at the first large solve: `import most` stays light
 
@@ -805,21 +794,21 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
                     raise RuntimeError("no weight")
                 weights, work = mu[mu > 0] / mu.sum(), work[mu > 0]
                 u = weights @ p[work]
-                scores = p @ u
+                scores, level = p @ u, u @ u
+                gaps = scores[work] - level
                 scores[work] = np.inf
-                bad = np.flatnonzero(scores < u @ u - slack)
+                bad = np.flatnonzero(scores < level - slack)
                 if bad.size == 0:
                     break
                 work = np.concatenate([work, bad[np.argsort(scores[bad], kind="stable")[: d + 1]]])
             else:
                 raise RuntimeError("no convergence")
+            if not np.all(np.abs(gaps) <= slack):  # the rows with weight: <g_i, u> = |u|^2 within the slack
+                raise RuntimeError("not optimal")
             lam[b, idx[work]] = weights
-    except RuntimeError:  # SciPy's "too many iterations" (older versions raise it)
+    except RuntimeError:  # also SciPy's "too many iterations" (older versions raise it)
         return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
-    out = torch.from_numpy(lam).to(device=rows.device)
-    if not _kkt_holds(rows, mask, out, tol_):
-        return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
-    return out
+    return torch.from_numpy(lam).to(device=rows.device)
 
 
 def _working_set_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:

@@ -515,7 +515,7 @@ class Problem:
             def row(i: Tensor) -> Tensor:
                 return pullback((positions == i).to(out.dtype))[0]
 
-            return out.detach(), vmap(row, chunk_size=chunk)(idx)
+            return out.detach(), vmap(row, chunk_size=chunk if chunk < k else None)(idx)
 
         values, jac = self._map_models(value_and_rows, params, rows)
         return values.T, jac
@@ -940,7 +940,8 @@ def _forward_columns(call: Callable[[Tensor], Tensor], theta: Tensor, chunk: int
         return out.detach(), tangent if idx is None else tangent[idx]
 
     basis = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
-    values, columns = vmap(column, randomness="same", chunk_size=chunk)(basis)
+    # one chunk is one plain vmap call (the same values, without the chunking's splits and concatenation)
+    values, columns = vmap(column, randomness="same", chunk_size=chunk if chunk < basis.shape[0] else None)(basis)
     return values[0], columns
 
 
