@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -424,3 +425,20 @@ def test_a_round_of_a_linear_combiner_evaluates_the_objectives_once_per_step(inn
             params = params - 0.05 * direction
     assert torch.equal(result.params, params)
 
+
+
+@pytest.mark.parametrize("name", sorted(most.registry.methods("centralised")))
+def test_models_keep_their_dtype_when_the_objectives_compute_in_another(name):
+    # float32 starting points and a loss with float64 constants: the gradients are float64, the
+    # models stay float32 for every method (the min-norm ones used to turn them into float64)
+    c = 3 * torch.randn(40, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    problem = most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1), dim=3, n_objectives=40,
+                                         init=torch.zeros(3))
+    method = most.registry.methods("centralised")[name](n_models=3, rounds=4, lr=0.05)
+    result = method.fit(problem)
+    assert result.params.dtype == torch.float32 and bool(torch.isfinite(result.params).all())
+    assert all(r.weights.dtype == torch.float32 for r in result.history if r.weights is not None)
+    # the same steps as in float64, to float32's precision
+    wide = method.fit(dataclasses.replace(problem, init=torch.zeros(3, dtype=torch.float64)))
+    assert wide.params.dtype == torch.float64
+    torch.testing.assert_close(result.params.double(), wide.params, atol=1e-4, rtol=1e-4)

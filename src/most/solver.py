@@ -429,9 +429,11 @@ class _Loop:
                 lam = torch.zeros(m, n, dtype=lam.dtype, device=lam.device).scatter_add_(
                     1, rows[0], lam * rows[1].to(lam))
             min_norm_s += time.perf_counter() - tic
+            # a function with float64 constants gives float64 gradients of float32 models: the models keep their dtype
+            direction = direction.to(self.params.dtype)
             self.params, self.opt_state = self.optimizer.step(self.params.detach(), direction, self.opt_state, self.lr)
             self.params = problem.apply_projection(self.params)
-        return lam, min_norm_s, grad_s
+        return lam.to(self.params.dtype), min_norm_s, grad_s
 
 
 _TRANSPORT_DEFAULTS = dict(transport="exact", diversity=0.0, reg=None, warm_start=False)
