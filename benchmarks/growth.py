@@ -620,9 +620,11 @@ when d < k, reverse mode otherwise): about d times a scalarised step at d = 10 a
 which is why those rows time out at d ≥ 10⁴; a problem built with `Problem.from_instances` pays one
 instance's gradient per row instead (the section "one loss per instance" below: the paper's min-norm
 variant within 5× TCH-Set at every target size). The min-norm solve is exact (NNLS on working sets of
-rows); at n = 10³, d = 10 it still takes about 2 ms for five problems of ~200 rows (a few dozen NumPy and
-SciPy calls of microseconds each per problem), which with the d forward passes keeps the variant near 6×
-a TCH-Set round of under a millisecond. The shares: at d = 10 the default's plan step (the load-bounded
+rows); at n = 10³, d = 10 it takes about 1.7 ms for five problems of ~200 rows (about two working-set
+cycles each, a few dozen NumPy and SciPy calls of microseconds), and the d forward passes about 2.5 ms,
+against a TCH-Set round of about a millisecond: the variant sits near the 5× limit there (4.6× in this
+run, 5.9× in one a few hours earlier, before the working sets started from the rows most against the
+rows' mean). The shares: at d = 10 the default's plan step (the load-bounded
 plan and its checks, a dozen tensor operations of 10–30 µs) is 0.2–0.3 ms, a fifth to a third of a
 millisecond round at any n ≥ 10³, and TCH-Set's own assignment (each objective's best model) is about a
 tenth of its round; the 5 % share is out of reach there without fusing the round into one kernel. The
@@ -636,10 +638,11 @@ TCH-Set where the `from_function` grid times out. The scalarised rows pay the pe
 vectorised call for the losses, per-instance gradients of the served rows for the direction). What the
 min-norm rows still spend above TCH-Set is the min-norm problem itself: at d = 10³, k ≈ 200 rows per model
 in more coordinates than rows, the k × k Gramian over all d coordinates and its Frank–Wolfe solve (most of
-such a round); with fewer coordinates than rows it is NNLS on working sets (about half of a round at
+such a round); with fewer coordinates than rows it is NNLS on working sets (about 40 % of a round at
 d = 10). At d = 10 the plan step's fixed per-call costs weigh on millisecond rounds, as in the grid above.
-The cases are 5 rounds each: ratios of rounds of a few milliseconds move by 2–3× between runs on this
-shared machine (two runs of this grid hours apart on it: TCH-Set at n = 10³, d = 10³ took 26 and 7.5 ms)."""
+The cases are 5 rounds each: ratios of rounds of a few milliseconds move by up to several times between
+runs on this shared machine (three runs of this grid within a day on it: TCH-Set at n = 10³, d = 10³ took
+26, 7.5 and 5.5 ms, the default 17, 17 and 20 ms)."""
 
 
 def _atomic_write(path: Path, text: str) -> None:
