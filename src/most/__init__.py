@@ -36,7 +36,7 @@ from .methods import (
 )
 from .problem import Problem
 from .seeding import KMeansSeeding, Reseed
-from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, run
+from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, fit_batch, run
 from .selection import ModelCountSelection, choose_n_models
 from ._threads import get_threads, set_threads
 from . import baselines, metrics, optim, problems, variants
@@ -69,6 +69,7 @@ __all__ = [
     "WeightedSum",
     "baselines",
     "choose_n_models",
+    "fit_batch",
     "get_threads",
     "mgda",
     "optim",

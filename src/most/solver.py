@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Literal
+from typing import Callable, Generator, Iterator, Literal, Sequence
 
 import torch
 from torch import Tensor
@@ -57,7 +58,7 @@ from .optim import SGD, UpdateRule
 from .problem import Problem, active_rows
 from .seeding import KMeansSeeding, Reseed
 
-__all__ = ["RoundRecord", "Result", "run", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
+__all__ = ["RoundRecord", "Result", "run", "fit_batch", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
 
 
 @dataclass(frozen=True)
@@ -223,6 +224,334 @@ def run(
     seed = check_seed(seed)
     # one torch thread for small problems, torch's count for large ones (most.set_threads)
     with threads_for(n_models * problem.n_objectives * problem.dim):
+        job = _Job.start(problem, n_models=n_models, rounds=rounds, inner_steps=inner_steps, lr=lr,
+                         assignment=assignment, weighting=weighting, combiner=combiner, seed=seed, progress=progress,
+                         description=description, callback=callback, optimizer=optimizer, checkpoint=checkpoint,
+                         seeding=seeding, reseed=reseed)
+        return _drive(job.steps(), problem)
+
+
+@contextmanager
+def _objective_errors(problem: Problem, params: Tensor) -> Iterator[None]:
+    """Torch's error inside the user's objectives becomes a ``ValueError`` that says what they
+    were given (used around a run's first evaluation)."""
+    try:
+        yield
+    except (RuntimeError, IndexError) as exc:  # IndexError: e.g. a function written for a batch of models
+        raise ValueError(
+            f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
+            f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
+            "of that size and dtype (and, for modules, inputs of the module's size and dtype)."
+        ) from exc
+
+
+def _first_losses(problem: Problem, params: Tensor) -> Tensor:
+    """The loss matrix ``[n, m]`` of a first evaluation of the user's objectives (see
+    :func:`_objective_errors`)."""
+    with _objective_errors(problem, params):
+        return problem.loss_matrix(params)
+
+
+#: what an :class:`_Ask` of each kind calls on the problem
+_EVALUATIONS = {"losses": "loss_matrix", "pullback": "losses_with_pullback", "jacobian": "jacobian",
+                "active_gradients": "active_gradients", "active_jacobian": "active_jacobian"}
+
+
+@dataclass(frozen=True, eq=False)
+class _Ask:
+    """An evaluation a round asks of its problem. A round is a generator that yields these and
+    receives ``(value, seconds)``: :func:`_drive` answers one run's asks directly, and
+    :func:`_drive_batch` answers those of several runs on the same objectives with one call.
+
+    ``kind`` is a key of :data:`_EVALUATIONS` (the problem method called with ``params`` and, for
+    the ``active_*`` kinds, ``rows``), or ``"pull"``: the reverse pass ``pullback(weights)`` of an
+    earlier ``"pullback"`` ask. ``first`` marks a run's first evaluation (:func:`_objective_errors`).
+    """
+
+    kind: str
+    params: Tensor | None = None
+    rows: Tensor | None = None
+    first: bool = False
+    pullback: Callable[[Tensor], Tensor] | None = None
+    weights: Tensor | None = None
+
+
+def _evaluate(problem: Problem, ask: _Ask, params: Tensor, rows: Tensor | None):
+    call = getattr(problem, _EVALUATIONS[ask.kind])
+    args = (params,) if rows is None else (params, rows)
+    if not ask.first:
+        return call(*args)
+    with _objective_errors(problem, params):
+        return call(*args)
+
+
+def _answer(problem: Problem, ask: _Ask) -> tuple[object, float]:
+    """One run's ask, answered directly: ``(value, seconds)``."""
+    tic = time.perf_counter()
+    if ask.kind == "pull":
+        value = ask.pullback(ask.weights)
+    else:
+        value = _evaluate(problem, ask, ask.params, ask.rows)
+    return value, time.perf_counter() - tic
+
+
+def _drive(steps: Generator[_Ask, tuple, Result], problem: Problem) -> Result:
+    """Runs one run's rounds (the generator of :meth:`_Job.steps`) to its result."""
+    try:
+        ask = next(steps)
+        while True:
+            ask = steps.send(_answer(problem, ask))
+    except StopIteration as stop:
+        return stop.value
+
+
+def _objectives_key(problem: Problem) -> tuple:
+    """Problems with equal keys compute the same losses from the same parameters (the same
+    function and instances): their runs' evaluations can be one call."""
+    return (id(problem.fn), id(problem.instance_loss), id(problem.instances), problem.vectorize,
+            problem.n_objectives, problem.dim)
+
+
+class _SharedPullback:
+    """The reverse pass of one evaluation of several runs' models (a ``"pullback"`` ask answered
+    together): each run pulls its own weights, and the pass runs once, when every run that got
+    it has asked (a run that ended without asking adds weight 0)."""
+
+    def __init__(self, pullback: Callable[[Tensor], Tensor], spans: dict[int, tuple[int, int]], n: int):
+        self.pullback, self.spans, self.n = pullback, spans, n
+        self.holders = set(spans)
+
+    def ready(self, asking: set[int]) -> bool:
+        return self.holders <= asking
+
+    def pull(self, weights: dict[int, Tensor]) -> dict[int, Tensor]:
+        """Each asking run's direction ``[m_run, dim]`` from its weights ``[m_run, n]``."""
+        n = self.n
+        for i, w in weights.items():
+            a, b = self.spans[i]
+            if not isinstance(w, Tensor) or w.shape != (b - a, n):
+                raise ValueError(f"weights must have shape [m={b - a}, n={n}]; got "
+                                 f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
+        like = next(iter(weights.values()))
+        parts = [weights[i] if i in weights else like.new_zeros(b - a, n)
+                 for i, (a, b) in sorted(self.spans.items(), key=lambda item: item[1])]
+        grads = self.pullback(torch.cat([w.to(like) for w in parts]))
+        self.holders.clear()
+        return {i: grads[a:b] for i, (a, b) in self.spans.items() if i in weights}
+
+
+def _columns(values: Tensor, a: int, b: int) -> Tensor:
+    """Columns ``a:b`` of a loss matrix ``[n, M]`` in storage of their own (a run's history keeps
+    its losses), laid out as a run's own loss matrix."""
+    return values[:, a:b].clone()
+
+
+def _answer_together(problem: Problem, members: list[int], asks: list[_Ask]) -> list[object]:
+    """The asks of runs ``members`` (one kind, the same objectives) answered with one evaluation
+    of all their models; the values in the members' order."""
+    ask = asks[0]
+    if ask.kind == "pull":
+        pulled = ask.pullback.pull({i: a.weights for i, a in zip(members, asks)})
+        return [pulled[i] for i in members]
+    sizes = [int(a.params.shape[0]) for a in asks]
+    bounds = [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes))]
+    rows = None if ask.rows is None else torch.cat([a.rows for a in asks])
+    value = _evaluate(problem, ask, torch.cat([a.params for a in asks]), rows)
+    if ask.kind == "losses":
+        return [_columns(value, a, b) for a, b in bounds]
+    if ask.kind == "pullback":
+        values, pullback = value
+        shared = _SharedPullback(pullback, dict(zip(members, bounds)), problem.n_objectives)
+        return [(_columns(values, a, b), shared) for a, b in bounds]
+    if ask.kind == "active_gradients":
+        return [value[a:b] for a, b in bounds]
+    losses, jac = value  # jacobian, active_jacobian
+    return [(_columns(losses, a, b), jac[a:b]) for a, b in bounds]
+
+
+def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result]]],
+                 on_error: Callable[[int, Exception], None] | None = None) -> list[Result | None]:
+    """Runs several runs' rounds in step: at each point, the asks of the runs whose objectives are
+    the same (:func:`_objectives_key`), of one kind (and, for gradients of selected rows, as many
+    rows each), are answered by one evaluation of all their models; the rest of a round (plan,
+    weights, combination, update) stays each run's own. A group's seconds are shared equally
+    among its runs. A run's error is raised, or with ``on_error(index, error)`` passed to it and
+    the run left out (its entry ``None``)."""
+    results: list[Result | None] = [None] * len(jobs)
+    asks: dict[int, _Ask] = {}
+    shared: dict[int, _SharedPullback] = {}  # the runs holding an unpulled shared reverse pass
+
+    def advance(i: int, answer: tuple | None) -> None:
+        steps = jobs[i][1]
+        try:
+            ask = next(steps) if answer is None else steps.send(answer)
+        except StopIteration as stop:
+            results[i] = stop.value
+            asks.pop(i, None)
+        except Exception as exc:
+            asks.pop(i, None)
+            if on_error is None:
+                raise
+            on_error(i, exc)
+        else:
+            asks[i] = ask
+            return
+        if i in shared:  # it ended without its reverse pass: the others pull without it
+            shared.pop(i).holders.discard(i)
+
+    for i in range(len(jobs)):
+        advance(i, None)
+    while asks:
+        groups: dict[tuple, list[int]] = {}
+        for i, ask in asks.items():
+            if ask.kind == "pull":
+                key = ("pull", id(ask.pullback))
+            else:
+                params = ask.params
+                key = (ask.kind, ask.first, _objectives_key(jobs[i][0]), params.dtype, params.device,
+                       None if ask.rows is None else int(ask.rows.shape[1]))
+            groups.setdefault(key, []).append(i)
+        answered = False
+        for key, members in groups.items():
+            first = asks[members[0]]
+            if first.kind == "pull" and isinstance(first.pullback, _SharedPullback):
+                if not first.pullback.ready(set(members)):
+                    continue  # a run holding this pass has not asked for it yet
+                for i in members:
+                    shared.pop(i, None)
+            elif len(members) == 1:
+                answer = _answer(jobs[members[0]][0], first)
+                advance(members[0], answer)
+                answered = True
+                continue
+            tic = time.perf_counter()
+            try:
+                values = _answer_together(jobs[members[0]][0], members, [asks[i] for i in members])
+            except Exception as exc:  # the shared objectives failed: every run of the group
+                if on_error is None:
+                    raise
+                for i in members:
+                    asks.pop(i, None)
+                    if i in shared:
+                        shared.pop(i).holders.discard(i)
+                    on_error(i, exc)
+                answered = True
+                continue
+            seconds = (time.perf_counter() - tic) / len(members)
+            for i, value in zip(members, values):
+                if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], _SharedPullback):
+                    shared[i] = value[1]
+                advance(i, (value, seconds))
+            answered = True
+        if not answered:  # cannot happen: a pass waits only on runs that ask for something else
+            raise RuntimeError("The runs of a batch wait on each other; please report this as a bug.")
+    return results
+
+
+def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool = False,
+              errors: Literal["raise", "return"] = "raise") -> list[Result | Exception]:
+    """Fits several methods (or one method with several seeds) on one problem as one job.
+
+    The runs go round by round together: at each step, the evaluations of runs on the same
+    objectives (the loss matrix, the reverse pass of a linear combiner, the Jacobians of a
+    min-norm one) are one vectorised call over all their models, and each run keeps its own plan,
+    weights, combination and update. Each result equals that of ``method.fit(problem)``, bit for
+    bit where the objectives compute each model's losses independently of the others' (the
+    library's problems do; a function whose arithmetic depends on how many models it is given,
+    such as a matrix product that the backend blocks by size, agrees to round-off). Objectives
+    that draw a mini-batch at each call draw one for all runs of an evaluation.
+
+    Runs share evaluations when their prepared problems compute the same function: the same
+    problem, or MosT-E with the same extension and the same mixtures (a ``spread="grid"``
+    :class:`~most.methods.TchebycheffExtension`); other runs still go in step, each evaluated on
+    its own. On small problems a round is a few hundred small tensor operations, and a batch of S
+    runs makes the evaluation's share of them once instead of S times.
+
+    Args:
+        problem: the problem every method fits.
+        methods: the runs, e.g. ``[most.MosT(n_models=5, seed=s) for s in range(5)]``; any of
+            the library's centralised methods (``fit``'s callback and checkpoint are not taken).
+        progress: one progress bar over all runs' rounds (the methods' own bars are not shown).
+        errors: ``"raise"`` stops at a run's error; ``"return"`` puts the error in the run's place
+            and lets the others finish.
+
+    Returns:
+        One :class:`Result` (or, with ``errors="return"``, an exception) per method, in order.
+
+    Examples:
+        >>> import torch, most
+        >>> centres = torch.tensor([[0.0, 0.0], [0.3, 0.0], [9.0, 9.0], [9.0, 9.3]])
+        >>> problem = most.Problem.from_function(
+        ...     lambda theta: ((theta - centres) ** 2).sum(-1), dim=2, n_objectives=4)
+        >>> runs = [most.MosT(n_models=2, rounds=60, lr=0.2, seed=s) for s in range(3)]
+        >>> results = most.fit_batch(problem, runs)
+        >>> bool(torch.equal(results[1].params, runs[1].fit(problem).params))
+        True
+    """
+    if not isinstance(problem, Problem):
+        raise ValueError(
+            f"fit_batch() takes a most.Problem; got {type(problem).__name__}. Build one with "
+            "most.Problem.from_function(...) or most.Problem.from_module(...)."
+        )
+    if isinstance(methods, _Method) or not isinstance(methods, Sequence) or not methods:
+        raise ValueError("`methods` must be a non-empty list of methods, e.g. "
+                         "[most.MosT(n_models=5, seed=s) for s in range(5)].")
+    for k, method in enumerate(methods):
+        if not isinstance(method, _Method):
+            raise TypeError(f"methods[{k}] is a {type(method).__name__}; fit_batch takes the library's centralised "
+                            "methods (most.MosT, most.Linearization, most.MGDA, the baselines in most.baselines).")
+    if errors not in ("raise", "return"):
+        raise ValueError(f"`errors` must be 'raise' or 'return'; got {errors!r}.")
+    failures: dict[int, Exception] = {}
+    work = sum(method.n_models for method in methods) * problem.n_objectives * problem.dim
+    with threads_for(work):
+        prepared: list[tuple] = []  # (extension, mixtures, problem) made so far, to share equal ones
+        jobs = []
+        bar = tqdm(total=sum(method.rounds for method in methods), desc="fit_batch", disable=not progress,
+                   leave=False)
+        for k, method in enumerate(methods):
+            try:
+                job = method._job(problem, prepared)
+            except Exception as exc:
+                if errors == "raise":
+                    raise
+                failures[k] = exc
+                job = None
+            jobs.append(job)
+        live = [k for k, job in enumerate(jobs) if job is not None]
+        results = _drive_batch([(jobs[k].problem, jobs[k].steps(on_round=bar.update)) for k in live],
+                               on_error=None if errors == "raise" else
+                               lambda i, exc: failures.__setitem__(live[i], exc))
+        bar.close()
+    out: list[Result | Exception] = [None] * len(methods)
+    for i, k in enumerate(live):
+        out[k] = results[i]
+    for k, exc in failures.items():
+        out[k] = exc
+    return out
+
+
+@dataclass
+class _Job:
+    """A run of :func:`run` from its start (validated, seeded, resumed) to its result."""
+
+    problem: Problem
+    loop: "_Loop"
+    settings: dict
+    generator: torch.Generator
+    first_round: int
+    progress: bool
+    description: str
+    callback: Callable[[RoundRecord, Tensor], None] | None
+    checkpoint: Checkpoint | None
+
+    @classmethod
+    def start(cls, problem: Problem, *, n_models: int, rounds: int, inner_steps: int, lr: float,
+              assignment: Assignment, weighting: Weighting, combiner: Combiner, seed: int, progress: bool,
+              description: str, callback, optimizer: UpdateRule | None, checkpoint: Checkpoint | None,
+              seeding: KMeansSeeding | None, reseed: Reseed | None) -> "_Job":
+        """Everything before the first round: the initial models, their seeding and, with a
+        checkpoint, the state to continue from (arguments as :func:`run`'s, checked)."""
         n, m = problem.n_objectives, n_models
         generator = torch.Generator().manual_seed(seed)
         optimizer = SGD() if optimizer is None else optimizer
@@ -246,39 +575,40 @@ def run(
         state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
         if state is not None:
             start = loop.restore(state, generator)
-        bar = tqdm(range(start, rounds), desc=description, disable=not progress, leave=False, initial=start,
-                   total=rounds)
+        return cls(problem, loop, settings, generator, start, progress, description, callback, checkpoint)
+
+    def steps(self, on_round: Callable[[], None] | None = None) -> Generator[_Ask, tuple, Result]:
+        """The rounds left and the final evaluation, as asks (see :class:`_Ask`); returns the
+        :class:`Result`. ``on_round()`` is called after each round."""
+        loop, problem, rounds, checkpoint = self.loop, self.problem, self.loop.rounds, self.checkpoint
+        bar = tqdm(range(self.first_round, rounds), desc=self.description, disable=not self.progress, leave=False,
+                   initial=self.first_round, total=rounds)
         for t in bar:
-            record = loop.round(t, first=t == start)
-            if progress:
+            record = yield from loop.round_steps(t, first=t == self.first_round)
+            if self.progress:
                 sparsity = float((record.plan <= 1e-12).float().mean())
                 bar.set_postfix(best_loss=f"{record.mean_best_loss:.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
-            if callback is not None:
-                callback(record, loop.params)
+            if self.callback is not None:
+                self.callback(record, loop.params)
             if checkpoint is not None and checkpoint.due(t, rounds):
-                checkpoint.save(loop.state(t + 1), generator, settings=settings)
-
-        final = problem.loss_matrix(loop.params)
+                checkpoint.save(loop.state(t + 1), self.generator, settings=self.settings)
+            if on_round is not None:
+                on_round()
+        final, _ = yield _Ask("losses", loop.params)
         _check_finite(final, None, problem, rounds, None)
         return Result(params=loop.params.detach(), assignment=loop.plan.detach(), losses=final, history=loop.history,
                       problem=problem)
 
 
-def _first_losses(problem: Problem, params: Tensor, *, jacobian: bool = False, pullback: bool = False):
-    """The first evaluation of the user's objectives: torch's error inside them becomes a
-    ``ValueError`` that says what they were given. Returns the loss matrix ``[n, m]``, or with
-    ``jacobian`` the pair ``(losses, jacobian)`` of :meth:`~most.Problem.jacobian`, or with
-    ``pullback`` the pair of :meth:`~most.Problem.losses_with_pullback`."""
-    try:
-        if pullback:
-            return problem.losses_with_pullback(params)
-        return problem.jacobian(params) if jacobian else problem.loss_matrix(params)
-    except (RuntimeError, IndexError) as exc:  # IndexError: e.g. a function written for a batch of models
-        raise ValueError(
-            f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
-            f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
-            "of that size and dtype (and, for modules, inputs of the module's size and dtype)."
-        ) from exc
+def _coefficients(combiner: Combiner, weights: Tensor, losses: Tensor) -> Tensor:
+    """A linear combiner's coefficients ``[m, n]`` at ``losses [n, m]``, checked as
+    :meth:`~most.Problem.weighted_gradients` checks them."""
+    lam = combiner.linear_coefficients(weights, losses.T)
+    m, n = losses.shape[1], losses.shape[0]
+    if not isinstance(lam, Tensor) or lam.shape != (m, n):
+        raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
+                         f"{tuple(lam.shape) if isinstance(lam, Tensor) else type(lam).__name__}.")
+    return lam
 
 
 @dataclass
@@ -321,28 +651,28 @@ class _Loop:
             restore_into(obj, state[name], generator)
         return int(state["round"])
 
-    def _losses(self, t: int, first: bool) -> tuple[Tensor, Tensor | None]:
-        """The loss matrix (and the full Jacobian when the combiner reads every row)."""
+    def _losses(self, first: bool):
+        """Asks for the loss matrix (and the full Jacobian when the combiner reads every row);
+        returns ``((losses, jacobian or None), seconds)``."""
         if self.combiner.linear:  # the first step's gradients come from this forward pass
-            losses, self.pullback = (_first_losses(self.problem, self.params, pullback=True) if first
-                                     else self.problem.losses_with_pullback(self.params))
-            return losses, None
-        losses_only = self.combiner.active_only
-        if first and losses_only:
-            return _first_losses(self.problem, self.params), None
-        if first:
-            return _first_losses(self.problem, self.params, jacobian=True)
-        if losses_only:  # gradients come after the plan, for the served objectives only
-            return self.problem.loss_matrix(self.params), None
-        return self.problem.jacobian(self.params)
-
+            (losses, self.pullback), seconds = yield _Ask("pullback", self.params, first=first)
+            return (losses, None), seconds
+        if self.combiner.active_only:  # gradients come after the plan, for the served objectives only
+            losses, seconds = yield _Ask("losses", self.params, first=first)
+            return (losses, None), seconds
+        return (yield _Ask("jacobian", self.params, first=first))
 
     def round(self, t: int, first: bool = False) -> RoundRecord:
-        """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps."""
+        """One round, its evaluations made directly (see :meth:`round_steps`)."""
+        return _drive(self.round_steps(t, first), self.problem)
+
+    def round_steps(self, t: int, first: bool = False) -> Generator[_Ask, tuple, RoundRecord]:
+        """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps; its
+        evaluations are asks (:class:`_Ask`), and it returns the round's record."""
+        (losses, jac), grad_s = yield from self._losses(first)
         tic = time.perf_counter()
-        losses, jac = self._losses(t, first)
         _check_finite(losses, jac, self.problem, t, None)
-        grad_s = time.perf_counter() - tic
+        grad_s += time.perf_counter() - tic
 
         tic = time.perf_counter()
         try:
@@ -352,7 +682,7 @@ class _Loop:
         weights = self.weighting(self.plan)
         transport_s = time.perf_counter() - tic
 
-        lam, min_norm_s, step_grad_s = self._steps(t, losses, jac, weights)
+        lam, min_norm_s, step_grad_s = yield from self._steps(t, losses, jac, weights)
         moved = None
         if self.reseed is not None and self.reseed.due(t, self.rounds):
             # the plan and the round, for Reseed's spread over an extended problem's original objectives
@@ -370,22 +700,23 @@ class _Loop:
         self.history.append(record)
         return record
 
-    def _linear_steps(self, t: int, losses: Tensor, weights: Tensor) -> tuple[Tensor, float, float]:
+    def _linear_steps(self, t: int, losses: Tensor, weights: Tensor):
         """The K inner steps of a combiner whose direction is a linear combination of the gradients
         (``combiner.linear``: :class:`~most.methods.WeightedSum`, TCH-Set, ...): one forward and one
         reverse pass over the models per step, with the coefficients taken from the step's losses."""
         problem, combiner = self.problem, self.combiner
         grad_s, lam = 0.0, None
         for k in range(self.inner_steps):
-            tic = time.perf_counter()
             if k == 0 and self.pullback is not None:  # at the parameters of the round's loss matrix
                 step_losses, pullback, self.pullback = losses, self.pullback, None
-                lam = combiner.linear_coefficients(weights, step_losses.T)
-                direction = pullback(lam)
             else:
-                step_losses, direction, lam = problem.weighted_gradients(
-                    self.params, lambda losses: combiner.linear_coefficients(weights, losses), return_weights=True)
+                (step_losses, pullback), seconds = yield _Ask("pullback", self.params)
+                grad_s += seconds
+            tic = time.perf_counter()
+            lam = _coefficients(combiner, weights, step_losses)
             grad_s += time.perf_counter() - tic
+            direction, seconds = yield _Ask("pull", pullback=pullback, weights=lam)
+            grad_s += seconds
             _check_finite(step_losses, None, problem, t, k)
             bad = ~torch.isfinite(direction).all(-1)
             if bad.any():
@@ -397,11 +728,11 @@ class _Loop:
             self.params = problem.apply_projection(self.params)
         return lam.to(self.params.dtype), 0.0, grad_s
 
-    def _steps(self, t: int, losses: Tensor, jac: Tensor | None, weights: Tensor) -> tuple[Tensor, float, float]:
+    def _steps(self, t: int, losses: Tensor, jac: Tensor | None, weights: Tensor):
         """The K inner steps under one plan; returns the last combiner weights ``[m, n]`` and the
         seconds spent combining and evaluating gradients."""
         if self.combiner.linear:
-            return self._linear_steps(t, losses, weights)
+            return (yield from self._linear_steps(t, losses, weights))
         problem, combiner, n, m = self.problem, self.combiner, self.problem.n_objectives, self.m
         rows = _active_rows(weights) if combiner.active_only else None
         step_weights = weights if rows is None else weights.gather(1, rows[0]) * rows[1]
@@ -410,15 +741,15 @@ class _Loop:
         step_losses = losses
         for k in range(self.inner_steps):
             if k > 0 or jac is None:
-                tic = time.perf_counter()
                 if rows is None:
-                    step_losses, jac = problem.jacobian(self.params)
+                    (step_losses, jac), seconds = yield _Ask("jacobian", self.params)
                 elif k == 0:  # at the parameters of the loss matrix: only the gradients are new
-                    jac = problem.active_gradients(self.params, rows[0])
+                    jac, seconds = yield _Ask("active_gradients", self.params, rows[0])
                 else:
-                    step_losses, jac = problem.active_jacobian(self.params, rows[0])
+                    (step_losses, jac), seconds = yield _Ask("active_jacobian", self.params, rows[0])
+                tic = time.perf_counter()
                 _check_finite(step_losses, jac, problem, t, k, None if rows is None else rows[0])
-                grad_s += time.perf_counter() - tic
+                grad_s += seconds + time.perf_counter() - tic
             jac = problem.tangent_jacobian(self.params, jac.detach())
             tic = time.perf_counter()
             try:
@@ -484,6 +815,26 @@ class _Method:
     def placement(self) -> tuple[KMeansSeeding | None, Reseed | None]:
         """The seeding of the initial models and the re-seeding between rounds (none by default)."""
         return None, None
+
+    def _job(self, problem: Problem, prepared: list[tuple]) -> _Job:
+        """This method's run of :func:`fit_batch` up to its first round. ``prepared`` holds the
+        ``(extension, mixtures, problem)`` of the batch's runs so far: a run whose extension and
+        mixtures equal an earlier one's takes its problem, so that their evaluations are shared."""
+        problem = self.prepare(problem, torch.Generator().manual_seed(self.seed + 7919))
+        extension = getattr(self, "extension", None)
+        mixtures = problem.metadata.get("extension_weights") if extension is not None else None
+        if isinstance(mixtures, Tensor):
+            same = [p for e, w, p in prepared if e == extension and w.shape == mixtures.shape and torch.equal(w, mixtures)]
+            if same and same[0].metadata.get("base_problem") is problem.metadata.get("base_problem"):
+                problem = same[0]
+            else:
+                prepared.append((extension, mixtures, problem))
+        assignment, weighting, combiner = self.components()
+        seeding, reseed = self.placement()
+        return _Job.start(problem, n_models=self.n_models, rounds=self.rounds, inner_steps=self.inner_steps,
+                          lr=self.lr, assignment=assignment, weighting=weighting, combiner=combiner, seed=self.seed,
+                          progress=False, description=type(self).__name__, callback=None, optimizer=self.optimizer,
+                          checkpoint=None, seeding=seeding, reseed=reseed)
 
     def fit(self, problem: Problem, *, callback=None, checkpoint: Checkpoint | None = None) -> Result:
         """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`.
