@@ -503,6 +503,10 @@ def bench_few_objective(
     threads: int = typer.Option(1, min=1, help="torch threads; these problems are tiny, so 1 is fastest."),
     list_methods: _ListMethods = False, quiet: _Quiet = False,
     resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
+    batch: bool = typer.Option(True, "--batch/--no-batch", help="Make the runs of a method on a problem (its seeds, "
+                               "learning rates and variants) as one batched job (most.fit_batch); the results are "
+                               "those of --no-batch, which makes the runs one by one (bit for bit on ZDT, to "
+                               "round-off on the fairness data)."),
 ) -> None:
     """Few objectives (n = 2 < m = 5): hypervolume of the final 5 solutions on ZDT1-3 and on
     fairness-accuracy trade-offs (synthetic, German credit), MosT-E against the baselines.
@@ -525,7 +529,7 @@ def bench_few_objective(
     _run_suite(suite, list_methods, threads, out, lambda: suite.FewObjectiveConfig(
         out=out, problems=tuple(problems), methods=tuple(methods or suite.METHODS), seeds=tuple(seeds),
         n_models=n_models, zdt_rounds=zdt_rounds, fairness_rounds=fairness_rounds, german_path=german_path,
-        progress=not quiet), resume=resume, restart=restart, jobs=jobs)
+        progress=not quiet), resume=resume, restart=restart, jobs=jobs, batch=batch)
 
 
 @bench_app.command("structure")

@@ -54,6 +54,38 @@ def test_bench_command_writes_results_table_and_figures(tmp_path):
         assert (out / f"hv_area_{name}.png").stat().st_size > 1000
 
 
+def _without_seconds(problems: dict) -> dict:
+    for block in problems.values():
+        for entry in block["methods"].values():
+            entry.pop("seconds_mean")
+            for run in entry["runs"]:
+                run.pop("seconds")
+    return problems
+
+
+def test_batched_runs_give_the_results_of_runs_one_by_one(tmp_path):
+    # every method's seeds (and on the fairness data its learning rates and variants) as one
+    # most.fit_batch: the same numbers, run by run, as --no-batch
+    def call(out, *extra):
+        res = runner.invoke(app, ["bench", "few-objective", "--out", str(out), "--problem", "zdt3", "--problem",
+                                  "synthetic", "--seed", "0", "--seed", "1", "--zdt-rounds", "12",
+                                  "--fairness-rounds", "6", "--quiet", *extra])
+        assert res.exit_code == 0, res.output
+        return json.loads((out / "results.json").read_text())
+
+    batched, alone = call(tmp_path / "batched"), call(tmp_path / "alone", "--no-batch")
+    batched, alone = _without_seconds(batched["problems"]), _without_seconds(alone["problems"])
+    assert set(batched["zdt3"]["methods"]) == set(METHODS)  # every method, the plain MosT row too
+    assert batched["zdt3"] == alone["zdt3"]  # bit for bit: ZDT computes each model on its own
+    # the fairness losses multiply the data by all models' parameters at once, a product the
+    # backend blocks by the number of models: the same runs to round-off
+    for name, entry in alone["synthetic"]["methods"].items():
+        other = batched["synthetic"]["methods"][name]
+        assert [r["lr"] for r in other["runs"]] == [r["lr"] for r in entry["runs"]]
+        np.testing.assert_allclose([r["points"] for r in other["runs"]], [r["points"] for r in entry["runs"]],
+                                   rtol=1e-4, atol=1e-6)
+
+
 def test_the_table_names_the_limit_by_its_number_of_points(tmp_path):
     out = tmp_path / "fo"
     res = runner.invoke(app, ["bench", "few-objective", "--out", str(out), "--problem", "zdt1", "--method", "MGDA",
@@ -83,8 +115,8 @@ def test_recommended_most_e_reaches_99_percent_of_the_five_point_limit(name):
     problem = zdt(name)
     ref = problem.metadata["reference_point"]
     limit = best_hypervolume_2d(problem.metadata["front"], ref, 5)
-    fit = METHODS["MosT-E (Tchebycheff)"].build(5, 1000, 5e-3, 0, (0.0, 0.0), None)
-    F = problem.loss_matrix(fit(problem).params).T
+    method = METHODS["MosT-E (Tchebycheff)"].build(5, 1000, 5e-3, 0, (0.0, 0.0), None)
+    F = problem.loss_matrix(method.fit(problem).params).T
     assert float(hypervolume(F, ref)) >= 0.99 * limit
     # spread along the whole front: both ends and the middle are covered
     f1 = np.sort(F[:, 0].numpy())

@@ -53,7 +53,7 @@ from ..metrics import best_hypervolume_2d, hypervolume
 from ..optim import Adam
 from ..problem import Problem
 from ..problems import load_german_credit, zafar_synthetic, zdt
-from ..solver import MGDA, Linearization, MosT, Result, run
+from ..solver import MGDA, Linearization, MosT, _Method, fit_batch
 
 __all__ = ["FewObjectiveConfig", "METHODS", "run_benchmark", "ZDT_PROBLEMS", "FAIRNESS_PROBLEMS"]
 
@@ -67,21 +67,18 @@ _IDEAL = {"zdt1": (0.0, 0.0), "zdt2": (0.0, 0.0), "zdt3": (0.0, -0.8), "syntheti
 
 @dataclass(frozen=True)
 class _Spec:
-    """How to build one method: ``build(n_models, rounds, lr, seed, ideal, variant) -> fit(problem)``."""
+    """How to build one method: ``build(n_models, rounds, lr, seed, ideal, variant) -> method`` (a
+    centralised method: ``method.fit(problem)``, or with others in :func:`~most.fit_batch`)."""
 
-    build: Callable[..., Callable[[Problem], Result]]
+    build: Callable[..., _Method]
     variants: tuple = (None,)  # extra hyper-parameter choices searched on validation (fairness)
-
-
-def _fit_of(method):
-    return method.fit
 
 
 def _most_tch_grid(n_models, rounds, lr, seed, ideal, variant):
     ext = TchebycheffExtension(n_extra=n_models, spread="grid", smoothing=0.05, augment=0.01, ideal=ideal,
                                include_original=False)
-    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(clip=3.0, beta2=0.99),
-                        extension=ext))
+    return MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(clip=3.0, beta2=0.99),
+                extension=ext)
 
 
 #: The MosT configuration of the stored rows with n' > m objectives: the balanced transport with the
@@ -93,39 +90,42 @@ STORED_MOST = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed
 
 def _most_tch_dirichlet(n_models, rounds, lr, seed, ideal, variant):
     ext = TchebycheffExtension(n_extra=20, augment=0.05, ideal=ideal)
-    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext,
-                        **STORED_MOST))
+    return MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext, **STORED_MOST)
 
 
 def _most_paper(n_models, rounds, lr, seed, ideal, variant):
     n_extra, concentration = variant or (20, 1.0)
     ext = DirichletExtension(n_extra=n_extra, concentration=concentration)
-    return _fit_of(MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext,
-                        **STORED_MOST))
+    return MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext, **STORED_MOST)
+
+
+@dataclass(frozen=True)
+class _PlainMosT(_Method):
+    """MosT on the problem's own objectives, without the check that refuses m > n (the row that
+    shows why the extension is needed): the exact transport, majority shares, min-norm."""
+
+    def components(self):
+        return TransportAssignment(), MajorityShare(), MinNorm()
 
 
 def _most_plain(n_models, rounds, lr, seed, ideal, variant):
-    def fit(problem: Problem) -> Result:
-        return run(problem, n_models=n_models, rounds=rounds, inner_steps=1, lr=lr,
-                   assignment=TransportAssignment(), weighting=MajorityShare(), combiner=MinNorm(),
-                   seed=seed, optimizer=Adam(), description="MosT (n=2)")
-    return fit
+    return _PlainMosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
 
 
 def _linearization(n_models, rounds, lr, seed, ideal, variant):
-    return _fit_of(Linearization(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+    return Linearization(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
 
 
 def _mgda(n_models, rounds, lr, seed, ideal, variant):
-    return _fit_of(MGDA(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+    return MGDA(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
 
 
 def _epo(n_models, rounds, lr, seed, ideal, variant):
-    return _fit_of(EPO(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+    return EPO(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
 
 
 def _svgd(n_models, rounds, lr, seed, ideal, variant):
-    return _fit_of(MOOSVGD(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()))
+    return MOOSVGD(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
 
 
 #: name -> how to build it. The fairness search also tries each spec's ``variants``.
@@ -198,15 +198,22 @@ def _hv(points: np.ndarray, ref) -> tuple[float, int]:
     return float(r), int(r.outside)
 
 
-def _zdt_run(config: FewObjectiveConfig, name: str, method: str, seed: int) -> dict:
-    problem = zdt(name)
-    fit = METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
-    tic = time.perf_counter()
-    result = fit(problem)
-    seconds = time.perf_counter() - tic
-    F = problem.loss_matrix(result.params).T.double().numpy()  # the original two objectives
+def _zdt_method(config: FewObjectiveConfig, name: str, method: str, seed: int) -> _Method:
+    return METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
+
+
+def _zdt_record(problem: Problem, seed: int, params: torch.Tensor, seconds: float) -> dict:
+    F = problem.loss_matrix(params).T.double().numpy()  # the original two objectives
     value, outside = _hv(F, problem.metadata["reference_point"])
     return {"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()}
+
+
+def _zdt_run(config: FewObjectiveConfig, name: str, method: str, seed: int) -> dict:
+    problem = zdt(name)
+    fit = _zdt_method(config, name, method, seed).fit
+    tic = time.perf_counter()
+    result = fit(problem)
+    return _zdt_record(problem, seed, result.params, time.perf_counter() - tic)
 
 
 def _fairness_data(name: str, config: FewObjectiveConfig):
@@ -219,12 +226,20 @@ def _fairness_data(name: str, config: FewObjectiveConfig):
     return parts, _random_init(parts["train"].problem()), parts["val"].problem(), parts["test"].problem()
 
 
+def _fairness_method(config: FewObjectiveConfig, name: str, method: str, seed: int, lr: float, variant) -> _Method:
+    return METHODS[method].build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
+
+
 def _fairness_run(config: FewObjectiveConfig, data, name: str, method: str, seed: int, lr: float, variant) -> dict:
     parts, train, val, test = data
-    fit = METHODS[method].build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
+    fit = _fairness_method(config, name, method, seed, lr, variant).fit
     tic = time.perf_counter()
     params = fit(train).params
-    seconds = time.perf_counter() - tic
+    return _fairness_record(data, method, seed, lr, variant, params, time.perf_counter() - tic)
+
+
+def _fairness_record(data, method: str, seed: int, lr: float, variant, params: torch.Tensor, seconds: float) -> dict:
+    parts, train, val, test = data
     return {
         "method": method, "seed": seed, "lr": lr, "variant": variant, "seconds": seconds,
         "val": val.loss_matrix(params).T.double().tolist(),
@@ -256,6 +271,26 @@ def _make(config: FewObjectiveConfig, task: tuple, data: dict) -> dict:
     return _fairness_run(config, data[name], *task)
 
 
+def _make_batch(config: FewObjectiveConfig, tasks: list[tuple], data: dict) -> list[dict]:
+    """The runs of ``tasks`` (one problem's) as one :func:`~most.fit_batch`; each run's seconds are
+    the batch's, shared equally."""
+    name = tasks[0][0]
+    if name in ZDT_PROBLEMS:
+        problem = zdt(name)
+        methods = [_zdt_method(config, *task) for task in tasks]
+    else:
+        if name not in data:
+            data[name] = _fairness_data(name, config)
+        problem = data[name][1]
+        methods = [_fairness_method(config, *task) for task in tasks]
+    tic = time.perf_counter()
+    results = fit_batch(problem, methods)
+    seconds = (time.perf_counter() - tic) / len(tasks)
+    if name in ZDT_PROBLEMS:
+        return [_zdt_record(problem, task[2], result.params, seconds) for task, result in zip(tasks, results)]
+    return [_fairness_record(data[name], *task[1:], result.params, seconds) for task, result in zip(tasks, results)]
+
+
 #: a worker process's fairness data, by problem
 _worker_data: dict = {}
 
@@ -263,6 +298,11 @@ _worker_data: dict = {}
 def _worker_run(job):
     config, task = job
     return task, _make(config, task, _worker_data)
+
+
+def _worker_batch(job):
+    config, tasks = job
+    return tasks, _make_batch(config, [tuple(task) for task in tasks], _worker_data)
 
 
 def _folder(task: tuple) -> str:
@@ -361,7 +401,8 @@ def _figures(results: dict, out: Path) -> list[str]:
     return written
 
 
-def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1) -> dict:
+def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: bool = False, jobs: int = 1,
+                  batch: bool = True) -> dict:
     """Runs the benchmark, writes ``results.json``, ``table.md`` and the figures to ``config.out``.
 
     Each finished run (on the fairness problems: each candidate of the search) is kept in its
@@ -372,7 +413,15 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: 
 
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
     as this one); every run draws from its own seed, so the results are those of ``jobs=1``
-    (only the seconds differ)."""
+    (only the seconds differ).
+
+    ``batch`` (the default) makes the runs of one method on one problem (its seeds and, on the
+    fairness problems, its learning rates and variants) as one :func:`~most.fit_batch`: the runs
+    go in step and their evaluations are one call. The results equal those of ``batch=False``, run
+    by run: bit for bit on ZDT, to round-off on the fairness data, whose losses multiply the data by
+    all models' parameters at once (a product the backend blocks by the number of models). Each
+    run's seconds are its batch's, shared equally. A batch's runs are recorded when it
+    ends; a stopped call loses the batches in progress, never a finished one."""
     check_positive_int(jobs, name="jobs")
     if "german" in config.problems:
         load_german_credit(config.german_path)  # fail before any work if the data is missing
@@ -380,8 +429,21 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: 
     runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="few-objective", folder=_folder,
                     resume=resume, restart=restart)  # checked before any work
     data: dict = {}  # this process's fairness data, by problem
-    runs.make(_tasks(config), jobs, here=lambda task: _make(config, task, data), worker=_worker_run, config=config,
-              desc="few-objective", postfix=lambda task: {"problem": task[0], "method": task[1]})
+    tasks = _tasks(config)
+    postfix = lambda task: {"problem": task[0], "method": task[1]}  # noqa: E731
+    if batch:
+        groups: dict[tuple, list[tuple]] = {}
+        for task in tasks:
+            groups.setdefault(task[:2], []).append(task)
+        # the largest batches first, so that the workers end together (a fairness search's batch
+        # of 18 runs is several ZDT batches' work)
+        rounds = lambda part: config.zdt_rounds if part[0][0] in ZDT_PROBLEMS else config.fairness_rounds  # noqa: E731
+        batches = sorted(groups.values(), key=lambda part: -len(part) * rounds(part))
+        runs.make_batches(batches, jobs, here=lambda part: _make_batch(config, part, data),
+                          worker=_worker_batch, config=config, desc="few-objective", postfix=postfix)
+    else:
+        runs.make(tasks, jobs, here=lambda task: _make(config, task, data), worker=_worker_run, config=config,
+                  desc="few-objective", postfix=postfix)
     for name in config.problems:
         assemble = _zdt_results if name in ZDT_PROBLEMS else _fairness_results
         results["problems"][name] = assemble(name, config, runs)
