@@ -12,6 +12,13 @@ Three measurements, each on the CPU with one torch thread per process:
 * ``table`` (``--table``; about ten minutes) -- the wall time of the stored command of the
   Syn(0.5,0.5) table, ``most bench federated --rho 0.5 0.5 --jobs 2``, batched (the default),
   with ``--no-batch``, and at the baseline revision; and whether the three tables agree run by run.
+* ``centralised`` -- five seeds of a centralised method (the few-objective suite's methods on
+  ZDT1, the default MosT on clustered quadratics) as one ``most.fit_batch`` against five ``fit``
+  calls, alternating, in this checkout; median seconds and whether every run ends the same, bit
+  for bit.
+* ``few_objective`` (``--table``; about six minutes) -- the stored command of the few-objective
+  table, ``most bench few-objective ... --jobs 2``, batched (the default) and with ``--no-batch``,
+  and how far their runs' final points differ.
 
 Writes ``benchmarks/results/run_axis.md`` and ``run_axis.json``::
 
@@ -122,6 +129,81 @@ def measure_batch(rounds: int, seed: int = 0) -> dict:
             "batch_phases": phases(batched), "alone_phases": phases(alone)}
 
 
+_CENTRALISED = {
+    # name -> (problem, method of a seed): the few-objective suite's ZDT rows (1000 rounds there)
+    "MosT-E (Tchebycheff), ZDT1": ("zdt1", "MosT-E (Tchebycheff)"),
+    "MosT-E (paper), ZDT1": ("zdt1", "MosT-E (paper)"),
+    "Linearization, ZDT1": ("zdt1", "Linearization"),
+    "MGDA, ZDT1": ("zdt1", "MGDA"),
+    "EPO, ZDT1": ("zdt1", "EPO"),
+    "MOO-SVGD, ZDT1": ("zdt1", "MOO-SVGD"),
+    "MosT (default), quadratic clusters": ("clusters", None),
+}
+
+
+def measure_centralised(rounds: int, repeats: int, seeds: int = 5) -> dict:
+    """Five seeds of each centralised case as one fit_batch and as five fits (this checkout)."""
+    import torch
+
+    torch.set_num_threads(1)
+    import most
+    from most.bench.few_objective import METHODS, _IDEAL
+    from most.problems import quadratic_clusters, zdt
+
+    out = {}
+    for label, (name, method) in _CENTRALISED.items():
+        if name == "clusters":
+            problem = quadratic_clusters(n_clusters=4, per_cluster=10, dim=10, seed=0)
+            runs = [most.MosT(n_models=6, rounds=rounds, lr=0.05, seed=s) for s in range(seeds)]
+        else:
+            problem = zdt(name)
+            runs = [METHODS[method].build(5, rounds, 5e-3, s, _IDEAL[name], None) for s in range(seeds)]
+        most.fit_batch(problem, runs[:2])  # the one-off costs (imports, first calls) before timing
+        alone_s, batch_s = [], []
+        for _ in range(repeats):
+            tic = time.perf_counter()
+            alone = [method.fit(problem) for method in runs]
+            alone_s.append(time.perf_counter() - tic)
+            tic = time.perf_counter()
+            batched = most.fit_batch(problem, runs)
+            batch_s.append(time.perf_counter() - tic)
+        a, b = statistics.median(alone_s), statistics.median(batch_s)
+        out[label] = {"rounds": rounds, "seeds": seeds, "repeats": repeats, "alone_seconds": a, "batch_seconds": b,
+                      "speedup": a / b, "same_params": all(torch.equal(x.params, y.params)
+                                                           for x, y in zip(alone, batched))}
+    return out
+
+
+GERMAN = ROOT.parent / "shared" / "data" / "german_credit"  # the few-objective table's German credit data
+
+
+def _few_objective(src: Path, out: Path, *extra: str) -> float:
+    most = [sys.executable, "-c", "from most.cli import app; app()"]
+    tic = time.perf_counter()
+    subprocess.run([*most, "bench", "few-objective", "--out", str(out), "--german-path", str(GERMAN), "--jobs", "2",
+                    "--quiet", *extra],
+                   env=_env(src), check=True, capture_output=True, cwd=src.parent)
+    return time.perf_counter() - tic
+
+
+def measure_few_objective(scratch: Path) -> dict:
+    """The stored command of the few-objective table, batched and with --no-batch."""
+    import numpy as np
+
+    batched = _few_objective(ROOT / "src", scratch / "fo_batched")
+    alone = _few_objective(ROOT / "src", scratch / "fo_alone", "--no-batch")
+    a, b = (json.loads((scratch / d / "results.json").read_text())["problems"] for d in ("fo_alone", "fo_batched"))
+    same, largest = {}, 0.0
+    for name in a:
+        pairs = [(x, y) for m in a[name]["methods"]
+                 for x, y in zip(a[name]["methods"][m]["runs"], b[name]["methods"][m]["runs"])]
+        same[name] = all(x["points"] == y["points"] for x, y in pairs)
+        largest = max([largest] + [float(np.max(np.abs(np.subtract(x["points"], y["points"])))) for x, y in pairs])
+    return {"command": "most bench few-objective --german-path ../shared/data/german_credit --jobs 2",
+            "batched_seconds": batched, "no_batch_seconds": alone, "same_points": same,
+            "largest_difference": largest}
+
+
 def _table(src: Path, out: Path, *extra: str) -> float:
     most = [sys.executable, "-c", "from most.cli import app; app()"]
     tic = time.perf_counter()
@@ -209,6 +291,37 @@ def markdown(results: dict) -> str:
                   f"| baseline `{results['baseline']}` | {table['baseline_seconds']:.0f} |", "",
                   f"Batched: {table['baseline_seconds'] / table['batched_seconds']:.1f}× faster than the baseline; "
                   f"the three tables {'agree run by run (every candidate, every number)' if table['same_runs'] else '**differ**'}."]
+    central = results.get("centralised")
+    if central:
+        first = next(iter(central.values()))
+        lines += ["", "## Seeds of a centralised fit", "",
+                  f"{first['seeds']} seeds of each method ({first['rounds']} rounds, one torch thread) as one "
+                  f"`most.fit_batch` and as {first['seeds']} `fit` calls, alternating, {first['repeats']} repeats; "
+                  "median seconds. The ZDT1 rows are the few-objective suite's methods (m = 5, Adam, lr 5e-3); the "
+                  "last is the default MosT, m = 6, on 40 quadratics in 4 clusters of 10 (d = 10).", "",
+                  "| method, problem | fits s | one batch s | speed-up | same models |", "|---|---|---|---|---|"]
+        for label, r in central.items():
+            lines.append(f"| {label} | {r['alone_seconds']:.2f} | {r['batch_seconds']:.2f} | {r['speedup']:.2f}× | "
+                         f"{'bit for bit' if r['same_params'] else '**no**'} |")
+        lines += ["", "A batch evaluates the objectives of all runs' models in one call and keeps each run's plan, "
+                  "weights, combination and update its own: the runs gain what the evaluation is of a round. MosT-E "
+                  "(paper) draws its Dirichlet mixtures per seed, so its runs go in step with an evaluation each "
+                  "and gain nothing; EPO's own step (its linear program per model) is most of its round."]
+    fo = results.get("few_objective")
+    if fo:
+        same = [name for name, ok in fo["same_points"].items() if ok]
+        differ = [name for name, ok in fo["same_points"].items() if not ok]
+        lines += ["", "## The few-objective table", "",
+                  f"`{fo['command']}` (8 methods, 3 seeds, ZDT1–3 and two fairness problems with their learning-rate "
+                  "search: 192 runs), wall seconds, one after the other in this call.", "",
+                  "| | wall s |", "|---|---|",
+                  f"| batched (the default) | {fo['batched_seconds']:.0f} |",
+                  f"| `--no-batch` | {fo['no_batch_seconds']:.0f} |", "",
+                  f"**{fo['no_batch_seconds'] / fo['batched_seconds']:.2f}×**. Every run's final points are the same, "
+                  f"bit for bit, on {', '.join(same) or 'no problem'}"
+                  + (f"; on {', '.join(differ)} they differ by at most {fo['largest_difference']:.1e} (the fairness "
+                     "losses multiply the data by all models' parameters at once, a product the backend blocks by "
+                     "the number of models)" if differ else "") + "."]
     lines += ["", "GPU: not measured here (no device was lent to the session that made this file)."]
     return "\n".join(lines) + "\n"
 
@@ -220,7 +333,7 @@ def main(argv=None) -> int:
     parser.add_argument("--table", action="store_true", help="also time the whole Syn(0.5,0.5) table (minutes)")
     parser.add_argument("--quick", action="store_true", help="a few rounds, to a scratch folder (a smoke run)")
     parser.add_argument("--out", type=Path, default=RESULTS)
-    parser.add_argument("--only", choices=("loop", "batch", "table"), help="measure this section again and keep the others "
+    parser.add_argument("--only", choices=("loop", "batch", "table", "centralised", "few_objective"), help="measure this section again and keep the others "
                         "from OUT/run_axis.json")
     args = parser.parse_args(argv)
     rounds = 4 if args.quick else 100
@@ -238,8 +351,15 @@ def main(argv=None) -> int:
                 results["loop"] = measure_loop(baseline / "src", 1 if args.quick else args.repeats, rounds)
             if args.only in (None, "batch"):
                 results["batch"] = measure_batch(rounds)
+            if args.only in (None, "centralised"):
+                results["centralised"] = measure_centralised(30 if args.quick else 300, 1 if args.quick else 3)
             if (args.table and not args.quick and not args.only) or args.only == "table":
                 results["table"] = measure_table(baseline / "src", Path(scratch))
+            if (args.table and not args.quick and not args.only) or args.only == "few_objective":
+                if GERMAN.is_dir():
+                    results["few_objective"] = measure_few_objective(Path(scratch))
+                else:
+                    print(f"The few-objective table is not timed: German credit not found at {GERMAN}.")
         finally:
             _remove_worktree(baseline)
     from most.checkpoint import atomic_write_text

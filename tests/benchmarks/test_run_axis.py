@@ -55,3 +55,31 @@ def test_the_report_states_each_number_and_whether_the_runs_agree():
     assert "**1.50×**" in text and "**other** parameters" in text  # a batch that disagreed is said so
     assert "| batched (the default) | 110 |" in text and "4.0× faster than the baseline" in text
     assert "agree run by run" in text
+
+
+def test_seeds_of_a_centralised_fit_as_one_batch_end_where_their_fits_end():
+    central = run_axis.measure_centralised(rounds=6, repeats=1, seeds=2)
+    assert set(central) == set(run_axis._CENTRALISED)
+    assert all(r["same_params"] and r["alone_seconds"] > 0 and r["batch_seconds"] > 0 for r in central.values())
+
+
+def test_the_report_states_the_centralised_numbers_and_a_disagreement():
+    results = {"command": "python benchmarks/run_axis.py --table", "baseline": "abc1234",
+               "machine": {"cores": 2, "torch": "2", "numpy": "2", "scipy": "1", "pot": "0.9", "python": "3.11",
+                           "measured": "now"},
+               "loop": {"rounds": 100, "repeats": 1, "seconds": 0.5, "baseline_seconds": 1.0, "speedup": 2.0,
+                        "same_params": True, "accuracy": 0.84, "all_seconds": [0.5], "all_baseline_seconds": [1.0]},
+               "batch": {"runs": 52, "rounds": 100, "batch_seconds": 40.0, "alone_seconds": 60.0, "speedup": 1.5,
+                         "same_params": True, "batch_phases": {}, "alone_phases": {}},
+               "centralised": {"MGDA, ZDT1": {"rounds": 300, "seeds": 5, "repeats": 3, "alone_seconds": 3.0,
+                                              "batch_seconds": 2.0, "speedup": 1.5, "same_params": True},
+                               "EPO, ZDT1": {"rounds": 300, "seeds": 5, "repeats": 3, "alone_seconds": 6.0,
+                                             "batch_seconds": 5.0, "speedup": 1.2, "same_params": False}},
+               "few_objective": {"command": "most bench few-objective --jobs 2", "batched_seconds": 170.0,
+                                 "no_batch_seconds": 185.0, "same_points": {"zdt1": True, "german": False},
+                                 "largest_difference": 1.6e-5}}
+    text = run_axis.markdown(results)
+    assert "| MGDA, ZDT1 | 3.00 | 2.00 | 1.50× | bit for bit |" in text
+    assert "| EPO, ZDT1 | 6.00 | 5.00 | 1.20× | **no** |" in text
+    assert "| batched (the default) | 170 |" in text and "**1.09×**" in text
+    assert "bit for bit, on zdt1; on german they differ by at most 1.6e-05" in text
