@@ -455,11 +455,13 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
     The runs go round by round together: at each step, the evaluations of runs on the same
     objectives (the loss matrix, the reverse pass of a linear combiner, the Jacobians of a
     min-norm one) are one vectorised call over all their models, and each run keeps its own plan,
-    weights, combination and update. Each result equals that of ``method.fit(problem)``, bit for
-    bit where the objectives compute each model's losses independently of the others' (the
-    library's problems do; a function whose arithmetic depends on how many models it is given,
-    such as a matrix product that the backend blocks by size, agrees to round-off). Objectives
-    that draw a mini-batch at each call draw one for all runs of an evaluation.
+    weights, combination and update. Each result equals that of ``method.fit(problem)`` to
+    round-off: the batched passes compute each model's numbers from its own parameters, but torch
+    may block a matrix product or order a reduction differently for more models. Often bit for bit
+    (every ZDT run of the few-objective table; every registered method on the tests' quadratics);
+    where a run's plan follows the last bits (a tie between models), its path can part from the
+    unbatched one as it would on another machine. Objectives that draw a mini-batch at each call
+    draw one for all runs of an evaluation.
 
     Runs share evaluations when their prepared problems compute the same function: the same
     problem, or MosT-E with the same extension and the same mixtures (a ``spread="grid"``
