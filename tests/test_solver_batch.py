@@ -126,3 +126,30 @@ def test_float32_runs_and_float64_runs_batch_apart_and_keep_their_dtypes():
     assert all(r.params.dtype == torch.float64 for r in results)
     for method, result in zip(runs, results):
         assert _same(result, method.fit(problem))
+
+
+def test_a_stopped_batch_resumes_each_run_from_its_checkpoint(tmp_path):
+    problem, _ = _clusters()
+    runs = [most.MosT(n_models=3, rounds=20, lr=0.05, seed=s) for s in range(2)] + [
+        most.MGDA(n_models=3, rounds=20, lr=0.05)]
+    paths = [most.checkpoint.Checkpoint(tmp_path / f"run{k}.pt", every=5) for k in range(len(runs))]
+
+    def stop_at_12(record, params):
+        if record.round == 12:
+            raise KeyboardInterrupt
+
+    seen = [[] for _ in runs]
+    with pytest.raises(KeyboardInterrupt):
+        most.fit_batch(problem, runs, checkpoints=paths, callbacks=[stop_at_12, None, None])
+    resumed = most.fit_batch(problem, runs, checkpoints=paths,
+                             callbacks=[lambda r, p, k=k: seen[k].append(r.round) for k in range(len(runs))])
+    assert all(rounds[0] == 10 and rounds[-1] == 19 for rounds in seen)  # from the checkpoint of round 10
+    for method, result in zip(runs, resumed):
+        assert torch.equal(result.params, method.fit(problem).params)
+
+
+def test_callbacks_and_checkpoints_need_one_entry_per_method():
+    problem, calls = _clusters()
+    with pytest.raises(ValueError, match="one entry \\(or None\\) per method: 2 methods, got 1"):
+        most.fit_batch(problem, [most.MosT(n_models=2), most.MosT(n_models=2, seed=1)], callbacks=[None])
+    assert not calls

@@ -330,8 +330,9 @@ def run_cmd(
     threads: int = typer.Option(1, min=1, help="torch threads (1 gives the same numbers on every machine)."),
     quiet: bool = typer.Option(False, "--quiet", help="No progress bars (for CI and logs)."),
     batch: bool = typer.Option(True, "--batch/--no-batch", help="Train federated runs that share data, model and "
-                               "local protocol (seeds, methods, swept values) as one batched job; the results are "
-                               "those of --no-batch, which makes the runs one by one."),
+                               "local protocol (seeds, methods, swept values) as one batched job, and centralised "
+                               "runs on one problem in step; the results are those of --no-batch, which makes the "
+                               "runs one by one (centralised: to round-off)."),
     overrides: Optional[list[str]] = typer.Option(
         None, "--set", help="KEY=VALUE over the file's value (repeatable), checked as the file is: "
         "--set methods.MosT.server_lr=3 --set 'seeds=[0, 1]' --set federated.device=cuda. The values applied "

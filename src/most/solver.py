@@ -449,7 +449,9 @@ def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result]]],
 
 
 def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool = False,
-              errors: Literal["raise", "return"] = "raise") -> list[Result | Exception]:
+              errors: Literal["raise", "return"] = "raise",
+              callbacks: Sequence[Callable[[RoundRecord, Tensor], None] | None] | None = None,
+              checkpoints: Sequence[Checkpoint | None] | None = None) -> list[Result | Exception]:
     """Fits several methods (or one method with several seeds) on one problem as one job.
 
     The runs go round by round together: at each step, the evaluations of runs on the same
@@ -472,10 +474,15 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
     Args:
         problem: the problem every method fits.
         methods: the runs, e.g. ``[most.MosT(n_models=5, seed=s) for s in range(5)]``; any of
-            the library's centralised methods (``fit``'s callback and checkpoint are not taken).
+            the library's centralised methods.
         progress: one progress bar over all runs' rounds (the methods' own bars are not shown).
         errors: ``"raise"`` stops at a run's error; ``"return"`` puts the error in the run's place
             and lets the others finish.
+        callbacks: one per method (or ``None``), each called as ``fit``'s ``callback`` after each
+            of its run's rounds.
+        checkpoints: one :class:`~most.checkpoint.Checkpoint` per method (or ``None``): each run
+            saves its state there and, when it finds one, continues from it, as with ``fit``; a
+            stopped batch loses no run's saved rounds.
 
     Returns:
         One :class:`Result` (or, with ``errors="return"``, an exception) per method, in order.
@@ -504,6 +511,12 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
                             "methods (most.MosT, most.Linearization, most.MGDA, the baselines in most.baselines).")
     if errors not in ("raise", "return"):
         raise ValueError(f"`errors` must be 'raise' or 'return'; got {errors!r}.")
+    for name, given in (("callbacks", callbacks), ("checkpoints", checkpoints)):
+        if given is not None and (not isinstance(given, Sequence) or len(given) != len(methods)):
+            raise ValueError(f"`{name}` must be a list with one entry (or None) per method: {len(methods)} "
+                             f"methods, got {len(given) if isinstance(given, Sequence) else type(given).__name__}.")
+    callbacks = [None] * len(methods) if callbacks is None else list(callbacks)
+    checkpoints = [None] * len(methods) if checkpoints is None else list(checkpoints)
     failures: dict[int, Exception] = {}
     work = sum(method.n_models for method in methods) * problem.n_objectives * problem.dim
     with threads_for(work):
@@ -513,7 +526,7 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
                    leave=False)
         for k, method in enumerate(methods):
             try:
-                job = method._job(problem, prepared)
+                job = method._job(problem, prepared, callback=callbacks[k], checkpoint=checkpoints[k])
             except Exception as exc:
                 if errors == "raise":
                     raise
@@ -521,6 +534,7 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
                 job = None
             jobs.append(job)
         live = [k for k, job in enumerate(jobs) if job is not None]
+        bar.update(sum(jobs[k].first_round for k in live))  # the rounds resumed runs had made
         results = _drive_batch([(jobs[k].problem, jobs[k].steps(on_round=bar.update)) for k in live],
                                on_error=None if errors == "raise" else
                                lambda i, exc: failures.__setitem__(live[i], exc))
@@ -818,7 +832,8 @@ class _Method:
         """The seeding of the initial models and the re-seeding between rounds (none by default)."""
         return None, None
 
-    def _job(self, problem: Problem, prepared: list[tuple]) -> _Job:
+    def _job(self, problem: Problem, prepared: list[tuple], *, callback=None,
+             checkpoint: Checkpoint | None = None) -> _Job:
         """This method's run of :func:`fit_batch` up to its first round. ``prepared`` holds the
         ``(extension, mixtures, problem)`` of the batch's runs so far: a run whose extension and
         mixtures equal an earlier one's takes its problem, so that their evaluations are shared."""
@@ -835,8 +850,8 @@ class _Method:
         seeding, reseed = self.placement()
         return _Job.start(problem, n_models=self.n_models, rounds=self.rounds, inner_steps=self.inner_steps,
                           lr=self.lr, assignment=assignment, weighting=weighting, combiner=combiner, seed=self.seed,
-                          progress=False, description=type(self).__name__, callback=None, optimizer=self.optimizer,
-                          checkpoint=None, seeding=seeding, reseed=reseed)
+                          progress=False, description=type(self).__name__, callback=callback,
+                          optimizer=self.optimizer, checkpoint=checkpoint, seeding=seeding, reseed=reseed)
 
     def fit(self, problem: Problem, *, callback=None, checkpoint: Checkpoint | None = None) -> Result:
         """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`.

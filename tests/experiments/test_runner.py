@@ -399,6 +399,56 @@ def test_a_batched_sweep_equals_runs_one_by_one_and_a_stopped_batch_resumes(tmp_
     assert metrics(root) == metrics(alone)
 
 
+def test_centralised_runs_on_one_problem_go_in_step_and_a_stopped_batch_resumes(tmp_path, monkeypatch):
+    """``most run`` makes the centralised runs on the same problem (here the methods and swept
+    values of each seed: the problem is drawn with the seed) as one ``most.fit_batch``: the same
+    result files as one by one (these quadratics batch bit for bit); a batch stopped midway leaves
+    each run its checkpoint, and --resume ends where an uninterrupted batch ends."""
+    from most.experiments import runner
+
+    table = _with(CENTRAL, sweep={"methods.MosT.weighting": ["MajorityShare", "GammaWeights"]}, checkpoint_every=10)
+    exp = lambda: parse_experiment(table, source=_toml(table))  # noqa: E731 (fresh method objects per call)
+    groups = runner.batch_groups([(run, None) for run in exp().runs])
+    assert [len(g) for g in groups] == [3, 3]  # per seed: MosT with two weightings, linearization
+    alone = run_experiment(exp(), tmp_path / "alone", progress=False, echo=lambda s: None, batch=False)
+    batched = run_experiment(exp(), tmp_path / "batched", progress=False, echo=lambda s: None)
+
+    def results(root):
+        out = {}
+        for f in sorted((root / "runs").rglob("result.json")):
+            r = json.loads(f.read_text())
+            out[str(f.relative_to(root))] = (r["metrics"], r["per_objective"], r["rounds"])
+        return out
+
+    metrics = lambda root: [{k: v for k, v in m.items() if k != "seconds"}  # noqa: E731
+                            for f in sorted((root / "runs").rglob("metrics.jsonl")) for m in RunFolder(f.parent).metrics()]
+    assert len(results(alone)) == 6 and results(batched) == results(alone)
+    assert metrics(batched) == metrics(alone)
+
+    real = most.solver.fit_batch
+
+    def killed_at_round_14(problem, methods, *, callbacks, **kwargs):
+        def stop(callback):
+            def on_round(record, params):
+                callback(record, params)
+                if record.round == 14:
+                    raise _Kill
+            return on_round
+        return real(problem, methods, callbacks=[stop(c) for c in callbacks], **kwargs)
+
+    monkeypatch.setattr("most.solver.fit_batch", killed_at_round_14)
+    cut = tmp_path / "cut"
+    with pytest.raises(_Kill):
+        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
+    monkeypatch.setattr("most.solver.fit_batch", real)
+    with pytest.raises(InterruptedRunsError):
+        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
+    root = run_experiment(exp(), cut, resume=True, progress=False, echo=lambda s: None)
+    assert results(root) == results(alone) and metrics(root) == metrics(alone)
+    resumed = [json.loads(f.read_text())["resumed_from_round"] for f in sorted((root / "runs").rglob("result.json"))]
+    assert sorted(resumed) == [0, 0, 0, 10, 10, 10]  # seed 0's batch from its checkpoints; seed 1's from the start
+
+
 # ----------------------------------------------------------------------------- the command line
 def test_cli_run_report_plot_and_errors(tmp_path):
     runner = CliRunner()

@@ -65,33 +65,44 @@ def execute(run: RunSpec, folder: RunFolder, *, checkpoint_every: int = 10, prog
 
 def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: int = 10, progress: bool = True,
                   data_cache: dict | None = None) -> list[dict]:
-    """Runs federated runs that share their data, model and the settings of
-    :data:`~most.federated.runtime.BATCH_SHARED` as one batched job
-    (:func:`~most.federated.run_batch`), each into its own folder, resuming each from its own
-    checkpoint; returns their results (each also written to its ``result.json``), in order. A
-    run whose training diverged does not stop the others: their results are written, then its
-    error is raised (its folder keeps its checkpoint). Each run's seconds are the batch's,
-    shared equally."""
-    from ..federated.runtime import run_batch
-
+    """Runs the runs of a group of :func:`batch_groups` as one batched job, each into its own
+    folder, resuming each from its own checkpoint; returns their results (each also written to
+    its ``result.json``), in order. Federated runs that share their data, model and the settings
+    of :data:`~most.federated.runtime.BATCH_SHARED` train together
+    (:func:`~most.federated.run_batch`); centralised runs on the same problem go in step
+    (:func:`~most.fit_batch`). A run whose training diverged does not stop the others: their
+    results are written, then its error is raised (its folder keeps its checkpoint). Each run's
+    seconds are the batch's, shared equally."""
     prepared = [_prepare(run, folder, checkpoint_every, data_cache) for run, folder in items]
     objects = prepared[0][0]
     states = [{"previous": previous} for _, _, _, previous in prepared]
-
-    def on_round(r, log, params):
-        _append_round(items[r][1], log, states[r])
-
+    checkpoints = [c for _, c, _, _ in prepared]
     tic = time.perf_counter()
-    results = run_batch(objects["data"], objects["model"], [(o["method"], o["config"]) for o, _, _, _ in prepared],
-                        progress=progress, callback=on_round, checkpoints=[c for _, c, _, _ in prepared],
-                        description=f"{len(items)} runs of {objects['data'].name}", errors="return")
+    if items[0][0].kind == FEDERATED:
+        from ..federated.runtime import run_batch
+
+        def on_round(r, log, params):
+            _append_round(items[r][1], log, states[r])
+
+        results = run_batch(objects["data"], objects["model"], [(o["method"], o["config"]) for o, _, _, _ in prepared],
+                            progress=progress, callback=on_round, checkpoints=checkpoints,
+                            description=f"{len(items)} runs of {objects['data'].name}", errors="return")
+        finish = lambda run, o, folder, result: _federated_result(run, o["data"], folder, result)  # noqa: E731
+    else:
+        from ..solver import fit_batch
+
+        source, train = _centralised_problem(objects)
+        results = fit_batch(train, [o["method"] for o, _, _, _ in prepared], progress=progress, errors="return",
+                            callbacks=[_centralised_round(folder, state) for (_, folder), state in zip(items, states)],
+                            checkpoints=checkpoints)
+        finish = lambda run, o, folder, result: _centralised_result(source, train, folder, result)  # noqa: E731
     seconds = (time.perf_counter() - tic) / len(items)
     out, failed = [], None
     for (run, folder), (o, checkpoint, start, _), result in zip(items, prepared, results):
         if isinstance(result, Exception):
             failed = failed or result
             continue
-        out.append(_finish(run, folder, checkpoint, _federated_result(run, o["data"], folder, result), start, seconds))
+        out.append(_finish(run, folder, checkpoint, finish(run, o, folder, result), start, seconds))
     if failed is not None:
         raise failed
     return out
@@ -99,8 +110,8 @@ def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: i
 
 def batch_groups(items: list[tuple[RunSpec, RunFolder]]) -> list[list[tuple[RunSpec, RunFolder]]]:
     """``items`` in groups that can train as one batch (:func:`execute_batch`): in-process
-    federated runs with the same data, model and shared settings; every other run alone.
-    Groups come in the order of their first run."""
+    federated runs with the same data, model and shared settings, and centralised runs on the
+    same problem; every other run alone. Groups come in the order of their first run."""
     from ..federated.runtime import _batch_key
 
     groups: dict[object, list] = {}
@@ -108,6 +119,8 @@ def batch_groups(items: list[tuple[RunSpec, RunFolder]]) -> list[list[tuple[RunS
         key: object = k
         if run.kind == FEDERATED and run.config.get("engine", "in-process") == "in-process":
             key = (_data_key(run), _batch_key(run.build_without_data()["config"]))
+        elif run.kind == CENTRALISED:
+            key = (CENTRALISED, _data_key(run))
         groups.setdefault(key, []).append((run, folder))
     return list(groups.values())
 
@@ -214,14 +227,19 @@ def _federated_result(run, data, folder, result) -> dict:
             "rounds": len(result.history)}
 
 
-def _centralised(run, objects, folder, checkpoint, progress, previous=None) -> dict:
-    from .. import metrics as M
+def _centralised_problem(objects: dict) -> tuple:
+    """``(source, train)``: the loaded problem and the problem the methods fit (a mixed
+    regression's training split)."""
     from ..problems import MixedRegression
 
     source = objects["problem"]
-    splits = isinstance(source, MixedRegression)
-    train = source.problem("train") if splits else source
-    state = {"previous": previous}
+    return source, source.problem("train") if isinstance(source, MixedRegression) else source
+
+
+def _centralised_round(folder: RunFolder, state: dict):
+    """A centralised run's ``fit`` callback: appends each round's line to ``metrics.jsonl``;
+    ``state["previous"]`` carries the last plan (for the drift of Γ)."""
+    from .. import metrics as M
 
     def on_round(record, params):
         best = record.losses.min(1).values
@@ -233,10 +251,24 @@ def _centralised(run, objects, folder, checkpoint, progress, previous=None) -> d
         state["previous"] = record.plan
         folder.append_metrics(line)
 
+    return on_round
+
+
+def _centralised(run, objects, folder, checkpoint, progress, previous=None) -> dict:
+    source, train = _centralised_problem(objects)
     method = objects["method"]
     if progress:
         method = dataclasses.replace(method, progress=True)
-    result = method.fit(train, callback=on_round, checkpoint=checkpoint)
+    result = method.fit(train, callback=_centralised_round(folder, {"previous": previous}), checkpoint=checkpoint)
+    return _centralised_result(source, train, folder, result)
+
+
+def _centralised_result(source, train, folder: RunFolder, result) -> dict:
+    """A centralised run's result: test (or best-model) losses, and its final models saved."""
+    from .. import metrics as M
+    from ..problems import MixedRegression
+
+    splits = isinstance(source, MixedRegression)
     out = {"status": "done", "kind": CENTRALISED, "timings": result.timings(), "rounds": len(result.history)}
     if splits:
         per = source.test_losses(result.params)
@@ -296,9 +328,10 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     """Runs every unfinished run of ``experiment`` into ``out/NAME`` and returns that folder.
 
     With ``batch`` (the default), in-process federated runs that share their data, model and
-    local protocol (seeds, methods and swept values of one file) train as one batched job
+    local protocol (seeds, methods and swept values of one file) train as one batched job, and
+    centralised runs on the same problem go in step with one evaluation of all their models
     (:func:`execute_batch`); their results are those of ``batch=False``, which makes the runs
-    one by one.
+    one by one (to round-off where torch orders a batched product or sum differently).
 
     Finished runs are skipped (their stored configuration must match, else a
     :class:`~most.config.ConfigError` names the differing keys). Interrupted runs (a
