@@ -349,6 +349,37 @@ def test_federated_run_report_and_interrupted_runs(tmp_path):
     assert folder.result()["resumed_from_round"] == 0
 
 
+def _stored_results(root: Path, key: str) -> dict:
+    """Every run's stored metrics, per-objective values and ``key``, by result file."""
+    out = {}
+    for f in sorted((root / "runs").rglob("result.json")):
+        r = json.loads(f.read_text())
+        out[str(f.relative_to(root))] = (r["metrics"], r["per_objective"], r[key])
+    return out
+
+
+def _stored_metrics(root: Path) -> list[dict]:
+    """Every run's per-round lines without their seconds."""
+    return [{k: v for k, v in m.items() if k != "seconds"}
+            for f in sorted((root / "runs").rglob("metrics.jsonl")) for m in RunFolder(f.parent).metrics()]
+
+
+def _stopped_then_resumed(monkeypatch, target: str, killed, exp, out: Path) -> Path:
+    """Runs ``exp()`` with ``target`` replaced by ``killed`` (which stops the batch midway), checks
+    that a plain call then refuses the interrupted runs, and resumes them; returns the results root."""
+    monkeypatch.setattr(target, killed)
+    with pytest.raises(_Kill):
+        run_experiment(exp(), out, progress=False, echo=lambda s: None)
+    monkeypatch.undo()
+    with pytest.raises(InterruptedRunsError):
+        run_experiment(exp(), out, progress=False, echo=lambda s: None)
+    return run_experiment(exp(), out, resume=True, progress=False, echo=lambda s: None)
+
+
+def _resumed_from(root: Path) -> list[int]:
+    return sorted(json.loads(f.read_text())["resumed_from_round"] for f in (root / "runs").rglob("result.json"))
+
+
 def test_a_batched_sweep_equals_runs_one_by_one_and_a_stopped_batch_resumes(tmp_path, monkeypatch):
     """``most run`` trains the federated runs that share data, model and protocol as one batch
     (here the methods and the swept server steps of each seed): the same result files as one by
@@ -364,17 +395,9 @@ def test_a_batched_sweep_equals_runs_one_by_one_and_a_stopped_batch_resumes(tmp_
     assert [len(g) for g in groups] == [3, 3]  # per seed (the data's seed): MosT at 2 steps, FedAvg
     batched = run_experiment(exp(), tmp_path / "batched", progress=False, echo=lambda s: None)
 
-    def results(root):
-        out = {}
-        for f in sorted((root / "runs").rglob("result.json")):
-            r = json.loads(f.read_text())
-            out[str(f.relative_to(root))] = (r["metrics"], r["per_objective"], r["choice_counts"])
-        return out
-
+    results = lambda root: _stored_results(root, "choice_counts")  # noqa: E731
     assert len(results(alone)) == 6 and results(batched) == results(alone)
-    metrics = lambda root: [{k: v for k, v in m.items() if k != "seconds"}  # noqa: E731
-                            for f in sorted((root / "runs").rglob("metrics.jsonl")) for m in RunFolder(f.parent).metrics()]
-    assert metrics(batched) == metrics(alone)
+    assert _stored_metrics(batched) == _stored_metrics(alone)
 
     real = fl.run_batch
 
@@ -385,18 +408,10 @@ def test_a_batched_sweep_equals_runs_one_by_one_and_a_stopped_batch_resumes(tmp_
                 raise _Kill
         return real(*args, callback=stop, **kwargs)
 
-    monkeypatch.setattr("most.federated.runtime.run_batch", killed_at_round_4)
-    cut = tmp_path / "cut"
-    with pytest.raises(_Kill):
-        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
-    monkeypatch.setattr("most.federated.runtime.run_batch", real)
-    with pytest.raises(InterruptedRunsError):
-        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
-    root = run_experiment(exp(), cut, resume=True, progress=False, echo=lambda s: None)
-    assert results(root) == results(alone)
-    resumed = [json.loads(f.read_text())["resumed_from_round"] for f in sorted((root / "runs").rglob("result.json"))]
-    assert sorted(resumed) == [0, 0, 0, 3, 3, 3]  # seed 0's batch from its checkpoints; seed 1's from the start
-    assert metrics(root) == metrics(alone)
+    root = _stopped_then_resumed(monkeypatch, "most.federated.runtime.run_batch", killed_at_round_4, exp,
+                                 tmp_path / "cut")
+    assert results(root) == results(alone) and _stored_metrics(root) == _stored_metrics(alone)
+    assert _resumed_from(root) == [0, 0, 0, 3, 3, 3]  # seed 0's batch from its checkpoints; seed 1's from the start
 
 
 def test_centralised_runs_on_one_problem_go_in_step_and_a_stopped_batch_resumes(tmp_path, monkeypatch):
@@ -413,17 +428,9 @@ def test_centralised_runs_on_one_problem_go_in_step_and_a_stopped_batch_resumes(
     alone = run_experiment(exp(), tmp_path / "alone", progress=False, echo=lambda s: None, batch=False)
     batched = run_experiment(exp(), tmp_path / "batched", progress=False, echo=lambda s: None)
 
-    def results(root):
-        out = {}
-        for f in sorted((root / "runs").rglob("result.json")):
-            r = json.loads(f.read_text())
-            out[str(f.relative_to(root))] = (r["metrics"], r["per_objective"], r["rounds"])
-        return out
-
-    metrics = lambda root: [{k: v for k, v in m.items() if k != "seconds"}  # noqa: E731
-                            for f in sorted((root / "runs").rglob("metrics.jsonl")) for m in RunFolder(f.parent).metrics()]
+    results = lambda root: _stored_results(root, "rounds")  # noqa: E731
     assert len(results(alone)) == 6 and results(batched) == results(alone)
-    assert metrics(batched) == metrics(alone)
+    assert _stored_metrics(batched) == _stored_metrics(alone)
 
     real = most.solver.fit_batch
 
@@ -436,17 +443,9 @@ def test_centralised_runs_on_one_problem_go_in_step_and_a_stopped_batch_resumes(
             return on_round
         return real(problem, methods, callbacks=[stop(c) for c in callbacks], **kwargs)
 
-    monkeypatch.setattr("most.solver.fit_batch", killed_at_round_14)
-    cut = tmp_path / "cut"
-    with pytest.raises(_Kill):
-        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
-    monkeypatch.setattr("most.solver.fit_batch", real)
-    with pytest.raises(InterruptedRunsError):
-        run_experiment(exp(), cut, progress=False, echo=lambda s: None)
-    root = run_experiment(exp(), cut, resume=True, progress=False, echo=lambda s: None)
-    assert results(root) == results(alone) and metrics(root) == metrics(alone)
-    resumed = [json.loads(f.read_text())["resumed_from_round"] for f in sorted((root / "runs").rglob("result.json"))]
-    assert sorted(resumed) == [0, 0, 0, 10, 10, 10]  # seed 0's batch from its checkpoints; seed 1's from the start
+    root = _stopped_then_resumed(monkeypatch, "most.solver.fit_batch", killed_at_round_14, exp, tmp_path / "cut")
+    assert results(root) == results(alone) and _stored_metrics(root) == _stored_metrics(alone)
+    assert _resumed_from(root) == [0, 0, 0, 10, 10, 10]  # seed 0's batch from its checkpoints; seed 1's from the start
 
 
 # ----------------------------------------------------------------------------- the command line
