@@ -178,12 +178,7 @@ GERMAN = ROOT.parent / "shared" / "data" / "german_credit"  # the few-objective 
 
 
 def _few_objective(src: Path, out: Path, *extra: str) -> float:
-    most = [sys.executable, "-c", "from most.cli import app; app()"]
-    tic = time.perf_counter()
-    subprocess.run([*most, "bench", "few-objective", "--out", str(out), "--german-path", str(GERMAN), "--jobs", "2",
-                    "--quiet", *extra],
-                   env=_env(src), check=True, capture_output=True, cwd=src.parent)
-    return time.perf_counter() - tic
+    return _bench(src, "few-objective", "--german-path", str(GERMAN), "--jobs", "2", "--out", str(out), *extra)
 
 
 def measure_few_objective(scratch: Path) -> dict:
@@ -204,12 +199,17 @@ def measure_few_objective(scratch: Path) -> dict:
             "largest_difference": largest}
 
 
-def _table(src: Path, out: Path, *extra: str) -> float:
+def _bench(src: Path, suite: str, *args: str) -> float:
+    """Wall seconds of ``most bench SUITE ARGS --quiet`` with the library at ``src``."""
     most = [sys.executable, "-c", "from most.cli import app; app()"]
     tic = time.perf_counter()
-    subprocess.run([*most, "bench", "federated", "--rho", "0.5", "0.5", "--jobs", "2", "--out", str(out), "--quiet",
-                    *extra], env=_env(src), check=True, capture_output=True, cwd=src.parent)
+    subprocess.run([*most, "bench", suite, *args, "--quiet"], env=_env(src), check=True, capture_output=True,
+                   cwd=src.parent)
     return time.perf_counter() - tic
+
+
+def _table(src: Path, out: Path, *extra: str) -> float:
+    return _bench(src, "federated", "--rho", "0.5", "0.5", "--jobs", "2", "--out", str(out), *extra)
 
 
 def _runs(out: Path) -> dict:

@@ -410,16 +410,10 @@ class Problem:
         params = self._check_params(params)
         m, n = params.shape[0], self.n_objectives
 
-        def checked(w: Tensor) -> Tensor:
-            if not isinstance(w, Tensor) or w.shape != (m, n):
-                raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
-                                 f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
-            return w
-
         if not callable(weights):
-            checked(weights)
+            check_weights(weights, m, n)
         values, pullback = self.losses_with_pullback(params)
-        w = checked(weights(values.T) if callable(weights) else weights)
+        w = check_weights(weights(values.T) if callable(weights) else weights, m, n)
         out = values, pullback(w)
         return (*out, w) if return_weights else out
 
@@ -460,9 +454,7 @@ class Problem:
         values = forward.detach()
 
         def pullback(w: Tensor) -> Tensor:
-            if not isinstance(w, Tensor) or w.shape != (m, n):
-                raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
-                                 f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
+            check_weights(w, m, n)
             if not forward.requires_grad:  # the losses do not depend on the parameters
                 return torch.zeros_like(leaf)
             with _vmap_errors(), torch.enable_grad():
@@ -954,6 +946,15 @@ class _PerObjective:
 
     def __call__(self, theta: Tensor) -> Tensor:
         return self._losses(theta)
+
+
+def check_weights(w: Tensor, m: int, n: int) -> Tensor:
+    """``w`` if it is a tensor of combination weights ``[m, n]`` (one row per model); otherwise a
+    ``ValueError`` that names the shape wanted and the one given."""
+    if not isinstance(w, Tensor) or w.shape != (m, n):
+        raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
+                         f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
+    return w
 
 
 def active_rows(active: Tensor) -> tuple[Tensor, Tensor]:

@@ -55,7 +55,7 @@ from .methods import (
     Weighting,
 )
 from .optim import SGD, UpdateRule
-from .problem import Problem, active_rows
+from .problem import Problem, active_rows, check_weights
 from .seeding import KMeansSeeding, Reseed
 
 __all__ = ["RoundRecord", "Result", "run", "fit_batch", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
@@ -325,14 +325,9 @@ class _SharedPullback:
         return self.holders <= asking
 
     def pull(self, weights: dict[int, Tensor]) -> dict[int, Tensor]:
-        """Each asking run's direction ``[m_run, dim]`` from its weights ``[m_run, n]``."""
-        n = self.n
-        for i, w in weights.items():
-            a, b = self.spans[i]
-            if not isinstance(w, Tensor) or w.shape != (b - a, n):
-                raise ValueError(f"weights must have shape [m={b - a}, n={n}]; got "
-                                 f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
-        like = next(iter(weights.values()))
+        """Each asking run's direction ``[m_run, dim]`` from its weights ``[m_run, n]`` (checked by
+        the run before it asks)."""
+        n, like = self.n, next(iter(weights.values()))
         parts = [weights[i] if i in weights else like.new_zeros(b - a, n)
                  for i, (a, b) in sorted(self.spans.items(), key=lambda item: item[1])]
         grads = self.pullback(torch.cat([w.to(like) for w in parts]))
@@ -616,17 +611,6 @@ class _Job:
                       problem=problem)
 
 
-def _coefficients(combiner: Combiner, weights: Tensor, losses: Tensor) -> Tensor:
-    """A linear combiner's coefficients ``[m, n]`` at ``losses [n, m]``, checked as
-    :meth:`~most.Problem.weighted_gradients` checks them."""
-    lam = combiner.linear_coefficients(weights, losses.T)
-    m, n = losses.shape[1], losses.shape[0]
-    if not isinstance(lam, Tensor) or lam.shape != (m, n):
-        raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
-                         f"{tuple(lam.shape) if isinstance(lam, Tensor) else type(lam).__name__}.")
-    return lam
-
-
 @dataclass
 class _Loop:
     """The state of :func:`run` between rounds, and one round of Algorithm 1."""
@@ -678,10 +662,6 @@ class _Loop:
             return (losses, None), seconds
         return (yield _Ask("jacobian", self.params, first=first))
 
-    def round(self, t: int, first: bool = False) -> RoundRecord:
-        """One round, its evaluations made directly (see :meth:`round_steps`)."""
-        return _drive(self.round_steps(t, first), self.problem)
-
     def round_steps(self, t: int, first: bool = False) -> Generator[_Ask, tuple, RoundRecord]:
         """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps; its
         evaluations are asks (:class:`_Ask`), and it returns the round's record."""
@@ -729,7 +709,8 @@ class _Loop:
                 (step_losses, pullback), seconds = yield _Ask("pullback", self.params)
                 grad_s += seconds
             tic = time.perf_counter()
-            lam = _coefficients(combiner, weights, step_losses)
+            # checked here, before a reverse pass that other runs of a batch may share
+            lam = check_weights(combiner.linear_coefficients(weights, step_losses.T), *step_losses.T.shape)
             grad_s += time.perf_counter() - tic
             direction, seconds = yield _Ask("pull", pullback=pullback, weights=lam)
             grad_s += seconds
@@ -832,12 +813,24 @@ class _Method:
         """The seeding of the initial models and the re-seeding between rounds (none by default)."""
         return None, None
 
+    def _prepared(self, problem: Problem) -> Problem:
+        """The problem this method fits (:meth:`prepare` with the method's own generator)."""
+        return self.prepare(problem, torch.Generator().manual_seed(self.seed + 7919))
+
+    def _arguments(self) -> dict:
+        """What :meth:`fit` passes to :func:`run` besides the problem, progress, callback and checkpoint."""
+        assignment, weighting, combiner = self.components()
+        seeding, reseed = self.placement()
+        return dict(n_models=self.n_models, rounds=self.rounds, inner_steps=self.inner_steps, lr=self.lr,
+                    assignment=assignment, weighting=weighting, combiner=combiner, seed=self.seed,
+                    description=type(self).__name__, optimizer=self.optimizer, seeding=seeding, reseed=reseed)
+
     def _job(self, problem: Problem, prepared: list[tuple], *, callback=None,
              checkpoint: Checkpoint | None = None) -> _Job:
         """This method's run of :func:`fit_batch` up to its first round. ``prepared`` holds the
         ``(extension, mixtures, problem)`` of the batch's runs so far: a run whose extension and
         mixtures equal an earlier one's takes its problem, so that their evaluations are shared."""
-        problem = self.prepare(problem, torch.Generator().manual_seed(self.seed + 7919))
+        problem = self._prepared(problem)
         extension = getattr(self, "extension", None)
         mixtures = problem.metadata.get("extension_weights") if extension is not None else None
         if isinstance(mixtures, Tensor):
@@ -846,12 +839,7 @@ class _Method:
                 problem = same[0]
             else:
                 prepared.append((extension, mixtures, problem))
-        assignment, weighting, combiner = self.components()
-        seeding, reseed = self.placement()
-        return _Job.start(problem, n_models=self.n_models, rounds=self.rounds, inner_steps=self.inner_steps,
-                          lr=self.lr, assignment=assignment, weighting=weighting, combiner=combiner, seed=self.seed,
-                          progress=False, description=type(self).__name__, callback=callback,
-                          optimizer=self.optimizer, checkpoint=checkpoint, seeding=seeding, reseed=reseed)
+        return _Job.start(problem, progress=False, callback=callback, checkpoint=checkpoint, **self._arguments())
 
     def fit(self, problem: Problem, *, callback=None, checkpoint: Checkpoint | None = None) -> Result:
         """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`.
@@ -864,27 +852,8 @@ class _Method:
                 f"fit() takes a most.Problem; got {type(problem).__name__}. Build one with "
                 "most.Problem.from_function(...) or most.Problem.from_module(...)."
             )
-        problem = self.prepare(problem, torch.Generator().manual_seed(self.seed + 7919))
-        assignment, weighting, combiner = self.components()
-        seeding, reseed = self.placement()
-        return run(
-            problem,
-            n_models=self.n_models,
-            rounds=self.rounds,
-            inner_steps=self.inner_steps,
-            lr=self.lr,
-            assignment=assignment,
-            weighting=weighting,
-            combiner=combiner,
-            seed=self.seed,
-            progress=self.progress,
-            description=type(self).__name__,
-            callback=callback,
-            optimizer=self.optimizer,
-            checkpoint=checkpoint,
-            seeding=seeding,
-            reseed=reseed,
-        )
+        return run(self._prepared(problem), progress=self.progress, callback=callback, checkpoint=checkpoint,
+                   **self._arguments())
 
 
 @dataclass(frozen=True)

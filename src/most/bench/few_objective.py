@@ -208,14 +208,6 @@ def _zdt_record(problem: Problem, seed: int, params: torch.Tensor, seconds: floa
     return {"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()}
 
 
-def _zdt_run(config: FewObjectiveConfig, name: str, method: str, seed: int) -> dict:
-    problem = zdt(name)
-    fit = _zdt_method(config, name, method, seed).fit
-    tic = time.perf_counter()
-    result = fit(problem)
-    return _zdt_record(problem, seed, result.params, time.perf_counter() - tic)
-
-
 def _fairness_data(name: str, config: FewObjectiveConfig):
     """``(parts, train, val, test)``: the data split and the problems of the fairness search.
 
@@ -228,14 +220,6 @@ def _fairness_data(name: str, config: FewObjectiveConfig):
 
 def _fairness_method(config: FewObjectiveConfig, name: str, method: str, seed: int, lr: float, variant) -> _Method:
     return METHODS[method].build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
-
-
-def _fairness_run(config: FewObjectiveConfig, data, name: str, method: str, seed: int, lr: float, variant) -> dict:
-    parts, train, val, test = data
-    fit = _fairness_method(config, name, method, seed, lr, variant).fit
-    tic = time.perf_counter()
-    params = fit(train).params
-    return _fairness_record(data, method, seed, lr, variant, params, time.perf_counter() - tic)
 
 
 def _fairness_record(data, method: str, seed: int, lr: float, variant, params: torch.Tensor, seconds: float) -> dict:
@@ -262,18 +246,13 @@ def _tasks(config: FewObjectiveConfig) -> list[tuple]:
 
 
 def _make(config: FewObjectiveConfig, task: tuple, data: dict) -> dict:
-    """The run of ``task``; ``data`` keeps each fairness problem's data once loaded."""
-    name = task[0]
-    if name in ZDT_PROBLEMS:
-        return _zdt_run(config, *task)
-    if name not in data:
-        data[name] = _fairness_data(name, config)
-    return _fairness_run(config, data[name], *task)
+    """The run of ``task`` alone (a batch of one runs as its ``fit``)."""
+    return _make_batch(config, [task], data)[0]
 
 
 def _make_batch(config: FewObjectiveConfig, tasks: list[tuple], data: dict) -> list[dict]:
     """The runs of ``tasks`` (one problem's) as one :func:`~most.fit_batch`; each run's seconds are
-    the batch's, shared equally."""
+    the batch's, shared equally. ``data`` keeps each fairness problem's data once loaded."""
     name = tasks[0][0]
     if name in ZDT_PROBLEMS:
         problem = zdt(name)
