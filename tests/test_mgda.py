@@ -749,3 +749,91 @@ def test_many_float32_rows_near_the_origin_get_the_exact_direction():
     assert float((exact.norm(dim=1) / rows.norm(dim=-1).amax(-1)).max()) < 0.05  # |u| small against the rows
     error = (torch.einsum("bk,bkd->bd", lam.double(), rows) - exact).norm(dim=1) / exact.norm(dim=1)
     assert float(error.max()) < 1e-6
+
+
+def _kkt_holds(rows: torch.Tensor, w: torch.Tensor, u: torch.Tensor, lam: torch.Tensor, tol: float) -> bool:
+    """The min-norm optimality conditions on every live row, within the solver's slack."""
+    scores, norm = torch.einsum("bkd,bd->bk", rows, u), (u * u).sum(-1, keepdim=True)
+    slack = 0.5 * tol * (rows * rows).sum(-1).amax(-1, keepdim=True) + 1e-12 * norm
+    live, on = w > 0, lam > 0
+    return (bool((scores[live] >= (norm - slack).expand_as(scores)[live]).all())
+            and bool(((scores - norm).abs()[on] <= slack.expand_as(scores)[on]).all()))
+
+
+@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("offset", [0.0, 3.0])  # rows around the origin / a common descent direction
+@pytest.mark.parametrize("d", [200, 1000])  # as many coordinates as rows, more
+def test_many_rows_in_as_many_coordinates_are_solved_by_nnls_on_the_gramian_to_the_same_point_and_kkt(
+        seed, offset, d, monkeypatch):
+    from most import mgda
+
+    fallbacks = []
+    full_solver = mgda.min_norm
+    monkeypatch.setattr(mgda, "min_norm", lambda *a, **k: fallbacks.append(1) or full_solver(*a, **k))
+    g = torch.Generator().manual_seed(seed)
+    B, k = 3, 200
+    J = torch.randn(B, k, d, generator=g, dtype=F64) + offset * torch.randn(B, 1, d, generator=g, dtype=F64)
+    w = torch.rand(B, k, generator=g, dtype=F64)
+    w[:, ::7] = 0
+    w[2] = 0  # a problem without rows
+    rows = w[..., None] * J
+    assert not mgda._low_rank(rows) and k > mgda._GRAM_NNLS_MIN_ROWS
+    u, lam = mgda.combine_min_norm(J, w)
+    assert not fallbacks  # every problem answered by NNLS and certified by its check
+    exact = full_solver(rows @ rows.transpose(1, 2), mask=w > 0, tol=1e-14, max_iter=100_000).weights
+    gram = rows @ rows.transpose(1, 2)
+    objective = torch.einsum("bk,bkl,bl->b", lam, gram, lam)
+    best = torch.einsum("bk,bkl,bl->b", exact, gram, exact)
+    assert bool((objective <= best * (1 + 1e-12) + 1e-15).all())  # as low as Frank-Wolfe at 1e-14
+    torch.testing.assert_close(lam, exact, atol=1e-8, rtol=0)
+    torch.testing.assert_close(u, torch.einsum("bk,bkd->bd", exact * w, J), atol=1e-8, rtol=1e-8)
+    assert _kkt_holds(rows, w, u, lam, 1e-10)
+    assert bool((lam[:2].sum(-1) - 1).abs().max() < 1e-12) and not bool(lam[w == 0].any())
+    assert bool((u[2] == 0).all()) and bool((lam[2] == 0).all())
+
+
+@pytest.mark.parametrize("case", ["nnls stops", "wrong nnls", "repeated rows", "origin in the hull", "float32"])
+def test_the_gramian_nnls_hands_what_it_cannot_certify_to_frank_wolfe(case, monkeypatch):
+    import scipy.optimize
+
+    from most import mgda
+
+    if case == "nnls stops":
+        def stops(*args, **kwargs):
+            raise RuntimeError("too many iterations")
+
+        monkeypatch.setattr(scipy.optimize, "nnls", stops)
+    if case == "wrong nnls":  # an answer off the optimum: the check on every row hands over to Frank-Wolfe
+        exact_nnls = scipy.optimize.nnls
+
+        def off(*args, **kwargs):
+            mu, res = exact_nnls(*args, **kwargs)
+            mu = mu.copy()
+            mu[mu.argmin()] += mu.sum()
+            return mu, res
+
+        monkeypatch.setattr(scipy.optimize, "nnls", off)
+    fallbacks = []
+    full_solver = mgda.min_norm
+    monkeypatch.setattr(mgda, "min_norm", lambda *a, **k: fallbacks.append(a[0].shape[0]) or full_solver(*a, **k))
+    g = torch.Generator().manual_seed(0)
+    B, k, d = 2, 160, 400
+    J = torch.randn(B, k, d, generator=g, dtype=F64) + 2.0 * torch.randn(B, 1, d, generator=g, dtype=F64)
+    if case == "repeated rows":
+        J[:, 80:] = J[:, :80]
+    if case == "origin in the hull":  # each row's opposite is a row too: the min-norm point is 0
+        J[:, 80:] = -J[:, :80]
+    w = torch.ones(B, k, dtype=F64)
+    tol = 1e-10
+    if case == "float32":
+        J, w, tol = J.float(), w.float(), mgda.FLOAT32_TOL
+    u, lam = mgda.combine_min_norm(J, w)
+    rows = (w[..., None] * J).double()
+    assert _kkt_holds(rows, w.double(), u.double(), lam.double(), tol)
+    assert bool((lam.double().sum(-1) - 1).abs().max() < 1e-6) and bool((lam >= 0).all())
+    if case in ("nnls stops", "wrong nnls"):
+        assert fallbacks == [B]  # both problems, in one batched call
+    if case == "origin in the hull":
+        assert float(u.norm(dim=-1).max()) < 1e-4 * float(rows.norm(dim=-1).max())
+    if case == "float32":
+        assert u.dtype == lam.dtype == torch.float32 and not fallbacks

@@ -475,8 +475,9 @@ class Combiner(ABC):
 class MinNorm(Combiner):
     """MGDA: the min-norm element of the hull of the rows ``W[j, i] * grad L_i(theta_j)``.
 
-    Solved by Frank-Wolfe to convergence (:func:`most.mgda.min_norm`), all m models in one
-    batched solve; objectives with zero weight are left out, and so are objectives whose
+    Solved to convergence, all m models in one batched solve: by Frank-Wolfe
+    (:func:`most.mgda.min_norm`), or exactly by non-negative least squares on the host for
+    problems of more than 128 rows (see ``docs/solvers/min-norm.md``); objectives with zero weight are left out, and so are objectives whose
     gradient is zero (they are stationary and cannot change to first order, so they must not
     stop the others -- e.g. an objective at its minimum on the boundary of a box).
 
