@@ -477,9 +477,10 @@ class MinNorm(Combiner):
 
     Solved to convergence, all m models in one batched solve: by Frank-Wolfe
     (:func:`most.mgda.min_norm`), or exactly by non-negative least squares on the host for
-    problems of more than 128 rows (see ``docs/solvers/min-norm.md``); objectives with zero weight are left out, and so are objectives whose
-    gradient is zero (they are stationary and cannot change to first order, so they must not
-    stop the others -- e.g. an objective at its minimum on the boundary of a box).
+    problems of more than 128 rows (see ``docs/solvers/min-norm.md``). Objectives with zero
+    weight are left out, and so are objectives whose gradient is zero (they are stationary and
+    cannot change to first order, so they must not stop the others -- e.g. an objective at its
+    minimum on the boundary of a box).
 
     ``tol=None`` matches the tolerance to the precision of the gradients:
     :data:`FLOAT32_TOL` for float32 Jacobians, :data:`most.mgda.DEFAULT_TOL` otherwise.
