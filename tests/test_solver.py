@@ -427,6 +427,89 @@ def test_a_round_of_a_linear_combiner_evaluates_the_objectives_once_per_step(inn
 
 
 
+class _FirstObjectives(most.methods.Assignment):
+    """Model j serves objectives ``j * per, ..., (j + 1) * per - 1``, equally; the rest none."""
+
+    def __init__(self, per: int):
+        self.per = per
+
+    def __call__(self, losses, round, total, previous=None):
+        n, m = losses.shape
+        plan = torch.zeros(n, m, dtype=losses.dtype)
+        for j in range(m):
+            plan[j * self.per:(j + 1) * self.per, j] = 1.0 / (m * self.per)
+        return plan
+
+
+def _min_norm_steps_by_hand(problem, fit, rounds, lr):
+    """The rounds of an active_only combiner as separate evaluations: the loss matrix, the plan,
+    then the served objectives' gradients at the same parameters (one step per round)."""
+    generator = torch.Generator().manual_seed(fit.seed)
+    params = problem.initial_params(fit.n_models, generator)
+    assignment, weighting, combiner = fit.components()
+    assignment.reset(problem.n_objectives, fit.n_models, generator)
+    for t in range(rounds):
+        losses = problem.loss_matrix(params)
+        weights = weighting(assignment(losses, t, rounds))
+        rows, valid = most.problem.active_rows(weights > 0)
+        jac = problem.active_gradients(params, rows)
+        direction, _ = combiner(jac, weights.gather(1, rows) * valid, losses=losses.T, params=params)
+        params = params - lr * direction
+    return params
+
+
+@pytest.mark.parametrize("inner_steps", [1, 3])
+def test_forward_mode_rows_come_with_the_loss_matrix(inner_steps):
+    # d = 4 < n / m = 20: the served rows are computed in forward mode, whose passes give every
+    # objective's derivatives, so the round's first gradients come from the loss matrix's evaluation
+    # (one call of the function instead of two), value for value those of separate evaluations
+    g = torch.Generator().manual_seed(0)
+    c = 3 * torch.randn(60, 4, generator=g)
+    calls = []
+
+    def fn(t):
+        calls.append(1)
+        return ((t - c) ** 2).sum(-1)
+
+    problem = most.Problem.from_function(fn, dim=4, n_objectives=60)
+    assert problem.forward_rows(20) and not problem.forward_rows(4)
+    rounds = 6
+    fit = most.variants.apply("min-norm", most.MosT(n_models=3, rounds=rounds, inner_steps=inner_steps, lr=0.05,
+                                                    seeding=None, reseed=None))
+    result = fit.fit(problem)
+    assert len(calls) == rounds * inner_steps + 1  # + the final loss matrix
+    if inner_steps == 1:
+        assert torch.equal(result.params, _min_norm_steps_by_hand(problem, fit, rounds, 0.05))
+
+
+def test_a_plan_with_few_rows_drops_the_forward_jacobian_and_asks_for_its_rows():
+    # n / m = 20 > d = 4 promises forward mode, but this plan gives each model 3 rows (k <= d): the
+    # rows are computed as they would be without the up-front Jacobian (reverse mode), value for value
+    c = 3 * torch.randn(60, 4, generator=torch.Generator().manual_seed(1))
+    problem = most.Problem.from_function(lambda t: ((t - c) ** 2).sum(-1), dim=4, n_objectives=60)
+    fit = most.MosT(n_models=3, rounds=5, lr=0.05, seeding=None, reseed=None, assignment=_FirstObjectives(3),
+                    combiner=most.methods.MinNorm())
+    result = fit.fit(problem)
+    assert torch.equal(result.params, _min_norm_steps_by_hand(problem, fit, 5, 0.05))
+
+
+def test_an_objective_no_model_serves_may_have_an_undefined_gradient():
+    # the up-front Jacobian holds every objective's row; only the served rows are checked
+    c = 3 * torch.randn(40, 2, generator=torch.Generator().manual_seed(2))
+
+    def fn(t):
+        losses = ((t - c) ** 2).sum(-1)
+        return torch.cat([losses[:-1], torch.sqrt(0.0 * t[:1])])  # last objective: value 0, gradient NaN
+
+    problem = most.Problem.from_function(fn, dim=2, n_objectives=40)
+    fit = most.MosT(n_models=2, rounds=3, lr=0.05, seeding=None, reseed=None, assignment=_FirstObjectives(15),
+                    combiner=most.methods.MinNorm())
+    assert bool(torch.isfinite(fit.fit(problem).params).all())
+    served = dataclasses.replace(fit, assignment=_FirstObjectives(20))  # model 1 now serves objective 39
+    with pytest.raises(ValueError, match="Gradient of objective 39 for model 1 is not finite at round 0"):
+        served.fit(problem)
+
+
 @pytest.mark.parametrize("name", sorted(most.registry.methods("centralised")))
 def test_models_keep_their_dtype_when_the_objectives_compute_in_another(name):
     # float32 starting points and a loss with float64 constants: the gradients are float64, the

@@ -143,7 +143,11 @@ def test_a_stopped_batch_resumes_each_run_from_its_checkpoint(tmp_path):
         most.fit_batch(problem, runs, checkpoints=paths, callbacks=[stop_at_12, None, None])
     resumed = most.fit_batch(problem, runs, checkpoints=paths,
                              callbacks=[lambda r, p, k=k: seen[k].append(r.round) for k in range(len(runs))])
-    assert all(rounds[0] == 10 and rounds[-1] == 19 for rounds in seen)  # from the checkpoint of round 10
+    # the MosT runs stopped in round 12 and go on from their checkpoint of round 10; MGDA's rounds take
+    # fewer evaluations (its gradients come with the loss matrix), so it may have finished before: then
+    # its checkpoint holds the result and no round runs again
+    assert seen[0][0] == seen[1][0] == 10 and seen[0][-1] == seen[1][-1] == 19
+    assert not seen[2] or (seen[2][0] % 5 == 0 and seen[2][-1] == 19)
     for method, result in zip(runs, resumed):
         assert torch.equal(result.params, method.fit(problem).params)
 

@@ -658,16 +658,31 @@ class _Loop:
             (losses, self.pullback), seconds = yield _Ask("pullback", self.params, first=first)
             return (losses, None), seconds
         if self.combiner.active_only:  # gradients come after the plan, for the served objectives only
+            if self._forward_up_front():  # ... unless forward mode computes every objective's row anyway
+                return (yield _Ask("jacobian", self.params, first=first))
             losses, seconds = yield _Ask("losses", self.params, first=first)
             return (losses, None), seconds
         return (yield _Ask("jacobian", self.params, first=first))
+
+    def _forward_up_front(self) -> bool:
+        """Whether an ``active_only`` combiner's first gradients come with the loss matrix: when the
+        served rows will be computed in forward mode (:meth:`~most.Problem.forward_rows`), each pass
+        gives the derivatives of all ``n`` losses, so the full Jacobian costs the rows' passes and
+        saves the loss matrix's own forward pass. Every objective is served, so some model serves at
+        least ``n / m`` of them (the padded row count ``k``); the Jacobian is held (``m n d`` values)
+        only up to :data:`_UP_FRONT_VALUES`. A plan whose ``k`` turns out smaller drops it (see
+        :meth:`_steps`)."""
+        problem = self.problem
+        n = problem.n_objectives
+        return self.m * n * problem.dim <= _UP_FRONT_VALUES and problem.forward_rows(-(-n // self.m))
 
     def round_steps(self, t: int, first: bool = False) -> Generator[_Ask, tuple, RoundRecord]:
         """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps; its
         evaluations are asks (:class:`_Ask`), and it returns the round's record."""
         (losses, jac), grad_s = yield from self._losses(first)
         tic = time.perf_counter()
-        _check_finite(losses, jac, self.problem, t, None)
+        # the rows an active_only combiner reads are checked once they are chosen (in _steps)
+        _check_finite(losses, None if self.combiner.active_only else jac, self.problem, t, None)
         grad_s += time.perf_counter() - tic
 
         tic = time.perf_counter()
@@ -737,6 +752,14 @@ class _Loop:
         lam = torch.zeros(m, n, dtype=self.params.dtype, device=self.params.device)
         step_losses = losses
         for k in range(self.inner_steps):
+            if k == 0 and jac is not None and rows is not None:  # every row, from _forward_up_front
+                if problem.forward_rows(int(rows[0].shape[1])):  # the served ones, as active_gradients gives them
+                    tic = time.perf_counter()
+                    jac = jac.gather(1, rows[0][..., None].expand(-1, -1, jac.shape[-1]))
+                    _check_finite(step_losses, jac, problem, t, k, rows[0])
+                    grad_s += time.perf_counter() - tic
+                else:  # too few rows for forward mode: asked for below
+                    jac = None
             if k > 0 or jac is None:
                 if rows is None:
                     (step_losses, jac), seconds = yield _Ask("jacobian", self.params)
@@ -762,6 +785,11 @@ class _Loop:
             self.params, self.opt_state = self.optimizer.step(self.params.detach(), direction, self.opt_state, self.lr)
             self.params = problem.apply_projection(self.params)
         return lam.to(self.params.dtype), min_norm_s, grad_s
+
+
+#: The most values (``m * n * dim``) of a Jacobian computed with the loss matrix for an ``active_only``
+#: combiner (:meth:`_Loop._forward_up_front`): 2^24, 64 MiB in float32.
+_UP_FRONT_VALUES = 2**24
 
 
 _TRANSPORT_DEFAULTS = dict(transport="exact", diversity=0.0, reg=None, warm_start=False)
