@@ -620,15 +620,20 @@ when d < k, reverse mode otherwise): about d times a scalarised step at d = 10 a
 which is why those rows time out at d ≥ 10⁴; a problem built with `Problem.from_instances` pays one
 instance's gradient per row instead (the section "one loss per instance" below: the paper's min-norm
 variant within 5× TCH-Set at every target size). The min-norm solve is exact (NNLS on working sets of
-rows when there are more rows than coordinates, NNLS on the Gramian's Cholesky factor otherwise); at
-n = 10³, d = 10 it takes about 1.4 ms for five problems of ~200 rows (about 2.4 working-set cycles each,
-a few dozen NumPy and SciPy calls of microseconds), and the d forward passes about 2 ms, against a
-TCH-Set round of 0.7–1.1 ms: the variant sits at the 5× limit there, above or below it with the run
-(4.6×, 5.9×, 5.0× in three runs of the grid; 5.9× in one process alternating the two; starting the
-working sets from two or three times d + 1 rows took 1.8–2.0 cycles and saved under 0.1 ms). At d = 10³
-the Gramian's exact solve took MGDA's round from 30.2 s to 13.6 s (1000 rows per model; the 1000 reverse
-passes are the rest). The shares: at d = 10 the default's plan step (the load-bounded
-plan and its checks, a dozen tensor operations of 10–30 µs) is 0.2–0.3 ms, a fifth to a third of a
+rows when there are more rows than coordinates, NNLS on the Gramian's Cholesky factor otherwise). When
+forward mode is sure (d < n / m), the rows' forward passes also give the round's loss matrix: one
+evaluation of the objectives a round instead of two (since d709c8f; the variant at n = 10⁴, d = 10 went
+from 4.15× to 3.15×). At n = 10³, d = 10 the variant's round is about 2.5 ms against TCH-Set's 0.5 ms:
+the d forward passes take about 0.8 ms (torch's cost per operation under forward mode; an operation
+between the parameters and a constant, such as `t - c`, runs a Python decomposition), the exact solve
+about 0.4 ms for five problems of ~290 rows (2.2 working-set cycles each, a few dozen NumPy and SciPy
+calls of microseconds; starting from the last round's support took 1.0 cycle but no time measurable in
+a round), the plan step about 0.25 ms. It meets the 5× limit in this run (4.58×; 5.02× and 4.56× in the
+last two runs before the change) but not with a margin: two 20-round runs of that case alone just
+before this grid gave 5.2× and 7.0× (a slow spell on the shared machine in the second), and one process
+alternating the two 5–6×. At d = 10³ the Gramian's exact solve took MGDA's round from 30.2 s to
+10–14 s (1000 rows per model; the 1000 reverse passes are the rest). The shares: at d = 10 the default's
+plan step (the load-bounded plan and its checks, a dozen tensor operations of 10–30 µs) is 0.2–0.3 ms, a fifth to a third of a
 millisecond round at any n ≥ 10³, and TCH-Set's own assignment (each objective's best model) is about a
 tenth of its round; the 5 % share is out of reach there without fusing the round into one kernel. The
 shares fall with d: about 3 % at d = 10³ and 0.1 % at d ≥ 10⁴."""
