@@ -444,7 +444,9 @@ class Combiner(ABC):
     weight; the loop then passes just those rows, packed: ``jacobian [m, k, d]`` and
     ``weights [m, k]`` (padding rows have weight 0), so a model never holds the gradients
     of objectives it does not serve (memory ``O(m k d)``, ``k`` = most objectives of any
-    model, instead of ``O(m n d)``).
+    model, instead of ``O(m n d)``). The one exception is the loop's: where forward mode
+    computes every objective's derivatives anyway (``d < n / m``), the round's first Jacobian
+    (at most 2^24 values) comes with the loss matrix and the rows are cut from it.
 
     A combiner with ``linear = True`` has a direction linear in the gradients,
     ``direction_j = sum_i c[j, i] grad L_i(theta_j)``, with coefficients
