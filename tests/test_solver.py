@@ -396,19 +396,23 @@ def test_a_large_runs_history_keeps_the_tensors_of_every_kth_round_and_the_last(
     assert torch.equal(resumed.params, full.params)
 
 
-@pytest.mark.parametrize("inner_steps", [1, 3])
-def test_a_round_of_a_linear_combiner_evaluates_the_objectives_once_per_step(inner_steps):
-    # the plan's loss matrix and the first step's gradients come from one forward pass; the same
-    # steps as a loss matrix followed by weighted_gradients at the same parameters
-    g = torch.Generator().manual_seed(0)
-    c = 3 * torch.randn(60, 4, generator=g)
+def _counted_quadratics():
+    """60 quadratic objectives in d = 4 whose function records each call in ``calls``."""
+    c = 3 * torch.randn(60, 4, generator=torch.Generator().manual_seed(0))
     calls = []
 
     def fn(t):
         calls.append(1)
         return ((t - c) ** 2).sum(-1)
 
-    problem = most.Problem.from_function(fn, dim=4, n_objectives=60)
+    return most.Problem.from_function(fn, dim=4, n_objectives=60), calls
+
+
+@pytest.mark.parametrize("inner_steps", [1, 3])
+def test_a_round_of_a_linear_combiner_evaluates_the_objectives_once_per_step(inner_steps):
+    # the plan's loss matrix and the first step's gradients come from one forward pass; the same
+    # steps as a loss matrix followed by weighted_gradients at the same parameters
+    problem, calls = _counted_quadratics()
     rounds = 7
     fit = most.MosT(n_models=3, rounds=rounds, inner_steps=inner_steps, lr=0.05, seeding=None, reseed=None)
     result = fit.fit(problem)
@@ -463,15 +467,7 @@ def test_forward_mode_rows_come_with_the_loss_matrix(inner_steps):
     # d = 4 < n / m = 20: the served rows are computed in forward mode, whose passes give every
     # objective's derivatives, so the round's first gradients come from the loss matrix's evaluation
     # (one call of the function instead of two), value for value those of separate evaluations
-    g = torch.Generator().manual_seed(0)
-    c = 3 * torch.randn(60, 4, generator=g)
-    calls = []
-
-    def fn(t):
-        calls.append(1)
-        return ((t - c) ** 2).sum(-1)
-
-    problem = most.Problem.from_function(fn, dim=4, n_objectives=60)
+    problem, calls = _counted_quadratics()
     assert problem.forward_rows(20) and not problem.forward_rows(4)
     rounds = 6
     fit = most.variants.apply("min-norm", most.MosT(n_models=3, rounds=rounds, inner_steps=inner_steps, lr=0.05,
