@@ -107,9 +107,16 @@ def test_the_superlink_speaks_only_tls(dep):
 def test_a_plaintext_supernode_gets_no_answer(dep):
     # Flower refuses (locally) to send a node key over plaintext, so this SuperNode has none and
     # would register itself; the TLS SuperLink drops its plain HTTP request unanswered.
+    # What the client reads depends on timing: nothing (the connection closed), the TLS alert the
+    # SuperLink sends before closing (not an HTTP status line), or a reset; never an HTTP answer.
     k = dep.start_extra_supernode(root_certificates=False, authenticate=False, max_retries=0)
     log = _refused_supernode(dep, k)
-    assert "Failed to initialize the connection to the SuperLink.\nServer disconnected without sending a response." in log
+    assert REFUSED_MARKER + ".\n" in log, log
+    reason = log.split(REFUSED_MARKER + ".\n", 1)[1].splitlines()[0]
+    no_answer = ("Server disconnected without sending a response.", "illegal request line",
+                 "illegal status line", "Connection reset by peer")
+    assert any(text in reason for text in no_answer), reason
+    assert "[code:" not in reason and " error '" not in reason, reason  # no Flower error, no HTTP status
 
 
 def test_a_client_without_our_ca_refuses_the_superlink(dep, tmp_path):
