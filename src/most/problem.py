@@ -46,6 +46,11 @@ LossFunction = Callable[[Tensor], Tensor]
 Initializer = Callable[[int, torch.Generator], Tensor]
 Projection = Callable[[Tensor], Tensor]
 
+#: The values a Jacobian evaluation may hold at once: its vectorised passes are chunked so that their
+#: n x dim intermediates stay about this size, and the round loop holds a whole m x n x dim Jacobian only
+#: up to it (2^24 values, 64 MiB in float32).
+_JACOBIAN_VALUES = 2**24
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -378,7 +383,7 @@ class Problem:
         n, dim = self.n_objectives, self.dim
         # d tangents (forward) or n cotangents (reverse), whichever is fewer, mapped in chunks whose
         # passes hold at most about 2^24 values of n x dim intermediates
-        chunk = max(1, 2**24 // (n * dim))
+        chunk = max(1, _JACOBIAN_VALUES // (n * dim))
 
         def value_and_jac(theta: Tensor) -> tuple[Tensor, Tensor]:
             if dim < n:
@@ -487,7 +492,7 @@ class Problem:
             # tangents in chunks of ``chunk``: each gives [chunk, n] directional derivatives, cut
             # to the served rows at once; a chunk's passes hold about 2^24 values of n x dim
             # intermediates, as in :meth:`jacobian`
-            chunk = max(1, min(dim, 2**24 // (n * dim)))
+            chunk = max(1, min(dim, _JACOBIAN_VALUES // (n * dim)))
 
             def value_and_columns(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
                 value, columns = _forward_columns(self._call, theta, chunk, idx)
@@ -498,7 +503,7 @@ class Problem:
 
         # Each pullback needs a length-n cotangent, built inside the map, and its backward pass
         # intermediates of about n x dim values: rows go in chunks that hold about 2^24 of them.
-        chunk = max(1, min(k, 2**24 // (n * dim)))
+        chunk = max(1, min(k, _JACOBIAN_VALUES // (n * dim)))
         positions = torch.arange(n, device=params.device)
 
         def value_and_rows(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:

@@ -55,7 +55,7 @@ from .methods import (
     Weighting,
 )
 from .optim import SGD, UpdateRule
-from .problem import Problem, active_rows, check_weights
+from .problem import _JACOBIAN_VALUES, Problem, active_rows, check_weights
 from .seeding import KMeansSeeding, Reseed
 
 __all__ = ["RoundRecord", "Result", "run", "fit_batch", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
@@ -670,11 +670,11 @@ class _Loop:
         gives the derivatives of all ``n`` losses, so the full Jacobian costs the rows' passes and
         saves the loss matrix's own forward pass. Every objective is served, so some model serves at
         least ``n / m`` of them (the padded row count ``k``); the Jacobian is held (``m n d`` values)
-        only up to :data:`_UP_FRONT_VALUES`. A plan whose ``k`` turns out smaller drops it (see
-        :meth:`_steps`)."""
+        only up to ``most.problem._JACOBIAN_VALUES``, the budget of the problem's own chunks. A plan
+        whose ``k`` turns out smaller drops it (see :meth:`_steps`)."""
         problem = self.problem
         n = problem.n_objectives
-        return self.m * n * problem.dim <= _UP_FRONT_VALUES and problem.forward_rows(-(-n // self.m))
+        return self.m * n * problem.dim <= _JACOBIAN_VALUES and problem.forward_rows(-(-n // self.m))
 
     def round_steps(self, t: int, first: bool = False) -> Generator[_Ask, tuple, RoundRecord]:
         """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps; its
@@ -785,11 +785,6 @@ class _Loop:
             self.params, self.opt_state = self.optimizer.step(self.params.detach(), direction, self.opt_state, self.lr)
             self.params = problem.apply_projection(self.params)
         return lam.to(self.params.dtype), min_norm_s, grad_s
-
-
-#: The most values (``m * n * dim``) of a Jacobian computed with the loss matrix for an ``active_only``
-#: combiner (:meth:`_Loop._forward_up_front`): 2^24, 64 MiB in float32.
-_UP_FRONT_VALUES = 2**24
 
 
 _TRANSPORT_DEFAULTS = dict(transport="exact", diversity=0.0, reg=None, warm_start=False)
