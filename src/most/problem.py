@@ -488,7 +488,7 @@ class Problem:
         k, dim = int(rows.shape[1]), self.dim
         if isinstance(self.fn, _PerObjective) and min(k, dim) > 1:
             return self._objective_gradients(params, rows)
-        if self.forward_rows(k):  # fewer tangents than rows: forward mode, dim passes instead of k
+        if self._forward_rows(k):  # fewer tangents than rows: forward mode, dim passes instead of k
             # tangents in chunks of ``chunk``: each gives [chunk, n] directional derivatives, cut
             # to the served rows at once; a chunk's passes hold about 2^24 values of n x dim
             # intermediates, as in :meth:`jacobian`
@@ -517,7 +517,7 @@ class Problem:
         values, jac = self._map_models(value_and_rows, params, rows)
         return values.T, jac
 
-    def forward_rows(self, k: int) -> bool:
+    def _forward_rows(self, k: int) -> bool:
         """Whether :meth:`active_jacobian` computes ``k`` selected rows a model in forward mode:
         one pass per parameter (``dim < k``), each giving the derivatives of all ``n`` losses, so
         the rows of every objective cost the same as the selected ones. It then equals

@@ -666,7 +666,7 @@ class _Loop:
 
     def _forward_up_front(self) -> bool:
         """Whether an ``active_only`` combiner's first gradients come with the loss matrix: when the
-        served rows will be computed in forward mode (:meth:`~most.Problem.forward_rows`), each pass
+        served rows will be computed in forward mode (``Problem._forward_rows``), each pass
         gives the derivatives of all ``n`` losses, so the full Jacobian costs the rows' passes and
         saves the loss matrix's own forward pass. Every objective is served, so some model serves at
         least ``n / m`` of them (the padded row count ``k``); the Jacobian is held (``m n d`` values)
@@ -674,7 +674,7 @@ class _Loop:
         whose ``k`` turns out smaller drops it (see :meth:`_steps`)."""
         problem = self.problem
         n = problem.n_objectives
-        return self.m * n * problem.dim <= _JACOBIAN_VALUES and problem.forward_rows(-(-n // self.m))
+        return self.m * n * problem.dim <= _JACOBIAN_VALUES and problem._forward_rows(-(-n // self.m))
 
     def round_steps(self, t: int, first: bool = False) -> Generator[_Ask, tuple, RoundRecord]:
         """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps; its
@@ -753,7 +753,7 @@ class _Loop:
         step_losses = losses
         for k in range(self.inner_steps):
             if k == 0 and jac is not None and rows is not None:  # every row, from _forward_up_front
-                if problem.forward_rows(int(rows[0].shape[1])):  # the served ones, as active_gradients gives them
+                if problem._forward_rows(int(rows[0].shape[1])):  # the served ones, as active_gradients gives them
                     tic = time.perf_counter()
                     jac = jac.gather(1, rows[0][..., None].expand(-1, -1, jac.shape[-1]))
                     _check_finite(step_losses, jac, problem, t, k, rows[0])
