@@ -220,3 +220,46 @@ def test_performance_re_renders_keep_every_growth_section():
     assert set(performance.GROWTH_MARKS) == {(growth.START_MARK, growth.END_MARK),
                                              (growth.GPU_START_MARK, growth.GPU_END_MARK),
                                              (growth.INSTANCES_START_MARK, growth.INSTANCES_END_MARK)}
+
+
+def test_a_short_case_runs_several_passes_and_its_ratio_is_the_median_of_the_passes_ratios(monkeypatch):
+    calls = []
+    times = {"TCH-Set": [1.0, 2.0, 1.0], "MosT (default)": [1.5, 2.4, 1.6]}  # ratios per pass 1.5, 1.2, 1.6
+
+    def fake(case, timeout):
+        n, name = case["n"], case["method"]
+        p = sum(1 for c in calls if (c[0], c[1]) == (n, name))
+        calls.append((n, name))
+        if name == "MGDA":
+            return {"status": "timeout", "timeout_s": timeout, "reached": "warm-up", "wall_s": timeout}
+        wall = 100.0 if n == 10_000 else 1.0  # the larger case is over the pass budget: it runs once
+        row = _ok(n, 10, name, times[name][p] * n)
+        return {k: v for k, v in row.items() if k not in ("n", "d", "m", "method", "axes")} | {"wall_s": wall}
+
+    monkeypatch.setattr(growth, "run_case", fake)
+    rows = growth.run_grid((1_000, 10_000), (10,), ["TCH-Set", "MosT (default)", "MGDA"], base_n=1_000,
+                           timeout=5.0, passes=3, pass_budget=60.0)
+    # the short case: three passes, the order rotated each pass (so TCH-Set runs first in one pass, the
+    # default in the next); MGDA, which timed out in the first, is not run again; the long case runs once
+    # (and without MGDA, skipped after its timeout at the smaller n)
+    assert [name for n, name in calls if n == 1_000] == ["TCH-Set", "MosT (default)", "MGDA",
+                                                         "MosT (default)", "TCH-Set", "TCH-Set", "MosT (default)"]
+    assert [name for n, name in calls if n == 10_000] == ["MosT (default)", "TCH-Set"]
+    by = {(r["n"], r["method"]): r for r in rows}
+    assert len(rows) == 6
+    mine, ref = by[(1_000, "MosT (default)")], by[(1_000, "TCH-Set")]
+    assert mine["passes"] == 3 and mine["pass_s_per_round"] == [1500.0, 2400.0, 1600.0]
+    assert mine["s_per_round"] == 1600.0 and mine["pass"] == 2  # the median pass's row
+    assert mine["pass_ratio_tch"] == pytest.approx([1.5, 1.2, 1.6])
+    assert mine["ratio_tch"] == pytest.approx(1.5)  # not 1600 / 1000 (the medians' ratio)
+    assert ref["ratio_tch"] == pytest.approx(1.0) and ref["s_per_round"] == 1000.0
+    assert by[(1_000, "MGDA")]["status"] == "timeout" and "passes" not in by[(1_000, "MGDA")]
+    assert by[(10_000, "MGDA")]["status"] == "skipped"
+    assert by[(10_000, "MosT (default)")]["ratio_tch"] == pytest.approx(1.5) and "passes" not in by[(10_000, "TCH-Set")]
+    # the targets and the table take the median ratio, and the table shows the passes' range
+    results = {"cases": rows, "extra": [], "imports": {}, "settings": {"passes": 3, "pass_budget_s": 60.0}}
+    assert _met(results)["MosT (default) s/round ÷ TCH-Set's, n = 10³, d = 10"] == ("1.50×", "yes")
+    section = growth.render_section(results)
+    assert "| 1,000 | MosT (default) | 1600 | 1.50× (1.20–1.60) |" in section
+    assert "| 1,000 | TCH-Set | 1000 | 1.00× |" in section  # its own ratio is 1 in every pass
+    assert "runs 3 passes" in section
