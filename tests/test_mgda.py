@@ -726,10 +726,37 @@ def test_the_power_of_two_rescaling_is_ldexp_bit_for_bit_and_the_finiteness_test
     for e in (torch.tensor([-900, -600, 0, 600, 1000]), torch.tensor([-1073, -600, 0, 600, 1024])):
         assert torch.equal(mgda._divide_pow2(x, e), torch.ldexp(x, -e[:, None, None]))
     assert mgda._all_finite(x) and mgda._all_finite(torch.zeros(0, 3))
+    # the host path's NumPy rescaling gives the same numbers (a zero problem stays zero; no problem at all)
+    for y in (x, torch.cat([x, torch.zeros(1, 40, 30, dtype=F64)]), x * 2.0 ** -60):
+        assert torch.equal(torch.from_numpy(mgda._host_divide_pow2(y.numpy())),
+                           mgda._divide_pow2(y, mgda._pow2_scale(y, (-2, -1))))
+    assert mgda._host_divide_pow2(np.zeros((0, 4, 3))).shape == (0, 4, 3)
     for bad in (float("nan"), float("inf"), -float("inf")):
         y = x.clone()
         y[3, 7, 2] = bad
         assert not mgda._all_finite(y)
+
+
+@pytest.mark.parametrize("scale", [1e-200, 1e200])
+def test_many_rows_in_fewer_coordinates_of_any_scale_get_the_weights_of_the_unscaled_rows(scale):
+    # rows of ~1e-200 or ~1e200 (squares under- or overflowing float64) are solved after an exact
+    # rescaling; gradients times weights that overflow float64 are refused with the cause
+    from most import mgda
+
+    g = torch.Generator().manual_seed(3)
+    J = torch.randn(2, 300, 10, generator=g, dtype=F64) + 2.0
+    w = torch.rand(2, 300, generator=g, dtype=F64)
+    u, lam = mgda.combine_min_norm(J, w)
+    u_s, lam_s = mgda.combine_min_norm(J * scale, w)
+    assert torch.equal(lam_s, lam) and torch.equal(lam, mgda.combine_min_norm(J, w * scale)[1])
+    torch.testing.assert_close(u_s, u * scale, rtol=1e-12, atol=0)
+    big = J.clone()
+    big[1, 5] = 1e300  # a huge row with a tiny weight: its norm overflows, its weighted row does not
+    w_tiny = w.clone()
+    w_tiny[1, 5] = 1e-300
+    assert bool(torch.isfinite(mgda.combine_min_norm(big, w_tiny)[0]).all())
+    with pytest.raises(ValueError, match="overflow float64: the iterates are diverging"):
+        mgda.combine_min_norm(J * 1e200, w * 1e200)
 
 
 def test_many_float32_rows_near_the_origin_get_the_exact_direction():

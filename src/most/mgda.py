@@ -761,9 +761,48 @@ def _low_rank(rows: Tensor) -> bool:
     return k > _WORKING_SET_MIN_ROWS and d < k
 
 
-def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
-    """The min-norm weights of ``rows [B, k, d]`` (float64, ``d < k``) over the ``mask [B, k]``
-    rows, without the ``k x k`` Gramian.
+def _low_rank_weights(sub: Tensor, weights: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
+    """:func:`combine_min_norm`'s weights ``lambda [B, k]`` (float64, on ``sub``'s device) for
+    gradients ``sub [B, k, d]`` (float64, ``d < k``) weighted by ``weights [B, k]``, on the host.
+
+    The rows ``weights * sub`` are checked, rescaled by a power of two per problem (exact, so the
+    weights do not change) and masked (weight 0 or a zero gradient) in NumPy after one copy to
+    the host, where :func:`_low_rank_min_norm` solves them: on the CPU a dozen small tensor
+    operations cost more than the arithmetic (a fifth of the solve at k ~ 300, d = 10), and on
+    an accelerator each check was a synchronisation."""
+    s, w = (t.numpy() for t in to_host([sub.detach(), weights.detach()]))
+    with np.errstate(over="ignore", invalid="ignore"):  # refused just below, with the cause
+        rows = w[..., None] * s
+    if not np.isfinite(rows).all():
+        raise ValueError("The gradients times their weights overflow float64: the iterates are diverging; "
+                         "try a smaller `lr`.")
+    rows = _host_divide_pow2(rows)
+    scaled = _host_divide_pow2(s)  # the gradients' norms neither overflow nor underflow (their ratios are exact)
+    norms = np.sqrt(np.einsum("bkd,bkd->bk", scaled, scaled))
+    live = norms > ZERO_GRADIENT_RTOL * norms.max(-1, keepdims=True)
+    mask = (w > 0) & live
+    lam = _low_rank_min_norm(rows, mask, max_iter=max_iter, tol=tol)
+    if lam is None:  # the exact solve's check failed (or NNLS stopped): Frank-Wolfe on working sets
+        return _working_set_min_norm(torch.from_numpy(rows), torch.from_numpy(mask), max_iter=max_iter,
+                                     tol=tol).to(sub.device)
+    return torch.from_numpy(lam).to(sub.device)
+
+
+def _host_divide_pow2(x: np.ndarray) -> np.ndarray:
+    """:func:`_divide_pow2` of :func:`_pow2_scale` over the last two axes, in NumPy: ``x [B, k, d]``
+    divided per problem by the power of two that brings its largest entry into ``[0.5, 1)``
+    (exact: the same numbers bit for bit)."""
+    mag = np.abs(x).max(axis=(-2, -1))
+    e = np.where(mag > 0, np.frexp(mag)[1], 0)
+    if e.size == 0 or np.abs(e).max() <= 1000:
+        return x * np.ldexp(1.0, -e)[:, None, None]
+    return np.ldexp(x, -e[:, None, None])
+
+
+def _low_rank_min_norm(host: np.ndarray, live: np.ndarray, *, max_iter: int | None,
+                       tol: float | None) -> np.ndarray | None:
+    """The min-norm weights of ``host [B, k, d]`` (float64 rows, ``d < k``) over the ``live [B, k]``
+    rows, without the ``k x k`` Gramian; ``None`` when the answer fails its check.
 
     The optimum lies on a face of at most ``d + 1`` rows, so each problem is solved on a working
     set of rows (Wolfe's major cycle): SciPy's non-negative least squares (Lawson-Hanson, an exact
@@ -774,14 +813,13 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
     :func:`min_norm`'s tolerance. Each added row lowers the norm, so it ends; a cycle costs
     ``O(k d)`` for the scores and a solve on ``O(d)`` rows. The last cycle's scores check the
     result against that guarantee on every row (``<g_i, u> >= |u|^2 - slack`` everywhere and
-    ``<= |u|^2 + slack`` on the rows with weight); if that fails (or NNLS stops),
-    :func:`_working_set_min_norm` answers.
+    ``<= |u|^2 + slack`` on the rows with weight); if that fails (or NNLS stops), the caller
+    answers with :func:`_working_set_min_norm`.
     """
     from scipy.optimize import nnls  # imported at the first large solve: `import most` stays light
 
     _, tol_ = _resolve_options(max_iter, tol)
-    B, k, d = rows.shape
-    host, live = rows.detach().cpu().numpy(), mask.cpu().numpy()
+    B, k, d = host.shape
     lam = np.zeros((B, k))
     rhs = np.zeros(d + 1)
     rhs[-1] = 1.0
@@ -816,8 +854,8 @@ def _low_rank_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol:
                 raise RuntimeError("not optimal")
             lam[b, idx[work]] = weights
     except RuntimeError:  # also SciPy's "too many iterations" (older versions raise it)
-        return _working_set_min_norm(rows, mask, max_iter=max_iter, tol=tol)
-    return torch.from_numpy(lam).to(device=rows.device)
+        return None
+    return lam
 
 
 def _working_set_min_norm(rows: Tensor, mask: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
@@ -936,21 +974,27 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
             raise ValueError(f"`coordinates` {tuple(coordinates)} lie outside the {jacobian.shape[-1]} parameters of a "
                              "model; take them from problem.coordinates(name) or model.coordinates(name).")
         sub = jac64[..., start:stop]
-    rows = w64.unsqueeze(-1) * sub
-    if _low_rank(rows):  # more rows than coordinates: solved on small subsets of rows, no k x k Gramian
-        if not _all_finite(rows):
-            raise ValueError("The gradients times their weights overflow float64: the iterates are diverging; "
-                             "try a smaller `lr`.")
-        rows = _divide_pow2(rows, _pow2_scale(rows, (-2, -1)))
-        gram = None
+    if tol is None and jacobian.dtype in (torch.float32, torch.float16, torch.bfloat16):
+        tol = FLOAT32_TOL
+    if _low_rank(sub):  # more rows than coordinates: solved on small subsets of rows, no k x k Gramian
+        lam = _low_rank_weights(sub, w64, max_iter=max_iter, tol=tol)
     else:
-        gram = _gram(rows)
+        lam = _gram_weights(sub, w64, max_iter=max_iter, tol=tol)
+    direction = torch.bmm((lam * w64).unsqueeze(1), jac64).squeeze(1)
+    return (direction.to(dtype=jacobian.dtype, device=jacobian.device),
+            lam.to(dtype=jacobian.dtype, device=jacobian.device))
+
+
+def _gram_weights(sub: Tensor, w64: Tensor, *, max_iter: int | None, tol: float | None) -> Tensor:
+    """:func:`combine_min_norm`'s weights ``lambda [B, k]`` (float64, on ``sub``'s device) for
+    gradients ``sub [B, k, d]`` (float64) weighted by ``w64 [B, k]``, from their Gramian."""
+    rows = w64.unsqueeze(-1) * sub
+    gram = _gram(rows)
     norms = sub.norm(dim=-1)
     small = w64
-    if gram is not None and solve_device(gram.device, gram.numel()) != gram.device:
+    if solve_device(gram.device, gram.numel()) != gram.device:
         gram, norms, small = to_host([gram, norms, w64])  # the k x k problem on the host, in one copy
-    if gram is not None and (not torch.isfinite(gram).all()
-                             or bool(gram.diagonal(dim1=-2, dim2=-1).amax() < _TINY_GRAM)):
+    if not torch.isfinite(gram).all() or bool(gram.diagonal(dim1=-2, dim2=-1).amax() < _TINY_GRAM):
         # rows of ~1e200 (or ~1e-200): the Gramian of the rows divided by a power of two per problem
         # (exact; the weights do not depend on a common scale of the rows), so it neither overflows
         # nor underflows
@@ -960,20 +1004,11 @@ def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[in
         rows = _divide_pow2(rows, _pow2_scale(rows, (-2, -1)))
         sub = _divide_pow2(sub, _pow2_scale(sub, (-2, -1)))
         gram, norms = (t.to(gram.device) for t in (_gram(rows), sub.norm(dim=-1)))
-    if gram is not None:
-        gram = 0.5 * (gram + gram.transpose(1, 2))
+    gram = 0.5 * (gram + gram.transpose(1, 2))
     if not torch.isfinite(norms).all():  # huge rows with tiny weights: their norms after an exact rescaling
         norms = _divide_pow2(sub, _pow2_scale(sub, (-2, -1))).norm(dim=-1).to(norms.device)
     live = norms > ZERO_GRADIENT_RTOL * norms.amax(-1, keepdim=True)
-    if tol is None and jacobian.dtype in (torch.float32, torch.float16, torch.bfloat16):
-        tol = FLOAT32_TOL
     mask = (small > 0) & live
-    if gram is None:
-        lam = _low_rank_min_norm(rows, mask, max_iter=max_iter, tol=tol)
-    elif gram.shape[-1] > _GRAM_NNLS_MIN_ROWS and gram.device.type == "cpu":  # many rows, as many coordinates
-        lam = to_device(_gram_nnls_min_norm(gram, mask, max_iter=max_iter, tol=tol), jac64.device)
-    else:
-        lam = to_device(min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights, jac64.device)
-    direction = torch.einsum("bn,bnd->bd", lam * w64, jac64)
-    return (direction.to(dtype=jacobian.dtype, device=jacobian.device),
-            lam.to(dtype=jacobian.dtype, device=jacobian.device))
+    if gram.shape[-1] > _GRAM_NNLS_MIN_ROWS and gram.device.type == "cpu":  # many rows, as many coordinates
+        return to_device(_gram_nnls_min_norm(gram, mask, max_iter=max_iter, tol=tol), sub.device)
+    return to_device(min_norm(gram, mask=mask, max_iter=max_iter, tol=tol).weights, sub.device)
