@@ -681,16 +681,20 @@ instance's gradient per row instead (the section "one loss per instance" below: 
 variant within 5× TCH-Set at every target size). The min-norm solve is exact (NNLS on working sets of
 rows when there are more rows than coordinates, NNLS on the Gramian's Cholesky factor otherwise). When
 forward mode is sure (d < n / m), the rows' forward passes also give the round's loss matrix: one
-evaluation of the objectives a round instead of two (since d709c8f; the variant at n = 10⁴, d = 10 went
-from 4.15× to 3.15×). At n = 10³, d = 10 the variant's round is about 2.5 ms against TCH-Set's 0.5 ms:
-the d forward passes take about 0.8 ms (torch's cost per operation under forward mode; an operation
-between the parameters and a constant, such as `t - c`, runs a Python decomposition), the exact solve
-about 0.4 ms for five problems of ~290 rows (2.2 working-set cycles each, a few dozen NumPy and SciPy
-calls of microseconds; starting from the last round's support took 1.0 cycle but no time measurable in
-a round), the plan step about 0.25 ms. It meets the 5× limit in this run (4.58×; 5.02× and 4.56× in the
-last two runs before the change) but not with a margin: two 20-round runs of that case alone just
-before this grid gave 5.2× and 7.0× (a slow spell on the shared machine in the second), and one process
-alternating the two 5–6×. At d = 10³ the Gramian's exact solve took MGDA's round from 30.2 s to
+evaluation of the objectives a round instead of two (since d709c8f). At n = 10³, d = 10 the variant's
+round is about 2.2 ms against TCH-Set's 0.52 ms: the d forward passes take about 0.8 ms (torch's cost
+per operation under forward mode; an operation between the parameters and a constant, such as `t - c`,
+runs a Python decomposition), the min-norm phase about 0.75 ms (the rows checked and rescaled in NumPy
+after one copy, the exact solve of five problems of ~290 rows: 2.2 working-set cycles each, a few dozen
+NumPy and SciPy calls of microseconds), the plan step about 0.2 ms. At n = 10⁴ the forward passes are
+most of the round (d tangents through the function's [n, d] intermediates) and the exact solve of five
+problems of ~2000 rows about 1.8 ms (3 ms before the working sets took the smallest scores by
+partition instead of a full sort). The short cases run three passes: one run per method let a slow
+spell move a ratio by half. Across grid runs some sizes still change mode as a whole: TCH-Set's round at
+n = 10⁴ took 3.3 ms in every pass of this grid and 2.2 ms in every pass of the one before it (the
+variant then 10.3 ms, 4.70×), so the variant is 2.8–4.2× TCH-Set there with today's code; at d = 10³
+(one pass: MGDA takes minutes) TCH-Set's round was 7.9 ms here and 21–25 ms in the two grids before, which
+moves the default's ratio there between 0.6× and 1.9×. At d = 10³ the Gramian's exact solve took MGDA's round from 30.2 s to
 10–14 s (1000 rows per model; the 1000 reverse passes are the rest). The shares: at d = 10 the default's
 plan step (the load-bounded plan and its checks, a dozen tensor operations of 10–30 µs) is 0.2–0.3 ms, a fifth to a third of a
 millisecond round at any n ≥ 10³, and TCH-Set's own assignment (each objective's best model) is about a
