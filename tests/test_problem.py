@@ -68,6 +68,31 @@ def test_weighted_gradients_and_the_pullback_are_the_weighted_sums_of_the_jacobi
         problem.losses_with_pullback(params)[1](weights.T)
 
 
+@pytest.mark.parametrize("large", [False, True])
+def test_a_per_instance_pullback_is_the_weighted_sum_of_the_rows_whatever_its_form(large, monkeypatch):
+    # small blocks: the served instances' gradients, padded to the longest row; large ones (here forced):
+    # one reverse pass per model through its weighted losses, with no per-instance gradient at all
+    from most import problem as problem_module
+
+    if large:
+        monkeypatch.setattr(problem_module, "_PULLBACK_LOOP_VALUES", 1)
+        monkeypatch.setattr(most.Problem, "_instance_gradients", lambda *a: pytest.fail("per-instance gradients"))
+    instances, batch = _both(*_data())
+    params = torch.randn(4, 6, generator=torch.Generator().manual_seed(3))
+    weights = torch.rand(4, 40, generator=torch.Generator().manual_seed(4))
+    weights[1] = 0.0  # a model that serves nothing gets a zero direction
+    weights[0, ::2] = 0.0  # 20, 0, 40 and 1 rows
+    weights[3, 1:] = 0.0
+    losses, full = batch.jacobian(params)
+    values, pullback = instances.losses_with_pullback(params)
+    torch.testing.assert_close(values, losses)
+    grads = pullback(weights)
+    torch.testing.assert_close(grads, torch.einsum("mn,mnd->md", weights, full))
+    assert grads.dtype == params.dtype and not bool(grads[1].any())
+    torch.testing.assert_close(instances.weighted_gradients(params, weights.double())[1],
+                               torch.einsum("mn,mnd->md", weights, full))
+
+
 @pytest.mark.parametrize("vectorize", [True, False])
 def test_weighted_gradients_take_weights_computed_from_the_losses_of_the_same_pass(vectorize):
     instances, batch = _both(*_data())

@@ -50,6 +50,13 @@ Projection = Callable[[Tensor], Tensor]
 #: n x dim intermediates stay about this size, and the round loop holds a whole m x n x dim Jacobian only
 #: up to it (2^24 values, 64 MiB in float32).
 _JACOBIAN_VALUES = 2**24
+#: A per-instance problem's linear pullback (``losses_with_pullback``) runs one reverse pass per model
+#: through its weighted losses when the models' padded per-instance gradients would hold this many
+#: values per model or more (rows x dim); below it, the per-instance gradients of all models in one
+#: vectorised call cost less than a pass per model. Measured (2 cores, 1 thread; m = 5, ~280 rows per
+#: model): 28 ms instead of 157 at dim = 10^4, 2.5 ms instead of 3.5 at dim = 10^3; the other way,
+#: 1.2 ms instead of 0.44 at dim = 10 and 4.5 instead of 0.9 with m = 20 models of ~50 rows, dim = 100.
+_PULLBACK_LOOP_VALUES = 2**19
 
 
 @dataclass(frozen=True)
@@ -439,6 +446,8 @@ class Problem:
 
             def instance_pullback(w: Tensor) -> Tensor:
                 rows, valid = active_rows(w != 0)
+                if rows.shape[1] * self.dim >= _PULLBACK_LOOP_VALUES:
+                    return self._instance_weighted_gradients(params, w)
                 _, grads = self._instance_gradients(params, rows)  # padding rows get weight 0 below
                 return torch.einsum("mk,mkd->md", (w.gather(1, rows) * valid).to(grads), grads)
 
@@ -596,6 +605,28 @@ class Problem:
             pairs = [one_model(theta, idx) for theta, idx in zip(params, rows)]
             values, jac = torch.stack([v for v, _ in pairs]), torch.stack([j for _, j in pairs])
         return values.detach(), jac.detach()
+
+    def _instance_weighted_gradients(self, params: Tensor, w: Tensor) -> Tensor:
+        """``sum_i w[j, i] * grad L_i(theta_j)``, ``[m, dim]``, for a problem given per instance: per
+        model, one reverse pass through the weighted sum of the losses of the instances it weighs
+        (the model's parameters shared by them), without the per-instance gradients
+        (:meth:`_instance_gradients`) or the padding of the models' rows to the longest."""
+        data, loss = self.instances, _scalar_loss(self.instance_loss)
+        in_dims = (None,) + (0,) * len(data)
+        out = torch.zeros_like(params)
+        for j in range(params.shape[0]):
+            idx = w[j].nonzero().squeeze(1)
+            if idx.numel() == 0:
+                continue
+            weights, batch = w[j, idx], tuple(t[idx] for t in data)
+
+            def weighted(theta: Tensor) -> Tensor:
+                losses = vmap(loss, in_dims=in_dims)(theta, *batch)
+                return (losses * weights.to(losses.dtype)).sum()
+
+            with _vmap_errors():
+                out[j] = torch.func.grad(weighted)(params[j].detach())
+        return out
 
     def _check_rows(self, params: Tensor, rows: Tensor) -> None:
         if rows.ndim != 2 or rows.shape[0] != params.shape[0]:
