@@ -706,7 +706,10 @@ READING_INSTANCES = """**Reading the table.** The same objectives given one per 
 the served instances' own gradients (one vectorised backward pass per instance, `torch.func.grad`), not
 passes through a function of all n losses, so the paper's min-norm variant keeps within a small factor of
 TCH-Set where the `from_function` grid times out. The scalarised rows pay the per-instance form too (one
-vectorised call for the losses, per-instance gradients of the served rows for the direction). What the
+vectorised call for the losses; for the direction, the served instances' gradients in one vectorised call
+when they are few, else one reverse pass per model through its weighted losses: at d = 10⁴ that took the
+default from 1.85× TCH-Set to 1.26×). The default's direction weighs every objective and TCH-Set's only
+each model's worst, which is the default's remaining 1.3–1.7× at d ≥ 10⁴. What the
 min-norm rows still spend above TCH-Set is the min-norm problem itself: at d ≥ 10³, k ≈ 200 rows per model
 in more coordinates than rows, the k × k Gramian over all d coordinates (float64, k² d products per model:
 most of the min-norm share at d ≥ 10⁴) and its exact solve (NNLS on the Cholesky factor, about 8 ms for the
@@ -714,8 +717,8 @@ five problems; Frank–Wolfe took 46 ms and the round 0.12 s, 22.5× TCH-Set, be
 coordinates than rows it is NNLS on working sets (about 40 % of a round at d = 10). At d = 10 the plan
 step's fixed per-call costs weigh on millisecond rounds, as in the grid above. The cases are 5 rounds
 each: ratios of rounds of a few milliseconds move by up to several times between runs on this shared
-machine (four runs of this grid within a week on it: TCH-Set at n = 10³, d = 10³ took 26, 7.5, 5.5 and
-23 ms, the default 17, 17, 20 and 10 ms)."""
+machine (six runs of this grid within a week on it: TCH-Set at n = 10³, d = 10³ took 26, 7.5, 5.5, 23, 4.2
+and 22 ms, the default 17, 17, 20, 10, 14 and 15 ms); the short cases now run three passes."""
 
 
 def _atomic_write(path: Path, text: str) -> None:
