@@ -365,14 +365,13 @@ def run_grid(ns, ds, methods, *, base_n: int = BASE_N, base_d: int = BASE_D, m: 
     rows: list[dict[str, Any]] = []
     for k, (n, d, axes) in enumerate(grid_cases(ns, ds, base_n, base_d)):
         runs: dict[str, list[dict[str, Any]]] = {}  # method -> its row of each pass
-        first: dict[str, int] = {}
+        first = {name: i for i, name in enumerate(methods[k % len(methods):] + methods[:k % len(methods)])}
         for p in range(max(1, passes)):
             if p > 0:
                 ok = [name for name in methods if runs[name][0]["status"] == "ok"]
                 if not ok or sum(runs[name][0].get("wall_s", 0.0) for name in methods) > pass_budget:
                     break
             order = methods[(k + p) % len(methods):] + methods[:(k + p) % len(methods)]
-            first = first or {name: order.index(name) for name in order}
             for name in order:
                 if p > 0 and runs[name][0]["status"] != "ok":
                     continue
@@ -413,7 +412,7 @@ def _merge_passes(runs: dict[str, list[dict[str, Any]]], methods: list[str]) -> 
             continue
         ranked = sorted(ok, key=lambda r: r["s_per_round"])
         row = dict(ranked[(len(ranked) - 1) // 2])
-        row.update(order=runs[name][0]["order"], passes=len(ok), passes_failed=len(runs[name]) - len(ok),
+        row.update(passes=len(ok), passes_failed=len(runs[name]) - len(ok),
                    pass_s_per_round=[r["s_per_round"] for r in ok],
                    pass_ratio_tch=[r["s_per_round"] / ref[r["pass"]] for r in ok if r["pass"] in ref])
         out.append(row)

@@ -445,9 +445,10 @@ class Problem:
             values = self.loss_matrix(params)
 
             def instance_pullback(w: Tensor) -> Tensor:
-                rows, valid = active_rows(w != 0)
-                if rows.shape[1] * self.dim >= _PULLBACK_LOOP_VALUES:
+                served = w != 0
+                if max(1, int(served.sum(1).max())) * self.dim >= _PULLBACK_LOOP_VALUES:  # the padded rows x dim
                     return self._instance_weighted_gradients(params, w)
+                rows, valid = active_rows(served)
                 _, grads = self._instance_gradients(params, rows)  # padding rows get weight 0 below
                 return torch.einsum("mk,mkd->md", (w.gather(1, rows) * valid).to(grads), grads)
 
