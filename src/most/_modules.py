@@ -1,21 +1,191 @@
-"""Where a module's parameters sit in the flat parameter vector ``theta [d]``."""
+"""An ``nn.Module``'s trainable parameters as one flat vector ``theta [d]``, and what stays fixed.
+
+:class:`ModuleLayout` is shared by the problems built from modules
+(:meth:`most.Problem.from_module`, :meth:`most.Problem.from_datasets`): the m models are rows of
+one ``[m, d]`` tensor, and a model's forward pass is :func:`torch.func.functional_call` of one
+template module with that row's parameters. Parameters with ``requires_grad=False`` (a frozen
+backbone) are not part of ``theta``: they keep the template's values, shared by every model, as
+do the buffers.
+"""
 
 from __future__ import annotations
 
-from torch import nn
+import copy
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+from torch.func import functional_call
+
+from ._random import derive_seed
 
 
-def parameter_range(module: nn.Module, name: str, *, owner: str = "The module") -> tuple[int, int]:
+def parameter_range(module: nn.Module, name: str, *, owner: str = "The module",
+                    trainable_only: bool = False) -> tuple[int, int]:
     """``(start, stop)`` of parameter ``name`` of ``module`` in the flat vector of its parameters
-    (``named_parameters()`` order); ``"last"`` is the last parameter (e.g. the final layer's bias).
-    ``owner`` names the module in the error for an unknown name."""
+    (``named_parameters()`` order; with ``trainable_only``, of those with ``requires_grad``);
+    ``"last"`` is the last one (e.g. the final layer's bias). ``owner`` names the module in the
+    error for an unknown name."""
     layout, start = {}, 0
     for key, p in module.named_parameters():
+        if trainable_only and not p.requires_grad:
+            continue
         layout[key] = (start, start + p.numel())
         start += p.numel()
     if name == "last":
         name = list(layout)[-1]
     if name not in layout:
-        raise ValueError(f"{owner} has no parameter {name!r}; its parameters are "
-                         f"{', '.join(repr(n) for n in layout)} (or 'last').")
+        frozen = trainable_only and name in dict(module.named_parameters())
+        raise ValueError(f"{owner} has no {'trainable ' if frozen else ''}parameter {name!r}"
+                         + (" (it has requires_grad=False, so it is not part of the models' parameters)"
+                            if frozen else "")
+                         + f"; its parameters are {', '.join(repr(n) for n in layout)} (or 'last').")
     return layout[name]
+
+
+class ModuleLayout:
+    """Where a module's trainable parameters sit in ``theta [d]``, and its fixed state.
+
+    Args:
+        factory: ``() -> nn.Module``, called once here for the template (architecture, buffers,
+            frozen parameters) and once per model by :meth:`init`.
+    """
+
+    def __init__(self, factory: Callable[[], nn.Module]):
+        check_factory(factory)
+        template = factory()
+        if not isinstance(template, nn.Module):
+            raise ValueError(f"`model()` must return an nn.Module; got {type(template).__name__}.")
+        named = list(template.named_parameters())
+        if not named:
+            raise ValueError("The module has no parameters to train.")
+        trainable = [(k, p) for k, p in named if p.requires_grad]
+        if not trainable:
+            raise ValueError(
+                f"The module has no trainable parameter: all {len(named)} of its parameters have "
+                "requires_grad=False. Leave the part to train trainable, e.g. "
+                "`for p in net.head.parameters(): p.requires_grad_(True)` in the factory."
+            )
+        check_running_stats(template)
+        self.factory, self.template = factory, template
+        self.names = [k for k, _ in trainable]
+        self.shapes = [p.shape for _, p in trainable]
+        self.sizes = [math.prod(s) for s in self.shapes]
+        #: buffers and frozen parameters: the template's, the same for every model
+        self.fixed = {k: p.detach() for k, p in named if not p.requires_grad}
+        self.fixed.update(template.named_buffers())
+        self._values: dict[tuple[int, ...], int] = {}
+
+    @property
+    def dim(self) -> int:
+        return sum(self.sizes)
+
+    @property
+    def frozen(self) -> list[str]:
+        """The names of the parameters that are not trained (``requires_grad=False``)."""
+        return [k for k, p in self.template.named_parameters() if not p.requires_grad]
+
+    def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
+        """The trainable parameters held by ``theta [d]``, by name."""
+        parts = torch.split(theta, self.sizes)
+        return {k: p.reshape(s) for k, p, s in zip(self.names, parts, self.shapes)}
+
+    def forward(self, theta: Tensor, *inputs: Tensor) -> Tensor:
+        """The template module run on ``inputs`` with the parameters ``theta [d]``."""
+        return functional_call(self.template, {**self.fixed, **self.unflatten(theta)}, inputs)
+
+    def values_per_sample(self, input_shape: tuple[int, ...]) -> int:
+        """About how many numbers one input of shape ``input_shape`` makes in a forward pass (see
+        :func:`values_per_sample`); measured once per shape."""
+        if input_shape not in self._values:
+            state = {k: torch.zeros(s) for k, s in zip(self.names, self.shapes)}
+            state.update({k: v.detach().to("cpu").clone() for k, v in self.fixed.items()})
+            self._values[input_shape] = values_per_sample(self.template, state, input_shape)
+        return self._values[input_shape]
+
+    def init(self, m: int, generator: torch.Generator) -> Tensor:
+        """``[m, d]``: the trainable parameters of ``m`` fresh modules from the factory, built
+        under a seed drawn from ``generator``."""
+        wanted = set(self.names)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(derive_seed(generator))
+            flats = [torch.cat([p.detach().reshape(-1) for k, p in self.factory().named_parameters() if k in wanted])
+                     for _ in range(m)]
+        return torch.stack(flats)
+
+    def to_modules(self, params: Tensor) -> list[nn.Module]:
+        """One copy of the template per row of ``params [m, d]``, holding that row's parameters."""
+        modules = []
+        for theta in params:
+            module = copy.deepcopy(self.template)
+            with torch.no_grad():
+                for name, value in self.unflatten(theta.detach()).items():
+                    module.get_parameter(name).copy_(value)
+            modules.append(module)
+        return modules
+
+    def coordinates(self, name: str) -> tuple[int, int]:
+        """``(start, stop)`` of trainable parameter ``name`` in ``theta`` (``"last"``: the last)."""
+        return parameter_range(self.template, name, trainable_only=True)
+
+
+def values_per_sample(template: nn.Module, state: dict[str, Tensor], input_shape: tuple[int, ...]) -> int:
+    """About how many numbers one input of shape ``input_shape`` makes in a forward pass of
+    ``template`` with ``state`` (CPU tensors): twice the outputs of its leaf submodules (for the
+    functional steps between them), from a pass over two zero inputs. Evaluations size their
+    chunks with it, so that a convolutional model is evaluated in pieces that fit where a linear
+    one goes in one. A module that cannot run so counts its inputs alone."""
+    total = 0
+
+    def count(_module, _inputs, output):
+        nonlocal total
+        if isinstance(output, Tensor):
+            total += output.numel()
+
+    leaves = [mod for mod in template.modules() if not any(True for _ in mod.children())]
+    hooks = [mod.register_forward_hook(count) for mod in leaves]
+    try:
+        # two zero samples on the CPU: the meta device would do, but its first use imports
+        # torch's decompositions (sympy, torch._dynamo: about 1 s in a fresh process)
+        with torch.no_grad():
+            functional_call(template, state, (torch.zeros(2, *input_shape),))
+        total //= 2
+    except Exception:
+        total = math.prod(input_shape)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return max(1, 2 * total)
+
+
+def check_factory(model) -> None:
+    """Refuses a ``model`` that is not a factory ``() -> nn.Module``."""
+    if isinstance(model, nn.Module):
+        raise TypeError(
+            f"`model` must be a factory () -> nn.Module, not a module instance: got a {type(model).__name__} "
+            f"instance. Pass a function that builds a new one, e.g. `lambda: {type(model).__name__}(...)` "
+            "(it is called once per model, under the solver's seed, so the models start from different "
+            "parameters)."
+        )
+    if not callable(model):
+        raise ValueError("`model` must be a factory () -> nn.Module, e.g. `lambda: nn.Linear(3, 1)`.")
+
+
+def check_running_stats(template: nn.Module) -> None:
+    """Refuses normalisation layers that update running statistics in training mode: the m models
+    are evaluated at once (:func:`torch.func.vmap`) and would all write into the same buffers."""
+    base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
+    for name, module in template.named_modules():
+        if isinstance(module, base) and module.training and getattr(module, "track_running_stats", False):
+            raise ValueError(RUNNING_STATS.format(where=f"The module's layer {name!r} ({type(module).__name__})"))
+
+
+RUNNING_STATS = (
+    "{where} updates running statistics (running_mean/running_var) in training mode; the models are "
+    "evaluated together and would all write into the same buffers, so this is not supported. Choose one: "
+    "put the layer in evaluation mode in the factory (`layer.eval()`, or `net.eval()` for a pretrained "
+    "backbone: every model then normalises with the layer's stored statistics, which stay fixed); build it "
+    "with `track_running_stats=False` (it normalises with each batch's statistics); or use `nn.GroupNorm` "
+    "or `nn.LayerNorm`."
+)

@@ -38,7 +38,8 @@ import torch.autograd.forward_ad as _fwad
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value, jacrev, jvp, vjp, vmap
 
-from ._modules import parameter_range
+from ._evaluator import Evaluator
+from ._modules import RUNNING_STATS, ModuleLayout, check_factory
 from ._random import derive_seed
 from ._validation import as_tensor, check_has_data, check_positive_int
 
@@ -96,8 +97,8 @@ class Problem:
     vectorize: bool = True
     bounds: tuple[Tensor | float, Tensor | float] | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    unflatten: Callable[[Tensor], dict[str, Tensor]] | None = field(default=None, repr=False)
-    template: nn.Module | None = field(default=None, repr=False)
+    layout: ModuleLayout | None = field(default=None, repr=False)
+    evaluator: "Evaluator | None" = field(default=None, repr=False)
     instance_loss: Callable[..., Tensor] | None = field(default=None, repr=False)
     instances: tuple[Tensor, ...] | None = field(default=None, repr=False)
 
@@ -195,19 +196,11 @@ class Problem:
         objectives = _check_module_objectives(model, objectives)
         names = _check_names(names)
         labels = list(names) if names is not None else None
-        template, param_names, shapes = _module_template(model)
-        sizes = [math.prod(s) for s in shapes]
-        buffers = {name: b for name, b in template.named_buffers()}
-
-        def unflatten(theta: Tensor) -> dict[str, Tensor]:
-            parts = torch.split(theta, sizes)
-            return {n: p.reshape(s) for n, p, s in zip(param_names, parts, shapes)}
+        layout = ModuleLayout(model)
 
         def forward_of(theta: Tensor) -> Callable[..., Tensor]:
-            state = {**buffers, **unflatten(theta)}
-
             def forward(*inputs: Tensor) -> Tensor:
-                return functional_call(template, state, inputs)
+                return layout.forward(theta, *inputs)
 
             return forward
 
@@ -219,17 +212,84 @@ class Problem:
             return _objective_loss(objectives[k](forward_of(theta)), k, labels, _tracked(theta))
 
         fn = _PerObjective(losses, one)
+        return cls(fn=fn, dim=layout.dim, n_objectives=len(objectives), init=layout.init, names=names,
+                   metadata=dict(metadata or {}), layout=layout)
 
-        def init(m: int, generator: torch.Generator) -> Tensor:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(derive_seed(generator))
-                flats = [
-                    torch.cat([p.detach().reshape(-1) for p in model().parameters()]) for _ in range(m)
-                ]
-            return torch.stack(flats)
+    @classmethod
+    def from_datasets(
+        cls,
+        model: Callable[[], nn.Module],
+        datasets: Sequence[Sequence[Tensor]] | Sequence[Tensor],
+        loss: Callable[..., Tensor],
+        *,
+        objective_index: Tensor | None = None,
+        n_objectives: int | None = None,
+        batch_size: int | None = None,
+        names: Sequence[str] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> "Problem":
+        r"""Many objectives with their own data: objective i is a model's mean loss on dataset i.
 
-        return cls(fn=fn, dim=sum(sizes), n_objectives=len(objectives), init=init, names=names,
-                   metadata=dict(metadata or {}), unflatten=unflatten, template=template)
+        .. math:: L_i(\theta) = \frac{1}{|D_i|} \sum_{(x, y) \in D_i} \ell(f_\theta(x), y)
+
+        The common case of many tasks, domains or clients, each with a dataset of its own (of any
+        length). Every objective at every model is one vectorised pass over the stacked rows
+        (the m models at once, the per-objective means by a segment sum), where
+        :meth:`from_module` calls one Python function per objective: the same losses, many
+        times faster when the objectives are many.
+
+        Args:
+            model: a factory ``() -> nn.Module`` (as in :meth:`from_module`). Parameters with
+                ``requires_grad=False`` stay as the template has them and are not trained.
+            datasets: one tuple of tensors per objective, ``(inputs, *targets)``, each with one
+                row per sample (lengths may differ between objectives); or, with
+                ``objective_index``, one tuple of stacked tensors of all objectives' rows.
+            loss: ``loss(output, *targets) -> [rows]``, one loss per row (not reduced), e.g.
+                ``lambda out, y: F.cross_entropy(out, y, reduction="none")``.
+            objective_index: ``[N]`` integers, the objective of each stacked row.
+            n_objectives: with ``objective_index``: n (default: its largest value + 1).
+            batch_size: rows per objective drawn without replacement at each evaluation of a run
+                (from the run's generator: reproducible, resumed from checkpoints); ``None``
+                uses every row. Evaluations without a generator (the final losses, selection)
+                use every row.
+            names: optional objective names.
+            metadata: free-form information.
+
+        Examples:
+            >>> import torch, most
+            >>> from torch import nn
+            >>> tasks = [(torch.randn(n, 3), torch.randn(n, 1)) for n in (20, 35, 12)]
+            >>> problem = most.Problem.from_datasets(
+            ...     lambda: nn.Linear(3, 1), tasks, lambda out, y: ((out - y) ** 2).sum(-1))
+            >>> problem.n_objectives, problem.dim, problem.loss_matrix(torch.zeros(2, 4)).shape
+            (3, 4, torch.Size([3, 2]))
+        """
+        from ._datasets import DatasetsEvaluator, check_batch_size, check_loss, stack_datasets
+
+        if not callable(loss):
+            raise TypeError("`loss` must be callable loss(output, *targets) -> [rows], one loss per row.")
+        check_factory(model)
+        data, owner, n = stack_datasets(datasets, objective_index, n_objectives)
+        names = _check_names(names)
+        if names is not None and len(names) != n:
+            raise ValueError(f"`names` has {len(names)} entries but there are {n} objectives; give one name per objective.")
+
+        def label(i: int) -> str:
+            return f"objective {i}" + (f" ({names[i]!r})" if names is not None else "")
+
+        layout = ModuleLayout(model)
+        counts = torch.bincount(owner.cpu(), minlength=n)
+        batch_size = check_batch_size(batch_size, counts, label)
+        evaluator = DatasetsEvaluator(layout, data, owner, n, loss, batch_size)
+        check_loss(evaluator, torch.cat([p.detach().reshape(-1) for p in
+                                         (layout.template.get_parameter(k) for k in layout.names)]), label)
+        every_row = evaluator.all
+
+        def fn(theta: Tensor) -> Tensor:  # exact losses of one model, for code that calls fn directly
+            return evaluator.mean_losses(theta, every_row)
+
+        return cls(fn=fn, dim=layout.dim, n_objectives=n, init=layout.init, names=names,
+                   metadata=dict(metadata or {}), layout=layout, evaluator=evaluator)
 
     @classmethod
     def from_instances(
@@ -369,9 +429,20 @@ class Problem:
         return (torch.as_tensor(lo).to(params).expand(params.shape[-1]),
                 torch.as_tensor(hi).to(params).expand(params.shape[-1]))
 
-    def loss_matrix(self, params: Tensor) -> Tensor:
-        """The loss matrix ``L[i, j] = L_i(theta_j)``, shape ``[n, m]`` (paper Eq. 2's cost)."""
+    @property
+    def stochastic(self) -> bool:
+        """Whether evaluations given a generator estimate the objectives on mini-batches drawn from
+        it (:meth:`from_datasets` with a ``batch_size``); without one they are exact."""
+        return self.evaluator is not None and self.evaluator.stochastic
+
+    def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        """The loss matrix ``L[i, j] = L_i(theta_j)``, shape ``[n, m]`` (paper Eq. 2's cost).
+
+        ``generator``: the run's, from which a :attr:`stochastic` problem draws its mini-batches
+        (the other problems ignore it)."""
         params = self._check_params(params)
+        if self.evaluator is not None:
+            return self.evaluator.loss_matrix(params, generator=generator)
         with torch.no_grad(), _vmap_errors():
             if self.vectorize:
                 losses = vmap(self._call, randomness="same")(params)
@@ -379,9 +450,11 @@ class Problem:
                 losses = torch.stack([self._call(p) for p in params])
         return losses.T
 
-    def jacobian(self, params: Tensor) -> tuple[Tensor, Tensor]:
+    def jacobian(self, params: Tensor, *, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and per-objective gradients ``[m, n, dim]`` at every model."""
         params = self._check_params(params)
+        if self.evaluator is not None:
+            return self.evaluator.jacobian(params, generator=generator)
         if self.instances is not None:
             rows = torch.arange(self.n_objectives, device=params.device).expand(params.shape[0], -1)
             values, jac = self._instance_gradients(params, rows)
@@ -408,7 +481,7 @@ class Problem:
         return values.T, jac
 
     def weighted_gradients(self, params: Tensor, weights: Tensor | Callable[[Tensor], Tensor], *,
-                           return_weights: bool = False):
+                           return_weights: bool = False, generator: torch.Generator | None = None):
         """Losses ``[n, m]`` and, for each model, the gradient of its weighted sum of the losses,
         ``sum_i weights[j, i] * grad L_i(theta_j)``, ``[m, dim]``.
 
@@ -424,12 +497,13 @@ class Problem:
 
         if not callable(weights):
             check_weights(weights, m, n)
-        values, pullback = self.losses_with_pullback(params)
+        values, pullback = self.losses_with_pullback(params, generator=generator)
         w = check_weights(weights(values.T) if callable(weights) else weights, m, n)
         out = values, pullback(w)
         return (*out, w) if return_weights else out
 
-    def losses_with_pullback(self, params: Tensor) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+    def losses_with_pullback(self, params: Tensor, *, generator: torch.Generator | None = None
+                             ) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
         """The loss matrix ``[n, m]`` and the reverse pass from it: ``pullback(w)`` with ``w [m, n]``
         returns ``sum_i w[j, i] * grad L_i(theta_j)``, ``[m, dim]``, from the same forward pass.
 
@@ -441,6 +515,13 @@ class Problem:
         """
         params = self._check_params(params)
         m, n = params.shape[0], self.n_objectives
+        if self.evaluator is not None:
+            values, evaluator_pullback = self.evaluator.losses_with_pullback(params, generator=generator)
+
+            def checked_pullback(w: Tensor) -> Tensor:
+                return evaluator_pullback(check_weights(w, m, n))
+
+            return values, checked_pullback
         if self.instances is not None:
             values = self.loss_matrix(params)
 
@@ -478,7 +559,8 @@ class Problem:
 
         return values.T, pullback
 
-    def active_jacobian(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
+    def active_jacobian(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None
+                        ) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and the gradients of selected objectives only, ``[m, k, dim]``.
 
         ``rows [m, k]`` holds, for each model, the indices of the objectives whose gradients
@@ -491,6 +573,8 @@ class Problem:
         """
         params = self._check_params(params)
         self._check_rows(params, rows)
+        if self.evaluator is not None:
+            return self.evaluator.active_jacobian(params, rows, generator=generator)
         if self.instances is not None:
             return self.loss_matrix(params), self._instance_gradients(params, rows)[1]
         n = self.n_objectives
@@ -533,11 +617,13 @@ class Problem:
         the rows of every objective cost the same as the selected ones. It then equals
         :meth:`jacobian` cut to the rows, value for value. Problems given per instance and modules
         built per objective (:meth:`from_module`) have their own paths: ``False``."""
+        if self.evaluator is not None:
+            return self.evaluator.forward_rows(k)
         if self.instances is not None or (isinstance(self.fn, _PerObjective) and min(k, self.dim) > 1):
             return False
         return self.dim < k
 
-    def active_gradients(self, params: Tensor, rows: Tensor) -> Tensor:
+    def active_gradients(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         """The gradients of :meth:`active_jacobian` without the losses, ``[m, k, dim]``.
 
         The round loop calls this for a step taken at the parameters where it has just
@@ -547,6 +633,8 @@ class Problem:
         """
         params = self._check_params(params)
         self._check_rows(params, rows)
+        if self.evaluator is not None:
+            return self.evaluator.active_gradients(params, rows, generator=generator)
         if self.instances is not None:
             return self._instance_gradients(params, rows)[1]
         return self.active_jacobian(params, rows)[1]
@@ -677,24 +765,31 @@ class Problem:
             ((24, 26), (12, 16))
             >>> combiner = most.MinNorm(coordinates=problem.coordinates("last"))  # the paper's speed-up
         """
-        if self.template is None:
-            raise ValueError("coordinates() needs a problem built with Problem.from_module().")
-        return parameter_range(self.template, name)
+        if self.layout is None:
+            raise ValueError("coordinates() needs a problem built from a module (Problem.from_module or "
+                             "Problem.from_datasets).")
+        return self.layout.coordinates(name)
 
     def to_modules(self, params: Tensor) -> list[nn.Module]:
-        """For :meth:`from_module` problems: one ``nn.Module`` per row of ``params``."""
-        if self.template is None or self.unflatten is None:
-            raise ValueError("to_modules() needs a problem built with Problem.from_module().")
-        import copy
+        """For problems built from a module (:meth:`from_module`, :meth:`from_datasets`): one
+        ``nn.Module`` per row of ``params``, holding its trainable parameters (frozen ones and
+        buffers as in the template)."""
+        if self.layout is None:
+            raise ValueError("to_modules() needs a problem built from a module (Problem.from_module or "
+                             "Problem.from_datasets).")
+        return self.layout.to_modules(params)
 
-        modules = []
-        for theta in params:
-            module = copy.deepcopy(self.template)
-            with torch.no_grad():
-                for name, value in self.unflatten(theta.detach()).items():
-                    module.get_parameter(name).copy_(value)
-            modules.append(module)
-        return modules
+    @property
+    def template(self) -> nn.Module | None:
+        """The template module of a problem built from a module, else ``None``."""
+        return None if self.layout is None else self.layout.template
+
+    def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
+        """For problems built from a module: the trainable parameters held by ``theta [dim]``, by name."""
+        if self.layout is None:
+            raise ValueError("unflatten() needs a problem built from a module (Problem.from_module or "
+                             "Problem.from_datasets).")
+        return self.layout.unflatten(theta)
 
     def with_objectives(self, weights: Tensor, *, names: Sequence[str] | None = None, **metadata: Any) -> "Problem":
         """A problem whose objectives are ``weights @ L(theta)`` (``weights``: [n', n])."""
@@ -725,8 +820,7 @@ class Problem:
             vectorize=self.vectorize,
             bounds=self.bounds,
             metadata={**self.metadata, **metadata},
-            unflatten=self.unflatten,
-            template=self.template,
+            layout=self.layout,
         )
 
 
@@ -843,15 +937,7 @@ def _check_bounds(bounds, dim: int, *, init_given: bool) -> None:
 def _check_module_objectives(model, objectives) -> list:
     """:meth:`Problem.from_module`'s ``model`` (a factory) and ``objectives`` (callables) checked;
     the objectives as a list."""
-    if isinstance(model, nn.Module):
-        raise TypeError(
-            f"`model` must be a factory () -> nn.Module, not a module instance: got a {type(model).__name__} "
-            f"instance. Pass a function that builds a new one, e.g. `lambda: {type(model).__name__}(...)` "
-            "(it is called once per model, under the solver's seed, so the models start from different "
-            "parameters)."
-        )
-    if not callable(model):
-        raise ValueError("`model` must be a factory () -> nn.Module, e.g. `lambda: nn.Linear(3, 1)`.")
+    check_factory(model)
     if isinstance(objectives, nn.Module) or callable(objectives):
         raise TypeError(
             "`objectives` must be a sequence of callables, one per objective, e.g. `[loss_0, loss_1]`; "
@@ -866,37 +952,6 @@ def _check_module_objectives(model, objectives) -> list:
                 f"objective {k} must be a callable objective(forward) -> scalar loss; got {type(obj).__name__}."
             )
     return objectives
-
-
-def _module_template(model: Callable[[], nn.Module]) -> tuple[nn.Module, list[str], list[torch.Size]]:
-    """``model()`` (checked: an ``nn.Module`` with parameters and no running statistics), its
-    parameters' names and shapes."""
-    template = model()
-    if not isinstance(template, nn.Module):
-        raise ValueError(f"`model()` must return an nn.Module; got {type(template).__name__}.")
-    param_names = [name for name, _ in template.named_parameters()]
-    shapes = [p.shape for _, p in template.named_parameters()]
-    if not param_names:
-        raise ValueError("The module has no parameters to train.")
-    _check_no_running_stats(template)
-    return template, param_names, shapes
-
-
-def _check_no_running_stats(template: nn.Module) -> None:
-    """Refuses normalisation layers that update running statistics in training mode: the m models
-    are evaluated at once (:func:`torch.func.vmap`) and would all write into the same buffers."""
-    base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
-    for name, module in template.named_modules():
-        if isinstance(module, base) and module.training and getattr(module, "track_running_stats", False):
-            raise ValueError(_RUNNING_STATS.format(where=f"The module's layer {name!r} ({type(module).__name__})"))
-
-
-_RUNNING_STATS = (
-    "{where} updates running statistics (running_mean/running_var) in training mode, which is not "
-    "supported: the models are evaluated together and would all write into the same buffers. Build the "
-    "layer with `track_running_stats=False` (e.g. `nn.BatchNorm1d(3, track_running_stats=False)`, which "
-    "normalises with the statistics of each batch), or use `nn.GroupNorm` or `nn.LayerNorm`."
-)
 
 
 def _tracked(t: Tensor) -> bool:
@@ -957,7 +1012,7 @@ def _vmap_errors():
     except RuntimeError as exc:
         text = str(exc)
         if "Batch norm got a batched tensor" in text:
-            raise ValueError(_RUNNING_STATS.format(where="A batch-norm layer of the module")) from exc
+            raise ValueError(RUNNING_STATS.format(where="A batch-norm layer of the module")) from exc
         if "vmap" in text and (".item()" in text or "data-dependent control flow" in text):
             raise ValueError(
                 "The problem's function cannot be evaluated for all models at once: it calls `.item()` "

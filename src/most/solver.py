@@ -228,7 +228,7 @@ def run(
                          assignment=assignment, weighting=weighting, combiner=combiner, seed=seed, progress=progress,
                          description=description, callback=callback, optimizer=optimizer, checkpoint=checkpoint,
                          seeding=seeding, reseed=reseed)
-        return _drive(job.steps(), problem)
+        return _drive(job.steps(), problem, job.generator)
 
 
 @contextmanager
@@ -265,49 +265,58 @@ class _Ask:
 
     ``kind`` is a key of :data:`_EVALUATIONS` (the problem method called with ``params`` and, for
     the ``active_*`` kinds, ``rows``), or ``"pull"``: the reverse pass ``pullback(weights)`` of an
-    earlier ``"pullback"`` ask. ``first`` marks a run's first evaluation (:func:`_objective_errors`).
+    earlier ``"pullback"`` ask. ``first`` marks a run's first evaluation (:func:`_objective_errors`);
+    ``exact`` one that draws no mini-batch from the run's generator (the final losses).
     """
 
     kind: str
     params: Tensor | None = None
     rows: Tensor | None = None
     first: bool = False
+    exact: bool = False
     pullback: Callable[[Tensor], Tensor] | None = None
     weights: Tensor | None = None
 
 
-def _evaluate(problem: Problem, ask: _Ask, params: Tensor, rows: Tensor | None):
+def _evaluate(problem: Problem, ask: _Ask, params: Tensor, rows: Tensor | None,
+              generator: torch.Generator | None):
     call = getattr(problem, _EVALUATIONS[ask.kind])
     args = (params,) if rows is None else (params, rows)
+    generator = None if ask.exact else generator
     if not ask.first:
-        return call(*args)
+        return call(*args, generator=generator)
     with _objective_errors(problem, params):
-        return call(*args)
+        return call(*args, generator=generator)
 
 
-def _answer(problem: Problem, ask: _Ask) -> tuple[object, float]:
-    """One run's ask, answered directly: ``(value, seconds)``."""
+def _answer(problem: Problem, ask: _Ask, generator: torch.Generator | None) -> tuple[object, float]:
+    """One run's ask, answered directly (mini-batches, if any, from the run's ``generator``):
+    ``(value, seconds)``."""
     tic = time.perf_counter()
     if ask.kind == "pull":
         value = ask.pullback(ask.weights)
     else:
-        value = _evaluate(problem, ask, ask.params, ask.rows)
+        value = _evaluate(problem, ask, ask.params, ask.rows, generator)
     return value, time.perf_counter() - tic
 
 
-def _drive(steps: Generator[_Ask, tuple, Result], problem: Problem) -> Result:
+def _drive(steps: Generator[_Ask, tuple, Result], problem: Problem, generator: torch.Generator | None) -> Result:
     """Runs one run's rounds (the generator of :meth:`_Job.steps`) to its result."""
     try:
         ask = next(steps)
         while True:
-            ask = steps.send(_answer(problem, ask))
+            ask = steps.send(_answer(problem, ask, generator))
     except StopIteration as stop:
         return stop.value
 
 
-def _objectives_key(problem: Problem) -> tuple:
+def _objectives_key(problem: Problem, generator: torch.Generator) -> tuple:
     """Problems with equal keys compute the same losses from the same parameters (the same
-    function and instances): their runs' evaluations can be one call."""
+    function and instances): their runs' evaluations can be one call. The runs of a
+    :attr:`~most.Problem.stochastic` problem draw their mini-batches from their own generators,
+    so each keeps its evaluations."""
+    if problem.evaluator is not None:
+        return problem.evaluator.key() + ((id(generator),) if problem.stochastic else ())
     return (id(problem.fn), id(problem.instance_loss), id(problem.instances), problem.vectorize,
             problem.n_objectives, problem.dim)
 
@@ -341,9 +350,12 @@ def _columns(values: Tensor, a: int, b: int) -> Tensor:
     return values[:, a:b].clone()
 
 
-def _answer_together(problem: Problem, members: list[int], asks: list[_Ask]) -> list[object]:
+def _answer_together(problem: Problem, members: list[int], asks: list[_Ask],
+                     generator: torch.Generator) -> list[object]:
     """The asks of runs ``members`` (one kind, the same objectives) answered with one evaluation
-    of all their models; the values in the members' order."""
+    of all their models (mini-batches, if any, from the first member's ``generator``: runs share
+    an evaluation of a stochastic problem only when they share a generator); the values in the
+    members' order."""
     ask = asks[0]
     if ask.kind == "pull":
         pulled = ask.pullback.pull({i: a.weights for i, a in zip(members, asks)})
@@ -351,7 +363,7 @@ def _answer_together(problem: Problem, members: list[int], asks: list[_Ask]) -> 
     sizes = [int(a.params.shape[0]) for a in asks]
     bounds = [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes))]
     rows = None if ask.rows is None else torch.cat([a.rows for a in asks])
-    value = _evaluate(problem, ask, torch.cat([a.params for a in asks]), rows)
+    value = _evaluate(problem, ask, torch.cat([a.params for a in asks]), rows, generator)
     if ask.kind == "losses":
         return [_columns(value, a, b) for a, b in bounds]
     if ask.kind == "pullback":
@@ -364,7 +376,7 @@ def _answer_together(problem: Problem, members: list[int], asks: list[_Ask]) -> 
     return [(_columns(losses, a, b), jac[a:b]) for a, b in bounds]
 
 
-def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result]]],
+def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result], torch.Generator]],
                  on_error: Callable[[int, Exception], None] | None = None) -> list[Result | None]:
     """Runs several runs' rounds in step: at each point, the asks of the runs whose objectives are
     the same (:func:`_objectives_key`), of one kind (and, for gradients of selected rows, as many
@@ -403,7 +415,7 @@ def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result]]],
                 key = ("pull", id(ask.pullback))
             else:
                 params = ask.params
-                key = (ask.kind, ask.first, _objectives_key(jobs[i][0]), params.dtype, params.device,
+                key = (ask.kind, ask.first, _objectives_key(jobs[i][0], jobs[i][2]), params.dtype, params.device,
                        None if ask.rows is None else int(ask.rows.shape[1]))
             groups.setdefault(key, []).append(i)
         answered = False
@@ -415,13 +427,14 @@ def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result]]],
                 for i in members:
                     shared.pop(i, None)
             elif len(members) == 1:
-                answer = _answer(jobs[members[0]][0], first)
+                answer = _answer(jobs[members[0]][0], first, jobs[members[0]][2])
                 advance(members[0], answer)
                 answered = True
                 continue
             tic = time.perf_counter()
             try:
-                values = _answer_together(jobs[members[0]][0], members, [asks[i] for i in members])
+                values = _answer_together(jobs[members[0]][0], members, [asks[i] for i in members],
+                                          jobs[members[0]][2])
             except Exception as exc:  # the shared objectives failed: every run of the group
                 if on_error is None:
                     raise
@@ -530,7 +543,8 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
             jobs.append(job)
         live = [k for k, job in enumerate(jobs) if job is not None]
         bar.update(sum(jobs[k].first_round for k in live))  # the rounds resumed runs had made
-        results = _drive_batch([(jobs[k].problem, jobs[k].steps(on_round=bar.update)) for k in live],
+        results = _drive_batch([(jobs[k].problem, jobs[k].steps(on_round=bar.update), jobs[k].generator)
+                                for k in live],
                                on_error=None if errors == "raise" else
                                lambda i, exc: failures.__setitem__(live[i], exc))
         bar.close()
@@ -605,7 +619,7 @@ class _Job:
                 checkpoint.save(loop.state(t + 1), self.generator, settings=self.settings)
             if on_round is not None:
                 on_round()
-        final, _ = yield _Ask("losses", loop.params)
+        final, _ = yield _Ask("losses", loop.params, exact=True)
         _check_finite(final, None, problem, rounds, None)
         return Result(params=loop.params.detach(), assignment=loop.plan.detach(), losses=final, history=loop.history,
                       problem=problem)

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from .._modules import parameter_range
+from .._modules import parameter_range, values_per_sample
 from .._random import derive_seed
 
 __all__ = ["FlatModel", "logistic_regression", "cnn"]
@@ -119,29 +119,9 @@ class FlatModel:
         cache = self.__dict__.setdefault("_values_per_sample", {})
         shape = tuple(int(v) for v in input_shape)
         if shape not in cache:
-            total = 0
-
-            def count(_module, _inputs, output):
-                nonlocal total
-                if isinstance(output, Tensor):
-                    total += output.numel()
-
-            leaves = [mod for mod in self._template.modules() if not any(True for _ in mod.children())]
-            hooks = [mod.register_forward_hook(count) for mod in leaves]
-            try:
-                # two zero samples on the CPU: the meta device would do, but its first use imports
-                # torch's decompositions (sympy, torch._dynamo: about 1 s in a fresh process)
-                zeros = {name: torch.zeros(s) for name, s in zip(self._names, self._shapes)}
-                zeros.update({name: b.detach().to("cpu").clone() for name, b in self._buffers.items()})
-                with torch.no_grad():
-                    functional_call(self._template, zeros, (torch.zeros(2, *shape),))
-                total //= 2
-            except Exception:  # a module that cannot run so: count the inputs alone
-                total = math.prod(shape)
-            finally:
-                for hook in hooks:
-                    hook.remove()
-            cache[shape] = max(1, 2 * total)
+            zeros = {name: torch.zeros(s) for name, s in zip(self._names, self._shapes)}
+            zeros.update({name: b.detach().to("cpu").clone() for name, b in self._buffers.items()})
+            cache[shape] = values_per_sample(self._template, zeros, shape)
         return cache[shape]
 
     def to_module(self, theta: Tensor) -> nn.Module:

@@ -1,0 +1,351 @@
+r"""Objectives that are a model's mean loss on datasets of their own (:meth:`most.Problem.from_datasets`).
+
+Objective i is the mean per-sample loss of a model on dataset i,
+
+.. math:: L_i(\theta) = \frac{1}{|D_i|} \sum_{(x, y) \in D_i} \ell(f_\theta(x), y),
+
+or, with ``batch_size`` b, its estimate on b rows of :math:`D_i` drawn without replacement at
+every evaluation from the run's generator. The datasets are held stacked, as rows with the index
+of their objective, so that every objective at every model is one vectorised pass: the m
+models (:func:`torch.func.vmap` of one template module) on all rows, and the per-objective
+means by a segment sum (:meth:`torch.Tensor.index_add`). The reverse pass of weighted losses
+(linear combiners) is one backward pass through that; the gradients of selected objectives
+(min-norm combiners) are taken objective by objective in one vectorised call, each over its own
+rows (the datasets padded to the longest, with a mask).
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+from torch.func import grad_and_value, vmap
+
+from ._evaluator import Evaluator
+from ._modules import ModuleLayout
+from ._validation import check_positive_int
+
+PerSampleLoss = Callable[..., Tensor]
+
+#: The values (model outputs and the module's intermediates, about) one vectorised pass over rows
+#: may hold at once: an evaluation over more rows runs in chunks of rows (2^25, 128 MiB in float32).
+_PASS_VALUES = 2**25
+
+
+class _Draw:
+    """The rows of one evaluation: ``flat`` (row indices into the stacked data, or ``None`` for
+    all of them) with each row's objective ``owner`` and each objective's row count ``counts``;
+    the same rows laid out per objective, ``slots [n, L]`` with ``mask [n, L]``."""
+
+    __slots__ = ("flat", "owner", "counts", "slots", "mask")
+
+    def __init__(self, flat: Tensor | None, owner: Tensor, counts: Tensor, slots: Tensor, mask: Tensor):
+        self.flat, self.owner, self.counts, self.slots, self.mask = flat, owner, counts, slots, mask
+
+
+class DatasetsEvaluator(Evaluator):
+    """The evaluations of a :meth:`most.Problem.from_datasets` problem (see the module's docstring).
+
+    Args:
+        layout: the module's parameters (:class:`~most._modules.ModuleLayout`).
+        data: the stacked rows: inputs first, then the targets, each ``[N, ...]``.
+        owner: ``[N]`` the objective of each row.
+        n_objectives: n.
+        loss: ``loss(output, *targets) -> [rows]``, one loss per row.
+        batch_size: rows per objective drawn at each evaluation with a generator (``None``: all).
+        names: the objectives' names, for error messages.
+    """
+
+    def __init__(self, layout: ModuleLayout, data: tuple[Tensor, ...], owner: Tensor, n_objectives: int,
+                 loss: PerSampleLoss, batch_size: int | None, names: Sequence[str] | None = None):
+        self.layout, self.data, self.loss = layout, data, loss
+        self.n_objectives, self.batch_size = n_objectives, batch_size
+        self.stochastic = batch_size is not None
+        device = data[0].device
+        owner = owner.to(device=device, dtype=torch.long)
+        counts = torch.bincount(owner, minlength=n_objectives)
+        order = torch.sort(owner, stable=True).indices
+        starts = torch.cumsum(counts, 0) - counts
+        position = torch.arange(len(owner), device=device) - starts[owner[order]]
+        slots = torch.full((n_objectives, int(counts.max())), -1, dtype=torch.long, device=device)
+        slots[owner[order], position] = order
+        mask = slots >= 0
+        self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask)
+        self._keys_mask = mask.cpu()
+        self._slots_cpu = self.all.slots.cpu()
+        self._per_row = None  # values a row makes in a forward pass, measured at the first chunked pass
+
+    # ------------------------------------------------------------------ the rows of an evaluation
+    def draw(self, generator: torch.Generator | None) -> _Draw:
+        """All rows, or with a generator and a ``batch_size`` b, b rows of each objective drawn
+        without replacement (each objective's rows ranked by uniform keys from ``generator``,
+        drawn on the CPU: the same rows on every device)."""
+        if generator is None or self.batch_size is None:
+            return self.all
+        b, n = self.batch_size, self.n_objectives
+        keys = torch.rand(self._keys_mask.shape, generator=generator).masked_fill_(~self._keys_mask, 2.0)
+        pick = keys.topk(b, dim=1, largest=False, sorted=True).indices
+        slots = self._slots_cpu.gather(1, pick).to(self.all.slots.device)
+        device = slots.device
+        owner = torch.arange(n, device=device).repeat_interleave(b)
+        counts = torch.full((n,), b, dtype=torch.long, device=device)
+        return _Draw(slots.reshape(-1), owner, counts, slots, torch.ones_like(slots, dtype=torch.bool))
+
+    def _rows(self, flat: Tensor | None) -> tuple[Tensor, ...]:
+        return self.data if flat is None else tuple(t[flat] for t in self.data)
+
+    # ------------------------------------------------------------------ per-row and per-objective losses
+    def per_row(self, theta: Tensor, inputs: Tensor, *targets: Tensor) -> Tensor:
+        """``[rows]``: the loss of each row at the model ``theta [dim]``."""
+        return self.loss(self.layout.forward(theta, inputs), *targets).reshape(-1)
+
+    def mean_losses(self, theta: Tensor, draw: _Draw) -> Tensor:
+        """``[n]``: each objective's mean loss on the draw's rows at one model ``theta [dim]``."""
+        return self._means(self.per_row(theta, *self._rows(draw.flat))[None], draw)[0]
+
+    def _means(self, per: Tensor, draw: _Draw) -> Tensor:
+        """``[m, rows] -> [m, n]``: each objective's mean over its rows (a segment sum)."""
+        total = per.new_zeros(per.shape[0], self.n_objectives).index_add(1, draw.owner, per)
+        return total / draw.counts.to(per.dtype)
+
+    def _chunks(self, m: int, draw: _Draw) -> list[Tensor | None]:
+        """Positions in the draw's rows, in pieces whose pass over ``m`` models holds about
+        ``_PASS_VALUES`` values; ``[None]`` (every row in one pass) when they fit."""
+        total = len(draw.owner)
+        size = max(1, _PASS_VALUES // (m * self._values_per_row()))
+        if size >= total:
+            return [None]
+        return list(torch.split(torch.arange(total, device=draw.owner.device), size))
+
+    def _values_per_row(self) -> int:
+        if self._per_row is None:
+            self._per_row = self.layout.values_per_sample(tuple(self.data[0].shape[1:]))
+        return self._per_row
+
+    def _per_rows(self, params: Tensor, draw: _Draw, positions: Tensor | None) -> Tensor:
+        """``[m, rows]``: the losses of the draw's rows at ``positions`` (all: ``None``) at every model."""
+        flat = draw.flat if positions is None else positions if draw.flat is None else draw.flat[positions]
+        return vmap(self.per_row, in_dims=(0,) + (None,) * len(self.data), randomness="same")(
+            params, *self._rows(flat))
+
+    # ------------------------------------------------------------------ the protocol
+    def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        return self._loss_matrix(params, self.draw(generator))
+
+    def _loss_matrix(self, params: Tensor, draw: _Draw) -> Tensor:
+        with torch.no_grad():
+            per = torch.cat([self._per_rows(params, draw, part) for part in self._chunks(params.shape[0], draw)], 1)
+        return self._means(per, draw).T
+
+    def losses_with_pullback(self, params: Tensor, *, generator: torch.Generator | None = None
+                             ) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        draw = self.draw(generator)
+        parts = self._chunks(params.shape[0], draw)
+        leaf = params.detach().requires_grad_(True)
+        if len(parts) == 1:  # one pass: its graph is kept for the reverse pass
+            with torch.enable_grad():
+                means = self._means(self._per_rows(leaf, draw, None), draw)
+            values = means.detach()
+        else:  # the losses piece by piece without a graph; the reverse pass runs the pieces again
+            means, values = None, self._loss_matrix(params, draw).T
+
+        def pullback(w: Tensor) -> Tensor:
+            w = w.to(values.dtype)
+            with torch.enable_grad():
+                if means is not None:
+                    (grads,) = torch.autograd.grad((means * w).sum(), leaf, allow_unused=True)
+                    return torch.zeros_like(leaf) if grads is None else grads
+                out = torch.zeros_like(leaf)
+                row_weights = w[:, draw.owner] / draw.counts.to(w.dtype)[draw.owner]  # [m, rows]
+                for part in parts:
+                    per = self._per_rows(leaf, draw, part)
+                    (grads,) = torch.autograd.grad((per * row_weights[:, part]).sum(), leaf, allow_unused=True)
+                    if grads is not None:
+                        out += grads
+                return out
+
+        return values.T, pullback
+
+    def active_jacobian(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None
+                        ) -> tuple[Tensor, Tensor]:
+        draw = self.draw(generator)
+        values = self._loss_matrix(params, draw)
+        return values, self._gradients(params, rows, draw)
+
+    def active_gradients(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None
+                         ) -> Tensor:
+        return self._gradients(params, rows, self.draw(generator))
+
+    def _gradients(self, params: Tensor, rows: Tensor, draw: _Draw) -> Tensor:
+        """``[m, k, dim]``: the gradient of objective ``rows[j, r]`` at model j, the mean of the
+        gradients of its own rows (padding masked out), all in one vectorised call."""
+        data = self.data
+
+        def objective(theta: Tensor, slots: Tensor, mask: Tensor) -> Tensor:
+            per = self.per_row(theta, *(t[slots] for t in data))
+            weights = mask.to(per.dtype)
+            return (per * weights).sum() / weights.sum()
+
+        k, width = int(rows.shape[1]), int(draw.slots.shape[1])
+        chunk = max(1, _PASS_VALUES // (params.shape[0] * width * self._values_per_row()))
+        per_objective = vmap(grad_and_value(objective), in_dims=(None, 0, 0), chunk_size=chunk if chunk < k else None)
+
+        def one_model(theta: Tensor, idx: Tensor) -> Tensor:
+            return per_objective(theta, draw.slots[idx], draw.mask[idx])[0]
+
+        with torch.enable_grad():
+            jac = vmap(one_model, randomness="same")(params.detach(), rows)
+        return jac.detach()
+
+    def key(self) -> tuple:
+        return (id(self),)
+
+
+def stack_datasets(datasets, objective_index=None, n_objectives=None
+                   ) -> tuple[tuple[Tensor, ...], Tensor, int]:
+    """The datasets as stacked rows ``(data, owner [N], n)``, checked: one tuple of tensors per
+    objective (inputs first, then targets), or, with ``objective_index [N]``, one tuple of
+    stacked tensors whose row r belongs to objective ``objective_index[r]``."""
+    if objective_index is None:
+        if isinstance(datasets, Tensor) or not isinstance(datasets, Sequence) or isinstance(datasets, (str, bytes)):
+            raise TypeError(
+                "`datasets` must be a list with one dataset per objective, each a tuple of tensors "
+                "(inputs, targets), e.g. `[(x0, y0), (x1, y1)]`; or one tuple of stacked tensors with "
+                f"`objective_index` giving each row's objective. Got {type(datasets).__name__}."
+            )
+        if not datasets:
+            raise ValueError("`datasets` is empty: a problem needs at least one objective (one dataset each).")
+        parts = [_dataset(d, f"dataset {i}") for i, d in enumerate(datasets)]
+        width = len(parts[0])
+        for i, part in enumerate(parts):
+            if len(part) != width:
+                raise ValueError(
+                    f"dataset {i} has {len(part)} tensors and dataset 0 has {width}; every dataset must hold "
+                    "the same tensors (inputs, then targets)."
+                )
+            _check_like(part, parts[0], f"dataset {i}", "dataset 0")
+        data = tuple(torch.cat([part[t] for part in parts]) for t in range(width))
+        owner = torch.cat([torch.full((len(part[0]),), i, dtype=torch.long) for i, part in enumerate(parts)])
+        return data, owner.to(data[0].device), len(parts)
+    data = _dataset(datasets, "`datasets` (the stacked rows)")
+    if not isinstance(objective_index, Tensor):
+        objective_index = torch.as_tensor(objective_index)
+    if objective_index.dtype in (torch.bool,) or objective_index.is_floating_point() or objective_index.is_complex():
+        raise TypeError(f"`objective_index` must hold integers (each row's objective); got dtype {objective_index.dtype}.")
+    if objective_index.shape != (len(data[0]),):
+        raise ValueError(
+            f"`objective_index` must have one entry per row, shape [{len(data[0])}]; got {list(objective_index.shape)}."
+        )
+    low = int(objective_index.min())
+    high = int(objective_index.max()) + 1
+    n = high if n_objectives is None else check_positive_int(n_objectives, name="n_objectives")
+    if low < 0 or high > n:
+        raise ValueError(
+            f"`objective_index` must lie in [0, n_objectives = {n}); got values from {low} to {high - 1}."
+        )
+    counts = torch.bincount(objective_index.long().cpu(), minlength=n)
+    if bool((counts == 0).any()):
+        empty = int((counts == 0).nonzero()[0])
+        raise ValueError(
+            f"objective {empty} has no rows in `objective_index`: every objective needs data. Give each of the "
+            f"{n} objectives at least one row, or renumber the objectives."
+        )
+    return data, objective_index.to(device=data[0].device, dtype=torch.long), n
+
+
+def _dataset(d, what: str) -> tuple[Tensor, ...]:
+    """A dataset as a tuple of tensors with one common length >= 1."""
+    if isinstance(d, Tensor):
+        d = (d,)
+    if not isinstance(d, (tuple, list)) or not d or not all(isinstance(t, Tensor) for t in d):
+        raise TypeError(
+            f"{what} must be a tuple of tensors (inputs, targets) with one row per sample; got "
+            f"{type(d).__name__}" + (" holding " + ", ".join(type(t).__name__ for t in d) if isinstance(d, (tuple, list)) else "")
+            + "."
+        )
+    lengths = {int(t.shape[0]) if t.ndim else -1 for t in d}
+    if -1 in lengths:
+        raise ValueError(f"{what} holds a 0-d tensor; every tensor needs one row per sample.")
+    if len(lengths) != 1:
+        raise ValueError(f"{what}'s tensors have different numbers of rows {sorted(lengths)}; they must share one.")
+    if lengths == {0}:
+        raise ValueError(f"{what} is empty (0 rows): every objective needs at least one sample.")
+    devices = {t.device for t in d}
+    if len(devices) != 1:
+        raise ValueError(f"{what}'s tensors are on different devices {sorted(map(str, devices))}; put them on one.")
+    return tuple(d)
+
+
+def _check_like(part: tuple[Tensor, ...], first: tuple[Tensor, ...], what: str, other: str) -> None:
+    for t, (a, b) in enumerate(zip(part, first)):
+        role = "inputs" if t == 0 else f"tensor {t} (targets)"
+        if a.shape[1:] != b.shape[1:]:
+            raise ValueError(
+                f"{what}'s {role} have shape [rows, {', '.join(map(str, a.shape[1:]))}] and {other}'s have "
+                f"[rows, {', '.join(map(str, b.shape[1:]))}]; every dataset's rows must have the same shape."
+            )
+        if a.dtype != b.dtype or a.device != b.device:
+            raise ValueError(
+                f"{what}'s {role} are {a.dtype} on {a.device} and {other}'s are {b.dtype} on {b.device}; "
+                "convert them to one dtype and device."
+            )
+
+
+def check_batch_size(batch_size, counts: Tensor, label: Callable[[int], str]) -> int | None:
+    """``batch_size`` checked: ``None`` or an int >= 1 that every objective's rows can fill."""
+    if batch_size is None:
+        return None
+    b = check_positive_int(batch_size, name="batch_size")
+    small = int(counts.argmin())
+    if b > int(counts[small]):
+        raise ValueError(
+            f"`batch_size` = {b} is larger than {label(small)}'s dataset ({int(counts[small])} rows); batches are "
+            f"drawn without replacement. Use batch_size <= {int(counts.min())} (the smallest dataset), or "
+            "batch_size=None for every row."
+        )
+    return b
+
+
+def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int], str]) -> None:
+    """Runs the module and ``loss`` once on the first row of every objective (at ``theta``) and
+    checks the targets' class indices against the output, before any work: one loss per row,
+    floating point; integer targets of a classifier within ``[0, classes)``."""
+    data, first = evaluator.data, evaluator.all.slots[:, 0]
+    with torch.no_grad():
+        try:
+            output = evaluator.layout.forward(theta, data[0][first])
+        except Exception as exc:
+            raise ValueError(
+                f"The module fails on the datasets' inputs (shape [rows, {', '.join(map(str, data[0].shape[1:]))}], "
+                f"{data[0].dtype}): {' '.join(str(exc).split())[:300]}. The first tensor of each dataset is the "
+                "module's input."
+            ) from exc
+        if isinstance(output, Tensor) and output.ndim == 2:
+            for t, target in enumerate(data[1:], start=1):
+                if target.ndim == 1 and not target.is_floating_point() and target.dtype != torch.bool:
+                    bad = (target < 0) | (target >= output.shape[1])
+                    if bool(bad.any()):
+                        row = int(bad.nonzero()[0])
+                        raise ValueError(
+                            f"{label(int(evaluator.all.owner[row]))} has the class label {int(target[row])}, outside "
+                            f"the model's {output.shape[1]} outputs (labels 0..{output.shape[1] - 1}). Check the "
+                            "labels, or give the model as many outputs as there are classes."
+                        )
+        try:
+            per = evaluator.loss(output, *(t[first] for t in data[1:]))
+        except Exception as exc:
+            raise ValueError(
+                f"`loss(output, *targets)` fails on the module's output (shape {list(output.shape)}): "
+                f"{' '.join(str(exc).split())[:300]}."
+            ) from exc
+    rows = len(first)
+    if not isinstance(per, Tensor) or per.numel() != rows or (per.ndim != 1 and per.shape[0] != rows):
+        shape = list(per.shape) if isinstance(per, Tensor) else type(per).__name__
+        raise ValueError(
+            f"`loss(output, *targets)` must return one loss per row, shape [rows] (here [{rows}]); got {shape}. "
+            "Do not reduce over the rows: e.g. `F.cross_entropy(out, y, reduction='none')`, or "
+            "`((out - y) ** 2).sum(-1)` for a squared error."
+        )
+    if not per.is_floating_point():
+        raise TypeError(f"`loss` returned losses of dtype {per.dtype}; they must be floating point.")

@@ -1,0 +1,289 @@
+"""Problem.from_datasets (most._datasets): many objectives with data of their own, vectorised.
+
+The builder must compute what the one-callable-per-objective problem (Problem.from_module)
+computes, for every evaluation the round loop asks; draw mini-batches reproducibly from the
+run's generator (resumable, batched runs equal to their fits); and refuse bad data before
+any work, naming the objective."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+import most
+from most import _datasets
+from most.checkpoint import Checkpoint
+
+
+def _squared(out, y):
+    return ((out - y) ** 2).sum(-1)
+
+
+def _cross_entropy(out, y):
+    return F.cross_entropy(out, y, reduction="none")
+
+
+def _regression(lengths=(7, 20, 3, 12, 9), features=4, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(k, features, generator=g), torch.randn(k, 2, generator=g)) for k in lengths]
+
+
+def _classification(lengths=(15, 6, 22, 10), features=5, classes=3, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(k, features, generator=g), torch.randint(0, classes, (k,), generator=g)) for k in lengths]
+
+
+def _per_objective(tasks, loss):
+    return [lambda f, x=x, y=y: loss(f(x), *y if isinstance(y, tuple) else (y,)).mean() for x, y in tasks]
+
+
+def _mlp(features=4, out=2):
+    return lambda: nn.Sequential(nn.Linear(features, 6), nn.Tanh(), nn.Linear(6, out))
+
+
+CASES = {
+    "regression": (_regression, _squared, _mlp(4, 2)),
+    "classification": (_classification, _cross_entropy, _mlp(5, 3)),
+}
+
+
+@pytest.fixture(params=sorted(CASES))
+def pair(request):
+    data, loss, model = CASES[request.param]
+    tasks = data()
+    return (most.Problem.from_datasets(model, tasks, loss),
+            most.Problem.from_module(model, _per_objective(tasks, loss)))
+
+
+def _params(problem, m=3, seed=0):
+    return problem.initial_params(m, torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------- equal to from_module
+def test_every_evaluation_equals_the_one_callable_per_objective_problem(pair):
+    fast, slow = pair
+    assert (fast.n_objectives, fast.dim) == (slow.n_objectives, slow.dim)
+    params = _params(fast)
+    torch.testing.assert_close(fast.loss_matrix(params), slow.loss_matrix(params))
+    w = torch.rand(3, fast.n_objectives, generator=torch.Generator().manual_seed(2))
+    torch.testing.assert_close(fast.weighted_gradients(params, w)[1], slow.weighted_gradients(params, w)[1])
+    rows = torch.tensor([[0, 2, 4 % fast.n_objectives], [1, 1, 3], [3, 0, 0]])
+    for a, b in zip(fast.active_jacobian(params, rows), slow.active_jacobian(params, rows)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(fast.active_gradients(params, rows), slow.active_gradients(params, rows))
+    for a, b in zip(fast.jacobian(params), slow.jacobian(params)):
+        torch.testing.assert_close(a, b)
+    torch.testing.assert_close(fast.fn(params[0]), slow.fn(params[0]))
+
+
+@pytest.mark.parametrize("method", [most.MosT, most.MGDA, most.Linearization])
+def test_a_fit_ends_where_the_one_callable_per_objective_fit_ends(pair, method):
+    fast, slow = pair
+    a = method(n_models=2, rounds=15, lr=0.05, seed=3).fit(fast)
+    b = method(n_models=2, rounds=15, lr=0.05, seed=3).fit(slow)
+    torch.testing.assert_close(a.params, b.params, atol=1e-5, rtol=1e-4)
+    assert torch.equal(a.assignment.argmax(1), b.assignment.argmax(1))
+
+
+def test_stacked_rows_with_an_objective_index_equal_the_list_of_datasets():
+    tasks = _regression()
+    x = torch.cat([t[0] for t in tasks])
+    y = torch.cat([t[1] for t in tasks])
+    index = torch.cat([torch.full((len(t[0]),), i) for i, t in enumerate(tasks)])
+    shuffle = torch.randperm(len(x), generator=torch.Generator().manual_seed(0))
+    stacked = most.Problem.from_datasets(_mlp(), (x[shuffle], y[shuffle]), _squared, objective_index=index[shuffle])
+    listed = most.Problem.from_datasets(_mlp(), tasks, _squared)
+    params = _params(listed)
+    torch.testing.assert_close(stacked.loss_matrix(params), listed.loss_matrix(params))
+    rows = torch.tensor([[4, 0], [2, 2], [1, 3]])
+    torch.testing.assert_close(stacked.active_gradients(params, rows), listed.active_gradients(params, rows))
+
+
+def test_the_mean_weighs_every_row_of_its_own_dataset_once():
+    # per-row loss = the target itself: objective i's loss is the mean of dataset i's targets
+    tasks = [(torch.zeros(k, 1), torch.arange(k, dtype=torch.float32) + 10 * i) for i, k in enumerate((1, 4, 9))]
+    problem = most.Problem.from_datasets(lambda: nn.Linear(1, 1), tasks, lambda out, y: out[:, 0] * 0 + y)
+    losses = problem.loss_matrix(torch.zeros(2, 2))
+    torch.testing.assert_close(losses[:, 0], torch.tensor([0.0, 11.5, 24.0]))
+
+
+def test_evaluations_in_pieces_equal_one_pass(monkeypatch):
+    fast = most.Problem.from_datasets(_mlp(), _regression(), _squared)
+    params = _params(fast)
+    w = torch.rand(3, fast.n_objectives, generator=torch.Generator().manual_seed(1))
+    whole = fast.loss_matrix(params), fast.weighted_gradients(params, w)[1]
+    rows = torch.arange(fast.n_objectives).expand(3, -1)
+    jac = fast.active_gradients(params, rows)
+    monkeypatch.setattr(_datasets, "_PASS_VALUES", 64)  # a few rows a piece
+    assert len(fast.evaluator._chunks(3, fast.evaluator.all)) > 3
+    torch.testing.assert_close(fast.loss_matrix(params), whole[0])
+    torch.testing.assert_close(fast.weighted_gradients(params, w)[1], whole[1])
+    torch.testing.assert_close(fast.active_gradients(params, rows), jac)
+
+
+# ----------------------------------------------------------------------------- mini-batches
+def _marked(lengths=(5, 8, 6)):
+    """Objective i's rows have targets 100 i + r (r their row): a loss equal to the target shows the rows drawn."""
+    return [(torch.zeros(k, 1), 100.0 * i + torch.arange(k, dtype=torch.float32)) for i, k in enumerate(lengths)]
+
+
+def _reveal(out, y):
+    return out[:, 0] * 0 + y
+
+
+def test_mini_batches_are_rows_of_the_objective_drawn_without_replacement_from_the_generator():
+    tasks = _marked()
+    problem = most.Problem.from_datasets(lambda: nn.Linear(1, 1), tasks, _reveal, batch_size=4)
+    assert problem.stochastic
+    evaluator = problem.evaluator
+    draw = evaluator.draw(torch.Generator().manual_seed(0))
+    for i, (_, y) in enumerate(tasks):
+        picked = torch.cat(evaluator.data[1:])[draw.slots[i]]
+        assert len(set(picked.tolist())) == 4 and all(100 * i <= v < 100 * i + len(y) for v in picked.tolist())
+    one = problem.loss_matrix(torch.zeros(1, 2), generator=torch.Generator().manual_seed(5))
+    again = problem.loss_matrix(torch.zeros(1, 2), generator=torch.Generator().manual_seed(5))
+    other = problem.loss_matrix(torch.zeros(1, 2), generator=torch.Generator().manual_seed(6))
+    assert torch.equal(one, again) and not torch.equal(one, other)
+    exact = torch.tensor([[2.0], [103.5], [202.5]])
+    torch.testing.assert_close(problem.loss_matrix(torch.zeros(1, 2)), exact)  # no generator: every row
+
+
+def test_a_batch_as_large_as_every_dataset_is_the_exact_loss():
+    tasks = _regression(lengths=(6, 6, 6))
+    full = most.Problem.from_datasets(_mlp(), tasks, _squared)
+    batched = most.Problem.from_datasets(_mlp(), tasks, _squared, batch_size=6)
+    params = _params(full)
+    torch.testing.assert_close(batched.loss_matrix(params, generator=torch.Generator().manual_seed(0)),
+                               full.loss_matrix(params))
+
+
+def test_a_mini_batch_run_is_reproducible_and_resumes_to_its_uninterrupted_result(tmp_path):
+    problem = most.Problem.from_datasets(_mlp(), _regression(), _squared, batch_size=3)
+    method = most.MosT(n_models=2, rounds=8, lr=0.05, seed=0)
+    reference = method.fit(problem)
+    assert torch.equal(method.fit(problem).params, reference.params)
+    ckpt = Checkpoint(tmp_path / "c", every=3)
+
+    class Kill(Exception):
+        pass
+
+    def kill(record, params):
+        if record.round == 4:
+            raise Kill
+
+    with pytest.raises(Kill):
+        method.fit(problem, callback=kill, checkpoint=ckpt)
+    assert torch.equal(method.fit(problem, checkpoint=ckpt).params, reference.params)
+    # the final losses are exact (every row), as the selection of a model per objective needs
+    torch.testing.assert_close(reference.losses, problem.loss_matrix(reference.params))
+
+
+def test_mini_batch_runs_in_a_batch_end_as_their_own_fits():
+    problem = most.Problem.from_datasets(_mlp(), _regression(), _squared, batch_size=2)
+    runs = [most.MosT(n_models=2, rounds=6, lr=0.05, seed=s) for s in range(3)] + [
+        most.MGDA(n_models=2, rounds=6, lr=0.05, seed=7)]
+    for method, result in zip(runs, most.fit_batch(problem, runs)):
+        assert torch.equal(result.params, method.fit(problem).params), method
+
+
+# ----------------------------------------------------------------------------- real networks
+def test_frozen_parameters_are_not_trained_and_not_counted():
+    def model():
+        net = nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 2))
+        net[0].requires_grad_(False)
+        return net
+
+    tasks = _regression()
+    for problem in (most.Problem.from_datasets(model, tasks, _squared),
+                    most.Problem.from_module(model, _per_objective(tasks, _squared))):
+        assert problem.dim == 6 * 2 + 2
+        assert problem.coordinates("last") == (12, 14)
+        with pytest.raises(ValueError, match="'0.weight'.*requires_grad=False"):
+            problem.coordinates("0.weight")
+        result = most.MosT(n_models=2, rounds=5, lr=0.1, seed=0).fit(problem)
+        modules = problem.to_modules(result.params)
+        for module in modules:
+            assert torch.equal(module[0].weight, problem.template[0].weight)  # the template's, unchanged
+        assert not torch.equal(modules[0][2].weight, modules[1][2].weight)
+        x, y = tasks[1]
+        torch.testing.assert_close(_squared(modules[1](x), y).mean(), result.losses[1, 1])
+
+
+def test_normalisation_in_evaluation_mode_uses_its_stored_statistics_as_a_plain_module_does():
+    def model():
+        torch.manual_seed(0)
+        net = nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.ReLU(), nn.Linear(6, 2))
+        with torch.no_grad():
+            net[1].running_mean.uniform_(-1, 1)
+            net[1].running_var.uniform_(0.5, 2)
+        net[1].eval()
+        return net
+
+    tasks = _regression()
+    problem = most.Problem.from_datasets(model, tasks, _squared)
+    result = most.MosT(n_models=2, rounds=5, lr=0.1, seed=0).fit(problem)
+    for j, module in enumerate(problem.to_modules(result.params)):
+        assert not module[1].training
+        for i, (x, y) in enumerate(tasks):
+            torch.testing.assert_close(_squared(module(x), y).mean(), result.losses[i, j])
+
+
+def test_normalisation_that_updates_running_statistics_is_refused_with_the_ways_out():
+    model = lambda: nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2))  # noqa: E731
+    with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\).*`layer.eval\(\)`.*track_running_stats=False"):
+        most.Problem.from_datasets(model, _regression(), _squared)
+
+
+# ----------------------------------------------------------------------------- bad input
+def _bad(match, *args, **kwargs):
+    with pytest.raises((ValueError, TypeError), match=match):
+        most.Problem.from_datasets(*args, **kwargs)
+
+
+def test_bad_datasets_are_refused_naming_the_objective_and_the_fix():
+    tasks = _regression()
+    _bad(r"dataset 2's inputs have shape \[rows, 5\] and dataset 0's have \[rows, 4\]", _mlp(),
+         tasks[:2] + [(torch.randn(3, 5), torch.randn(3, 2))], _squared)
+    _bad(r"dataset 1 is empty", _mlp(), [tasks[0], (torch.randn(0, 4), torch.randn(0, 2))], _squared)
+    _bad(r"different numbers of rows \[3, 4\]", _mlp(), [tasks[0], (torch.randn(3, 4), torch.randn(4, 2))], _squared)
+    _bad(r"`datasets` is empty", _mlp(), [], _squared)
+    _bad(r"one dataset per objective", _mlp(), torch.randn(3, 4), _squared)
+    _bad(r"dataset 1 has 1 tensors and dataset 0 has 2", _mlp(), [tasks[0], (torch.randn(3, 4),)], _squared)
+
+
+def test_labels_outside_the_classes_are_refused_naming_the_objective():
+    tasks = _classification()
+    x, y = tasks[2]
+    y = y.clone()
+    y[4] = 3
+    _bad(r"objective 2 \('c'\) has the class label 3, outside the model's 3 outputs", _mlp(5, 3),
+         tasks[:2] + [(x, y)] + tasks[3:], _cross_entropy, names=["a", "b", "c", "d"])
+
+
+def test_a_loss_that_is_not_one_number_per_row_is_refused():
+    _bad(r"one loss per row, shape \[rows\] \(here \[5\]\); got \[\]", _mlp(), _regression(),
+         lambda out, y: ((out - y) ** 2).mean())
+    _bad(r"`loss` must be callable", _mlp(), _regression(), "mse")
+
+
+def test_a_batch_larger_than_a_dataset_and_a_module_without_trainable_parameters_are_refused():
+    _bad(r"`batch_size` = 5 is larger than objective 2's dataset \(3 rows\).*batch_size <= 3", _mlp(),
+         _regression(), _squared, batch_size=5)
+
+    def frozen():
+        net = _mlp()()
+        net.requires_grad_(False)
+        return net
+
+    _bad(r"no trainable parameter: all 4 of its parameters have requires_grad=False", frozen, _regression(), _squared)
+
+
+def test_a_bad_objective_index_is_refused():
+    x, y = torch.randn(6, 4), torch.randn(6, 2)
+    _bad(r"objective 1 has no rows", _mlp(), (x, y), _squared, objective_index=torch.tensor([0, 0, 2, 2, 2, 0]))
+    _bad(r"one entry per row, shape \[6\]", _mlp(), (x, y), _squared, objective_index=torch.tensor([0, 1]))
+    _bad(r"must hold integers", _mlp(), (x, y), _squared, objective_index=torch.zeros(6))
+    _bad(r"must lie in \[0, n_objectives = 2\)", _mlp(), (x, y), _squared,
+         objective_index=torch.tensor([0, 1, 2, 0, 1, 2]), n_objectives=2)
