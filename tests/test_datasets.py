@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import most
-from most import _datasets
+from most.evaluators import _datasets
 from most.checkpoint import Checkpoint
 
 

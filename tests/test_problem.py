@@ -72,11 +72,11 @@ def test_weighted_gradients_and_the_pullback_are_the_weighted_sums_of_the_jacobi
 def test_a_per_instance_pullback_is_the_weighted_sum_of_the_rows_whatever_its_form(large, monkeypatch):
     # small blocks: the served instances' gradients, padded to the longest row; large ones (here forced):
     # one reverse pass per model through its weighted losses, with no per-instance gradient at all
-    from most import problem as problem_module
+    from most.evaluators import InstancesEvaluator, _instances
 
     if large:
-        monkeypatch.setattr(problem_module, "_PULLBACK_LOOP_VALUES", 1)
-        monkeypatch.setattr(most.Problem, "_instance_gradients", lambda *a: pytest.fail("per-instance gradients"))
+        monkeypatch.setattr(_instances, "PULLBACK_LOOP_VALUES", 1)
+        monkeypatch.setattr(InstancesEvaluator, "_instance_gradients", lambda *a: pytest.fail("per-instance gradients"))
     instances, batch = _both(*_data())
     params = torch.randn(4, 6, generator=torch.Generator().manual_seed(3))
     weights = torch.rand(4, 40, generator=torch.Generator().manual_seed(4))

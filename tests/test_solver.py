@@ -468,7 +468,7 @@ def test_forward_mode_rows_come_with_the_loss_matrix(inner_steps):
     # objective's derivatives, so the round's first gradients come from the loss matrix's evaluation
     # (one call of the function instead of two), value for value those of separate evaluations
     problem, calls = _counted_quadratics()
-    assert problem._forward_rows(20) and not problem._forward_rows(4)
+    assert problem.forward_rows(20) and not problem.forward_rows(4)
     rounds = 6
     fit = most.variants.apply("min-norm", most.MosT(n_models=3, rounds=rounds, inner_steps=inner_steps, lr=0.05,
                                                     seeding=None, reseed=None))

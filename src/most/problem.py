@@ -28,36 +28,27 @@ Examples:
 
 from __future__ import annotations
 
-import contextlib
-import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
-import torch.autograd.forward_ad as _fwad
 from torch import Tensor, nn
-from torch.func import functional_call, grad_and_value, jacrev, jvp, vjp, vmap
+from torch.func import vmap
 
-from ._evaluator import Evaluator
-from ._modules import RUNNING_STATS, ModuleLayout, check_factory
-from ._random import derive_seed
+from ._modules import ModuleLayout, check_factory
 from ._validation import as_tensor, check_has_data, check_positive_int
+from .evaluators._base import Evaluator, active_rows, check_weights
+from .evaluators._checks import objective_loss, scalar_loss, tracked
+from .evaluators._datasets import DatasetsEvaluator, check_batch_size, check_loss, stack_datasets
+from .evaluators._function import FunctionEvaluator
+from .evaluators._instances import InstancesEvaluator
+from .evaluators._module import ModuleEvaluator, PerObjective
+
+__all__ = ["Problem", "active_rows", "check_weights"]
 
 LossFunction = Callable[[Tensor], Tensor]
 Initializer = Callable[[int, torch.Generator], Tensor]
 Projection = Callable[[Tensor], Tensor]
-
-#: The values a Jacobian evaluation may hold at once: its vectorised passes are chunked so that their
-#: n x dim intermediates stay about this size, and the round loop holds a whole m x n x dim Jacobian only
-#: up to it (2^24 values, 64 MiB in float32).
-_JACOBIAN_VALUES = 2**24
-#: A per-instance problem's linear pullback (``losses_with_pullback``) runs one reverse pass per model
-#: through its weighted losses when the models' padded per-instance gradients would hold this many
-#: values per model or more (rows x dim); below it, the per-instance gradients of all models in one
-#: vectorised call cost less than a pass per model. Measured (2 cores, 1 thread; m = 5, ~280 rows per
-#: model): 28 ms instead of 157 at dim = 10^4, 2.5 ms instead of 3.5 at dim = 10^3; the other way,
-#: 1.2 ms instead of 0.44 at dim = 10 and 4.5 instead of 0.9 with m = 20 models of ~50 rows, dim = 100.
-_PULLBACK_LOOP_VALUES = 2**19
 
 
 @dataclass(frozen=True)
@@ -134,6 +125,22 @@ class Problem:
             )
         if self.bounds is not None:
             _check_bounds(self.bounds, self.dim, init_given=self.init is not None)
+        object.__setattr__(self, "_evaluation", self._evaluation_of_kind())
+
+    def _evaluation_of_kind(self) -> Evaluator:
+        """The given ``evaluator`` (checked), or the evaluation of the problem's kind."""
+        if self.evaluator is not None:
+            if not isinstance(self.evaluator, Evaluator):
+                raise TypeError(f"`evaluator` must be a most.evaluators.Evaluator; got {type(self.evaluator).__name__}.")
+            if self.evaluator.n_objectives != self.n_objectives:
+                raise ValueError(f"`evaluator` evaluates {self.evaluator.n_objectives} objectives; the problem has "
+                                 f"{self.n_objectives}.")
+            return self.evaluator
+        if self.instances is not None:
+            return InstancesEvaluator(self.instance_loss, self.instances, self.dim, self.vectorize, fn=self.fn)
+        if isinstance(self.fn, PerObjective):
+            return ModuleEvaluator(self.fn, self.dim, self.n_objectives, self.vectorize)
+        return FunctionEvaluator(self.fn, self.dim, self.n_objectives, self.vectorize)
 
     # ------------------------------------------------------------------ builders
     @classmethod
@@ -205,13 +212,14 @@ class Problem:
             return forward
 
         def losses(theta: Tensor) -> Tensor:
-            forward, tracked = forward_of(theta), _tracked(theta)
-            return torch.stack([_objective_loss(obj(forward), k, labels, tracked) for k, obj in enumerate(objectives)])
+            forward, differentiated = forward_of(theta), tracked(theta)
+            return torch.stack([objective_loss(obj(forward), k, labels, differentiated)
+                                for k, obj in enumerate(objectives)])
 
         def one(k: int, theta: Tensor) -> Tensor:
-            return _objective_loss(objectives[k](forward_of(theta)), k, labels, _tracked(theta))
+            return objective_loss(objectives[k](forward_of(theta)), k, labels, tracked(theta))
 
-        fn = _PerObjective(losses, one)
+        fn = PerObjective(losses, one)
         return cls(fn=fn, dim=layout.dim, n_objectives=len(objectives), init=layout.init, names=names,
                    metadata=dict(metadata or {}), layout=layout)
 
@@ -264,8 +272,6 @@ class Problem:
             >>> problem.n_objectives, problem.dim, problem.loss_matrix(torch.zeros(2, 4)).shape
             (3, 4, torch.Size([3, 2]))
         """
-        from ._datasets import DatasetsEvaluator, check_batch_size, check_loss, stack_datasets
-
         if not callable(loss):
             raise TypeError("`loss` must be callable loss(output, *targets) -> [rows], one loss per row.")
         check_factory(model)
@@ -336,7 +342,7 @@ class Problem:
         in_dims = (None,) + (0,) * len(data)
 
         def fn(theta: Tensor) -> Tensor:
-            return vmap(_scalar_loss(loss), in_dims=in_dims)(theta, *data)
+            return vmap(scalar_loss(loss), in_dims=in_dims)(theta, *data)
 
         return cls(
             fn=fn,
@@ -430,55 +436,27 @@ class Problem:
                 torch.as_tensor(hi).to(params).expand(params.shape[-1]))
 
     @property
+    def evaluation(self) -> Evaluator:
+        """How the objectives are evaluated (:class:`~most.evaluators.Evaluator`): given to the
+        problem (:meth:`from_datasets`), or the one of its kind (function, module, instances)."""
+        return self._evaluation
+
+    @property
     def stochastic(self) -> bool:
         """Whether evaluations given a generator estimate the objectives on mini-batches drawn from
         it (:meth:`from_datasets` with a ``batch_size``); without one they are exact."""
-        return self.evaluator is not None and self.evaluator.stochastic
+        return self._evaluation.stochastic
 
     def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         """The loss matrix ``L[i, j] = L_i(theta_j)``, shape ``[n, m]`` (paper Eq. 2's cost).
 
         ``generator``: the run's, from which a :attr:`stochastic` problem draws its mini-batches
         (the other problems ignore it)."""
-        params = self._check_params(params)
-        if self.evaluator is not None:
-            return self.evaluator.loss_matrix(params, generator=generator)
-        with torch.no_grad(), _vmap_errors():
-            if self.vectorize:
-                losses = vmap(self._call, randomness="same")(params)
-            else:
-                losses = torch.stack([self._call(p) for p in params])
-        return losses.T
+        return self._evaluation.loss_matrix(self._check_params(params), generator=generator)
 
     def jacobian(self, params: Tensor, *, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         """Losses ``[n, m]`` and per-objective gradients ``[m, n, dim]`` at every model."""
-        params = self._check_params(params)
-        if self.evaluator is not None:
-            return self.evaluator.jacobian(params, generator=generator)
-        if self.instances is not None:
-            rows = torch.arange(self.n_objectives, device=params.device).expand(params.shape[0], -1)
-            values, jac = self._instance_gradients(params, rows)
-            return values.T, jac
-
-        n, dim = self.n_objectives, self.dim
-        # d tangents (forward) or n cotangents (reverse), whichever is fewer, mapped in chunks whose
-        # passes hold at most about 2^24 values of n x dim intermediates
-        chunk = max(1, _JACOBIAN_VALUES // (n * dim))
-
-        def value_and_jac(theta: Tensor) -> tuple[Tensor, Tensor]:
-            if dim < n:
-                value, columns = _forward_columns(self._call, theta, min(chunk, dim))
-                return value, columns.T
-
-            def with_aux(t: Tensor) -> tuple[Tensor, Tensor]:
-                out = self._call(t)
-                return out, out.detach()
-
-            jac, value = jacrev(with_aux, has_aux=True, chunk_size=min(chunk, n))(theta)
-            return value, jac
-
-        values, jac = self._map_models(value_and_jac, params)
-        return values.T, jac
+        return self._evaluation.jacobian(self._check_params(params), generator=generator)
 
     def weighted_gradients(self, params: Tensor, weights: Tensor | Callable[[Tensor], Tensor], *,
                            return_weights: bool = False, generator: torch.Generator | None = None):
@@ -515,49 +493,12 @@ class Problem:
         """
         params = self._check_params(params)
         m, n = params.shape[0], self.n_objectives
-        if self.evaluator is not None:
-            values, evaluator_pullback = self.evaluator.losses_with_pullback(params, generator=generator)
+        values, pullback = self._evaluation.losses_with_pullback(params, generator=generator)
 
-            def checked_pullback(w: Tensor) -> Tensor:
-                return evaluator_pullback(check_weights(w, m, n))
+        def checked(w: Tensor) -> Tensor:
+            return pullback(check_weights(w, m, n))
 
-            return values, checked_pullback
-        if self.instances is not None:
-            values = self.loss_matrix(params)
-
-            def instance_pullback(w: Tensor) -> Tensor:
-                served = w != 0
-                if max(1, int(served.sum(1).max())) * self.dim >= _PULLBACK_LOOP_VALUES:  # the padded rows x dim
-                    return self._instance_weighted_gradients(params, w)
-                rows, valid = active_rows(served)
-                _, grads = self._instance_gradients(params, rows)  # padding rows get weight 0 below
-                return torch.einsum("mk,mkd->md", (w.gather(1, rows) * valid).to(grads), grads)
-
-            return values, instance_pullback
-
-        def stacked(thetas: Tensor) -> Tensor:
-            if self.vectorize:
-                return vmap(self._call, randomness="same")(thetas)
-            return torch.stack([self._call(theta) for theta in thetas])
-
-        # the reverse pass of the scalar sum(w * L) by plain autograd: the cotangent reaching the
-        # losses is w exactly, as with torch.func.vjp, without the one-off imports (torch._dynamo for
-        # torch.func's reverse mode, sympy for a tensor `grad_outputs`) that cost about 1 s in a
-        # fresh process
-        with _vmap_errors(), torch.enable_grad():
-            leaf = params.detach().requires_grad_(True)
-            forward = stacked(leaf)
-        values = forward.detach()
-
-        def pullback(w: Tensor) -> Tensor:
-            check_weights(w, m, n)
-            if not forward.requires_grad:  # the losses do not depend on the parameters
-                return torch.zeros_like(leaf)
-            with _vmap_errors(), torch.enable_grad():
-                (grads,) = torch.autograd.grad((forward * w.to(values.dtype)).sum(), leaf, allow_unused=True)
-            return torch.zeros_like(leaf) if grads is None else grads
-
-        return values.T, pullback
+        return values, checked
 
     def active_jacobian(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None
                         ) -> tuple[Tensor, Tensor]:
@@ -567,61 +508,15 @@ class Problem:
         are wanted (row ``j`` of the result's ``[j, r]`` is ``grad L_{rows[j, r]}(theta_j)``).
         One reverse pass per selected objective (``vjp`` with one-hot cotangents, vectorised in
         chunks), or, when the parameters are fewer than the rows (``dim < k``), one forward pass
-        per parameter (``jvp`` with the basis vectors as tangents); either way memory is ``O(m k dim)`` instead of the ``O(m n dim)`` of :meth:`jacobian`
-        (and its ``n x n`` identity of cotangents): a model never holds the gradients of
-        objectives it does not serve.
+        per parameter (``jvp`` with the basis vectors as tangents); either way memory is
+        ``O(m k dim)`` instead of the ``O(m n dim)`` of :meth:`jacobian` (and its ``n x n``
+        identity of cotangents): a model never holds the gradients of objectives it does not
+        serve. Problems built per objective, per instance or from datasets take each row from
+        that objective alone.
         """
         params = self._check_params(params)
         self._check_rows(params, rows)
-        if self.evaluator is not None:
-            return self.evaluator.active_jacobian(params, rows, generator=generator)
-        if self.instances is not None:
-            return self.loss_matrix(params), self._instance_gradients(params, rows)[1]
-        n = self.n_objectives
-
-        k, dim = int(rows.shape[1]), self.dim
-        if isinstance(self.fn, _PerObjective) and min(k, dim) > 1:
-            return self._objective_gradients(params, rows)
-        if self._forward_rows(k):  # fewer tangents than rows: forward mode, dim passes instead of k
-            # tangents in chunks of ``chunk``: each gives [chunk, n] directional derivatives, cut
-            # to the served rows at once; a chunk's passes hold about 2^24 values of n x dim
-            # intermediates, as in :meth:`jacobian`
-            chunk = max(1, min(dim, _JACOBIAN_VALUES // (n * dim)))
-
-            def value_and_columns(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-                value, columns = _forward_columns(self._call, theta, chunk, idx)
-                return value, columns.T
-
-            values, jac = self._map_models(value_and_columns, params, rows)
-            return values.T, jac.detach()
-
-        # Each pullback needs a length-n cotangent, built inside the map, and its backward pass
-        # intermediates of about n x dim values: rows go in chunks that hold about 2^24 of them.
-        chunk = max(1, min(k, _JACOBIAN_VALUES // (n * dim)))
-        positions = torch.arange(n, device=params.device)
-
-        def value_and_rows(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-            out, pullback = vjp(self._call, theta)
-
-            def row(i: Tensor) -> Tensor:
-                return pullback((positions == i).to(out.dtype))[0]
-
-            return out.detach(), vmap(row, chunk_size=chunk if chunk < k else None)(idx)
-
-        values, jac = self._map_models(value_and_rows, params, rows)
-        return values.T, jac
-
-    def _forward_rows(self, k: int) -> bool:
-        """Whether :meth:`active_jacobian` computes ``k`` selected rows a model in forward mode:
-        one pass per parameter (``dim < k``), each giving the derivatives of all ``n`` losses, so
-        the rows of every objective cost the same as the selected ones. It then equals
-        :meth:`jacobian` cut to the rows, value for value. Problems given per instance and modules
-        built per objective (:meth:`from_module`) have their own paths: ``False``."""
-        if self.evaluator is not None:
-            return self.evaluator.forward_rows(k)
-        if self.instances is not None or (isinstance(self.fn, _PerObjective) and min(k, self.dim) > 1):
-            return False
-        return self.dim < k
+        return self._evaluation.active_jacobian(params, rows, generator=generator)
 
     def active_gradients(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         """The gradients of :meth:`active_jacobian` without the losses, ``[m, k, dim]``.
@@ -633,118 +528,27 @@ class Problem:
         """
         params = self._check_params(params)
         self._check_rows(params, rows)
-        if self.evaluator is not None:
-            return self.evaluator.active_gradients(params, rows, generator=generator)
-        if self.instances is not None:
-            return self._instance_gradients(params, rows)[1]
-        return self.active_jacobian(params, rows)[1]
+        return self._evaluation.active_gradients(params, rows, generator=generator)
 
-    def _objective_gradients(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-        """Losses ``[n, m]`` and the rows ``[m, k, dim]`` of a problem whose objectives can be
-        evaluated one at a time (:meth:`from_module`): objective by objective, in order, its loss at
-        every model and, where a model serves it, its gradient. That costs about two evaluations of
-        all objectives, where a pass through the whole loss function per row (or per parameter)
-        costs ``min(k, dim)``; each objective is called once, as by the loss function, so an
-        objective that draws a mini-batch draws it once for all models."""
-        one, m = self.fn.one, params.shape[0]
-        served = torch.zeros(m, self.n_objectives, dtype=torch.bool, device=params.device)
-        served.scatter_(1, rows, True)
-        wanted = served.any(0).tolist()
-        jac = torch.zeros(*rows.shape, self.dim, dtype=params.dtype, device=params.device)
-        values = []
-        for i in range(self.n_objectives):
-            def loss(theta: Tensor, i: int = i) -> Tensor:
-                return one(i, theta)
+    def forward_rows(self, k: int) -> bool:
+        """Whether :meth:`active_jacobian` computes ``k`` selected rows a model in forward mode:
+        passes (one per parameter, ``dim < k``) that each give the derivatives of all ``n``
+        losses, so that it equals :meth:`jacobian` cut to the rows, value for value, at the same
+        cost. Problems given per objective (``k, dim > 1``), per instance or from datasets take
+        each row from its objective alone: ``False``."""
+        return self._evaluation.forward_rows(k)
 
-            if wanted[i]:
-                g, v = self._map_models(grad_and_value(loss), params)
-                hit = rows == i  # [m, k]
-                jac[hit] = g.detach()[hit.nonzero()[:, 0]]
-            else:
-                with torch.no_grad():
-                    v = self._map_models(loss, params)
-            values.append(v.detach())
-        return torch.stack(values), jac
-
-    def _map_models(self, fn, params: Tensor, *per_model: Tensor):
-        """``fn(theta_j, *(a_j for a in per_model))`` for every model, stacked (a tensor, or a
-        tuple of them): vectorised with ``vmap`` (``vectorize=True``) or one model at a time."""
-        if self.vectorize:
-            with _vmap_errors():
-                return vmap(fn, randomness="same")(params, *per_model)
-        outs = [fn(*args) for args in zip(params, *per_model)]
-        if isinstance(outs[0], tuple):
-            return tuple(torch.stack(parts) for parts in zip(*outs))
-        return torch.stack(outs)
-
-    def _instance_gradients(self, params: Tensor, rows: Tensor) -> tuple[Tensor, Tensor]:
-        """``(losses [m, k], gradients [m, k, dim])`` of the instances ``rows [m, k]``."""
-        data = self.instances
-        per_instance = grad_and_value(_scalar_loss(self.instance_loss))
-        in_dims = (None,) + (0,) * len(data)
-
-        def one_model(theta: Tensor, idx: Tensor) -> tuple[Tensor, Tensor]:
-            grads, values = vmap(per_instance, in_dims=in_dims)(theta, *(t[idx] for t in data))
-            return values, grads
-
-        if self.vectorize:
-            with _vmap_errors():
-                values, jac = vmap(one_model)(params, rows)
-        else:
-            pairs = [one_model(theta, idx) for theta, idx in zip(params, rows)]
-            values, jac = torch.stack([v for v, _ in pairs]), torch.stack([j for _, j in pairs])
-        return values.detach(), jac.detach()
-
-    def _instance_weighted_gradients(self, params: Tensor, w: Tensor) -> Tensor:
-        """``sum_i w[j, i] * grad L_i(theta_j)``, ``[m, dim]``, for a problem given per instance: per
-        model, one reverse pass through the weighted sum of the losses of the instances it weighs
-        (the model's parameters shared by them), without the per-instance gradients
-        (:meth:`_instance_gradients`) or the padding of the models' rows to the longest."""
-        data, loss = self.instances, _scalar_loss(self.instance_loss)
-        in_dims = (None,) + (0,) * len(data)
-        out = torch.zeros_like(params)
-        for j in range(params.shape[0]):
-            idx = w[j].nonzero().squeeze(1)
-            if idx.numel() == 0:
-                continue
-            weights, batch = w[j, idx], tuple(t[idx] for t in data)
-
-            def weighted(theta: Tensor) -> Tensor:
-                losses = vmap(loss, in_dims=in_dims)(theta, *batch)
-                return (losses * weights.to(losses.dtype)).sum()
-
-            with _vmap_errors():
-                out[j] = torch.func.grad(weighted)(params[j].detach())
-        return out
+    def jacobian_first(self, n_models: int) -> bool:
+        """Whether a round of ``n_models`` models whose combiner reads only the served objectives'
+        gradients should evaluate :meth:`jacobian` instead of :meth:`loss_matrix`: when the served
+        rows are sure to come from forward-mode passes (:meth:`forward_rows`; some model serves at
+        least n / m objectives), whose derivatives of every objective also give the losses, and
+        the Jacobian fits the evaluation's memory budget. One evaluation instead of two."""
+        return self._evaluation.jacobian_first(n_models)
 
     def _check_rows(self, params: Tensor, rows: Tensor) -> None:
         if rows.ndim != 2 or rows.shape[0] != params.shape[0]:
             raise ValueError(f"rows must have shape [m={params.shape[0]}, k]; got {tuple(rows.shape)}.")
-
-    def _call(self, theta: Tensor) -> Tensor:
-        out = self.fn(theta)
-        if not isinstance(out, Tensor):
-            hint = (" A Python number has no gradient: did the function call `.item()` or `float()`? "
-                    "Return the losses as a tensor, e.g. `torch.stack([loss_0, loss_1])`."
-                    if isinstance(out, (int, float)) else
-                    " Stack the losses into one tensor, e.g. `torch.stack([loss_0, loss_1])`.")
-            raise TypeError(
-                f"The problem's function must return a tensor of {self.n_objectives} losses; got "
-                f"{type(out).__name__}." + hint
-            )
-        if out.shape != (self.n_objectives,):
-            raise ValueError(
-                f"The problem's function returned shape {tuple(out.shape)}; it must return one loss per "
-                f"objective, shape [{self.n_objectives}]."
-            )
-        if not out.is_floating_point():
-            raise TypeError(_NOT_FLOAT.format(what="The problem's function", dtype=out.dtype))
-        if _tracked(theta) and not _tracked(out):
-            raise ValueError(_NO_GRADIENT.format(
-                what="The problem's losses do not",
-                hint="or return constants",
-            ))
-        return out
 
     def _check_params(self, params: Tensor) -> Tensor:
         if params.ndim != 2 or params.shape[1] != self.dim:
@@ -822,44 +626,6 @@ class Problem:
             metadata={**self.metadata, **metadata},
             layout=self.layout,
         )
-
-
-def _scalar_loss(loss: Callable[..., Tensor]) -> Callable[..., Tensor]:
-    """``loss`` with a check that it returns one number per instance."""
-
-    def checked(theta: Tensor, *row: Tensor) -> Tensor:
-        out = loss(theta, *row)
-        if not isinstance(out, Tensor) or out.numel() != 1:
-            shape = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
-            raise ValueError(
-                f"The instance loss must return a scalar tensor for one instance; got {shape}. "
-                + ("A Python number has no gradient: did it call `.item()` or `float()`? "
-                   if isinstance(out, (int, float)) else "Reduce over the instance inside `loss` "
-                   "(e.g. `.sum()` or `.mean()`).")
-            )
-        if not out.is_floating_point():
-            raise TypeError(_NOT_FLOAT.format(what="The instance loss", dtype=out.dtype))
-        if _tracked(theta) and not _tracked(out):
-            raise ValueError(_NO_GRADIENT.format(what="The instance loss does not", hint="or return a constant"))
-        return out.reshape(())
-
-    return checked
-
-
-_NO_GRADIENT = (
-    "{what} depend on the parameters: no gradient flows back to theta, so training would change "
-    "nothing. Did the loss call `.detach()`, `.item()`, `float()` or `.numpy()`, run under "
-    "`torch.no_grad()`, {hint}? Compute the losses from theta (or the model's output) with torch "
-    "operations and return them as tensors."
-)
-
-
-_NOT_FLOAT = (
-    "{what} returned losses of dtype {dtype}; losses must be floating point (e.g. float32), so that they "
-    "have gradients and can be compared across models. Did it convert them with `.long()`, `.int()` or "
-    "`.bool()`, or return a comparison such as `loss > 1`? Return the float losses (for a 0/1 "
-    "error, a smooth surrogate such as the logistic or hinge loss)."
-)
 
 
 def _check_names(names) -> tuple[str, ...] | None:
@@ -954,39 +720,6 @@ def _check_module_objectives(model, objectives) -> list:
     return objectives
 
 
-def _tracked(t: Tensor) -> bool:
-    """Whether ``t`` carries a derivative of the transform being computed: reverse mode
-    (``jacrev``, ``vjp``, ``grad``: ``requires_grad``) or forward mode (``jacfwd``: a tangent),
-    also seen through the ``vmap`` levels inside that transform (``vjp`` of a ``vmap`` over models)."""
-    functorch = torch._C._functorch
-    while functorch.is_batchedtensor(t):
-        t = functorch.get_unwrapped(t)
-    return bool(t.requires_grad) or _fwad.unpack_dual(t).tangent is not None
-
-
-def _objective_loss(out, k: int, names, tracked: bool) -> Tensor:
-    """Objective ``k``'s value from a :meth:`Problem.from_module` objective, checked: a scalar
-    tensor that depends on the parameters whenever they are differentiated (``tracked``)."""
-    label = f"objective {k}" + (f" ({names[k]!r})" if names is not None and k < len(names) else "")
-    if not isinstance(out, Tensor):
-        if isinstance(out, (int, float)):
-            raise TypeError(
-                f"{label} returned a Python {type(out).__name__}, which has no gradient: did it call "
-                "`.item()` or `float()`? Return the loss as a scalar tensor."
-            )
-        raise TypeError(f"{label} must return a scalar tensor (the loss); got {type(out).__name__}.")
-    if out.numel() != 1:
-        raise ValueError(
-            f"{label} returned a tensor of shape {tuple(out.shape)}; an objective must return one scalar "
-            "loss. Reduce it, e.g. with `.mean()` or `.sum()`."
-        )
-    if not out.is_floating_point():
-        raise TypeError(_NOT_FLOAT.format(what=label[0].upper() + label[1:], dtype=out.dtype))
-    if tracked and not _tracked(out):
-        raise ValueError(_NO_GRADIENT.format(what=f"{label}'s loss does not", hint="or return a constant"))
-    return out.reshape(())
-
-
 def _float_init(init: Tensor, what: str = "`init`") -> Tensor:
     """Initial parameters as a floating tensor: integers are converted to the default float dtype;
     bool and complex tensors and non-finite values are refused."""
@@ -1001,69 +734,3 @@ def _float_init(init: Tensor, what: str = "`init`") -> Tensor:
     if not bool(torch.isfinite(init).all()):
         raise ValueError(f"{what} contains NaN or inf; initial parameters must be finite.")
     return init
-
-
-@contextlib.contextmanager
-def _vmap_errors():
-    """Turns vmap's refusal of ``.item()`` / value-dependent Python control flow into a
-    ValueError that says what to change."""
-    try:
-        yield
-    except RuntimeError as exc:
-        text = str(exc)
-        if "Batch norm got a batched tensor" in text:
-            raise ValueError(RUNNING_STATS.format(where="A batch-norm layer of the module")) from exc
-        if "vmap" in text and (".item()" in text or "data-dependent control flow" in text):
-            raise ValueError(
-                "The problem's function cannot be evaluated for all models at once: it calls `.item()` "
-                "(or `float()`), or uses a tensor's value in Python control flow (`if`, `while`). A loss "
-                "converted with `.item()` has no gradient: keep the losses as tensors. If the function must "
-                "branch on values, build the problem with vectorize=False (from_function) or use "
-                "`torch.where`."
-            ) from exc
-        raise
-
-
-def _forward_columns(call: Callable[[Tensor], Tensor], theta: Tensor, chunk: int,
-                     idx: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """``call(theta)`` and its derivatives along every basis vector of the parameters,
-    ``[dim, n]`` (or only the entries ``idx`` of each, ``[dim, k]``): forward mode, ``dim``
-    passes mapped ``chunk`` at a time."""
-    def column(e: Tensor) -> tuple[Tensor, Tensor]:
-        out, tangent = jvp(call, (theta,), (e,))
-        return out.detach(), tangent if idx is None else tangent[idx]
-
-    basis = torch.eye(theta.shape[-1], dtype=theta.dtype, device=theta.device)
-    # one chunk is one plain vmap call (the same values, without the chunking's splits and concatenation)
-    values, columns = vmap(column, randomness="same", chunk_size=chunk if chunk < basis.shape[0] else None)(basis)
-    return values[0], columns
-
-
-class _PerObjective:
-    """A loss function ``theta -> [n]`` that can also evaluate objective ``k`` alone,
-    ``one(k, theta) -> scalar`` (built by :meth:`Problem.from_module`)."""
-
-    def __init__(self, losses: Callable[[Tensor], Tensor], one: Callable[[int, Tensor], Tensor]):
-        self._losses, self.one = losses, one
-
-    def __call__(self, theta: Tensor) -> Tensor:
-        return self._losses(theta)
-
-
-def check_weights(w: Tensor, m: int, n: int) -> Tensor:
-    """``w`` if it is a tensor of combination weights ``[m, n]`` (one row per model); otherwise a
-    ``ValueError`` that names the shape wanted and the one given."""
-    if not isinstance(w, Tensor) or w.shape != (m, n):
-        raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
-                         f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
-    return w
-
-
-def active_rows(active: Tensor) -> tuple[Tensor, Tensor]:
-    """``active [m, n]`` (bool) -> ``(rows [m, k], valid [m, k])``: each model's active objectives,
-    in index order, padded to the longest list with copies of the model's first one."""
-    k = max(1, int(active.sum(1).max()))
-    # stable sort puts the active objectives first, in index order
-    order = torch.sort((~active).to(torch.uint8), dim=1, stable=True).indices[:, :k]
-    valid = active.gather(1, order)
-    return torch.where(valid, order, order[:, :1]), valid

@@ -55,7 +55,7 @@ from .methods import (
     Weighting,
 )
 from .optim import SGD, UpdateRule
-from .problem import _JACOBIAN_VALUES, Problem, active_rows, check_weights
+from .problem import Problem, active_rows, check_weights
 from .seeding import KMeansSeeding, Reseed
 
 __all__ = ["RoundRecord", "Result", "run", "fit_batch", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
@@ -315,10 +315,7 @@ def _objectives_key(problem: Problem, generator: torch.Generator) -> tuple:
     function and instances): their runs' evaluations can be one call. The runs of a
     :attr:`~most.Problem.stochastic` problem draw their mini-batches from their own generators,
     so each keeps its evaluations."""
-    if problem.evaluator is not None:
-        return problem.evaluator.key() + ((id(generator),) if problem.stochastic else ())
-    return (id(problem.fn), id(problem.instance_loss), id(problem.instances), problem.vectorize,
-            problem.n_objectives, problem.dim)
+    return problem.evaluation.key() + ((id(generator),) if problem.stochastic else ())
 
 
 class _SharedPullback:
@@ -672,23 +669,11 @@ class _Loop:
             (losses, self.pullback), seconds = yield _Ask("pullback", self.params, first=first)
             return (losses, None), seconds
         if self.combiner.active_only:  # gradients come after the plan, for the served objectives only
-            if self._forward_up_front():  # ... unless forward mode computes every objective's row anyway
+            if self.problem.jacobian_first(self.m):  # ... unless forward mode computes every objective's row anyway
                 return (yield _Ask("jacobian", self.params, first=first))
             losses, seconds = yield _Ask("losses", self.params, first=first)
             return (losses, None), seconds
         return (yield _Ask("jacobian", self.params, first=first))
-
-    def _forward_up_front(self) -> bool:
-        """Whether an ``active_only`` combiner's first gradients come with the loss matrix: when the
-        served rows will be computed in forward mode (``Problem._forward_rows``), each pass
-        gives the derivatives of all ``n`` losses, so the full Jacobian costs the rows' passes and
-        saves the loss matrix's own forward pass. Every objective is served, so some model serves at
-        least ``n / m`` of them (the padded row count ``k``); the Jacobian is held (``m n d`` values)
-        only up to ``most.problem._JACOBIAN_VALUES``, the budget of the problem's own chunks. A plan
-        whose ``k`` turns out smaller drops it (see :meth:`_steps`)."""
-        problem = self.problem
-        n = problem.n_objectives
-        return self.m * n * problem.dim <= _JACOBIAN_VALUES and problem._forward_rows(-(-n // self.m))
 
     def round_steps(self, t: int, first: bool = False) -> Generator[_Ask, tuple, RoundRecord]:
         """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps; its
@@ -766,8 +751,8 @@ class _Loop:
         lam = torch.zeros(m, n, dtype=self.params.dtype, device=self.params.device)
         step_losses = losses
         for k in range(self.inner_steps):
-            if k == 0 and jac is not None and rows is not None:  # every row, from _forward_up_front
-                if problem._forward_rows(int(rows[0].shape[1])):  # the served ones, as active_gradients gives them
+            if k == 0 and jac is not None and rows is not None:  # every row, from Problem.jacobian_first
+                if problem.forward_rows(int(rows[0].shape[1])):  # the served ones, as active_gradients gives them
                     tic = time.perf_counter()
                     jac = jac.gather(1, rows[0][..., None].expand(-1, -1, jac.shape[-1]))
                     _check_finite(step_losses, jac, problem, t, k, rows[0])

@@ -22,15 +22,21 @@ import torch
 from torch import Tensor
 from torch.func import grad_and_value, vmap
 
-from ._evaluator import Evaluator
-from ._modules import ModuleLayout
-from ._validation import check_positive_int
+from ._base import Evaluator
+from .._modules import ModuleLayout
+from .._validation import check_positive_int
 
 PerSampleLoss = Callable[..., Tensor]
 
 #: The values (model outputs and the module's intermediates, about) one vectorised pass over rows
 #: may hold at once: an evaluation over more rows runs in chunks of rows (2^25, 128 MiB in float32).
 _PASS_VALUES = 2**25
+
+
+#: A pass over at most this many rows, whose forward holds at most ``_VMAP_VALUES`` values per model,
+#: evaluates the models with one vmap call; a larger one, model by model (see ``DatasetsEvaluator.vectorize``).
+_VMAP_ROWS = 4096
+_VMAP_VALUES = 2**18
 
 
 class _Draw:
@@ -123,11 +129,21 @@ class DatasetsEvaluator(Evaluator):
             self._per_row = self.layout.values_per_sample(tuple(self.data[0].shape[1:]))
         return self._per_row
 
+    def vectorize(self, rows: int) -> bool:
+        """Whether a pass over ``rows`` rows evaluates the m models with one :func:`torch.func.vmap`
+        call (small passes, where a call per model costs more than its arithmetic) or one after
+        another (larger passes: vmap's batched forms of a layer with a model axis, e.g. a
+        grouped convolution, or a batched product with inputs shared by every model, are slower
+        than the plain layer run m times)."""
+        return rows <= _VMAP_ROWS and rows * self._values_per_row() <= _VMAP_VALUES
+
     def _per_rows(self, params: Tensor, draw: _Draw, positions: Tensor | None) -> Tensor:
         """``[m, rows]``: the losses of the draw's rows at ``positions`` (all: ``None``) at every model."""
         flat = draw.flat if positions is None else positions if draw.flat is None else draw.flat[positions]
-        return vmap(self.per_row, in_dims=(0,) + (None,) * len(self.data), randomness="same")(
-            params, *self._rows(flat))
+        rows = self._rows(flat)
+        if self.vectorize(len(rows[0])):
+            return vmap(self.per_row, in_dims=(0,) + (None,) * len(rows), randomness="same")(params, *rows)
+        return torch.stack([self.per_row(theta, *rows) for theta in params])
 
     # ------------------------------------------------------------------ the protocol
     def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:

@@ -59,11 +59,38 @@ class Evaluator:
         return self.active_jacobian(params, rows, generator=generator)[1]
 
     def forward_rows(self, k: int) -> bool:
-        """Whether :meth:`active_jacobian` computes ``k`` rows a model in forward mode, so that the
-        Jacobian of every objective costs as much as the rows (see ``Problem._forward_rows``)."""
+        """Whether :meth:`active_jacobian` computes ``k`` rows a model in forward mode: passes that
+        give the derivatives of every objective, so :meth:`jacobian` cut to the rows equals them,
+        value for value, at the same cost."""
+        return False
+
+    def jacobian_first(self, m: int) -> bool:
+        """Whether a round of ``m`` models whose combiner reads the served rows only should ask for
+        :meth:`jacobian` instead of the loss matrix: when its passes are sure to give every
+        objective's derivatives anyway (:meth:`forward_rows`), they also give the losses, and one
+        evaluation replaces two."""
         return False
 
     def key(self) -> tuple:
         """Evaluators with equal keys compute the same losses from the same parameters (runs of
         :func:`most.fit_batch` on them share one evaluation)."""
         return (id(self),)
+
+
+def check_weights(w: Tensor, m: int, n: int) -> Tensor:
+    """``w`` if it is a tensor of combination weights ``[m, n]`` (one row per model); otherwise a
+    ``ValueError`` that names the shape wanted and the one given."""
+    if not isinstance(w, Tensor) or w.shape != (m, n):
+        raise ValueError(f"weights must have shape [m={m}, n={n}]; got "
+                         f"{tuple(w.shape) if isinstance(w, Tensor) else type(w).__name__}.")
+    return w
+
+
+def active_rows(active: Tensor) -> tuple[Tensor, Tensor]:
+    """``active [m, n]`` (bool) -> ``(rows [m, k], valid [m, k])``: each model's active objectives,
+    in index order, padded to the longest list with copies of the model's first one."""
+    k = max(1, int(active.sum(1).max()))
+    # stable sort puts the active objectives first, in index order
+    order = torch.sort((~active).to(torch.uint8), dim=1, stable=True).indices[:, :k]
+    valid = active.gather(1, order)
+    return torch.where(valid, order, order[:, :1]), valid
