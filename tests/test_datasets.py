@@ -287,3 +287,9 @@ def test_a_bad_objective_index_is_refused():
     _bad(r"must hold integers", _mlp(), (x, y), _squared, objective_index=torch.zeros(6))
     _bad(r"must lie in \[0, n_objectives = 2\)", _mlp(), (x, y), _squared,
          objective_index=torch.tensor([0, 1, 2, 0, 1, 2]), n_objectives=2)
+
+
+def test_integer_targets_of_a_single_output_are_not_taken_for_class_labels():
+    tasks = [(torch.randn(6, 4), torch.randint(0, 9, (6,))) for _ in range(3)]  # counts, regressed
+    problem = most.Problem.from_datasets(lambda: nn.Linear(4, 1), tasks, lambda out, y: (out[:, 0] - y) ** 2)
+    assert problem.n_objectives == 3

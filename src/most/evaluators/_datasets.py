@@ -326,7 +326,8 @@ def check_batch_size(batch_size, counts: Tensor, label: Callable[[int], str]) ->
 def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int], str]) -> None:
     """Runs the module and ``loss`` once on the first row of every objective (at ``theta``) and
     checks the targets' class indices against the output, before any work: one loss per row,
-    floating point; integer targets of a classifier within ``[0, classes)``."""
+    floating point; integer targets ``[rows]`` of a module with several outputs ``[rows, C]`` (a
+    classifier's scores) within ``[0, C)``."""
     data, first = evaluator.data, evaluator.all.slots[:, 0]
     with torch.no_grad():
         try:
@@ -337,7 +338,7 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
                 f"{data[0].dtype}): {' '.join(str(exc).split())[:300]}. The first tensor of each dataset is the "
                 "module's input."
             ) from exc
-        if isinstance(output, Tensor) and output.ndim == 2:
+        if isinstance(output, Tensor) and output.ndim == 2 and output.shape[1] > 1:  # a classifier's scores
             for t, target in enumerate(data[1:], start=1):
                 if target.ndim == 1 and not target.is_floating_point() and target.dtype != torch.bool:
                     bad = (target < 0) | (target >= output.shape[1])
