@@ -251,6 +251,12 @@ def test_bad_datasets_are_refused_naming_the_objective_and_the_fix():
     _bad(r"`datasets` is empty", _mlp(), [], _squared)
     _bad(r"one dataset per objective", _mlp(), torch.randn(3, 4), _squared)
     _bad(r"dataset 1 has 1 tensors and dataset 0 has 2", _mlp(), [tasks[0], (torch.randn(3, 4),)], _squared)
+    _bad(r"dataset 1's inputs are torch.float64 on cpu and dataset 0's are torch.float32", _mlp(),
+         [tasks[0], (tasks[1][0].double(), tasks[1][1])], _squared)
+    doubles = [(x.double(), y.double()) for x, y in tasks]
+    _bad(r"module's parameters are torch.float32.*give the inputs the same dtype", _mlp(), doubles, _squared)
+    assert most.Problem.from_datasets(lambda: _mlp()().double(), doubles, _squared).loss_matrix(
+        torch.zeros(2, 44, dtype=torch.float64)).dtype == torch.float64
 
 
 def test_labels_outside_the_classes_are_refused_naming_the_objective():

@@ -336,7 +336,10 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
             raise ValueError(
                 f"The module fails on the datasets' inputs (shape [rows, {', '.join(map(str, data[0].shape[1:]))}], "
                 f"{data[0].dtype}): {' '.join(str(exc).split())[:300]}. The first tensor of each dataset is the "
-                "module's input."
+                "module's input." + (f" The module's parameters are {theta.dtype} and its device {theta.device}: "
+                                     "give the inputs the same dtype and device (e.g. `x.to(dtype)`)."
+                                     if (data[0].is_floating_point() and data[0].dtype != theta.dtype)
+                                     or data[0].device != theta.device else "")
             ) from exc
         if isinstance(output, Tensor) and output.ndim == 2 and output.shape[1] > 1:  # a classifier's scores
             for t, target in enumerate(data[1:], start=1):
