@@ -212,8 +212,10 @@ def run(
     :class:`MGDA`, :class:`WeightedMGDA`). ``callback(record, params)`` is called after
     every round. With a :class:`~most.checkpoint.Checkpoint`, the state is saved every
     ``checkpoint.every`` rounds, and a run that finds a checkpoint continues from it (the
-    final models equal those of an uninterrupted run; the problem's own randomness, if its
-    objectives draw mini-batches, is the problem's to restore). ``seeding`` places the
+    final models equal those of an uninterrupted run: mini-batches of a
+    :meth:`~most.Problem.from_datasets` problem come from the run's generator, which the checkpoint
+    holds; objectives that draw their own, e.g. with torch's global generator, are theirs to
+    restore). ``seeding`` places the
     initial models (:class:`~most.seeding.KMeansSeeding`; ``None``: the problem's ``init``);
     ``reseed`` moves a badly placed model at fixed rounds (:class:`~most.seeding.Reseed`).
     """
@@ -468,7 +470,9 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
     (every ZDT run of the few-objective table; every registered method on the tests' quadratics);
     where a run's plan follows the last bits (a tie between models), its path can part from the
     unbatched one as it would on another machine. Objectives that draw a mini-batch at each call
-    draw one for all runs of an evaluation.
+    draw one for all runs of an evaluation; a :meth:`~most.Problem.from_datasets` problem with a
+    ``batch_size`` draws each run's from the run's own generator, so those runs keep their
+    evaluations and end as their fits.
 
     Runs share evaluations when their prepared problems compute the same function: the same
     problem, or MosT-E with the same extension and the same mixtures (a ``spread="grid"``
