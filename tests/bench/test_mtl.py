@@ -45,3 +45,31 @@ def test_a_short_run_learns_and_writes_its_table(features, tmp_path):
     assert sorted(plan.argmax(1).tolist()) == [0, 1, 2, 3]
     assert json.loads((tmp_path / "results.json").read_text())["domains"] == ["amazon", "caltech10", "dslr", "webcam"]
     assert "| MosT |" in (tmp_path / "table.md").read_text() and (tmp_path / "per_domain.png").exists()
+
+
+def test_efficientnet_features_are_a_known_kind():
+    config = mtl.MTLConfig(features="efficientnet")
+    assert config.features in mtl.FEATURES
+    with pytest.raises(ValueError, match="'efficientnet'"):
+        mtl.MTLConfig(features="efficientnets")
+
+
+def _quadratics():
+    from most import Problem
+
+    centres = torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 4.0], [4.0, 4.0]])
+    return centres, Problem.from_function(lambda theta: ((theta - centres) ** 2).sum(-1), dim=2, n_objectives=4)
+
+
+def test_one_shared_model_minimises_the_mean_of_the_losses():
+    centres, problem = _quadratics()
+    result = mtl.METHODS["Shared"](4, 400, 0.1, 0).fit(problem)
+    assert result.params.shape == (1, 2)
+    torch.testing.assert_close(result.params[0], centres.mean(0), atol=1e-2, rtol=0)
+
+
+def test_separate_models_each_minimise_their_own_loss_alone():
+    centres, problem = _quadratics()
+    result = mtl.METHODS["Separate"](4, 400, 0.1, 0).fit(problem)
+    torch.testing.assert_close(result.params, centres, atol=1e-2, rtol=0)  # model i at objective i's optimum
+    assert torch.equal(result.assignment.argmax(1), torch.arange(4))
