@@ -43,18 +43,36 @@ def _mlp(features=4, out=2):
     return lambda: nn.Sequential(nn.Linear(features, 6), nn.Tanh(), nn.Linear(6, out))
 
 
+def _images(lengths=(9, 14, 5), seed=2):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(k, 2, 3, generator=g), torch.randint(0, 3, (k,), generator=g)) for k in lengths]
+
+
+def _sequences(lengths=(4, 7, 6), seed=3):  # nn.Linear over the last axis of [rows, 5, 4]: not one affine map a row
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.randn(k, 5, 4, generator=g), torch.randn(k, 5, 2, generator=g)) for k in lengths]
+
+
 CASES = {
     "regression": (_regression, _squared, _mlp(4, 2)),
     "classification": (_classification, _cross_entropy, _mlp(5, 3)),
+    "linear": (_regression, _squared, lambda: nn.Linear(4, 2)),  # the affine path: one product for all models
+    "flatten-linear": (_images, _cross_entropy, lambda: nn.Sequential(nn.Flatten(), nn.Linear(6, 3))),
+    "linear-on-sequences": (_sequences, lambda out, y: ((out - y) ** 2).sum((-2, -1)), lambda: nn.Linear(4, 2)),
 }
+
+
+#: the cases whose module is one affine map of each row: every model's outputs from one product
+AFFINE = {"linear", "flatten-linear"}
 
 
 @pytest.fixture(params=sorted(CASES))
 def pair(request):
     data, loss, model = CASES[request.param]
     tasks = data()
-    return (most.Problem.from_datasets(model, tasks, loss),
-            most.Problem.from_module(model, _per_objective(tasks, loss)))
+    fast = most.Problem.from_datasets(model, tasks, loss)
+    assert (fast.evaluation._affine is not None) == (request.param in AFFINE)
+    return fast, most.Problem.from_module(model, _per_objective(tasks, loss))
 
 
 def _params(problem, m=3, seed=0):
@@ -69,7 +87,8 @@ def test_every_evaluation_equals_the_one_callable_per_objective_problem(pair):
     torch.testing.assert_close(fast.loss_matrix(params), slow.loss_matrix(params))
     w = torch.rand(3, fast.n_objectives, generator=torch.Generator().manual_seed(2))
     torch.testing.assert_close(fast.weighted_gradients(params, w)[1], slow.weighted_gradients(params, w)[1])
-    rows = torch.tensor([[0, 2, 4 % fast.n_objectives], [1, 1, 3], [3, 0, 0]])
+    n = fast.n_objectives
+    rows = torch.tensor([[0, 2 % n, 4 % n], [1, 1, 3 % n], [3 % n, 0, 0]])
     for a, b in zip(fast.active_jacobian(params, rows), slow.active_jacobian(params, rows)):
         torch.testing.assert_close(a, b)
     torch.testing.assert_close(fast.active_gradients(params, rows), slow.active_gradients(params, rows))

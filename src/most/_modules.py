@@ -76,6 +76,9 @@ class ModuleLayout:
         self.fixed = {k: p.detach() for k, p in named if not p.requires_grad}
         self.fixed.update(template.named_buffers())
         self._values: dict[tuple[int, ...], int] = {}
+        #: ``(out, in)`` when the module is one affine map of its flattened inputs, every parameter
+        #: trained (``theta`` = the weight row-major, then the bias), else ``None``
+        self.affine = None if self.frozen else affine_shape(template)
 
     @property
     def dim(self) -> int:
@@ -157,6 +160,19 @@ def values_per_sample(template: nn.Module, state: dict[str, Tensor], input_shape
         for hook in hooks:
             hook.remove()
     return max(1, 2 * total)
+
+
+def affine_shape(module: nn.Module) -> tuple[int, int] | None:
+    """``(out, in)`` when ``module`` is one affine map of flattened inputs with a bias, written as
+    ``nn.Linear`` or ``nn.Sequential(nn.Flatten(), nn.Linear)`` (exactly these classes, not
+    subclasses, whose forward may differ), else None."""
+    if type(module) is nn.Sequential and len(module) == 2 and type(module[0]) is nn.Flatten \
+            and (module[0].start_dim, module[0].end_dim) == (1, -1):
+        module = module[1]
+    if type(module) is nn.Linear and module.bias is not None and not module._forward_hooks \
+            and not module._forward_pre_hooks:
+        return module.out_features, module.in_features
+    return None
 
 
 def check_factory(model) -> None:

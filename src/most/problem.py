@@ -238,7 +238,9 @@ class Problem:
     ) -> "Problem":
         r"""Many objectives with their own data: objective i is a model's mean loss on dataset i.
 
-        .. math:: L_i(\theta) = \frac{1}{|D_i|} \sum_{(x, y) \in D_i} \ell(f_\theta(x), y)
+        .. math::
+
+            L_i(\theta) = \frac{1}{|D_i|} \sum_{(x, y) \in D_i} \ell(f_\theta(x), y)
 
         The common case of many tasks, domains or clients, each with a dataset of its own (of any
         length). Every objective at every model is one vectorised pass over the stacked rows

@@ -36,7 +36,7 @@ def test_the_quick_run_writes_every_section(tmp_path):
     result = json.loads(out.read_text())
     assert result["225 tasks"]["from_datasets"]["max_param_difference"] < 1e-4
     assert {r["tasks"] for r in result["growth"]} == {10, 40}
-    assert {r["rule picks"] for r in result["vectorise"]} == {"vmap", "loop"}
+    assert {r["rule picks"] for r in result["vectorise"]} == {"one product", "vmap", "loop"}
     text = out.with_suffix(".md").read_text()
     for heading in ("## 225 tasks", "## A round against the number of tasks", "## A small CNN on 4 domains",
                     "## The m models in one vmap call"):

@@ -2,7 +2,9 @@ r"""Objectives that are a model's mean loss on datasets of their own (:meth:`mos
 
 Objective i is the mean per-sample loss of a model on dataset i,
 
-.. math:: L_i(\theta) = \frac{1}{|D_i|} \sum_{(x, y) \in D_i} \ell(f_\theta(x), y),
+.. math::
+
+    L_i(\theta) = \frac{1}{|D_i|} \sum_{(x, y) \in D_i} \ell(f_\theta(x), y),
 
 or, with ``batch_size`` b, its estimate on b rows of :math:`D_i` drawn without replacement at
 every evaluation from the run's generator. The datasets are held stacked, as rows with the index
@@ -16,6 +18,7 @@ rows (the datasets padded to the longest, with a mask).
 
 from __future__ import annotations
 
+import math
 from typing import Callable, Sequence
 
 import torch
@@ -33,21 +36,24 @@ PerSampleLoss = Callable[..., Tensor]
 _PASS_VALUES = 2**25
 
 
-#: A pass over at most this many rows, whose forward holds at most ``_VMAP_VALUES`` values per model,
-#: evaluates the models with one vmap call; a larger one, model by model (see ``DatasetsEvaluator.vectorize``).
-_VMAP_ROWS = 4096
+#: A pass whose rows hold at most this many values per model (inputs or the forward's values, whichever
+#: are more) evaluates the models with one vmap call; a larger one, model by model (see
+#: ``DatasetsEvaluator.vectorize``).
 _VMAP_VALUES = 2**18
 
 
 class _Draw:
     """The rows of one evaluation: ``flat`` (row indices into the stacked data, or ``None`` for
-    all of them) with each row's objective ``owner`` and each objective's row count ``counts``;
-    the same rows laid out per objective, ``slots [n, L]`` with ``mask [n, L]``."""
+    all of them) with each row's objective ``owner`` (grouped by objective, in order) and each
+    objective's row count ``counts``; the same rows laid out per objective, ``slots [n, L]``
+    with ``mask [n, L]``. ``width``: the common count when every objective has as many rows."""
 
-    __slots__ = ("flat", "owner", "counts", "slots", "mask")
+    __slots__ = ("flat", "owner", "counts", "slots", "mask", "width")
 
-    def __init__(self, flat: Tensor | None, owner: Tensor, counts: Tensor, slots: Tensor, mask: Tensor):
+    def __init__(self, flat: Tensor | None, owner: Tensor, counts: Tensor, slots: Tensor, mask: Tensor,
+                 width: int | None):
         self.flat, self.owner, self.counts, self.slots, self.mask = flat, owner, counts, slots, mask
+        self.width = width
 
 
 class DatasetsEvaluator(Evaluator):
@@ -65,19 +71,27 @@ class DatasetsEvaluator(Evaluator):
 
     def __init__(self, layout: ModuleLayout, data: tuple[Tensor, ...], owner: Tensor, n_objectives: int,
                  loss: PerSampleLoss, batch_size: int | None, names: Sequence[str] | None = None):
+        device = data[0].device
+        owner = owner.to(device=device, dtype=torch.long)
+        order = torch.sort(owner, stable=True).indices
+        if not torch.equal(order, torch.arange(len(owner), device=device)):  # rows grouped by objective
+            data, owner = tuple(t[order] for t in data), owner[order]
         self.layout, self.data, self.loss = layout, data, loss
         self.n_objectives, self.batch_size = n_objectives, batch_size
         self.stochastic = batch_size is not None
-        device = data[0].device
-        owner = owner.to(device=device, dtype=torch.long)
+        self._input_values = math.prod(data[0].shape[1:])
+        # one affine map of each row's (flattened) inputs: plain nn.Linear on [rows, in], or Flatten + Linear
+        affine = layout.affine
+        plain = data[0].ndim == 2 or isinstance(layout.template, torch.nn.Sequential)
+        self._affine = affine if affine is not None and plain and self._input_values == affine[1] else None
         counts = torch.bincount(owner, minlength=n_objectives)
-        order = torch.sort(owner, stable=True).indices
         starts = torch.cumsum(counts, 0) - counts
-        position = torch.arange(len(owner), device=device) - starts[owner[order]]
+        rows = torch.arange(len(owner), device=device)
         slots = torch.full((n_objectives, int(counts.max())), -1, dtype=torch.long, device=device)
-        slots[owner[order], position] = order
+        slots[owner, rows - starts[owner]] = rows
         mask = slots >= 0
-        self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask)
+        width = int(counts[0]) if bool((counts == counts[0]).all()) else None
+        self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask, width)
         self._keys_mask = mask.cpu()
         self._slots_cpu = self.all.slots.cpu()
         self._per_row = None  # values a row makes in a forward pass, measured at the first chunked pass
@@ -96,7 +110,7 @@ class DatasetsEvaluator(Evaluator):
         device = slots.device
         owner = torch.arange(n, device=device).repeat_interleave(b)
         counts = torch.full((n,), b, dtype=torch.long, device=device)
-        return _Draw(slots.reshape(-1), owner, counts, slots, torch.ones_like(slots, dtype=torch.bool))
+        return _Draw(slots.reshape(-1), owner, counts, slots, torch.ones_like(slots, dtype=torch.bool), b)
 
     def _rows(self, flat: Tensor | None) -> tuple[Tensor, ...]:
         return self.data if flat is None else tuple(t[flat] for t in self.data)
@@ -111,7 +125,10 @@ class DatasetsEvaluator(Evaluator):
         return self._means(self.per_row(theta, *self._rows(draw.flat))[None], draw)[0]
 
     def _means(self, per: Tensor, draw: _Draw) -> Tensor:
-        """``[m, rows] -> [m, n]``: each objective's mean over its rows (a segment sum)."""
+        """``[m, rows] -> [m, n]``: each objective's mean over its rows (a segment sum; a plain mean
+        over a ``[m, n, width]`` view when every objective has ``width`` rows)."""
+        if draw.width is not None:
+            return per.view(per.shape[0], self.n_objectives, draw.width).mean(-1)
         total = per.new_zeros(per.shape[0], self.n_objectives).index_add(1, draw.owner, per)
         return total / draw.counts.to(per.dtype)
 
@@ -135,15 +152,31 @@ class DatasetsEvaluator(Evaluator):
         another (larger passes: vmap's batched forms of a layer with a model axis, e.g. a
         grouped convolution, or a batched product with inputs shared by every model, are slower
         than the plain layer run m times)."""
-        return rows <= _VMAP_ROWS and rows * self._values_per_row() <= _VMAP_VALUES
+        return rows * max(self._values_per_row(), self._input_values) <= _VMAP_VALUES
 
     def _per_rows(self, params: Tensor, draw: _Draw, positions: Tensor | None) -> Tensor:
         """``[m, rows]``: the losses of the draw's rows at ``positions`` (all: ``None``) at every model."""
         flat = draw.flat if positions is None else positions if draw.flat is None else draw.flat[positions]
         rows = self._rows(flat)
+        if self._affine is not None:
+            return self._affine_rows(params, rows)
         if self.vectorize(len(rows[0])):
             return vmap(self.per_row, in_dims=(0,) + (None,) * len(rows), randomness="same")(params, *rows)
         return torch.stack([self.per_row(theta, *rows) for theta in params])
+
+    def _affine_rows(self, params: Tensor, rows: tuple[Tensor, ...]) -> Tensor:
+        """``[m, rows]`` for a module that is one affine map (``nn.Linear``): every model's outputs
+        from one matrix product of the shared inputs with the models' stacked weights (vmap's
+        form of the layer, a batched product with the inputs repeated per model, and m separate
+        products both cost more), then the loss of each model's outputs."""
+        out_features, in_features = self._affine
+        m, split = params.shape[0], out_features * in_features
+        x = rows[0].reshape(len(rows[0]), in_features)
+        weight = params[:, :split].reshape(m * out_features, in_features)
+        outputs = torch.addmm(params[:, split:].reshape(-1), x, weight.T)  # [rows, m * out]
+        outputs = outputs.view(len(x), m, out_features).transpose(0, 1)
+        per = vmap(self.loss, in_dims=(0,) + (None,) * (len(rows) - 1))(outputs, *rows[1:])
+        return per.reshape(m, -1)
 
     # ------------------------------------------------------------------ the protocol
     def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:

@@ -26,7 +26,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
-from .._modules import parameter_range, values_per_sample
+from .._modules import affine_shape, parameter_range, values_per_sample
 from .._random import derive_seed
 
 __all__ = ["FlatModel", "logistic_regression", "cnn"]
@@ -62,7 +62,7 @@ class FlatModel:
         object.__setattr__(self, "_shapes", [p.shape for _, p in named])
         object.__setattr__(self, "_sizes", [math.prod(p.shape) for _, p in named])
         object.__setattr__(self, "_buffers", dict(template.named_buffers()))
-        object.__setattr__(self, "_affine", _affine_shape(template))
+        object.__setattr__(self, "_affine", affine_shape(template))
 
     @property
     def dim(self) -> int:
@@ -161,19 +161,6 @@ class _Affine(torch.autograd.Function):
             weight = theta[:, : out_features * in_features].reshape(-1, out_features, in_features)
             grad_x = torch.bmm(grad, weight)
         return grad_theta, grad_x, None, None
-
-
-def _affine_shape(module: nn.Module) -> tuple[int, int] | None:
-    """``(out, in)`` when ``module`` is one affine map of flattened inputs with a bias, written as
-    ``nn.Linear`` or ``nn.Sequential(nn.Flatten(), nn.Linear)`` (exactly these classes, not
-    subclasses, whose forward may differ), else None."""
-    if type(module) is nn.Sequential and len(module) == 2 and type(module[0]) is nn.Flatten \
-            and (module[0].start_dim, module[0].end_dim) == (1, -1):
-        module = module[1]
-    if type(module) is nn.Linear and module.bias is not None and not module._forward_hooks \
-            and not module._forward_pre_hooks:
-        return module.out_features, module.in_features
-    return None
 
 
 def logistic_regression(dim: int, n_classes: int) -> FlatModel:
