@@ -20,7 +20,7 @@ from ._function import FunctionEvaluator
 #: A linear pullback runs one reverse pass per model through its weighted losses when the models'
 #: padded per-instance gradients would hold this many values per model or more (rows x dim); below
 #: it, the per-instance gradients of all models in one vectorised call cost less than a pass per
-#: model (measured in benchmarks/results/performance.md).
+#: model (the Performance page of the benchmarks measures both sides).
 PULLBACK_LOOP_VALUES = 2**19
 
 
