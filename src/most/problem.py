@@ -572,8 +572,8 @@ class Problem:
             >>> combiner = most.MinNorm(coordinates=problem.coordinates("last"))  # the paper's speed-up
         """
         if self.layout is None:
-            raise ValueError("coordinates() needs a problem built from a module (Problem.from_module or "
-                             "Problem.from_datasets).")
+            raise ValueError("coordinates() needs a problem built with Problem.from_module or "
+                             "Problem.from_datasets (from a module).")
         return self.layout.coordinates(name)
 
     def to_modules(self, params: Tensor) -> list[nn.Module]:
@@ -581,8 +581,8 @@ class Problem:
         ``nn.Module`` per row of ``params``, holding its trainable parameters (frozen ones and
         buffers as in the template)."""
         if self.layout is None:
-            raise ValueError("to_modules() needs a problem built from a module (Problem.from_module or "
-                             "Problem.from_datasets).")
+            raise ValueError("to_modules() needs a problem built with Problem.from_module or "
+                             "Problem.from_datasets (from a module).")
         return self.layout.to_modules(params)
 
     @property
@@ -593,8 +593,8 @@ class Problem:
     def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
         """For problems built from a module: the trainable parameters held by ``theta [dim]``, by name."""
         if self.layout is None:
-            raise ValueError("unflatten() needs a problem built from a module (Problem.from_module or "
-                             "Problem.from_datasets).")
+            raise ValueError("unflatten() needs a problem built with Problem.from_module or "
+                             "Problem.from_datasets (from a module).")
         return self.layout.unflatten(theta)
 
     def with_objectives(self, weights: Tensor, *, names: Sequence[str] | None = None, **metadata: Any) -> "Problem":
