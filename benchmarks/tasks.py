@@ -334,6 +334,9 @@ def markdown(out: dict) -> str:
         ratio = f"{r['from_module / from_datasets']:.1f}x" if "from_module" in r else ""
         lines.append(f"| {r['tasks']} | {r['samples']} | {r['rows']} | {hand:.4f} | {r['from_datasets']:.4f} | "
                      f"{r['from_datasets / hand pass']:.2f}x | {module} | {ratio} |")
+    lines += ["", "A round is the pass plus the round's own work (the transport plan, the weights, the update): "
+                  "with tens of tasks that work is most of it, and the ratio to the hand pass falls as the "
+                  "tasks grow."]
     c = out["cnn"]
     lines += ["", f"## A small CNN on 4 domains (batch {c['batch']} per domain, m = {c['m']}, Adam)", "",
               "Seconds a round: the plain loop runs every model on every domain's batch, then one Adam step per "

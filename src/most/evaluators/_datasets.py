@@ -173,8 +173,9 @@ class DatasetsEvaluator(Evaluator):
         m, split = params.shape[0], out_features * in_features
         x = rows[0].reshape(len(rows[0]), in_features)
         weight = params[:, :split].reshape(m * out_features, in_features)
-        outputs = torch.addmm(params[:, split:].reshape(-1), x, weight.T)  # [rows, m * out]
-        outputs = outputs.view(len(x), m, out_features).transpose(0, 1)
+        # [m * out, rows]: the reverse pass's product for the weights then reads rows in order
+        outputs = torch.addmm(params[:, split:].reshape(-1, 1), weight, x.T)
+        outputs = outputs.view(m, out_features, len(x)).transpose(1, 2)
         per = vmap(self.loss, in_dims=(0,) + (None,) * (len(rows) - 1))(outputs, *rows[1:])
         return per.reshape(m, -1)
 
