@@ -66,11 +66,10 @@ class DatasetsEvaluator(Evaluator):
         n_objectives: n.
         loss: ``loss(output, *targets) -> [rows]``, one loss per row.
         batch_size: rows per objective drawn at each evaluation with a generator (``None``: all).
-        names: the objectives' names, for error messages.
     """
 
     def __init__(self, layout: ModuleLayout, data: tuple[Tensor, ...], owner: Tensor, n_objectives: int,
-                 loss: PerSampleLoss, batch_size: int | None, names: Sequence[str] | None = None):
+                 loss: PerSampleLoss, batch_size: int | None):
         device = data[0].device
         owner = owner.to(device=device, dtype=torch.long)
         order = torch.sort(owner, stable=True).indices
@@ -94,7 +93,7 @@ class DatasetsEvaluator(Evaluator):
         self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask, width)
         self._keys_mask = mask.cpu()
         self._slots_cpu = self.all.slots.cpu()
-        self._per_row = None  # values a row makes in a forward pass, measured at the first chunked pass
+        self._per_row = None  # values a row makes in a forward pass, counted when first needed
 
     # ------------------------------------------------------------------ the rows of an evaluation
     def draw(self, generator: torch.Generator | None) -> _Draw:
@@ -247,9 +246,6 @@ class DatasetsEvaluator(Evaluator):
         with torch.enable_grad():
             jac = vmap(one_model, randomness="same")(params.detach(), rows)
         return jac.detach()
-
-    def key(self) -> tuple:
-        return (id(self),)
 
 
 def stack_datasets(datasets, objective_index=None, n_objectives=None
