@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import most
+from most.bench.mtl import CNN
 from most.optim import Adam
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -188,19 +189,9 @@ def growth(sizes: list[int], rounds: int, module_up_to: int) -> list[dict]:
 
 
 # ----------------------------------------------------------------------------- 3. CNN on 4 domains
-class CNN(nn.Module):
-    def __init__(self, classes: int = 10, channels=(16, 32, 64)):
-        super().__init__()
-        c1, c2, c3 = channels
-        self.conv1 = nn.Conv2d(3, c1, 3, padding=1)
-        self.conv2 = nn.Conv2d(c1, c2, 3, padding=1)
-        self.conv3 = nn.Conv2d(c2, c3, 3, padding=1)
-        self.fc = nn.Linear(c3, classes)
-
-    def forward(self, x):
-        x = torch.max_pool2d(torch.relu(self.conv1(x)), 2)
-        x = torch.max_pool2d(torch.relu(self.conv2(x)), 2)
-        return self.fc(torch.relu(self.conv3(x)).mean((-2, -1)))
+def cnn_model() -> nn.Module:
+    """The multi-task benchmark's small CNN (16/32/64 channels) for 10 classes."""
+    return CNN(10, (16, 32, 64))
 
 
 def cross_entropy(out, y):
@@ -211,7 +202,7 @@ def cnn(rounds: int, per_domain: int, batch: int = 32, m: int = 4) -> dict:
     g = torch.Generator().manual_seed(0)
     domains = [(torch.randn(per_domain, 3, 32, 32, generator=g), torch.randint(0, 10, (per_domain,), generator=g))
                for _ in range(4)]
-    fast = most.Problem.from_datasets(CNN, domains, cross_entropy, batch_size=batch)
+    fast = most.Problem.from_datasets(cnn_model, domains, cross_entropy, batch_size=batch)
     draw = torch.Generator().manual_seed(1)
 
     def objective(x, y):
@@ -220,10 +211,10 @@ def cnn(rounds: int, per_domain: int, batch: int = 32, m: int = 4) -> dict:
             return cross_entropy(forward(x[idx]), y[idx]).mean()
         return loss
 
-    slow = most.Problem.from_module(CNN, [objective(x, y) for x, y in domains])
+    slow = most.Problem.from_module(cnn_model, [objective(x, y) for x, y in domains])
 
     torch.manual_seed(0)
-    models = [CNN() for _ in range(m)]
+    models = [cnn_model() for _ in range(m)]
     optimizers = [torch.optim.Adam(net.parameters(), lr=1e-3) for net in models]
     weights = torch.full((m, 4), 0.25)
 
@@ -261,7 +252,7 @@ def vectorise_or_loop(repeats: int = 5, quick: bool = False) -> list[dict]:
     modules = {
         "Linear(20, 1)": (lambda: nn.Linear(20, 1), (20,)),
         "MLP 20-32-10": (lambda: nn.Sequential(nn.Linear(20, 32), nn.ReLU(), nn.Linear(32, 10)), (20,)),
-        "CNN 3x32x32": (CNN, (3, 32, 32)),
+        "CNN 3x32x32": (cnn_model, (3, 32, 32)),
     }
     sizes = {"Linear(20, 1)": (1000, 5000, 50000), "MLP 20-32-10": (1000, 5000, 50000), "CNN 3x32x32": (32, 128)}
     if quick:

@@ -166,22 +166,15 @@ PINNED_ODD = {"logits": ([0, 418, 999], [0.3214, 10.3587, -3.0541]),
 
 
 @needs_weights
-def test_pretrained_outputs_on_a_fixed_input_are_pinned(pretrained):
-    x = _fixed_input(224, 224)
+@pytest.mark.parametrize("size, pinned", [((224, 224), PINNED_224),
+                                          ((97, 131), PINNED_ODD)],  # odd sides: stride-2 layers pad after, by size
+                         ids=["224x224", "97x131"])
+def test_pretrained_outputs_on_a_fixed_input_are_pinned(pretrained, size, pinned):
+    x = _fixed_input(*size)
     with torch.no_grad():
         logits, features = pretrained(x)[0], pretrained.features(x)[0]
     for name, values in (("logits", logits), ("features", features)):
-        index, expected = PINNED_224[name]
-        torch.testing.assert_close(values[index], torch.tensor(expected), atol=1e-3, rtol=0)
-
-
-@needs_weights
-def test_pretrained_outputs_on_an_odd_sized_input_are_pinned(pretrained):
-    x = _fixed_input(97, 131)  # odd sides: the stride-2 layers pad symmetrically or after, by size
-    with torch.no_grad():
-        logits, features = pretrained(x)[0], pretrained.features(x)[0]
-    for name, values in (("logits", logits), ("features", features)):
-        index, expected = PINNED_ODD[name]
+        index, expected = pinned[name]
         torch.testing.assert_close(values[index], torch.tensor(expected), atol=1e-3, rtol=0)
 
 

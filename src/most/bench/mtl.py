@@ -157,7 +157,10 @@ class MTLConfig(SuiteConfig):
         check_positive(self.lr, name="lr")
 
 
-class _CNN(nn.Module):
+class CNN(nn.Module):
+    """The images table's network: three 3x3 convolutions (``channels`` wide) with ReLU, 2x2
+    max-pooling after the first two, global average pooling, a linear layer to the classes."""
+
     def __init__(self, n_classes: int, channels: tuple[int, int, int]):
         super().__init__()
         c1, c2, c3 = channels
@@ -179,7 +182,7 @@ def _model(config: "MTLConfig", data) -> Callable[[], nn.Module]:
         return lambda: nn.Sequential(nn.Linear(dim, 256), nn.ReLU(), nn.Linear(256, data.n_classes))
     if config.features == "efficientnet":  # a linear probe of the frozen features
         return lambda: nn.Linear(int(data.input_shape[0]), data.n_classes)
-    return lambda: _CNN(data.n_classes, tuple(config.channels))
+    return lambda: CNN(data.n_classes, tuple(config.channels))
 
 
 def _problem(data, factory, batch_size: int, seed: int) -> Problem:
