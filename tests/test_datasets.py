@@ -310,6 +310,7 @@ def test_a_bad_objective_index_is_refused():
     _bad(r"objective 1 has no rows", _mlp(), (x, y), _squared, objective_index=torch.tensor([0, 0, 2, 2, 2, 0]))
     _bad(r"one entry per row, shape \[6\]", _mlp(), (x, y), _squared, objective_index=torch.tensor([0, 1]))
     _bad(r"must hold integers", _mlp(), (x, y), _squared, objective_index=torch.zeros(6))
+    _bad(r"`n_objectives` goes with `objective_index`", _mlp(), _regression(), _squared, n_objectives=5)
     _bad(r"must lie in \[0, n_objectives = 2\)", _mlp(), (x, y), _squared,
          objective_index=torch.tensor([0, 1, 2, 0, 1, 2]), n_objectives=2)
 

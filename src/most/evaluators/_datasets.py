@@ -254,6 +254,11 @@ def stack_datasets(datasets, objective_index=None, n_objectives=None
     objective (inputs first, then targets), or, with ``objective_index [N]``, one tuple of
     stacked tensors whose row r belongs to objective ``objective_index[r]``."""
     if objective_index is None:
+        if n_objectives is not None:
+            raise ValueError(
+                "`n_objectives` goes with `objective_index` (stacked rows); with one dataset per objective, "
+                "n is the number of datasets. Drop `n_objectives`, or pass the stacked rows with `objective_index`."
+            )
         if isinstance(datasets, Tensor) or not isinstance(datasets, Sequence) or isinstance(datasets, (str, bytes)):
             raise TypeError(
                 "`datasets` must be a list with one dataset per objective, each a tuple of tensors "
