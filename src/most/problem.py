@@ -33,15 +33,14 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
-from torch.func import vmap
 
 from ._modules import ModuleLayout, check_factory
 from ._validation import as_tensor, check_has_data, check_positive_int
 from .evaluators._base import Evaluator, active_rows, check_weights
-from .evaluators._checks import objective_loss, scalar_loss, tracked
+from .evaluators._checks import objective_loss, tracked
 from .evaluators._datasets import DatasetsEvaluator, check_batch_size, check_loss, stack_datasets
 from .evaluators._function import FunctionEvaluator
-from .evaluators._instances import InstancesEvaluator
+from .evaluators._instances import InstancesEvaluator, instance_losses
 from .evaluators._module import ModuleEvaluator, PerObjective
 
 __all__ = ["Problem", "active_rows", "check_weights"]
@@ -137,7 +136,7 @@ class Problem:
                                  f"{self.n_objectives}.")
             return self.evaluator
         if self.instances is not None:
-            return InstancesEvaluator(self.instance_loss, self.instances, self.dim, self.vectorize, fn=self.fn)
+            return InstancesEvaluator(self.instance_loss, self.instances, self.dim, self.fn, self.vectorize)
         if isinstance(self.fn, PerObjective):
             return ModuleEvaluator(self.fn, self.dim, self.n_objectives, self.vectorize)
         return FunctionEvaluator(self.fn, self.dim, self.n_objectives, self.vectorize)
@@ -341,10 +340,7 @@ class Problem:
                 f"got leading sizes {sorted(sizes)}."
             )
         (n,) = sizes
-        in_dims = (None,) + (0,) * len(data)
-
-        def fn(theta: Tensor) -> Tensor:
-            return vmap(scalar_loss(loss), in_dims=in_dims)(theta, *data)
+        fn = instance_losses(loss, data)
 
         return cls(
             fn=fn,

@@ -24,6 +24,16 @@ from ._function import FunctionEvaluator
 PULLBACK_LOOP_VALUES = 2**19
 
 
+def instance_losses(loss: Callable[..., Tensor], data: tuple[Tensor, ...]) -> Callable[[Tensor], Tensor]:
+    """``theta -> [n]``: every instance's loss in one vectorised call (each checked to be a scalar)."""
+    in_dims = (None,) + (0,) * len(data)
+
+    def losses(theta: Tensor) -> Tensor:
+        return vmap(scalar_loss(loss), in_dims=in_dims)(theta, *data)
+
+    return losses
+
+
 class InstancesEvaluator(FunctionEvaluator):
     """The evaluations of a problem given per instance.
 
@@ -31,18 +41,14 @@ class InstancesEvaluator(FunctionEvaluator):
         loss: ``loss(theta [dim], *row) -> scalar``.
         data: the instances' tensors, one row per instance.
         dim: the length of ``theta``.
+        fn: the losses of all instances, ``theta -> [n]`` (:func:`instance_losses`).
         vectorize: as :class:`~most.evaluators.FunctionEvaluator`'s.
     """
 
-    def __init__(self, loss: Callable[..., Tensor], data: tuple[Tensor, ...], dim: int, vectorize: bool = True,
-                 fn: Callable[[Tensor], Tensor] | None = None):
-        in_dims = (None,) + (0,) * len(data)
-
-        def losses(theta: Tensor) -> Tensor:
-            return vmap(scalar_loss(loss), in_dims=in_dims)(theta, *data)
-
-        super().__init__(losses if fn is None else fn, dim, int(data[0].shape[0]), vectorize)
-        self.loss, self.data, self.in_dims = loss, data, in_dims
+    def __init__(self, loss: Callable[..., Tensor], data: tuple[Tensor, ...], dim: int,
+                 fn: Callable[[Tensor], Tensor], vectorize: bool = True):
+        super().__init__(fn, dim, int(data[0].shape[0]), vectorize)
+        self.loss, self.data, self.in_dims = loss, data, (None,) + (0,) * len(data)
 
     def jacobian(self, params: Tensor, *, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
         rows = torch.arange(self.n_objectives, device=params.device).expand(params.shape[0], -1)
