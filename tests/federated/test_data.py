@@ -450,6 +450,48 @@ def test_fashion_rotation_groups_of_unequal_size_turn_consecutive_blocks_of_clie
             load_fashion_mnist(tmp_path, n_clients=8, rotations=bad)
 
 
+def test_fashion_label_groups_relabel_each_group_by_its_own_permutation(tmp_path):
+    _tiny_fashion(tmp_path)
+    plain = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2)
+    shifted = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2, label_groups=(1, 3, 4))
+    assert shifted.name.endswith("label groups 1/3/4)") and plain.groups is None
+    assert shifted.groups == (0, 1, 1, 1, 2, 2, 2, 2)
+    maps: dict[int, dict[int, int]] = {0: {}, 1: {}, 2: {}}
+    for g, a, b in zip(shifted.groups, plain.clients, shifted.clients):
+        for split in ("train", "val", "test"):
+            assert torch.equal(getattr(a, f"x_{split}"), getattr(b, f"x_{split}"))  # the same images
+            for old, new in zip(getattr(a, f"y_{split}").tolist(), getattr(b, f"y_{split}").tolist()):
+                assert maps[g].setdefault(old, new) == new  # one map per group, for every client and split
+    assert all(k == v for k, v in maps[0].items())  # group 0 keeps its labels
+    for g in (1, 2):
+        assert sorted(maps[g].values()) == sorted(set(maps[g].values()))  # a permutation
+        assert any(k != v for k, v in maps[g].items())
+    again = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2, label_groups=(1, 3, 4))
+    assert all(torch.equal(a.y_train, b.y_train) for a, b in zip(again.clients, shifted.clients))
+    for bad, match in (((4, 3), "hold 7 clients, but n_clients is 8"), ((8,), "2 or more"), ((0, 8), "2 or more"),
+                       ((4.0, 4), "2 or more"), ("44", "sequence of group sizes")):
+        with pytest.raises(ValueError, match=match):
+            load_fashion_mnist(tmp_path, n_clients=8, label_groups=bad)
+    with pytest.raises(ValueError, match="not both"):
+        load_fashion_mnist(tmp_path, n_clients=8, label_groups=(4, 4), rotations=2)
+
+
+def test_dataset_groups_follow_the_clients_that_stay(tmp_path):
+    c = ClientData(torch.zeros(2, 3), torch.zeros(2), torch.zeros(1, 3), torch.zeros(1), torch.zeros(1, 3),
+                      torch.zeros(1))
+    empty = ClientData(torch.zeros(0, 3), torch.zeros(0), torch.zeros(1, 3), torch.zeros(1), torch.zeros(1, 3),
+                          torch.zeros(1))
+    with pytest.warns(UserWarning, match="left out"):
+        data = FederatedDataset.from_clients([c, empty, c], name="g", n_classes=2, groups=[0, 1, 2])
+    assert data.groups == (0, 2)
+    assert data.subset([1]).groups == (2,)
+    for bad, match in (([0], "1 entries for 2 clients"), ([0, -1], "non-negative"), ([0, 0.5], "non-negative"),
+                       (3, "one group index per client")):
+        with pytest.raises(ValueError, match=match):
+            FederatedDataset(name="g", clients=(c, c), n_classes=2, input_shape=(3,), client_ids=("a", "b"),
+                                groups=bad)
+
+
 def test_fashion_missing_files_name_them(tmp_path, monkeypatch):
     _write_idx(tmp_path / "train-images-idx3-ubyte.gz", np.zeros((2, 28, 28)))
     with pytest.raises(FileNotFoundError) as info:

@@ -164,6 +164,10 @@ class FederatedDataset:
         n_classes: number of classes; every label is in ``0 .. n_classes - 1``.
         input_shape: the shape of one sample, e.g. ``(60,)`` or ``(1, 28, 28)``.
         client_ids: one unique string per client, in the order of ``clients``.
+        groups: the planted group of each client (``0 .. G-1``), for data made with a known
+            cluster structure (rotated or relabelled groups), else ``None``. The methods never
+            read it; an oracle baseline (:class:`most.federated.methods.Oracle`) and the
+            benchmarks' recovery scores do.
 
     The constructor checks that every client's features have shape ``input_shape``, that
     every label is in range and that every client has at least one training sample
@@ -176,6 +180,7 @@ class FederatedDataset:
     n_classes: int
     input_shape: tuple[int, ...]
     client_ids: tuple[str, ...]
+    groups: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         clients = tuple(self.clients)
@@ -224,6 +229,8 @@ class FederatedDataset:
         object.__setattr__(self, "clients", clients)
         object.__setattr__(self, "input_shape", shape)
         object.__setattr__(self, "client_ids", ids)
+        if self.groups is not None:
+            object.__setattr__(self, "groups", _check_groups(self.groups, len(clients), self.name))
 
     @classmethod
     def from_clients(
@@ -235,13 +242,15 @@ class FederatedDataset:
         client_ids: Sequence[str] | None = None,
         input_shape: Sequence[int] | None = None,
         min_train: int = 1,
+        groups: Sequence[int] | None = None,
     ) -> "FederatedDataset":
         """Builds a data set, leaving out (with a warning) clients with too little training data.
 
         Clients with fewer than ``min_train`` training samples are dropped; one
         ``UserWarning`` names them (and their split sizes). ``client_ids`` defaults to
         ``client_0``, ``client_1``, ... (positions in ``clients``); ``input_shape`` to the
-        shape of the first client's samples. ``ValueError`` if no client is left.
+        shape of the first client's samples; ``groups`` (one per client in ``clients``) keeps
+        the groups of the clients that stay. ``ValueError`` if no client is left.
 
         >>> import torch, warnings
         >>> full = ClientData(torch.zeros(3, 2), torch.zeros(3), torch.zeros(1, 2), torch.zeros(1),
@@ -284,12 +293,15 @@ class FederatedDataset:
             )
         kept = tuple(clients[k] for k in keep) if dropped else clients
         kept_ids = tuple(ids[k] for k in keep) if dropped else ids
+        if groups is not None:
+            groups = _check_groups(groups, len(clients), name)
+            groups = tuple(groups[k] for k in keep)
         if input_shape is None:
             if not kept:
                 raise ValueError(f"{name!r}: a federated data set needs at least one client; got none.")
             input_shape = kept[0].input_shape
         return cls(name=name, clients=kept, n_classes=n_classes, input_shape=tuple(input_shape),
-                   client_ids=kept_ids)
+                   client_ids=kept_ids, groups=groups)
 
     # ------------------------------------------------------------------ shape
     @property
@@ -336,6 +348,7 @@ class FederatedDataset:
             n_classes=self.n_classes,
             input_shape=self.input_shape,
             client_ids=tuple(self.client_ids[i] for i in idx),
+            groups=None if self.groups is None else tuple(self.groups[i] for i in idx),
         )
 
     def __repr__(self) -> str:
@@ -346,6 +359,21 @@ class FederatedDataset:
 
 
 # ---------------------------------------------------------------------- helpers
+def _check_groups(groups, n_clients: int, name: str) -> tuple[int, ...]:
+    """``groups`` as a tuple of ``n_clients`` non-negative ints."""
+    values = groups.tolist() if isinstance(groups, (Tensor, np.ndarray)) else groups
+    try:
+        out = tuple(values)
+    except TypeError:
+        raise ValueError(f"{name!r}: `groups` must be one group index per client; got {groups!r}.") from None
+    if len(out) != n_clients:
+        raise ValueError(f"{name!r}: `groups` has {len(out)} entries for {n_clients} clients; give one per client.")
+    for g in out:
+        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0:
+            raise ValueError(f"{name!r}: `groups` must hold non-negative whole numbers (group indices); got {g!r}.")
+    return tuple(int(g) for g in out)
+
+
 def _check_split(split: Sequence[float]) -> tuple[float, float, float]:
     try:
         f = tuple(float(s) for s in split)

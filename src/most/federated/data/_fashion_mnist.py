@@ -89,6 +89,34 @@ def _quarter_turns(rotations, n_clients: int) -> list[int]:
     return [g for g, size in enumerate(sizes) for _ in range(int(size))]
 
 
+def _label_groups(sizes, n_clients: int, seed: int) -> tuple[list[int], np.ndarray] | None:
+    """Each client's group and the groups' label permutations ``[G, 10]`` (row 0 the identity),
+    or ``None`` for no label groups. The permutations come from their own generator (the seed
+    and a fixed tag), so the other draws of the loader do not move."""
+    if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
+        raise ValueError(f"`label_groups` must be a sequence of group sizes summing to n_clients (e.g. (4, 8, 12, "
+                         f"16)); got {sizes!r}.")
+    sizes = list(sizes)
+    if not sizes:
+        return None
+    if len(sizes) < 2 or any(isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1 for v in sizes):
+        raise ValueError(f"`label_groups` must be 2 or more positive whole numbers (the sizes of the groups); "
+                         f"got {tuple(sizes)!r}.")
+    if sum(sizes) != n_clients:
+        raise ValueError(f"The label groups {tuple(int(v) for v in sizes)} hold {sum(sizes)} clients, but n_clients "
+                         f"is {n_clients}: give sizes that sum to n_clients.")
+    if len(sizes) > 1000:
+        raise ValueError(f"`label_groups` gives {len(sizes)} groups; at most 1000 are supported.")
+    rng = np.random.default_rng([int(seed), 0x1ABE1])
+    perms = [np.arange(10)]
+    while len(perms) < len(sizes):  # distinct permutations, none the identity
+        p = rng.permutation(10)
+        if not any(np.array_equal(p, q) for q in perms):
+            perms.append(p)
+    groups = [g for g, size in enumerate(sizes) for _ in range(int(size))]
+    return groups, np.stack(perms)
+
+
 def _rotation_label(rotations) -> str:
     if isinstance(rotations, (int, np.integer)):
         return f", {rotations} rotations)" if rotations > 1 else ")"
@@ -104,6 +132,7 @@ def load_fashion_mnist(
     split: Sequence[float] = (0.6, 0.2, 0.2),
     seed: int = 0,
     rotations: int | Sequence[int] = 1,
+    label_groups: Sequence[int] = (),
 ) -> FederatedDataset:
     """Fashion-MNIST over ``n_clients`` clients with a Dirichlet(``concentration``) label skew.
 
@@ -131,6 +160,17 @@ def load_fashion_mnist(
             of those sizes instead: ``(10, 20, 30, 40)`` leaves clients 0-9 as they are and
             turns clients 10-29 by 90 degrees, 30-59 by 180 and 60-99 by 270 (groups of
             unequal size).
+        label_groups: the sizes of 2 or more groups of clients (contiguous blocks, summing to
+            ``n_clients``) whose labels are relabelled by a permutation of the 10 classes of
+            their own (concept shift: the same images, group-specific labels, the standard
+            test of clustered federated learning; Ghosh et al. 2020, Sattler et al. 2020).
+            Group 0 keeps the labels; group g > 0 maps class c to ``perm_g[c]``, each
+            ``perm_g`` a distinct permutation drawn from ``seed`` apart from the other draws,
+            so the images of every client are those of the data set without label groups.
+            Empty (default): no relabelling. Not together with rotation groups.
+
+    The dataset's :attr:`~FederatedDataset.groups` records each client's group where the
+    data has planted groups (rotations, or label groups), for oracles and recovery scores.
 
     The official train (60000) and test (10000) images are pooled before splitting, so
     each client's test split follows its own label distribution. Pixels are scaled to
@@ -147,6 +187,9 @@ def load_fashion_mnist(
         check_positive_int(samples_per_client, name="samples_per_client")
     split = _check_split(split)
     turns = _quarter_turns(rotations, n_clients)
+    relabel = _label_groups(label_groups, n_clients, seed)
+    if relabel is not None and max(turns) > 0:
+        raise ValueError("Give `rotations` (image groups) or `label_groups` (concept groups), not both.")
     x_all, y_all = _read_fashion(path)
     rng = _numpy_rng(seed)
     pool = _pool(len(y_all), n_clients, samples_per_client, rng)
@@ -155,14 +198,19 @@ def load_fashion_mnist(
     for k, part in enumerate(parts):
         idx = pool[part]
         x = np.rot90(x_all[idx], turns[k], axes=(1, 2))  # zero turns: the images as they are
-        clients.append(_client_from_arrays(x[:, None], y_all[idx], split, rng, divisor=255))
+        y = y_all[idx] if relabel is None else relabel[1][relabel[0][k]][y_all[idx]]
+        clients.append(_client_from_arrays(x[:, None], y, split, rng, divisor=255))
     width = len(str(n_clients - 1))
+    groups = relabel[0] if relabel is not None else (turns if max(turns) > 0 else None)
+    label = (", label groups " + "/".join(str(int(v)) for v in label_groups) + ")" if relabel is not None
+             else _rotation_label(rotations))
     data = FederatedDataset.from_clients(
         clients,
-        name=f"fashion_mnist(dirichlet {concentration:g}" + _rotation_label(rotations),
+        name=f"fashion_mnist(dirichlet {concentration:g}" + label,
         n_classes=10,
         client_ids=[f"client_{k:0{max(width, 3)}d}" for k in range(n_clients)],
         input_shape=(1, 28, 28),
+        groups=groups,
     )
     sizes = data.sizes("all")
     return _check_splits_filled(data, split, f"clients of {min(sizes)} to {max(sizes)} samples")
