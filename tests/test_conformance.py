@@ -63,6 +63,7 @@ from most.methods import (
     WeightedSum,
     Weighting,
 )
+from most.federated.clustered import ClusterAssignment
 from most.federated.methods import BoxMinNorm, min_norm_box
 from most.optim import SGD, Adam, UpdateRule
 from most.transport import diversity_regularizer
@@ -204,6 +205,8 @@ ASSIGNMENTS = [
     case(EqualAssignment(), "Equal", marginals=Uniform()),
     case(BestModelAssignment(), "BestModel", marginals=ObjectivesSelectModels(), gap=1e-9),
     case(PreferenceAssignment(), "Preference", marginals=ModelsSelectObjectives(), equivariant=False),
+    # CFL's clusters as a plan: every objective whole to its cluster (all in cluster 0 after reset)
+    case(ClusterAssignment(), "Cluster", marginals=ObjectivesSelectModels(), equivariant=False),
 ]
 
 # ---------------------------------------------------------------------------- weightings

@@ -264,6 +264,19 @@ def test_balanced_update_groups_are_balanced_and_locally_optimal():
     assert len(set(big.tolist())) == 2
 
 
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_unbalanced_update_groups_recover_planted_groups_of_unequal_size(seed):
+    from most.federated.methods import update_groups
+
+    x, truth = _planted([10, 4, 4, 2], seed=seed)
+    labels = update_groups(x, 4, torch.Generator().manual_seed(seed), balanced=False)
+    assert _same_partition(labels, truth)  # the sizes the updates show, 10/4/4/2, not 5 each
+    assert torch.equal(update_groups(x, 4, torch.Generator().manual_seed(0), balanced=True),
+                       balanced_update_groups(x, 4, torch.Generator().manual_seed(0)))
+    with pytest.raises(TypeError, match="balanced"):
+        GroupedWarmUp(3, balanced="no")
+
+
 def test_balanced_update_groups_edge_cases_and_bad_input():
     assert balanced_update_groups(torch.randn(2, 5), 3, torch.Generator()).tolist() == [0, 1]
     with pytest.raises(ValueError, match="NaN"):

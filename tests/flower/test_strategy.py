@@ -60,6 +60,9 @@ BUILDERS = {
     "FedProx": lambda: F.FedProx(2, mu=0.1),
     "MGDA": lambda: F.MGDA(2),
     "IFCA": lambda: F.IFCA(3),
+    "CFL": lambda: F.CFL(3, eps1=5.0, eps2=0.01, min_rounds=2),  # thresholds that split at round 2
+    "Oracle": lambda: F.Oracle([k % 3 for k in range(N)], server_lr=2.0),
+    "LocalOnly": lambda: F.LocalOnly(),
 }
 
 
@@ -76,12 +79,35 @@ def test_strategy_equals_in_process_runtime(name, data, model):
         assert (ours.plan is None) == (theirs.plan is None)
         if ours.plan is not None:
             torch.testing.assert_close(ours.plan, theirs.plan, rtol=0, atol=1e-9)
+    assert result.missing == {}
+    if strategy.method.own_model_losses:
+        # one model per client: each client evaluates its own (no client is sent another's), so the
+        # results hold the diagonal of the runtime's client x model tables
+        assert all(models == (c,) for _, kind, c, models in strategy.messages if kind in ("query", "evaluate"))
+        for ours, theirs in ((result.test_accuracy, reference.test_accuracy),
+                             (result.selection_loss, reference.selection_loss)):
+            torch.testing.assert_close(ours.diagonal(), theirs.diagonal())
+            assert ours.isnan().sum() == N * (N - 1)
+        assert torch.equal(result.choice, reference.choice)
+        assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
+        return
     torch.testing.assert_close(result.test_accuracy, reference.test_accuracy)
     torch.testing.assert_close(result.selection_loss, reference.selection_loss)
     assert torch.equal(result.loss_choice, reference.loss_choice)
     assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
     assert result.prediction_diversity() == pytest.approx(reference.prediction_diversity(), rel=1e-6)
-    assert result.missing == {}
+
+
+def test_cfl_splits_on_flower_as_in_process(data, model):
+    strategy = MostStrategy(BUILDERS["CFL"](), model, _config(), n_clients=N)
+    result = strategy.run(LocalGrid(_app(data, model), N))
+    assert len(set(result.choice.tolist())) == 3  # it split twice: three clusters, each client scored on its own
+    assert torch.equal(result.choice, strategy.method.clusters)
+
+
+def test_fine_tuning_is_refused_by_the_strategy_saying_where_it_runs(model):
+    with pytest.raises(ValueError, match="run_federated"):
+        MostStrategy(F.FineTuning(1), model, _config(), n_clients=N)
 
 
 def test_pair_seeds_make_batches_independent_of_the_other_pairs(data, model):

@@ -43,6 +43,7 @@ from ..metrics import worst_fraction_mean
 
 __all__ = [
     "WORST_FRACTIONS",
+    "adjusted_rand_index",
     "select_models",
     "pooled_loss",
     "select_by_loss",
@@ -429,6 +430,41 @@ def summarise(val_acc, test_acc, *, choice=None, sizes=None) -> dict:
     if sizes is not None:
         out["pooled"] = pooled_accuracy(acc, sizes)
     return out
+
+
+def adjusted_rand_index(labels, truth) -> float:
+    """The adjusted Rand index of two partitions of the same items (Hubert and Arabie 1985):
+    1 for the same partition up to renaming, about 0 for an unrelated one.
+
+    ``labels`` and ``truth`` are one integer label per item (e.g. each client's chosen model and
+    its planted group). Two partitions that are both one group, or both all singletons, score 1.
+
+    >>> adjusted_rand_index([0, 0, 1, 1], [1, 1, 0, 0])
+    1.0
+    >>> round(adjusted_rand_index([0, 0, 1, 1], [0, 1, 0, 1]), 3)
+    -0.5
+    """
+    a = np.asarray(labels.tolist() if isinstance(labels, torch.Tensor) else labels)
+    b = np.asarray(truth.tolist() if isinstance(truth, torch.Tensor) else truth)
+    if a.ndim != 1 or a.shape != b.shape:
+        raise ValueError(f"`labels` and `truth` must be two label vectors of one length; got shapes {a.shape} and "
+                         f"{b.shape}.")
+    n = len(a)
+    _, ai = np.unique(a, return_inverse=True)
+    _, bi = np.unique(b, return_inverse=True)
+    table = np.zeros((ai.max(initial=-1) + 1, bi.max(initial=-1) + 1), dtype=np.int64)
+    np.add.at(table, (ai, bi), 1)
+
+    def pairs(x):
+        return float((x * (x - 1) // 2).sum())
+
+    index, rows, cols = pairs(table), pairs(table.sum(1)), pairs(table.sum(0))
+    total = n * (n - 1) / 2
+    expected = rows * cols / total if total else 0.0
+    top = (rows + cols) / 2
+    if top == expected:  # both partitions trivial (one group, or all singletons) and equal in kind
+        return 1.0
+    return float((index - expected) / (top - expected))
 
 
 def paired_difference(a, b, confidence: float = 0.95) -> dict:

@@ -27,6 +27,11 @@ models split. The round itself (sample, plan, pairs, combine, update, log) is
 * :class:`IFCA` -- Ghosh et al. 2020: each client joins its lowest-loss model, each model
   averages its clients' updates.
 * :class:`SetScalarization` -- TCH-Set, STCH-Set and sum-of-minimum on clients.
+* :class:`CFL` -- Sattler et al. 2020: FedAvg within clusters, a cluster split in two by its
+  updates' cosine similarities when they stop agreeing (:mod:`most.federated.clustered`).
+* :class:`Oracle` -- FedAvg within the clients' true groups, where the data has them.
+* :class:`LocalOnly`, :class:`FineTuning` -- local training alone, and FedAvg then local
+  fine-tuning: one model per client (:mod:`most.federated.personal`).
 """
 
 from __future__ import annotations
@@ -65,8 +70,8 @@ from ..methods import (
 from ..optim import SGD, UpdateRule
 
 __all__ = ["FederatedMethod", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
-           "IFCA", "SetScalarization", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
-           "balanced_update_groups", "weighted_mean", "min_norm_combination"]
+           "IFCA", "SetScalarization", "CFL", "Oracle", "LocalOnly", "FineTuning", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
+           "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]
 
 
 # ----------------------------------------------------------------------------- combining client updates
@@ -172,6 +177,14 @@ def balanced_update_groups(deltas: Tensor, m: int, generator: torch.Generator, m
     gets ``n/m`` rows; a row the plan splits goes to its largest share) and each centre becomes
     its group's normalised mean. With ``n <= m`` each row is a group of its own.
     """
+    return update_groups(deltas, m, generator, balanced=True, max_iter=max_iter)
+
+
+def update_groups(deltas: Tensor, m: int, generator: torch.Generator, *, balanced: bool,
+                  max_iter: int = 50) -> Tensor:
+    """Spherical k-means of client updates, balanced (:func:`balanced_update_groups`) or not
+    (``balanced=False``: each row joins its nearest centre, so the groups take the sizes the
+    updates show; a group left empty keeps its centre)."""
     n = deltas.shape[0]
     check_positive_int(m, name="m")
     if n == 0:
@@ -194,8 +207,11 @@ def balanced_update_groups(deltas: Tensor, m: int, generator: torch.Generator, m
     b = torch.full((m,), 1.0 / m, dtype=torch.float64)
     labels = None
     for _ in range(max_iter):
-        plan = transport.solve(torch.cdist(u, c).square().cpu(), a, b, method="exact").plan
-        new = plan.argmax(1).to(deltas.device)
+        if balanced:
+            plan = transport.solve(torch.cdist(u, c).square().cpu(), a, b, method="exact").plan
+            new = plan.argmax(1).to(deltas.device)
+        else:
+            new = torch.cdist(u, c).argmin(1)
         if labels is not None and torch.equal(new, labels):
             break
         labels = new
@@ -241,12 +257,15 @@ class GroupedWarmUp(WarmUp):
     spherical k-means, seeded by the run's generator) and model j takes its group's mean step,
     so the m models start apart, each from the clients that pull the same way (the clustering
     of FL+HC, Briggs et al. 2020, balanced by transport); a model without a group takes the
-    shared step. Needs ``rounds >= 1``."""
+    shared step. Needs ``rounds >= 1``. With ``balanced=False`` the groups are those of plain
+    spherical k-means (:func:`update_groups`), of the sizes the updates show."""
 
     rounds: int = 5
+    balanced: bool = True
 
     def __post_init__(self):
         super().__post_init__()
+        self.balanced = check_bool(self.balanced, name="balanced")
         if not self.rounds:
             raise ValueError("GroupedWarmUp groups the clients' updates of the last warm-up round: it needs "
                              "rounds >= 1.")
@@ -263,7 +282,7 @@ class GroupedWarmUp(WarmUp):
         if self._seed is None:
             raise RuntimeError("GroupedWarmUp draws its seed in reset(generator), which the federated server calls "
                                "before the first round.")
-        group = balanced_update_groups(deltas, m, torch.Generator().manual_seed(self._seed))
+        group = update_groups(deltas, m, torch.Generator().manual_seed(self._seed), balanced=self.balanced)
         split = combine_updates(WeightedSum(), m, deltas, group, counts)
         has = torch.zeros(m, dtype=torch.bool, device=deltas.device)
         has[group] = True
@@ -295,6 +314,17 @@ class FederatedMethod:
     by_samples: ClassVar[bool] = False
     #: Whether the plan is a transport plan worth logging (and reporting Gamma metrics of).
     logs_plan: ClassVar[bool] = True
+    #: How each client's final model is picked, in words (the benchmark tables say it):
+    #: the default is its best model on validation; a method that assigns each client a model
+    #: (:meth:`assigned`) says which.
+    pick: ClassVar[str] = "best on validation"
+    #: Whether each client ends with a model of its own (local training, fine-tuning): the
+    #: models are then one per client, and group recovery or the best model on test mean nothing.
+    personal: ClassVar[bool] = False
+    #: Whether the round-start losses are each client's loss on its own model (model i of client
+    #: i: an ``[n, 1]`` column) rather than on every model (``[n, m]``); for a method with one
+    #: model per client, which plans without the losses (:class:`LocalOnly`).
+    own_model_losses: ClassVar[bool] = False
 
     def __post_init__(self):  # stored as the plain numbers they were checked as
         self.n_models = check_positive_int(self.n_models, name="n_models")
@@ -316,6 +346,22 @@ class FederatedMethod:
 
     def check(self, n_clients: int) -> None:
         """Refuses a number of clients the method cannot serve (before any work)."""
+
+    def models_for(self, n_clients: int) -> int:
+        """The number of models the server holds for ``n_clients`` clients (``n_models``; one
+        per client for :class:`~most.federated.personal.LocalOnly`)."""
+        return self.n_models
+
+    def assigned(self, n_clients: int) -> Tensor | None:
+        """``[n]`` the model each client is scored on, for a method that assigns one (a cluster,
+        a group, its own model); ``None`` (the default): each client picks its best on validation."""
+        return None
+
+    @property
+    def fine_tune_epochs(self) -> int:
+        """Local epochs each client trains its picked model for after the last round (0: none;
+        :class:`~most.federated.personal.FineTuning`)."""
+        return 0
 
     def initial_params(self, model, m: int, generator: torch.Generator) -> Tensor:
         return model.init(m, generator)
@@ -358,9 +404,10 @@ class FederatedMethod:
         return combine_updates(self._components()[2], m, deltas, pair_model, pair_weight)
 
     def aggregate(self, params: Tensor, deltas: Tensor, pair_model: Tensor, pair_weight: Tensor, *,
-                  round: int) -> Tensor:
+                  round: int, clients: Tensor | None = None) -> Tensor:
         """The server step: the combined direction of each model's pair updates, then the update
-        rule with ``lr = server_lr``; a model without pairs stays where it is."""
+        rule with ``lr = server_lr``; a model without pairs stays where it is. ``clients`` (the
+        client, among all n, of each pair) is for methods that track clients (:class:`CFL`)."""
         m = params.shape[0]
         direction = self.direction(deltas, pair_model, pair_weight, m, round)
         if self._opt_state is None:
@@ -670,3 +717,8 @@ def min_norm_combination(params: Tensor, deltas: Tensor, pair_model: Tensor, wei
     coords = None if coordinates is None else (coordinates.start or 0, coordinates.stop)
     combiner = MinNorm(tol=tol, coordinates=coords)
     return params - server_lr * combine_updates(combiner, params.shape[0], deltas, pair_model, weight)
+
+
+# the methods of their own modules, reachable here with the others (``most.federated.methods.CFL``)
+from .clustered import CFL, Oracle  # noqa: E402
+from .personal import FineTuning, LocalOnly  # noqa: E402

@@ -894,6 +894,44 @@ def _evaluate_runs(model: FlatModel, params: list[Tensor], data: Padded, clients
     return out
 
 
+def _evaluate_own(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None,
+                  accuracy: bool = True) -> tuple[Tensor, Tensor | None]:
+    """Each client's loss (and accuracy) on its own model, client i on ``params[i]``: ``[k, 1]``
+    for the ``k`` clients asked (all by default), for a method with one model per client
+    (:attr:`~most.federated.methods.FederatedMethod.own_model_losses`), so a round costs n
+    evaluations, not n x n."""
+    idx = torch.arange(data.n_clients, device=params.device) if clients is None else clients
+    x, y, w = data.x[idx], data.y[idx], data.w[idx]
+    theta = params[idx]
+    n, N = y.shape
+    per_chunk = max(1, _CHUNK_VALUES // max(1, N * model.values_per_sample(x.shape[2:])))
+    logits = torch.cat([model.batched_logits(theta[sl], x[sl]) for sl in _chunks(n, per_chunk)])  # [k, N, C]
+    ce = cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").view(n, N)
+    denom = w.sum(1)
+    loss = ((ce * w).sum(1) / denom)[:, None]
+    if not accuracy:
+        return loss, None
+    acc = (((logits.argmax(-1) == y).to(w.dtype) * w).sum(1) / denom)[:, None]
+    return loss, acc
+
+
+def _evaluate_servers(model: FlatModel, servers: list[Server], data: Padded, clients: list[Tensor | None],
+                      accuracy: bool = True) -> list[tuple]:
+    """:func:`_evaluate_runs` for the servers' runs, each client of a run whose method asks for
+    its own model's losses evaluated on its own model alone (:func:`_evaluate_own`)."""
+    own = [s.method.own_model_losses for s in servers]
+    shared = [r for r, o in enumerate(own) if not o]
+    out: list = [None] * len(servers)
+    if shared:
+        scores = _evaluate_runs(model, [servers[r].params for r in shared], data, [clients[r] for r in shared],
+                                accuracy=accuracy)
+        for r, score in zip(shared, scores):
+            out[r] = score
+    for r in (r for r, o in enumerate(own) if o):
+        out[r] = _evaluate_own(model, servers[r].params, data, clients[r], accuracy=accuracy)
+    return out
+
+
 def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe: Padded, val: Padded,
            client_ids, failures: dict[int, Exception] | None, host_w: Tensor) -> list[RoundLog | None]:
     """One round of every run in ``servers`` in this process: every client answers, and the
@@ -911,7 +949,7 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     tic = time.perf_counter()
     sampled = [server.sample(t) for server in servers]  # on the host, as the plans are
     full = [None if len(c) == probe.n_clients else to_device(c, device) for c in sampled]  # every client: no gather
-    losses = [loss for loss, _ in _evaluate_runs(model, [s.params for s in servers], probe, full, accuracy=False)]
+    losses = [loss for loss, _ in _evaluate_servers(model, servers, probe, full, accuracy=False)]
     if sum(loss.numel() for loss in losses) <= HOST_SOLVE_MAX * len(losses):
         losses = to_host(losses)  # every run's n x m losses in one copy: the plans are small host work
     shared["evaluate"] = time.perf_counter() - tic
@@ -951,7 +989,7 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
            if states[r] is not None and server.config.eval_every and server.evaluate_due(t)]
     val_acc: dict[int, float] = {}
     if due:
-        scores = _evaluate_runs(model, [servers[r].params for r in due], val, [None] * len(due))
+        scores = _evaluate_servers(model, [servers[r] for r in due], val, [None] * len(due))
         means = torch.stack([acc.max(1).values.nanmean() for _, acc in scores]).tolist()  # one host read
         val_acc = dict(zip(due, means))
     logs = []
@@ -994,13 +1032,17 @@ def _per_pair(values: list[float], counts: list[int]) -> float | Tensor:
 
 def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: Padded, val: Padded,
            test: Padded) -> FederatedResult:
-    """The final evaluation: each client's model chosen on validation (or by training loss)."""
+    """The final evaluation: each client's model chosen on validation (or by training loss), or
+    the one its method assigns it; a fine-tuning method's models are first fine-tuned, one per
+    client (:func:`_fine_tune`)."""
     params = server.params
+    if server.method.fine_tune_epochs:
+        params = _fine_tune(server, model, train, val)
     val_loss, val_acc, _ = evaluate(model, params, val)
     train_loss, _, _ = evaluate(model, params, train)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
-    choice, by_loss = choose_models(val_acc.cpu(), selection)
+    choice, by_loss = server.choose(val_acc.cpu(), selection)
     if by_loss.any():
         ids = [dataset.client_ids[i] for i in by_loss.nonzero().squeeze(1).tolist()]
         warnings.warn(f"{dataset.name}: {len(ids)} of {server.n} clients have no validation samples; their model was "
@@ -1009,3 +1051,21 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
                            test_loss=test_loss.cpu(), choice=choice.cpu(), history=server.history,
                            test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection)
+
+
+def _fine_tune(server: Server, model: FlatModel, train: Padded, val: Padded) -> Tensor:
+    """``[n, d]``: each client's best model on validation (by training loss where it has no
+    validation sample), trained for the method's ``fine_tune_epochs`` local epochs on the
+    client's training data with the protocol's batch size and learning rate. The batch orders
+    come from the run's generator after the last round, so a resumed run fine-tunes alike."""
+    params, config = server.params, server.config
+    val_loss, val_acc, _ = evaluate(model, params, val)
+    train_loss, _, _ = evaluate(model, params, train)
+    selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
+    choice, _ = choose_models(val_acc.cpu(), selection)
+    host_w = train.w.cpu()
+    keys = batch_orders(host_w, server.method.fine_tune_epochs, generator=server.generator)
+    device = params.device
+    return _sgd(model, params[to_device(choice, device)], train.x, train.y, train.w, [to_device(k, device) for k in keys],
+                batch_size=config.batch_size, lr=config.lr, prox_mu=0.0, max_pairs=_batch_pairs(device, 1),
+                sizes=host_w.sum(1))

@@ -117,7 +117,8 @@ class Server:
 
     def __init__(self, method, model, config: "FederatedConfig", counts: Tensor, *, device=None):
         self.method, self.model, self.config = method, model, config
-        self.n, self.m = len(counts), method.n_models
+        self.n = len(counts)
+        self.m = method.models_for(self.n)
         self.counts = counts.clone()
         self.generator = torch.Generator().manual_seed(config.seed)
         self.params = method.initial_params(model, self.m, self.generator).to(device or "cpu")
@@ -175,7 +176,8 @@ class Server:
                                               self.counts[cidx].to(state.weights.device), state.round)
             # the pairs' models and weights stay where the plan was made (the host, for a small
             # plan): the combination moves what it needs to the device in one go
-            params = self.method.aggregate(self.params, deltas.to(self.params), pair_model, weight, round=state.round)
+            params = self.method.aggregate(self.params, deltas.to(self.params), pair_model, weight, round=state.round,
+                                           clients=cidx)
             self.params = params.to(self.params.dtype)
         state.seconds["aggregate"] = time.perf_counter() - tic
         return self.params
@@ -195,6 +197,15 @@ class Server:
                                                                        "aggregate")})
         self.history.append(log)
         return log
+
+    def choose(self, val_accuracy: Tensor, selection_loss: Tensor | None) -> tuple[Tensor, Tensor]:
+        """Each client's final model: the one the method assigns it
+        (:meth:`~most.federated.methods.FederatedMethod.assigned`), else :func:`choose_models`.
+        Returns ``(choice [n], chosen_by_loss [n] bool)``."""
+        assigned = self.method.assigned(self.n)
+        if assigned is not None:
+            return assigned.cpu().long(), torch.zeros(self.n, dtype=torch.bool)
+        return choose_models(val_accuracy, selection_loss)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, round: int) -> dict:

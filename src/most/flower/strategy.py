@@ -11,7 +11,7 @@ whose typed :class:`~most.federated.server.RoundState` this strategy carries bet
 2. ``aggregate_train``: the pairs' pseudo-gradients go to ``server.update`` (the method's combiner,
    then its update rule);
 3. ``aggregate_evaluate``: ``server.log`` records the round; the last one chooses each client's
-   model as the in-process runtime does (:func:`most.federated.server.choose_models`).
+   model as the in-process runtime does (:meth:`most.federated.server.Server.choose`).
 
 **Faults.** Nodes that connect after the start (or come back under a new node id) are
 asked which client they hold and join from the next round. A client that errors or does
@@ -39,7 +39,7 @@ from torch import Tensor
 
 from ..federated.models import FlatModel
 from ..federated.runtime import FederatedConfig, FederatedResult, RoundLog
-from ..federated.server import RoundState, Server, choose_models
+from ..federated.server import RoundState, Server
 
 __all__ = ["MostStrategy", "FlowerResult"]
 
@@ -102,8 +102,12 @@ class MostStrategy(Strategy):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"`timeout` must be positive seconds or None; got {timeout}.")
         method.check(n_clients)
+        if method.fine_tune_epochs:
+            raise ValueError(f"{type(method).__name__} fine-tunes each client's model after the last round, which "
+                             "the Flower strategy does not run yet; use most.federated.run_federated, or "
+                             "most.federated.methods.FedAvg on Flower and fine-tune on each client.")
         self.method, self.model, self.config, self.n = method, model, config, n_clients
-        self.m = method.n_models
+        self.m = method.models_for(n_clients)
         self.client_ids = list(client_ids) if client_ids is not None else [str(i) for i in range(n_clients)]
         self.timeout, self.wait_for_clients, self.progress = timeout, wait_for_clients, progress
         # the clients report their sample counts when they describe themselves
@@ -138,6 +142,11 @@ class MostStrategy(Strategy):
 
     def _models_record(self, params: Tensor):
         return ArrayRecord({"params": params.detach().cpu().contiguous()})
+
+    def _asked_models(self, client: int) -> list[int]:
+        """The models a client evaluates: all m, or, for a method with one model per client
+        (``own_model_losses``), its own alone (no client sees another client's model)."""
+        return [client] if self.method.own_model_losses else list(range(self.m))
 
     def _message(self, kind: str, node: int, content: dict):
         content = dict(content)
@@ -218,9 +227,10 @@ class MostStrategy(Strategy):
         probe = {"loss-samples": self.config.loss_samples or 0, "round": t}
         msgs = []
         for c in asked:
+            models = self._asked_models(c)
             msgs.append(self._message(f"{MessageType.QUERY}.losses", self._node_of[c],
-                                      {"config": probe, "models": self._models_record(self.params)}))
-            self._record(t, "query", c, list(range(self.m)))
+                                      {"config": probe, "models": self._models_record(self.params[models])}))
+            self._record(t, "query", c, models)
         good = self._send(grid, msgs)
         clients = torch.tensor(sorted(good), dtype=torch.long)
         losses = (torch.tensor([list(good[int(c)]["metrics"]["loss"]) for c in clients], dtype=torch.float32)
@@ -275,9 +285,10 @@ class MostStrategy(Strategy):
             return []
         msgs = []
         for c, node in sorted(self._node_of.items()):
+            models = self._asked_models(c)
             msgs.append(self._message(MessageType.EVALUATE, node, {"config": {"round": t, "final": t + 1 == self.config.rounds},
-                                                                  "models": self._models_record(self.params)}))
-            self._record(t, "evaluate", c, list(range(self.m)))
+                                                                  "models": self._models_record(self.params[models])}))
+            self._record(t, "evaluate", c, models)
         return msgs
 
     def aggregate_evaluate(self, server_round, replies):
@@ -300,17 +311,18 @@ class MostStrategy(Strategy):
                 r = reply.content["metrics"]
                 c = int(r["client"])
                 answered.add(c)
-                val[c] = torch.tensor(list(r["val-accuracy"]))
-                test[c] = torch.tensor(list(r["test-accuracy"]))
-                test_loss[c] = torch.tensor(list(r["test-loss"]))
+                at = self._asked_models(c)  # the columns of the models the client was sent
+                val[c, at] = torch.tensor(list(r["val-accuracy"]))
+                test[c, at] = torch.tensor(list(r["test-accuracy"]))
+                test_loss[c, at] = torch.tensor(list(r["test-loss"]))
                 if "selection-loss" in r:
-                    selection[c] = torch.tensor(list(r["selection-loss"]))
+                    selection[c, at] = torch.tensor(list(r["selection-loss"]))
                 div_sum += float(r["diversity-sum"])
                 div_count += int(r["test-count"])
             self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
                            "missing": sorted(set(range(self.n)) - answered),
                            "prediction_kl": div_sum / div_count if div_count else nan}
-            val_acc = float(val.max(1).values.nanmean())
+            val_acc = float(val.nan_to_num(-1.0).max(1).values[~val.isnan().all(1)].mean())
             out = MetricRecord({"val-accuracy": val_acc})
         self.server.log(state, val_acc)
         if state.missing:
@@ -354,7 +366,7 @@ class MostStrategy(Strategy):
             self.missing["final"] = [self.client_ids[c] for c in f["missing"]]
         # a client that answered but has no validation sample: its lowest training loss chooses, as in
         # run_federated (a missing client has no loss either and keeps model 0)
-        choice, _ = choose_models(f["val"], f["selection"])
+        choice, _ = self.server.choose(f["val"], f["selection"])
         return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
                             selection_loss=f["selection"],

@@ -1,0 +1,247 @@
+"""The clustered-FL and personalisation peers: CFL, the oracle, local training and fine-tuning.
+
+Each is checked for what it promises: CFL splits a cluster exactly when its thresholds say and
+recovers planted concept groups; the oracle trains FedAvg within the true groups; a local model
+depends on its own client's data alone; fine-tuning descends each client's own loss. Plus the
+assignments' plans, the picks, resumption and bad input."""
+
+import pytest
+import torch
+
+import most.federated as fl
+from most.checkpoint import Checkpoint
+from most.federated import methods as F
+from most.federated.clustered import ClusterAssignment, GroupAssignment, bipartition
+from most.federated.evaluation import adjusted_rand_index
+from most.federated.personal import OwnModelAssignment
+from most.federated.runtime import pad_split
+
+
+def concept_groups(sizes=(4, 8), per=60, dim=20, seed=0):
+    """Clients sharing one labelling rule ``argmax(W x)`` up to a permutation of the labels per
+    group (concept shift), with the groups recorded."""
+    g = torch.Generator().manual_seed(seed)
+    W = torch.randn(dim, 10, generator=g)
+    perms = [torch.roll(torch.arange(10), 3 * k) for k in range(len(sizes))]
+    clients, groups = [], []
+    for group, size in enumerate(sizes):
+        for _ in range(size):
+            x = torch.randn(per, dim, generator=g)
+            y = perms[group][(x @ W).argmax(1)]
+            a, b = int(per * 0.6), int(per * 0.8)
+            clients.append(fl.ClientData(x[:a], y[:a], x[a:b], y[a:b], x[b:], y[b:]))
+            groups.append(group)
+    return fl.FederatedDataset.from_clients(clients, name="concept", n_classes=10, groups=groups)
+
+
+@pytest.fixture(scope="module")
+def data():
+    return concept_groups()
+
+
+CONFIG = fl.FederatedConfig(rounds=20, lr=0.5, eval_every=0, seed=0)
+
+
+# ----------------------------------------------------------------------------- CFL
+def test_bipartition_separates_two_directions_and_keeps_row_0_in_group_0():
+    g = torch.Generator().manual_seed(0)
+    u, v = torch.randn(30, generator=g), torch.randn(30, generator=g)
+    rows = [u + 0.05 * torch.randn(30, generator=g) for _ in range(3)] + \
+           [v * s + 0.05 * torch.randn(30, generator=g) for s in (1.0, 3.0, 0.2, 2.0)]
+    labels = bipartition(torch.stack(rows))
+    assert labels.tolist() == [0, 0, 0, 1, 1, 1, 1]  # the direction, not the length, decides
+    swapped = bipartition(torch.stack(rows[3:] + rows[:3]))
+    assert swapped.tolist() == [0, 0, 0, 0, 1, 1, 1]
+    assert bipartition(torch.randn(1, 4)).tolist() == [0]
+
+
+def _cfl_step(eps1, eps2, deltas, counts, *, min_rounds=0, n_models=2):
+    method = F.CFL(n_models, eps1=eps1, eps2=eps2, min_rounds=min_rounds)
+    method.reset(len(counts), n_models, torch.Generator().manual_seed(0))
+    params = torch.zeros(n_models, deltas.shape[1])
+    pair_model = torch.zeros(len(counts), dtype=torch.long)
+    new = method.aggregate(params, deltas, pair_model, counts.double(), round=min_rounds,
+                           clients=torch.arange(len(counts)))
+    return method, new
+
+
+def test_cfl_splits_a_cluster_exactly_when_its_updates_cancel_but_a_client_still_moves():
+    v = torch.tensor([1.0, 0.0, 0.0])
+    w = torch.tensor([0.0, 1.0, 0.0])
+    deltas = torch.stack([v, v, -v + 0.1 * w, -v - 0.1 * w])  # mean 0, each of norm about 1
+    counts = torch.tensor([10, 10, 10, 10])
+    method, new = _cfl_step(0.1, 0.5, deltas, counts)
+    assert method.clusters.tolist() == [0, 0, 1, 1]
+    # each new cluster takes its own clients' mean step from the parent's model (here 0)
+    torch.testing.assert_close(new[0], -v)
+    torch.testing.assert_close(new[1], v)
+    # the mean is too large (the clients still agree): no split, FedAvg's step
+    method, new = _cfl_step(0.1, 0.5, deltas + v, counts)
+    assert method.clusters.tolist() == [0, 0, 0, 0]
+    torch.testing.assert_close(new[0], -(deltas + v).mean(0))
+    # every update small (a stationary point of every client): no split
+    method, _ = _cfl_step(0.1, 2.0, deltas, counts)
+    assert method.clusters.tolist() == [0, 0, 0, 0]
+    # before min_rounds, or for a cluster of min_size clients or fewer: no split
+    method = F.CFL(2, eps1=0.1, eps2=0.5, min_rounds=5)
+    method.reset(4, 2, torch.Generator())
+    method.aggregate(torch.zeros(2, 3), deltas, torch.zeros(4, dtype=torch.long), counts.double(), round=4,
+                     clients=torch.arange(4))
+    assert method.clusters.tolist() == [0, 0, 0, 0]
+    method = F.CFL(2, eps1=0.1, eps2=0.5, min_rounds=0, min_size=4)
+    method.reset(4, 2, torch.Generator())
+    method.aggregate(torch.zeros(2, 3), deltas, torch.zeros(4, dtype=torch.long), counts.double(), round=0,
+                     clients=torch.arange(4))
+    assert method.clusters.tolist() == [0, 0, 0, 0]
+
+
+def test_cfl_never_makes_more_clusters_than_models():
+    g = torch.Generator().manual_seed(1)
+    deltas = torch.randn(12, 5, generator=g)
+    deltas -= deltas.mean(0)
+    method, _ = _cfl_step(10.0, 0.01, deltas, torch.ones(12, dtype=torch.long), n_models=3)
+    assert method.clusters.max() <= 2
+    method, _ = _cfl_step(10.0, 0.01, deltas, torch.ones(12, dtype=torch.long), n_models=1)
+    assert method.clusters.tolist() == [0] * 12
+
+
+def test_cfl_recovers_planted_concept_groups_and_scores_each_client_on_its_cluster(data):
+    model = fl.logistic_regression(20, 10)
+    method = F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5)
+    result = fl.run_federated(data, model, method, CONFIG)
+    assert adjusted_rand_index(method.clusters, data.groups) == 1.0
+    assert torch.equal(result.choice, method.clusters)
+    fedavg = fl.run_federated(data, model, F.FedAvg(1), CONFIG)
+    assert result.mean_accuracy > fedavg.mean_accuracy + 0.1
+
+
+def test_a_stopped_cfl_run_resumes_to_the_same_clusters_and_models(data, tmp_path):
+    model = fl.logistic_regression(20, 10)
+    whole = fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG)
+
+    def stop(log, params):
+        if log.round == 12:
+            raise KeyboardInterrupt
+
+    ckpt = Checkpoint(tmp_path / "cfl", every=3)
+    with pytest.raises(KeyboardInterrupt):
+        fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG, checkpoint=ckpt,
+                         callback=stop)
+    method = F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5)
+    resumed = fl.run_federated(data, model, method, CONFIG, checkpoint=ckpt)
+    assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.choice, whole.choice)
+    assert method.clusters.tolist() == whole.choice.tolist()
+
+
+def test_cfl_refuses_thresholds_outside_their_range():
+    for bad in (dict(eps1=0.0), dict(eps1=-1.0), dict(eps2=float("nan")), dict(eps2=float("inf")),
+                dict(min_size=0), dict(min_rounds=-1)):
+        with pytest.raises(ValueError, match=next(iter(bad))):
+            F.CFL(2, **bad)
+
+
+# ----------------------------------------------------------------------------- oracle
+def test_oracle_trains_fedavg_within_the_true_groups(data):
+    model = fl.logistic_regression(20, 10)
+    oracle = F.Oracle(data.groups)
+    result = fl.run_federated(data, model, oracle, CONFIG)
+    assert oracle.n_models == 2 and result.params.shape[0] == 2
+    assert result.choice.tolist() == list(data.groups)
+    for log in result.history:  # the plan never mixes the groups
+        assert log.plan is None
+    # the plan sends each client, whole, to its group's model
+    server = fl.server.Server(F.Oracle(data.groups), model, CONFIG, pad_split(data, "train").counts)
+    _, w = server.method.plan(torch.zeros(data.n_clients, 2), 0, 1)
+    assert w.T.argmax(1).tolist() == list(data.groups)
+    assert torch.equal(w.sum(0), torch.ones(data.n_clients, dtype=w.dtype))
+    # model 0 is FedAvg over group 0 alone: relabelling a client of group 1 leaves it bit for bit
+    c = data.clients[-1]
+    other = fl.FederatedDataset.from_clients(
+        list(data.clients[:-1]) + [fl.ClientData(c.x_train, (c.y_train + 1) % 10, c.x_val, c.y_val, c.x_test,
+                                                 c.y_test)], name="relabelled", n_classes=10)
+    changed = fl.run_federated(other, model, F.Oracle(data.groups), CONFIG)
+    assert torch.equal(changed.params[0], result.params[0])
+    assert not torch.allclose(changed.params[1], result.params[1])
+
+
+def test_oracle_refuses_groups_that_do_not_fit(data):
+    model = fl.logistic_regression(20, 10)
+    with pytest.raises(ValueError, match="groups for 3 clients, but the data has 12"):
+        fl.run_federated(data, model, F.Oracle([0, 1, 1]), CONFIG)
+    for bad in ([], [0, -1], [0, 1.5], "01", None):
+        with pytest.raises(ValueError, match="groups"):
+            F.Oracle(bad)
+
+
+# ----------------------------------------------------------------------------- local and fine-tuned
+def test_a_local_model_depends_on_its_own_client_alone(data):
+    model = fl.logistic_regression(20, 10)
+    method = F.LocalOnly()
+    result = fl.run_federated(data, model, method, CONFIG)
+    assert method.n_models == data.n_clients and result.params.shape[0] == data.n_clients
+    assert result.choice.tolist() == list(range(data.n_clients))
+    # relabel client 5: its model changes, every other model stays bit for bit
+    c = data.clients[5]
+    other = fl.FederatedDataset.from_clients(
+        list(data.clients[:5]) + [fl.ClientData(c.x_train, (c.y_train + 1) % 10, c.x_val, c.y_val, c.x_test, c.y_test)]
+        + list(data.clients[6:]), name="relabelled", n_classes=10)
+    changed = fl.run_federated(other, model, F.LocalOnly(), CONFIG)
+    same = torch.ones(data.n_clients, dtype=torch.bool)
+    same[5] = False
+    assert torch.equal(changed.params[same], result.params[same])
+    assert not torch.allclose(changed.params[5], result.params[5])
+
+
+def test_fine_tuning_descends_each_clients_own_loss_from_its_picked_model(data):
+    model = fl.logistic_regression(20, 10)
+    config = fl.FederatedConfig(rounds=5, lr=0.2, eval_every=0, seed=1)
+    base = fl.run_federated(data, model, F.FedAvg(1), config)
+    tuned = fl.run_federated(data, model, F.FineTuning(1, epochs=3), config)
+    assert tuned.params.shape[0] == data.n_clients and tuned.choice.tolist() == list(range(data.n_clients))
+    train = pad_split(data, "train")
+    before, _, _ = fl.evaluate(model, base.params, train)
+    after, _, _ = fl.evaluate(model, tuned.params, train)
+    assert bool((after.diagonal() < before[:, 0]).all())  # every client's own training loss went down
+    assert tuned.mean_accuracy > base.mean_accuracy
+    with pytest.raises(ValueError, match="epochs"):
+        F.FineTuning(1, epochs=0)
+
+
+def test_fixed_assignments_give_each_client_whole_to_one_model():
+    gen = torch.Generator()
+    for assignment, n, m, expect in ((GroupAssignment([1, 0, 1]), 3, 2, [1, 0, 1]),
+                                     (OwnModelAssignment(), 3, 3, [0, 1, 2]),
+                                     (ClusterAssignment(), 3, 2, [0, 0, 0])):
+        assignment.reset(n, m, gen)
+        for dtype in (torch.float32, torch.float64):
+            plan = assignment(torch.rand(n, m, dtype=dtype), 0, 1)
+            assert plan.dtype == dtype and plan.shape == (n, m)
+            torch.testing.assert_close(plan.sum(1), torch.full((n,), 1.0 / n, dtype=dtype))
+            assert plan.argmax(1).tolist() == expect and int((plan > 0).sum()) == n
+        rows = assignment.rows(torch.tensor([2, 0]))
+        torch.testing.assert_close(rows, assignment(torch.rand(n, m), 0, 1)[[2, 0]].double())
+    with pytest.raises(ValueError, match="its own model"):
+        OwnModelAssignment().reset(3, 2, gen)
+
+
+def test_partial_participation_plans_the_clients_that_answered(data):
+    model = fl.logistic_regression(20, 10)
+    config = fl.FederatedConfig(rounds=6, lr=0.5, eval_every=0, participation=0.5, seed=3)
+    for method in (F.Oracle(data.groups), F.LocalOnly(), F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=2)):
+        result = fl.run_federated(data, model, method, config)
+        assert all(len(log.clients) == 6 for log in result.history)
+        assert torch.isfinite(result.params).all()
+
+
+def test_adjusted_rand_index_matches_its_definition():
+    assert adjusted_rand_index([0, 0, 1, 1], [5, 5, 7, 7]) == 1.0
+    assert adjusted_rand_index([0, 0, 0], [1, 1, 1]) == 1.0
+    assert adjusted_rand_index([0, 1, 2], [0, 1, 2]) == 1.0
+    assert adjusted_rand_index([0, 0, 1, 1], [0, 1, 0, 1]) == pytest.approx(-0.5)
+    # Hubert and Arabie's worked value: contingency [[1, 1, 0], [1, 2, 1], [0, 0, 4]] (10 items)
+    a = [0, 0, 1, 1, 1, 1, 2, 2, 2, 2]
+    b = [0, 1, 0, 1, 1, 2, 2, 2, 2, 2]
+    sklearn = pytest.importorskip("sklearn.metrics")
+    assert adjusted_rand_index(a, b) == pytest.approx(sklearn.adjusted_rand_score(b, a), abs=1e-12)
+    with pytest.raises(ValueError, match="one length"):
+        adjusted_rand_index([0, 1], [0, 1, 2])
