@@ -677,6 +677,12 @@ def bench_federated(
     rotation_groups: list[int] = typer.Option([], "--rotation-group", help="Fashion-MNIST: repeat to give the sizes "
                                                "of up to 4 groups of clients (summing to 100) turned by 0/90/180/270 "
                                                "degrees, instead of --rotations' equal groups."),
+    label_groups: list[int] = typer.Option([], "--label-group", help="Fashion-MNIST: repeat to give the sizes of 2 "
+                                            "or more groups of clients whose labels are permuted per group "
+                                            "(concept shift); the clients are their sum."),
+    concentration: float = typer.Option(0.3, help="Fashion-MNIST: the Dirichlet label skew (smaller: more skew; "
+                                        "100: nearly every class on every client)."),
+    samples_per_client: int = typer.Option(100, min=1, help="Fashion-MNIST: the clients' average number of samples."),
     loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: _Threads = 1, list_methods: _ListMethods = False, quiet: _Quiet = False,
@@ -709,6 +715,10 @@ def bench_federated(
 
         most bench federated --dataset fashion --model linear --rotations 4 --n-models 4 --rounds 50 \
             --batch-size 20    # four groups of clients with turned images
+
+        most bench federated --dataset fashion --model linear --label-group 4 --label-group 8 \
+            --label-group 12 --label-group 16 --concentration 100 --samples-per-client 160 --n-models 4 \
+            --method MosT --method IFCA --method CFL    # concept shift: groups with their own labels
     """
     from .bench import federated as suite
     from .federated import FederatedConfig
@@ -719,7 +729,8 @@ def bench_federated(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
         server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
-        rotation_groups=tuple(rotation_groups),
+        rotation_groups=tuple(rotation_groups), label_groups=tuple(label_groups), concentration=concentration,
+        samples_per_client=samples_per_client,
         out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs, batch=batch)
 
 

@@ -68,6 +68,7 @@ __all__ = [
     "Marginals",
     "Uniform",
     "LoadBounds",
+    "ShareBounds",
     "ObjectivesSelectModels",
     "ModelsSelectObjectives",
     "Curriculum",
@@ -166,6 +167,44 @@ class LoadBounds(Marginals):
         self.check_sizes(n, m)
         lower = torch.full((m,), self.min_objectives / n, dtype=losses.dtype, device=losses.device)
         upper = None if self.max_objectives is None else torch.full_like(lower, min(self.max_objectives / n, 1.0))
+        return _uniform(n, losses), Bounds(lower, upper)
+
+
+@dataclass(frozen=True)
+class ShareBounds(Marginals):
+    """alpha = 1/n; each model serves between ``low`` and ``high`` times its fair load ``n/m``
+    (:class:`LoadBounds` in shares of the balance instead of objective counts).
+
+    Between the balance (``low = high = 1``: :class:`Uniform`) and free loads: a model may take
+    a group smaller or larger than ``n/m``, within a factor, so groups of unequal size are
+    served whole or nearly, while with no groups in the data the loads stay close to even (a
+    model does not collapse onto a few objectives, nor gather most of them). ``high=None``: no
+    upper bound. The federated MosT's default, with ``low = 0.5`` and ``high = 2``.
+
+    >>> import torch
+    >>> L = torch.tensor([[0.0, 5.0]] * 7 + [[5.0, 0.0]])  # groups of 7 and 1; the fair load is 4
+    >>> (TransportAssignment(marginals=ShareBounds(0.5, 2.0))(L, 0, 1) * 8).sum(0).tolist()  # at least 2 each
+    [6.0, 2.0]
+    """
+
+    low: float = 0.5
+    high: float | None = 2.0
+
+    def __post_init__(self):
+        check_non_negative(self.low, name="low")
+        if self.low > 1:
+            raise ValueError(f"`low` must be at most 1 (a share of the fair load n/m that every model can meet); "
+                             f"got {self.low}.")
+        if self.high is not None:
+            check_positive(self.high, name="high")
+            if self.high < 1:
+                raise ValueError(f"`high` must be at least 1 (a share of the fair load n/m that lets the models "
+                                 f"serve all objectives), or None; got {self.high}.")
+
+    def __call__(self, losses, round, total):
+        n, m = losses.shape
+        lower = torch.full((m,), self.low / m, dtype=losses.dtype, device=losses.device)
+        upper = None if self.high is None else torch.full_like(lower, min(self.high / m, 1.0))
         return _uniform(n, losses), Bounds(lower, upper)
 
 

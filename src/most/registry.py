@@ -38,13 +38,13 @@ def _components() -> dict[str, type]:
     from .federated import methods as F
 
     classes = [
-        m.Uniform, m.LoadBounds, m.Curriculum, m.ObjectivesSelectModels, m.ModelsSelectObjectives,
+        m.Uniform, m.LoadBounds, m.ShareBounds, m.Curriculum, m.ObjectivesSelectModels, m.ModelsSelectObjectives,
         m.TransportAssignment, m.CappedTransportAssignment, m.RandomAssignment, m.EqualAssignment,
         baselines.BestModelAssignment,
         m.MajorityShare, m.Shares, m.GammaWeights, m.Support, m.RelativeWeights,
         m.MinNorm, m.WeightedSum, m.SmoothMax, F.BoxMinNorm,
         m.DirichletExtension, m.TchebycheffExtension,
-        F.WarmUp, F.GroupedWarmUp,
+        F.WarmUp, F.GroupedWarmUp, F.Resplit,
         optim.SGD, optim.Adam,
         seeding.KMeansSeeding, seeding.Reseed,
         baselines.TCHSetCombiner, baselines.STCHSetCombiner, baselines.SumOfMinimumCombiner,
@@ -63,7 +63,7 @@ def _methods(setting: str) -> dict[str, type]:
         from .federated import methods as F
 
         classes = (F.MosT, F.FedAvg, F.FedProx, F.MGDA, F.FedMGDAPlus, F.IFCA, F.Linearization, F.WeightedMGDA,
-                   F.SetScalarization)
+                   F.SetScalarization, F.CFL, F.Oracle, F.LocalOnly, F.FineTuning)
     elif setting == CENTRALISED:
         from . import baselines, solver
 
@@ -115,8 +115,8 @@ def _paper(base):
     from .methods import Curriculum, GammaWeights, MinNorm
 
     changes = dict(weighting=GammaWeights(), marginals=Curriculum(), combiner=MinNorm())
-    if hasattr(base, "warmup"):
-        changes["warmup"] = None
+    if hasattr(base, "warmup"):  # federated: m random starts, no model moved between rounds
+        changes.update(warmup=None, resplit=None)
     if hasattr(base, "seeding"):  # the problem's own starts, never moved
         changes.update(seeding=None, reseed=None)
     return changes

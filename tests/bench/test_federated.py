@@ -96,6 +96,46 @@ def test_federated_bench_bad_input(tmp_path):
     assert not (tmp_path / "results.json").exists()
 
 
+def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_recovery(tmp_path):
+    from tests.federated.test_data import _tiny_fashion
+
+    (tmp_path / "fashion").mkdir()
+    _tiny_fashion(tmp_path / "fashion", n_train=400, n_test=80)
+    out = tmp_path / "concept"
+    res = runner.invoke(app, ["bench", "federated", "--dataset", "fashion", "--data-path", str(tmp_path / "fashion"),
+                              "--model", "linear", "--label-group", "2", "--label-group", "4", "--concentration", "100",
+                              "--samples-per-client", "20", "--n-models", "2", "--rounds", "3", "--seed", "0",
+                              "--seed", "1", "--server-lr", "1", "--server-lr", "2", "--method", "MosT", "--method",
+                              "Oracle", "--method", "CFL", "--method", "Local only", "--method",
+                              "FedAvg + fine-tuning", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    results = json.loads((out / "results.json").read_text())
+    assert results["label"] == "Fashion-MNIST, concept shift in groups of 2/4 clients"
+    assert results["config"]["label_groups"] == [2, 4] and results["config"]["concentration"] == 100
+    assert results["picks"]["MosT"] == "best on validation" and results["picks"]["CFL"] == "its cluster's model"
+    runs = {name: e["runs"] for name, e in results["methods"].items()}
+    assert [len(r["candidates_val"]) for r in runs["Local only"]] == [1, 1]  # no server step to tune
+    assert [len(r["candidates_val"]) for r in runs["CFL"]] == [6, 6]  # 2 steps x 3 threshold scales
+    assert [len(r["candidates_val"]) for r in runs["FedAvg + fine-tuning"]] == [4, 4]  # 2 steps x 2 epochs
+    for r in runs["Oracle"]:
+        assert r["group_ari"] == 1.0 and r["choice_counts"] == [2, 4]
+    for name in ("Local only", "FedAvg + fine-tuning"):  # one model per client: no recovery, no best-on-test
+        assert all("group_ari" not in r and r["oracle"] != r["oracle"] for r in runs[name])
+        assert all(r["choice_counts"] == [1] * 6 for r in runs[name])
+    table = (out / "table.md").read_text()
+    assert "groups found (ARI)" in table and "| Oracle |" in table
+    assert "except: Oracle, its group's model; CFL, its cluster's model; Local only, its own model" in table
+    bad = runner.invoke(app, ["bench", "federated", "--method", "Oracle", "--rounds", "1", "--seed", "0",
+                              "--out", str(tmp_path / "syn"), "--quiet"])
+    assert bad.exit_code != 0 and "plantedgroups" in _flat(bad.output)
+    for args, match in ((["--dataset", "fashion", "--label-group", "3"], "2ormore"),
+                        (["--label-group", "3", "--label-group", "3"],
+                                                               "doesnotapplyto'synthetic'"),
+                        (["--dataset", "fashion", "--concentration", "0"], "positivenumber")):
+        bad = runner.invoke(app, ["bench", "federated", *args, "--out", str(tmp_path / "bad"), "--quiet"])
+        assert bad.exit_code != 0 and match in _flat(bad.output), bad.output
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 def test_federated_bench_on_cuda_matches_the_cpu_and_records_the_device(tmp_path):
     args = ["bench", "federated", "--seed", "0", "--rounds", "6", "--server-lr", "3", "--method", "MosT",
@@ -215,6 +255,25 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     turned = dict(parts[0], config={**parts[0]["config"], "rotations": 4})
     with pytest.raises(_merge.MergeError, match="other settings.*rotations"):
         _merge.merge(json.loads(json.dumps(dest)), [turned])
+    # a changed default: the old default's row keeps its runs under a new name, the new default joins as MosT
+    fresh = bench(tmp_path / "fresh", "--seed", "0", "--seed", "1", "--method", "MosT")
+    res = subprocess.run([*script, str(tmp_path / "alone"), str(tmp_path / "fresh"), "--rename", "MosT=MosT (old)",
+                          "--first", "MosT", "--out", str(tmp_path / "redefault")], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 0, res.stderr
+    redefault = json.loads((tmp_path / "redefault" / "results.json").read_text())
+    assert redefault["config"]["methods"] == list(redefault["methods"]) == ["MosT", "MosT (old)", "IFCA"]
+    assert redefault["methods"]["MosT (old)"]["runs"] == alone["methods"]["MosT"]["runs"]
+    assert redefault["methods"]["MosT"]["runs"] == fresh["methods"]["MosT"]["runs"]
+    assert set(redefault["paired_vs_most"]) == {"MosT (old)", "IFCA"}
+    assert redefault["paired_vs_most"]["MosT (old)"]["mean"] == pytest.approx(0.0, abs=1e-12)  # the same runs
+    with pytest.raises(_merge.MergeError, match="'FedProx' is not in the results"):
+        _merge.rename(json.loads(json.dumps(alone)), "FedProx", "x")
+    with pytest.raises(_merge.MergeError, match="already in the results"):
+        _merge.rename(json.loads(json.dumps(alone)), "MosT", "IFCA")
+    res = subprocess.run([*script, str(tmp_path / "alone"), str(tmp_path / "fresh"), "--rename", "MosT"],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 1 and "--rename takes OLD=NEW" in res.stderr
 
 
 def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_grid(tmp_path):

@@ -96,7 +96,7 @@ def test_literal_and_component_fields():
                                           r"got 'emd'"):
         build(most.MosT, {"n_models": 2, "transport": "emd"}, path="m")
     with pytest.raises(ConfigError, match=r"m\.marginals\.type: unknown component 'Curiculum' \(did you mean "
-                                          r"'Curriculum'\?\)\. Allowed: Uniform, LoadBounds, Curriculum"):
+                                          r"'Curriculum'\?\)\. Allowed: Uniform, LoadBounds, ShareBounds, Curriculum"):
         build(most.MosT, {"n_models": 2, "marginals": "Curiculum"}, path="m")
     # a weighting where a combiner is expected is refused: only the field's own kinds are allowed
     with pytest.raises(ConfigError, match=r"m\.combiner\.type: unknown component 'GammaWeights'"):

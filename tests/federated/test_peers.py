@@ -245,3 +245,78 @@ def test_adjusted_rand_index_matches_its_definition():
     assert adjusted_rand_index(a, b) == pytest.approx(sklearn.adjusted_rand_score(b, a), abs=1e-12)
     with pytest.raises(ValueError, match="one length"):
         adjusted_rand_index([0, 1], [0, 1, 2])
+
+
+# ----------------------------------------------------------------------------- re-split
+def _resplit_case():
+    """Two models: model 0 serves two groups whose updates point apart (+a / -a), model 1 a copy
+    of model 0's first group (its clients lose almost nothing on model 0)."""
+    a = torch.zeros(6)
+    a[0] = 1.0
+    b = torch.zeros(6)
+    b[1] = 0.1
+    deltas = torch.stack([a + b, a - b, -a + b, -a - b, a + 2 * b, a - 2 * b])
+    pair_model = torch.tensor([0, 0, 0, 0, 1, 1])
+    # clients 0-3 on model 0 (two of them badly served), 4-5 on model 1 (model 0 nearly as good)
+    losses = torch.tensor([[1.0, 1.5], [1.0, 1.5], [2.0, 2.5], [2.0, 2.5], [0.51, 0.5], [0.51, 0.5]])
+    return deltas, pair_model, losses
+
+
+def test_resplit_moves_the_redundant_model_to_the_half_that_pulls_away():
+    deltas, pair_model, losses = _resplit_case()
+    split, moved, pairs = F.Resplit(every=1, min_clients=4).propose(0, 10, deltas, pair_model, losses)
+    assert (split, moved) == (0, 1) and sorted(pairs.tolist()) == [2, 3]
+    # applied in a round: model 1 restarts from model 0 and takes the second half's mean step
+    method = F.MosT(2, server_lr=1.0, warmup=None, resplit=F.Resplit(every=1, min_clients=4))
+    method.reset(6, 2, torch.Generator())
+    method.plan(losses, 0, 10)
+    params = torch.stack([torch.ones(6), torch.full((6,), 5.0)])
+    new = method.aggregate(params, deltas, pair_model, torch.ones(6, dtype=torch.float64), round=0)
+    torch.testing.assert_close(new[0], torch.ones(6) - deltas[:2].mean(0))
+    torch.testing.assert_close(new[1], torch.ones(6) - deltas[2:4].mean(0))
+
+
+def test_resplit_leaves_models_alone_when_nothing_pulls_apart_or_the_move_costs_more():
+    deltas, pair_model, losses = _resplit_case()
+    rule = F.Resplit(every=1, min_clients=4)
+    aligned = deltas.abs()  # every client of model 0 pulls the same way
+    assert rule.propose(0, 10, aligned, pair_model, losses) is None
+    costly = losses.clone()
+    costly[4:, 0] = 9.0  # model 1's clients would lose a lot on model 0: model 1 is not redundant
+    assert rule.propose(0, 10, deltas, pair_model, costly) is None
+    assert F.Resplit(every=1, min_clients=5).propose(0, 10, deltas, pair_model, losses) is None  # too few clients
+    assert F.Resplit(every=3, min_clients=4).propose(0, 10, deltas, pair_model, losses) is None  # not its round
+    assert F.Resplit(every=1, min_clients=4, until=0.5).propose(6, 10, deltas, pair_model, losses) is None
+    # with sampled clients the method has no full loss matrix: nothing moves
+    method = F.MosT(2, server_lr=1.0, warmup=None, resplit=rule)
+    method.reset(6, 2, torch.Generator())
+    method.plan(losses[:5], 0, 10, clients=torch.arange(5))
+    params = torch.stack([torch.ones(6), torch.full((6,), 5.0)])
+    new = method.aggregate(params, deltas[:4], pair_model[:4], torch.ones(4, dtype=torch.float64), round=0)
+    torch.testing.assert_close(new[1], params[1])
+
+
+def test_resplit_recovers_groups_a_model_had_merged():
+    """Three groups and three models, where the load bounds alone end with two groups on one
+    model and a third group split over two: the re-split frees the duplicate model."""
+    from most.methods import LoadBounds
+
+    three = concept_groups(sizes=(2, 4, 8), seed=7)
+    model = fl.logistic_regression(20, 10)
+    config = fl.FederatedConfig(rounds=30, lr=0.5, eval_every=0, seed=0)
+    plain = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, marginals=LoadBounds(), resplit=None), config)
+    resplit = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, marginals=LoadBounds(),
+                                                    resplit=F.Resplit(min_clients=4)), config)
+    assert adjusted_rand_index(plain.choice, three.groups) < 0.7  # two groups share a model
+    assert adjusted_rand_index(resplit.choice, three.groups) == 1.0
+    assert resplit.mean_accuracy > plain.mean_accuracy + 0.1
+
+
+def test_resplit_refuses_settings_outside_their_range():
+    for bad, match in ((dict(every=0), "every"), (dict(until=1.5), "until"), (dict(max_similarity=-2.0),
+                                                                             "max_similarity"),
+                       (dict(min_clients=1), "min_clients")):
+        with pytest.raises(ValueError, match=match):
+            F.Resplit(**bad)
+    with pytest.raises(TypeError, match="resplit"):
+        F.MosT(2, resplit="yes")

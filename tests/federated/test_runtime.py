@@ -11,7 +11,7 @@ from scipy.optimize import minimize
 import most.federated as fl
 from most import transport
 from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
-from most.methods import CappedTransportAssignment, Curriculum, GammaWeights, MinNorm, ObjectivesSelectModels, Shares, WeightedSum
+from most.methods import CappedTransportAssignment, Curriculum, GammaWeights, MinNorm, ObjectivesSelectModels, Shares, Uniform, WeightedSum
 from most.federated import methods as F
 from most.federated.methods import GroupedWarmUp, WarmUp, balanced_update_groups, combine_updates, min_norm_box
 from most.federated.runtime import Padded, local_train
@@ -178,10 +178,14 @@ def test_min_norm_box_does_not_depend_on_the_blas_thread_count():
 def test_most_plans_are_feasible_transport_plans_and_ifca_is_hard(small):
     model = fl.logistic_regression(60, 10)
     cfg = fl.FederatedConfig(rounds=4, lr=0.05, seed=0, eval_every=2)
-    res = fl.run_federated(small, model, F.MosT(n_models=3, warmup=None), cfg)
-    for log in res.history:
+    balanced = fl.run_federated(small, model, F.MosT(n_models=3, warmup=None, marginals=Uniform()), cfg)
+    for log in balanced.history:
         torch.testing.assert_close(log.plan.sum(1), torch.full((8,), 1 / 8, dtype=log.plan.dtype))
         torch.testing.assert_close(log.plan.sum(0), torch.full((3,), 1 / 3, dtype=log.plan.dtype))
+    res = fl.run_federated(small, model, F.MosT(n_models=3, warmup=None), cfg)
+    for log in res.history:  # the default's share bounds: each model between half and twice n/m of the mass
+        torch.testing.assert_close(log.plan.sum(1), torch.full((8,), 1 / 8, dtype=log.plan.dtype))
+        assert bool((log.plan.sum(0) >= 0.5 / 3 - 1e-9).all()) and bool((log.plan.sum(0) <= 2 / 3 + 1e-9).all())
     assert res.history[1].val_accuracy is not None and res.history[0].val_accuracy is None
     ifca = fl.run_federated(small, model, F.IFCA(n_models=3), cfg)
     for log in ifca.history:
@@ -363,7 +367,7 @@ def test_shares_train_each_client_on_its_k_best_models_under_the_balance(small):
     # one share is the default method; shares = m gives every client every model equally
     one = F.MosT(n_models=4, warmup=WarmUp(0), assignment=CappedTransportAssignment(1), weighting=Shares())
     one.reset(8, 4, torch.Generator().manual_seed(0))
-    plain = F.MosT(n_models=4, warmup=None)
+    plain = F.MosT(n_models=4, warmup=None, marginals=Uniform())  # the capped transport's balance
     plain.reset(8, 4, torch.Generator().manual_seed(0))
     for x, y in zip(one.plan(losses, 0, 10, None), plain.plan(losses, 0, 10, None)):
         torch.testing.assert_close(x, y)

@@ -44,7 +44,7 @@ from ..federated import methods as F
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist
 from ..federated.models import FlatModel, cnn, logistic_regression
 from ..federated.runtime import FederatedConfig, run_batch, run_federated
-from ..methods import CappedTransportAssignment, LoadBounds, MinNorm, Shares
+from ..methods import CappedTransportAssignment, LoadBounds, MinNorm, Shares, Uniform
 from ..registry import variant
 
 __all__ = ["FederatedBenchConfig", "METHODS", "method_grids", "run_benchmark", "table_markdown"]
@@ -58,24 +58,36 @@ def _paper(m, eta, *more):
     return variant("paper", F.MosT(m, server_lr=eta, diversity=_TAU), *more)
 
 
+def _balanced(m, eta, **changes):
+    """MosT with the balanced transport and no re-split (the federated default before the share
+    bounds): the base of the ablation rows of the stored tables, which were made with it."""
+    return F.MosT(m, server_lr=eta, **{"marginals": Uniform(), "resplit": None, **changes})
+
+
 def _capped(m, eta):
-    return F.MosT(m, server_lr=eta, assignment=CappedTransportAssignment(2), weighting=Shares())
+    return F.MosT(m, server_lr=eta, assignment=CappedTransportAssignment(2), weighting=Shares(), resplit=None)
 
 
 #: name -> (builder(n_models, server_lr, extra) -> method, extra values searched on validation)
 METHODS: dict[str, tuple[Callable, tuple]] = {
     "MosT": (lambda m, eta, x: F.MosT(m, server_lr=eta), (None,)),
-    "MosT (min-norm)": (lambda m, eta, x: F.MosT(m, server_lr=eta, combiner=MinNorm()), (None,)),
+    "MosT (balanced)": (lambda m, eta, x: _balanced(m, eta), (None,)),
+    "MosT (min-norm)": (lambda m, eta, x: _balanced(m, eta, combiner=MinNorm()), (None,)),
     "MosT (min-norm, last-layer bias)": (
-        lambda m, eta, x: F.MosT(m, server_lr=eta, combiner=MinNorm(coordinates="last")), (None,)),
-    "MosT (update split)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.GroupedWarmUp(5)), (None,)),
+        lambda m, eta, x: _balanced(m, eta, combiner=MinNorm(coordinates="last")), (None,)),
+    "MosT (update split)": (lambda m, eta, x: _balanced(m, eta, warmup=F.GroupedWarmUp(5)), (None,)),
     "MosT (2 shares)": (lambda m, eta, x: _capped(m, eta), (None,)),
     # the centralised default's marginals: each model serves at least one client, otherwise its closest
-    "MosT (load bounds)": (lambda m, eta, x: F.MosT(m, server_lr=eta, marginals=LoadBounds()), (None,)),
+    "MosT (load bounds)": (lambda m, eta, x: _balanced(m, eta, marginals=LoadBounds()), (None,)),
+    # a redundant model moved to split a model whose clients' updates pull apart (Resplit)
+    "MosT (balanced, resplit)": (lambda m, eta, x: _balanced(m, eta, resplit=F.Resplit()), (None,)),
+    "MosT (load bounds, resplit)": (
+        lambda m, eta, x: _balanced(m, eta, marginals=LoadBounds(), resplit=F.Resplit()), (None,)),
+    "MosT (share bounds, no resplit)": (lambda m, eta, x: F.MosT(m, server_lr=eta, resplit=None), (None,)),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
-    "MosT (warm-up 15)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.WarmUp(15)), (None,)),
-    "MosT (warm-up 30)": (lambda m, eta, x: F.MosT(m, server_lr=eta, warmup=F.WarmUp(30)), (None,)),
-    "MosT + R": (lambda m, eta, x: F.MosT(m, server_lr=eta, diversity=_TAU), (None,)),
+    "MosT (warm-up 15)": (lambda m, eta, x: _balanced(m, eta, warmup=F.WarmUp(15)), (None,)),
+    "MosT (warm-up 30)": (lambda m, eta, x: _balanced(m, eta, warmup=F.WarmUp(30)), (None,)),
+    "MosT + R": (lambda m, eta, x: _balanced(m, eta, diversity=_TAU), (None,)),
     "MosT (paper)": (lambda m, eta, x: _paper(m, eta), (None,)),
     "MosT w/o R": (lambda m, eta, x: _paper(m, eta, "no-R"), (None,)),
     "MosT w/o curriculum": (lambda m, eta, x: _paper(m, eta, "no-curriculum"), (None,)),
@@ -93,7 +105,26 @@ METHODS: dict[str, tuple[Callable, tuple]] = {
     "STCH-Set": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.STCHSetCombiner()), (None,)),
     "SoM (gradient)": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.SumOfMinimumCombiner()),
                        (None,)),
+    # the clustered-FL and personalisation references; CFL's extra scales its thresholds (eps1, eps2) =
+    # x * (0.4, 1.6), the reference code's, since update norms depend on the problem
+    "CFL": (lambda m, eta, x: F.CFL(m, server_lr=eta, eps1=0.4 * x, eps2=1.6 * x), (0.25, 0.5, 1.0)),
+    "FedAvg + fine-tuning": (lambda m, eta, x: F.FineTuning(1, server_lr=eta, epochs=int(x)), (1, 5)),
+    "Local only": (lambda m, eta, x: F.LocalOnly(), (None,)),
 }
+#: methods built from the data set as well: ``builder(n_models, server_lr, extra, data)``
+DATA_METHODS: dict[str, tuple[Callable, tuple]] = {
+    "Oracle": (lambda m, eta, x, data: F.Oracle(_groups(data), server_lr=eta), (None,)),
+}
+METHODS.update(DATA_METHODS)
+#: methods without a server step: one run per seed (at step 1), not one per step of the grid
+FIXED_STEP = frozenset({"Local only"})
+
+
+def _groups(data) -> tuple[int, ...]:
+    if data.groups is None:
+        raise ValueError(f"The Oracle needs the clients' planted groups, which {data.name} does not have; use a data "
+                         "set with groups (--label-group or --rotation-group / --rotations).")
+    return data.groups
 DEFAULT_METHODS = ("MosT", "MosT (min-norm)", "MosT (paper)", "IFCA", "FedAvg", "FedProx", "FedMGDA+", "MGDA",
                    "w-MGDA", "Linearization")
 
@@ -126,6 +157,11 @@ class FederatedBenchConfig(SuiteConfig):
         samples_per_client: Fashion-MNIST average client size (keeps CPU runs short).
         rotation_groups: Fashion-MNIST only, instead of ``rotations``: the sizes of 1 to 4 groups
             of clients (summing to 100), turned by 0, 90, 180, 270 degrees: groups of unequal size.
+        label_groups: Fashion-MNIST only: the sizes of 2 or more groups of clients whose labels
+            are relabelled by a permutation of their own (concept shift,
+            :func:`~most.federated.data.load_fashion_mnist`); the clients are their sum.
+        concentration: Fashion-MNIST's Dirichlet label skew (default 0.3; a large value such
+            as 100 gives each client nearly every class, as concept-shift tests usually do).
         rotations: Fashion-MNIST only: r in 1..4 groups of clients whose images are turned by
             0, 90, 180, 270 degrees (:func:`~most.federated.data.load_fashion_mnist`), a known
             cluster structure on top of the label skew; 1 (default) turns nothing.
@@ -145,6 +181,8 @@ class FederatedBenchConfig(SuiteConfig):
     samples_per_client: int = 100
     rotations: int = 1
     rotation_groups: tuple[int, ...] = ()
+    label_groups: tuple[int, ...] = ()
+    concentration: float = 0.3
     data_path: Path | None = None
     out: Path = Path("bench_out/federated")
     progress: bool = True
@@ -174,6 +212,18 @@ class FederatedBenchConfig(SuiteConfig):
             from ..federated.data._fashion_mnist import _quarter_turns
 
             _quarter_turns(tuple(self.rotation_groups), 100)  # the loader's check, before any work
+        if self.label_groups:
+            if self.dataset != "fashion":
+                raise ValueError(f"`label_groups` relabels Fashion-MNIST's clients; it does not apply to "
+                                 f"{self.dataset!r} (use --dataset fashion).")
+            if self.rotations > 1 or self.rotation_groups:
+                raise ValueError("Give rotation groups (image groups) or `label_groups` (concept groups), not both.")
+            from ..federated.data._fashion_mnist import _label_groups
+
+            _label_groups(tuple(self.label_groups), sum(self.label_groups), 0)  # the loader's check, before any work
+        if not (isinstance(self.concentration, (int, float)) and not isinstance(self.concentration, bool)
+                and math.isfinite(self.concentration) and self.concentration > 0):
+            raise ValueError(f"`concentration` must be a positive number; got {self.concentration!r}.")
         if self.rotations > 1 and self.dataset != "fashion":
             raise ValueError(f"`rotations` turns Fashion-MNIST's images; it does not apply to {self.dataset!r} "
                              "(use --dataset fashion, or leave rotations at 1).")
@@ -181,11 +231,13 @@ class FederatedBenchConfig(SuiteConfig):
             raise ValueError(f"`server_lrs` must be positive numbers; got {self.server_lrs}.")
 
     def plain(self) -> dict:
-        """As :meth:`SuiteConfig.plain`; ``rotation_groups`` only when given, so that results and
-        run folders written before the setting existed keep the same settings."""
+        """As :meth:`SuiteConfig.plain`; ``rotation_groups``, ``label_groups`` and ``concentration``
+        only when given, so that results and run folders written before the settings existed
+        keep the same settings."""
         out = super().plain()
-        if not out["rotation_groups"]:
-            del out["rotation_groups"]
+        for key, default in (("rotation_groups", []), ("label_groups", []), ("concentration", 0.3)):
+            if out[key] == default or out[key] == ():
+                del out[key]
         return out
 
     @property
@@ -194,6 +246,8 @@ class FederatedBenchConfig(SuiteConfig):
             return f"Syn({self.rho[0]:g},{self.rho[1]:g})" + (", power-law sizes" if self.sizes == "power_law" else "")
         if self.dataset == "fashion" and self.rotation_groups:
             return "Fashion-MNIST, rotated groups of " + "/".join(map(str, self.rotation_groups)) + " clients"
+        if self.dataset == "fashion" and self.label_groups:
+            return "Fashion-MNIST, concept shift in groups of " + "/".join(map(str, self.label_groups)) + " clients"
         if self.dataset == "fashion" and self.rotations > 1:
             return f"Fashion-MNIST, {self.rotations} rotations"
         return {"femnist": "FEMNIST", "fashion": "Fashion-MNIST"}[self.dataset]
@@ -208,9 +262,11 @@ def _data(config: FederatedBenchConfig, seed: int):
         # LEAF stores a white background (1.0); models train better on ink = 1 - value
         data = load_femnist(config.data_path, seed=seed, ink=True)
     else:
-        data = load_fashion_mnist(config.data_path, n_clients=100, concentration=0.3,
-                                  samples_per_client=config.samples_per_client, seed=seed,
-                                  rotations=tuple(config.rotation_groups) or config.rotations)
+        groups = dict(label_groups=tuple(config.label_groups)) if config.label_groups else dict(
+            rotations=tuple(config.rotation_groups) or config.rotations)
+        data = load_fashion_mnist(config.data_path, n_clients=sum(config.label_groups) or 100,
+                                  concentration=config.concentration, samples_per_client=config.samples_per_client,
+                                  seed=seed, **groups)
     if config.model == "linear":
         return data, FlatModel(lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(
             int(np.prod(data.input_shape)), data.n_classes)), name="logreg")
@@ -227,44 +283,55 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
     fed = dataclasses.replace(config.protocol, seed=seed)
     tic = time.perf_counter()
     try:
-        result = run_federated(data, model, _method(config, method_name, eta, extra), fed)
+        method = _method(config, method_name, eta, extra, data)
+        result = run_federated(data, model, method, fed)
     except ValueError as exc:
         if "diverged" not in str(exc):
             raise
         result = exc
-    return _record(data, result, seed, eta, extra, time.perf_counter() - tic)
+    return _record(data, result, seed, eta, extra, time.perf_counter() - tic, method)
 
 
-def _method(config, name, eta, extra):
+def _method(config, name, eta, extra, data):
     build, _ = METHODS[name]
+    if name in DATA_METHODS:
+        return build(config.n_models, eta, extra, data)
     return build(config.n_models, eta, extra)
+
+
+def _steps(config, name) -> tuple[float, ...]:
+    """The server steps a method's candidates take: the grid, or 1 for a method without one."""
+    return (1.0,) if name in FIXED_STEP else tuple(config.server_lrs)
 
 
 def _run_batch(config, data, model, tasks: list[tuple]) -> list[dict]:
     """The runs of ``tasks`` (one seed's ``(seed, method, eta, extra)``) as one batched job
     (:func:`~most.federated.run_batch`); each run's seconds are the batch's, shared equally."""
-    runs = [(_method(config, name, eta, extra), dataclasses.replace(config.protocol, seed=seed))
+    runs = [(_method(config, name, eta, extra, data), dataclasses.replace(config.protocol, seed=seed))
             for seed, name, eta, extra in tasks]
     tic = time.perf_counter()
     results = run_batch(data, model, runs, errors="return")
     seconds = (time.perf_counter() - tic) / len(tasks)
     out = []
-    for (seed, _, eta, extra), result in zip(tasks, results):
+    for (seed, _, eta, extra), (method, _), result in zip(tasks, runs, results):
         if isinstance(result, ValueError) and "diverged" not in str(result):
             raise result
-        out.append(_record(data, result, seed, eta, extra, seconds))
+        out.append(_record(data, result, seed, eta, extra, seconds, method))
     return out
 
 
-def _record(data, result, seed, eta, extra, seconds) -> dict:
+def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
     """A run's entry in the results: its summary, or, for a run whose training diverged, a
-    failed candidate that is never chosen."""
+    failed candidate that is never chosen. A method that assigns each client its model
+    (``method.assigned``) is scored on it under both picks; where the data has planted groups,
+    ``group_ari`` is the adjusted Rand index of the clients' models against them."""
     if isinstance(result, Exception):
         # a candidate of the search that diverged is recorded and never chosen
         nan = float("nan")
         return {"seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds,
                 "val_accuracy": -math.inf, "failed": str(result),
-                **{k: nan for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS},
+                **{k: nan for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS
+                   + (_GROUP_KEYS if data.groups is not None else ())},
                 "choice_counts": [], "per_client": [], "val_curve": [], "loss_curve": [], "sparsity": [],
                 "drift": [], "plans": [], "timing": {}}
     # clients without test samples have no accuracy: left out of the summary, not counted as 0 %
@@ -272,15 +339,26 @@ def _record(data, result, seed, eta, extra, seconds) -> dict:
     val_acc, test_acc = result.val_accuracy[tested].nan_to_num(-1.0), result.test_accuracy[tested]
     sizes = [len(c.y_test) for c, t in zip(data.clients, tested.tolist()) if t]
     summary = ev.summarise(val_acc, test_acc, choice=result.choice[tested], sizes=sizes)
-    by_loss = ev.summarise(val_acc, test_acc, choice=result.loss_choice[tested], sizes=sizes)
+    assigns = method is not None and method.assigned(data.n_clients) is not None
+    loss_choice = result.choice if assigns else result.loss_choice
+    by_loss = ev.summarise(val_acc, test_acc, choice=loss_choice[tested], sizes=sizes)
+    personal = method is not None and method.personal
+    groups = {} if data.groups is None or personal else {
+        "group_ari": ev.adjusted_rand_index(result.choice.tolist(), data.groups),
+        "group_ari_loss_pick": ev.adjusted_rand_index(loss_choice.tolist(), data.groups)}
     plans = [log.plan for log in result.history if log.plan is not None]
-    val_mean = float(result.val_accuracy.nan_to_num(-1.0).max(1).values.mean())
+    val = result.val_accuracy.nan_to_num(-1.0)
+    # the candidates of a method that assigns models are compared on the models it assigns
+    val_mean = float((val.gather(1, result.choice[:, None]) if assigns else val.max(1).values).mean())
     return {
         "seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds, "val_accuracy": val_mean,
         **{k: v for k, v in summary.items()},
         **{f"{k}_loss_pick": by_loss[k] for k in _KEYS[:5] + ("pooled",)},
         "choice_counts_loss_pick": by_loss["choice_counts"],
-        "prediction_kl": result.prediction_diversity(),
+        # one model per client: no best model on test to speak of, nor a diversity of a few models
+        **({"oracle": float("nan"), "prediction_kl": float("nan")} if personal else
+           {"prediction_kl": result.prediction_diversity()}),
+        **groups,
         "per_client": result.client_accuracy.tolist(),
         "val_curve": [(log.round, log.val_accuracy) for log in result.history if log.val_accuracy is not None],
         "loss_curve": [log.train_loss for log in result.history],
@@ -325,10 +403,12 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     loaded = [config.seeds[0], _data(config, config.seeds[0])]  # fail before any work if the data is missing
     results = {"config": config.plain(), "label": config.label, "torch": torch.__version__,
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
+    results["picks"] = {name: type(_method(config, name, 1.0, METHODS[name][1][0], loaded[1][0])).pick
+                        for name in config.methods}
     runs = RunStore(config.out, config.settings(torch=results["torch"], device_name=results["device_name"]),
                     suite="federated", folder=_folder, resume=resume, restart=restart)  # checked before any work
     tasks = [(seed, name, eta, extra) for seed in config.seeds for name in config.methods
-             for eta in config.server_lrs for extra in METHODS[name][1]]
+             for eta in _steps(config, name) for extra in METHODS[name][1]]
     if batch:
         by_seed = [[task for task in tasks if task[0] == seed] for seed in config.seeds]
         parts = [part[i::jobs] for part in by_seed for i in range(jobs) if part[i::jobs]]  # methods mixed
@@ -339,7 +419,8 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
                   desc=f"federated {config.label}", postfix=lambda task: {"method": task[1], "seed": task[0]})
     for seed in config.seeds:
         for name in config.methods:
-            candidates = [runs.get((seed, name, eta, extra)) for eta in config.server_lrs for extra in METHODS[name][1]]
+            candidates = [runs.get((seed, name, eta, extra)) for eta in _steps(config, name)
+                          for extra in METHODS[name][1]]
             best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
             best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
             results["methods"][name]["runs"].append(best)
@@ -389,12 +470,16 @@ _KEYS = ("mean", "worst20", "worst40", "worst60", "worst80", "oracle", "predicti
 _LOSS_PICK_KEYS = tuple(f"{k}_loss_pick" for k in _KEYS[:5])
 #: accuracy over all test samples (FedProx's metric), with either pick
 _POOLED_KEYS = ("pooled", "pooled_loss_pick")
+#: where the data has planted groups: the adjusted Rand index of the clients' models against them
+#: the pick of the methods that leave it to validation (FederatedMethod.pick)
+_VALIDATION_PICK = F.FederatedMethod.pick
+_GROUP_KEYS = ("group_ari", "group_ari_loss_pick")
 
 
 def _summarise(results: dict) -> None:
     for entry in results["methods"].values():
         runs = entry["runs"]
-        for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS + ("seconds",):
+        for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS + _GROUP_KEYS + ("seconds",):
             if not all(k in r for r in runs):  # results written before the loss pick existed
                 continue
             v = np.array([r[k] for r in runs], dtype=float)
@@ -430,10 +515,14 @@ def table_markdown(results: dict) -> str:
         head += " mean, loss pick | MosT − method, loss pick |"
     if pooled:
         head += " per sample | per sample, loss pick |"
+    groups = any("group_ari" in e for e in results["methods"].values())
+    if groups:
+        head += " groups found (ARI) | ARI ≥ 0.9 |"
     lines = [f"**{results['label']}**", "", head + " s / run |", "|---" * head.count("|") + "|"]
     for name, e in results["methods"].items():
-        cells = [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" for k in _KEYS[:-1]]
-        cells.append(f"{e['prediction_kl']['mean']:.3g}")
+        cells = [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if math.isfinite(e[k]["mean"]) else "–"
+                 for k in _KEYS[:-1]]
+        cells.append(f"{e['prediction_kl']['mean']:.3g}" if math.isfinite(e["prediction_kl"]["mean"]) else "–")
         cells.append(_paired_cell(results.get("paired_vs_most", {}).get(name)))
         if loss_pick:
             cells.append(f"{100 * e['mean_loss_pick']['mean']:.2f} ± {100 * e['mean_loss_pick']['std']:.2f}"
@@ -441,12 +530,21 @@ def table_markdown(results: dict) -> str:
             cells.append(_paired_cell(results.get("paired_vs_most_loss_pick", {}).get(name)))
         if pooled:
             cells += [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if k in e else "–" for k in _POOLED_KEYS]
+        if groups:
+            aris = [r["group_ari"] for r in e["runs"] if "group_ari" in r]
+            cells.append(f"{e['group_ari']['mean']:.2f} ± {e['group_ari']['std']:.2f}" if "group_ari" in e else "–")
+            cells.append(f"{sum(a >= 0.9 for a in aris)} of {len(aris)}" if aris else "–")
         cells.append(f"{e['seconds']['mean']:.1f}")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    picks = results.get("picks") or {}
+    other = {name: pick for name, pick in picks.items() if name in results["methods"] and pick != _VALIDATION_PICK}
+    if other:
+        lines += ["", "Each client is scored on its best model on validation, except: "
+                  + "; ".join(f"{name}, {pick}" for name, pick in other.items()) + "."]
     lines += _grid_edge_note(results)
     failed = [(name, r) for name, e in results["methods"].items() for r in e["runs"] if "failed" in r]
     if failed:  # every candidate of these runs failed: say why their cells are nan
-        lines += ["", "Runs where every candidate failed (nan above):"]
+        lines += ["", "Runs where every candidate failed (– above):"]
         lines += [f"- {name}, seed {r['seed']}: {r['failed']}" for name, r in failed]
     return "\n".join(lines)
 

@@ -37,6 +37,7 @@ models split. The round itself (sample, plan, pairs, combine, update, log) is
 from __future__ import annotations
 
 import functools
+import math
 import warnings
 from dataclasses import dataclass, field, fields
 from typing import Callable, ClassVar, Literal
@@ -58,6 +59,7 @@ from ..methods import (
     MajorityShare,
     Marginals,
     MinNorm,
+    ShareBounds,
     Shares,
     RandomAssignment,
     RelativeWeights,
@@ -70,7 +72,7 @@ from ..methods import (
 from ..optim import SGD, UpdateRule
 
 __all__ = ["FederatedMethod", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
-           "IFCA", "SetScalarization", "CFL", "Oracle", "LocalOnly", "FineTuning", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
+           "IFCA", "SetScalarization", "Resplit", "CFL", "Oracle", "LocalOnly", "FineTuning", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
            "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]
 
 
@@ -287,6 +289,86 @@ class GroupedWarmUp(WarmUp):
         has = torch.zeros(m, dtype=torch.bool, device=deltas.device)
         has[group] = True
         return torch.where(has[:, None], split, shared)
+
+
+# ----------------------------------------------------------------------------- re-splitting
+@dataclass(frozen=True)
+class Resplit:
+    """Moves a redundant model to split a model whose clients pull apart: the federated
+    counterpart of the centralised default's re-seeding (:class:`most.seeding.Reseed`), judged
+    from the round's losses and the clients' updates instead of extra gradient steps.
+
+    Every ``every`` rounds (until the fraction ``until`` of the rounds after the warm-up), each
+    model with at least ``min_clients`` trained pairs has its pairs' updates split in two by
+    :func:`~most.federated.clustered.bipartition` (CFL's split); the model whose two halves pull
+    most against each other, with a mean cosine similarity across the halves below
+    ``max_similarity``, is the one to split (a model serving two groups of clients: their updates
+    point apart). The model to move is the one whose removal raises the clients' summed best
+    loss the least (its clients' second-best loss minus their best, from the round's losses),
+    and it moves only when that cost is below the split model's excess loss (its clients' loss
+    above the mean best loss of the other clients). The moved model restarts as a copy of the
+    split one and takes the mean step of the second half's updates (its own clients' updates of
+    this round, made from the model it no longer is, are left out); the split model takes the
+    first half's. So a model that duplicates another one's group is freed for a group that
+    shares a model, the failure the balance and the load bounds alone cannot undo.
+
+    Deterministic (no draw). It needs the losses of every client (full participation): in a
+    round with sampled clients it does nothing.
+    """
+
+    every: int = 5
+    until: float = 0.6
+    min_clients: int = 4
+    max_similarity: float = -0.25
+
+    def __post_init__(self):
+        check_positive_int(self.every, name="every")
+        check_positive_int(self.min_clients, name="min_clients", minimum=2)
+        for name, low, high in (("until", 0.0, 1.0), ("max_similarity", -1.0, 1.0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+                raise ValueError(f"`{name}` must be a number in [{low:g}, {high:g}]; got {value!r}.")
+
+    def propose(self, round: int, total: int, deltas: Tensor, pair_model: Tensor, losses: Tensor
+                ) -> tuple[int, int, Tensor] | None:
+        """``(split, moved, pairs)``: the model to split, the model to move and the pairs (indices
+        into ``deltas``) of the half that goes to the moved model; ``None`` for no move.
+        ``round`` and ``total`` count after the warm-up; ``losses [n, m]`` are the round's."""
+        from .clustered import bipartition
+
+        m = losses.shape[1]
+        if m < 2 or (round + 1) % self.every or round >= self.until * total:
+            return None
+        pair_model = pair_model.cpu()
+        best = None
+        for j in range(m):
+            mine = (pair_model == j).nonzero().squeeze(1)
+            if len(mine) < self.min_clients:
+                continue
+            rows = deltas[to_device(mine, deltas.device)].double()
+            half = bipartition(rows)
+            if bool(half.all()) or not bool(half.any()):
+                continue
+            u = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-300)
+            cross = float((u[to_device(half == 0, u.device)] @ u[to_device(half == 1, u.device)].T).mean())
+            if cross < self.max_similarity and (best is None or cross < best[0]):
+                best = (cross, j, mine[half == 1])
+        if best is None:
+            return None
+        _, split, pairs = best
+        L = losses.double().cpu()
+        two = L.topk(2, dim=1, largest=False)
+        owner = two.indices[:, 0]
+        cost = torch.zeros(m, dtype=torch.float64).index_add_(0, owner, two.values[:, 1] - two.values[:, 0])
+        cost[split] = math.inf
+        moved = int(cost.argmin())
+        mine, others = owner == split, owner != split
+        if not mine.any() or not others.any():
+            return None
+        excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
+        if float(cost[moved]) >= excess:
+            return None
+        return split, moved, pairs
 
 
 # ----------------------------------------------------------------------------- methods
@@ -548,7 +630,10 @@ class MosT(FederatedMethod):
         n_models: m.
         server_lr: eta_s, the step of the update rule on the combined direction.
         diversity, transport, marginals, reg, warm_start: the transport
-            (:class:`most.methods.TransportAssignment`).
+            (:class:`most.methods.TransportAssignment`). The default marginals are
+            :class:`most.methods.ShareBounds` ``(0.5, 2)``: each model serves between half and
+            twice the fair load n/m, so groups of clients of unequal size are served whole or
+            nearly; :class:`most.methods.Uniform` is the paper's balance (every model n/m).
         assignment: instead of those, any assignment, e.g.
             :class:`most.methods.CappedTransportAssignment` ``(shares=2)`` with
             ``weighting=most.methods.Shares()``: every client trains its 2 best models.
@@ -565,26 +650,31 @@ class MosT(FederatedMethod):
             before it is copied to the m models; :class:`GroupedWarmUp` splits the models by
             groups of the last warm-up round's updates; ``None`` starts from m random
             initialisations, as the paper does.
+        resplit: :class:`Resplit` (default): now and then a model that duplicates another's
+            clients is moved to split a model whose clients' updates pull apart; ``None``
+            never moves a model.
 
-    Why the defaults depart from the paper (``federated.md`` in the benchmark results): on
-    Syn(0,0), 3 seeds, validation accuracy, 100 rounds, the min-norm combination reached
-    81.1-82.1 for every server step in {1, 2, 3, 5} with or without warm-up, against
-    83.0-85.3 for the mean (best: server step 5 and a 5-round warm-up, test 84.3 +- 1.4, the
-    paper's 84.25). Within one model's group the clients still disagree, and the min-norm
-    direction then shrinks to the little they agree on. Because the tie after the warm-up is
-    decided by the last bits of the losses, the same seed can split the clients differently on
-    another engine or machine; use ``warmup=None`` when runs must match across engines.
+    Why the defaults depart from the paper (measured in the documentation's Benchmarks →
+    Federated): within one model's group the clients still disagree, and the min-norm
+    direction shrinks to the little they agree on, so the mean of the updates trains better;
+    a shared warm-up gives the models a common start; and the paper's balance makes every
+    model train on n/m clients, so a group of clients smaller than that is trained together
+    with clients of another group and a larger one is split, which the share bounds and the
+    re-split avoid. Because the tie after the warm-up is decided by the last bits of the losses,
+    the same seed can split the clients differently on another engine or machine; use
+    ``warmup=None`` when runs must match across engines.
     """
 
     diversity: float = 0.0
     transport: Literal["exact", "sinkhorn", "newton", "ipot"] = "exact"
-    marginals: Marginals = field(default_factory=Uniform)
+    marginals: Marginals = field(default_factory=ShareBounds)
     weighting: Weighting = field(default_factory=MajorityShare)
     combiner: Combiner = field(default_factory=WeightedSum)
     warmup: WarmUp | None = field(default_factory=WarmUp)
     reg: float | None = None
     warm_start: bool = False
     assignment: Assignment | None = None
+    resplit: Resplit | None = field(default_factory=Resplit)
 
     def __post_init__(self):
         super().__post_init__()
@@ -601,7 +691,11 @@ class MosT(FederatedMethod):
                              "most.federated.methods.SetScalarization.")
         if self.warmup is not None:
             check_component(self.warmup, name="warmup", example="most.federated.methods.WarmUp(rounds=5)", base=WarmUp)
+        if self.resplit is not None:
+            check_component(self.resplit, name="resplit", example="most.federated.methods.Resplit()", base=Resplit)
         self._assignment = transport_assignment(self)
+        self._round_losses: Tensor | None = None
+        self._total = 0
 
     @property
     def warmup_rounds(self) -> int:
@@ -637,6 +731,9 @@ class MosT(FederatedMethod):
 
     def plan(self, losses, round, total, previous=None, *, clients=None):
         w0 = self.warmup_rounds
+        # the round's losses of every client, for a re-split in this round's aggregation
+        self._round_losses = losses if clients is None else None
+        self._total = total
         if round < w0:
             w = torch.zeros(self.n_models, losses.shape[0], dtype=torch.float64, device=losses.device)
             w[0] = 1.0
@@ -650,6 +747,25 @@ class MosT(FederatedMethod):
         if round < self.warmup_rounds:
             return self.warmup.direction(deltas, pair_model, pair_weight, m, round)
         return super().direction(deltas, pair_model, pair_weight, m, round)
+
+    def aggregate(self, params, deltas, pair_model, pair_weight, *, round, clients=None):
+        w0 = self.warmup_rounds
+        if self.resplit is not None and round >= w0 and self._round_losses is not None:
+            move = self.resplit.propose(round - w0, self._total - w0, deltas, pair_model, self._round_losses)
+            if move is not None:
+                split, moved, pairs = move
+                params = params.clone()
+                params[moved] = params[split]
+                # the moved model's own pairs trained the model it no longer is: they are left out
+                keep = pair_model != moved
+                pair_model = pair_model.clone()
+                pair_model[to_device(pairs, pair_model.device)] = moved
+                deltas, pair_model, pair_weight = deltas[to_device(keep, deltas.device)], pair_model[keep], \
+                    pair_weight[to_device(keep, pair_weight.device)]
+                clients = None if clients is None else clients[keep.to(clients.device)]
+                if self._opt_state is not None:  # the moved model restarts its optimiser state
+                    self._opt_state = self.optimizer.restart(self._opt_state, moved)
+        return super().aggregate(params, deltas, pair_model, pair_weight, round=round, clients=clients)
 
     def moved(self, pair_model, m, round):
         if round < self.warmup_rounds:  # every model takes the shared (or its group's) step
