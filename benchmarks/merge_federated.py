@@ -36,6 +36,12 @@ destination left as it is.
     .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/syn_0_0 \
         benchmarks/results/federated/syn_seeds_5_9/syn_0_0 --method MosT --method IFCA \
         --method Linearization --out /tmp/syn_0_0_seeds_0_9
+
+When a default changes, the old default's row is kept under a name of its own and the new
+default's runs join as ``MosT``, at the top of the table:
+
+    .venv/bin/python benchmarks/merge_federated.py benchmarks/results/federated/syn_0_0 \
+        /tmp/new/syn_0_0 --rename "MosT=MosT (balanced)" --first MosT
 """
 
 from __future__ import annotations
@@ -54,9 +60,19 @@ def main(argv=None) -> None:
     parser.add_argument("--method", action="append", metavar="NAME",
                         help="keep only this method of the destination and the sources (repeat)")
     parser.add_argument("--out", type=Path, help="write the joined folder here (default: rewrite the destination)")
+    parser.add_argument("--rename", action="append", metavar="OLD=NEW", default=[],
+                        help="rename a method of the destination before the join (repeat)")
+    parser.add_argument("--first", metavar="NAME", help="put this method at the top of the joined table")
     args = parser.parse_args(argv)
+    renames = {}
+    for item in args.rename:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new:
+            sys.exit(f"error: --rename takes OLD=NEW (e.g. --rename 'MosT=MosT (balanced)'); got {item!r}.")
+        renames[old] = new
     try:
-        added = merge_folders(args.dest, args.sources, methods=args.method, out=args.out)
+        added = merge_folders(args.dest, args.sources, methods=args.method, out=args.out, renames=renames,
+                              first=args.first)
     except MergeError as exc:
         sys.exit(f"error: {exc}")
     print(f"added {', '.join(added)} to {args.out or args.dest}", file=sys.stderr)

@@ -22,7 +22,7 @@ from . import write_results
 from ._curves import load_results, split_curves
 from . import federated as fb
 
-__all__ = ["FREE", "MergeError", "merge", "merge_folders", "restrict", "settings"]
+__all__ = ["FREE", "MergeError", "merge", "merge_folders", "rename", "restrict", "settings"]
 
 #: Settings that may differ between the destination and a source (the per-method grids are
 #: recorded by a partial grid extension here, never by the benchmark).
@@ -105,6 +105,8 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             if name in dest["methods"]:
                 raise MergeError(f"{name} is already in the destination; merge only methods it lacks.")
             runs.setdefault(name, []).extend(entry["runs"])
+            if name in (src.get("picks") or {}):  # how the method picks each client's model, for the table
+                dest.setdefault("picks", {})[name] = src["picks"][name]
     for name, got in runs.items():
         have = sorted(r["seed"] for r in got)
         if have != sorted(seeds):
@@ -136,13 +138,36 @@ def restrict(results: dict, methods: list[str]) -> dict:
     return out
 
 
+def rename(results: dict, old: str, new: str) -> None:
+    """Renames the method ``old`` of ``results`` to ``new`` in place, keeping its place in the
+    table (when a default changes, the old default's row keeps its runs under a name of its own,
+    and the new default joins as ``MosT``); the summaries and paired intervals are recomputed."""
+    if old not in results["methods"]:
+        raise MergeError(f"{old!r} is not in the results (they have {sorted(results['methods'])}).")
+    if new in results["methods"]:
+        raise MergeError(f"{new!r} is already in the results; rename to a name they do not have.")
+    grids = fb.method_grids(results)
+    results["methods"] = {(new if name == old else name): entry for name, entry in results["methods"].items()}
+    results["config"]["methods"] = [new if name == old else name for name in results["config"]["methods"]]
+    if results["config"].get("server_lrs_by_method"):
+        _record_grids(results["config"], {(new if name == old else name): grid for name, grid in grids.items()})
+    if old in (results.get("picks") or {}):
+        results["picks"][new] = results["picks"].pop(old)
+    for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
+        results.pop(key, None)
+    fb._summarise(results)
+
+
 def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None = None,
-                  out: Path | None = None) -> list[str]:
+                  out: Path | None = None, renames: dict[str, str] | None = None,
+                  first: str | None = None) -> list[str]:
     """Joins the results folders ``sources`` to ``dest`` (:func:`merge`) and writes the joined
     ``results.json``, ``table.md`` and figures to ``out`` (default: ``dest``, rewritten).
     ``methods``: keep only those methods of the destination and the sources first
-    (:func:`restrict`); each source must have one of them. Returns what was added; raises
-    :class:`MergeError` for a folder without ``results.json`` or sources that cannot be joined."""
+    (:func:`restrict`); each source must have one of them. ``renames`` (old name -> new name)
+    renames methods of the destination before the join (:func:`rename`); ``first`` puts that
+    method at the top of the joined table. Returns what was added; raises :class:`MergeError`
+    for a folder without ``results.json`` or sources that cannot be joined."""
     dest, sources = Path(dest), [Path(s) for s in sources]
     missing = [str(f / "results.json") for f in (dest, *sources) if not (f / "results.json").is_file()]
     if missing:
@@ -156,7 +181,15 @@ def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None 
         if empty:
             raise MergeError(f"{', '.join(empty)} has none of the methods {list(methods)}.")
         loaded = [restrict(src, names) for src, names in zip(loaded, kept)]
+    for old, new in (renames or {}).items():
+        rename(joined, old, new)
     added = merge(joined, loaded)
+    if first is not None:
+        if first not in joined["methods"]:
+            raise MergeError(f"{first!r} is not in the joined results; `first` must name one of their methods.")
+        joined["methods"] = {first: joined["methods"][first],
+                             **{k: v for k, v in joined["methods"].items() if k != first}}
+        joined["config"]["methods"] = [first] + [k for k in joined["config"]["methods"] if k != first]
     target = dest if out is None else Path(out)
     if out is not None:
         joined["config"]["out"] = str(target)
