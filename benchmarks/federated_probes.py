@@ -104,7 +104,7 @@ def capacity(argv: list[str]) -> int:
         p.error(f"--capacity: {exc}")
     protocol = dataclasses.replace(fb.FederatedBenchConfig().protocol, rounds=args.rounds, batch_size=args.batch_size)
     config = fb.FederatedBenchConfig(dataset=args.dataset, data_path=args.data_path, model=args.model,
-                                     rho=tuple(args.rho), seeds=tuple(args.seed), methods=("MosT", cap.NAME),
+                                     rho=tuple(args.rho), seeds=tuple(args.seed), methods=(cap.BASE, cap.NAME),
                                      server_lrs=tuple(args.server_lr), protocol=protocol, out=args.out,
                                      progress=sys.stderr.isatty())
     results = fb.run_benchmark(config)

@@ -237,8 +237,13 @@ def test_every_federated_method_resumes_to_its_uninterrupted_result(tmp_path, cl
     data = fl.fedprox_synthetic(0.5, 0.5, n_clients=6, samples_per_client=30, seed=0)
     model = fl.logistic_regression(60, 10)
     config = fl.FederatedConfig(rounds=6, participation=0.5, seed=0)
-    extra = {"combiner": most.baselines.STCHSetCombiner()} if cls is fl.methods.SetScalarization else {}
-    reference = fl.run_federated(data, model, cls(n_models=2, **extra), config)
+    build = {  # the methods whose constructor is not (n_models) alone; CFL with thresholds that split early
+        fl.methods.SetScalarization: lambda: cls(n_models=2, combiner=most.baselines.STCHSetCombiner()),
+        fl.methods.Oracle: lambda: cls([0, 1, 0, 1, 0, 1]),
+        fl.methods.LocalOnly: lambda: cls(),
+        fl.methods.CFL: lambda: cls(n_models=2, eps1=10.0, eps2=0.01, min_rounds=1),
+    }.get(cls, lambda: cls(n_models=2))
+    reference = fl.run_federated(data, model, build(), config)
     ckpt = Checkpoint(tmp_path / "c", every=2)
 
     def kill(log, params):
@@ -246,9 +251,10 @@ def test_every_federated_method_resumes_to_its_uninterrupted_result(tmp_path, cl
             raise _Kill
 
     with pytest.raises(_Kill):
-        fl.run_federated(data, model, cls(n_models=2, **extra), config, callback=kill, checkpoint=ckpt)
-    resumed = fl.run_federated(data, model, cls(n_models=2, **extra), config, checkpoint=ckpt)
+        fl.run_federated(data, model, build(), config, callback=kill, checkpoint=ckpt)
+    resumed = fl.run_federated(data, model, build(), config, checkpoint=ckpt)
     assert torch.equal(resumed.params, reference.params)
+    assert torch.equal(resumed.choice, reference.choice)
 
 
 def test_the_flower_app_writes_valid_json_atomically(tmp_path, monkeypatch):

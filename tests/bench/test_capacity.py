@@ -82,9 +82,9 @@ def test_capacity_probe_runs_end_to_end_and_reports_per_capacity(tmp_path):
                  "--capacity", "2", "--rounds", "8", "--out", out)
     assert res.returncode == 0, res.stderr
     results = json.loads((out / "results.json").read_text())
-    assert set(results["methods"]) == {"MosT", cap.NAME}
-    # c = 1 solves MosT's problem the same way: its candidate equals MosT's run
-    most_val = results["methods"]["MosT"]["runs"][0]["val_accuracy"]
+    assert set(results["methods"]) == {cap.BASE, cap.NAME}
+    # c = 1 solves the balanced MosT's problem the same way: its candidate equals that run
+    most_val = results["methods"][cap.BASE]["runs"][0]["val_accuracy"]
     cands = results["methods"][cap.NAME]["runs"][0]["candidates_val"]
     assert [c[2] for c in cands if c[1] == 1.0] == [most_val]
     report = (out / "capacity.md").read_text()
@@ -94,15 +94,15 @@ def test_capacity_probe_runs_end_to_end_and_reports_per_capacity(tmp_path):
     res = _probe("--report", out)
     assert res.returncode == 0 and (out / "capacity.md").read_text() == report
 
-    # compared seed by seed with a main table: here the probe's own folder, whose MosT is the same
+    # compared seed by seed with a main table: here the probe's own folder, whose base is the same
     compared = cap.write_report(results, out, out)
-    assert re.search(r"\| MosT \| [+-]\d+\.\d\d \[", compared)
+    assert re.search(r"\| MosT \(balanced\) \| [+-]\d+\.\d\d \[", compared)
     assert f"\n| {cap.NAME} | " not in compared  # no row for the probe against itself
     other = tmp_path / "other"
     other.mkdir()
-    results["methods"]["MosT"]["runs"][0]["mean"] += 0.01  # a table from other code or data
+    results["methods"][cap.BASE]["runs"][0]["mean"] += 0.01  # a table from other code or data
     (other / "results.json").write_text(json.dumps(results))
-    with pytest.raises(ValueError, match="MosT runs differ"):
+    with pytest.raises(ValueError, match="MosT \(balanced\) runs differ"):
         cap.against(json.loads((out / "results.json").read_text()), results)
     res = _probe("--report", out, "--against", other)
-    assert res.returncode == 1 and "MosT runs differ" in res.stderr
+    assert res.returncode == 1 and "MosT (balanced) runs differ" in res.stderr

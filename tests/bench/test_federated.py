@@ -167,7 +167,7 @@ def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):
                               "--method", "FedAvg", "--out", str(tmp_path / "all"), "--quiet"])
     assert res.exit_code == 0, res.output
     table = (tmp_path / "all" / "table.md").read_text()
-    assert "| FedAvg | nan" in table and "- FedAvg, seed 0: At round 1" in table and "diverged" in table
+    assert "| FedAvg | –" in table and "- FedAvg, seed 0: At round 1" in table and "diverged" in table
     assert not list((tmp_path / "all").glob("*.png"))
 
 

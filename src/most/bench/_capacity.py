@@ -33,6 +33,9 @@ __all__ = ["CAPACITIES", "NAME", "CapacityAssignment", "against", "check_capacit
 CAPACITIES = (1.0, 1.5, 2.0, 5.0)
 #: the probe's name among the benchmark's methods
 NAME = "MosT (capacity)"
+#: the method the capacity replaces the balance of: the balanced MosT without the re-split (the
+#: federated default when the probe was made), run beside it and compared seed by seed
+BASE = "MosT (balanced)"
 
 
 def check_capacity(capacity: float) -> float:
@@ -73,7 +76,8 @@ def register(capacities=CAPACITIES) -> tuple[float, ...]:
     :class:`CapacityAssignment`, the capacity one more setting chosen on validation over
     ``capacities`` (each checked first). Methods added at run time run in one process only."""
     caps = tuple(check_capacity(c) for c in capacities)
-    fb.METHODS[NAME] = (lambda m, eta, c: F.MosT(m, server_lr=eta, assignment=CapacityAssignment(c)), caps)
+    fb.METHODS[NAME] = (lambda m, eta, c: F.MosT(m, server_lr=eta, assignment=CapacityAssignment(c), resplit=None),
+                        caps)
     return caps
 
 
@@ -92,14 +96,16 @@ def per_capacity(results: dict) -> list[str]:
 
 def against(results: dict, main: dict) -> list[str]:
     """Lines of a table: MosT (capacity) minus each method of a main federated table (same data
-    and seeds), seed by seed, under both picks. MosT must be the same in both folders: its runs
+    and seeds), seed by seed, under both picks. :data:`BASE` must be the same in both folders: its runs
     are compared bit for bit first, so that a table from other code or data is refused
     (``ValueError``)."""
     cap = {r["seed"]: r for r in results["methods"][NAME]["runs"]}
-    mine = {r["seed"]: r for r in results["methods"]["MosT"]["runs"]}
-    theirs = {r["seed"]: r for r in main["methods"]["MosT"]["runs"]}
+    mine = {r["seed"]: r for r in results["methods"][BASE]["runs"]}
+    if BASE not in main["methods"]:
+        raise ValueError(f"the main table has no {BASE!r} row to compare this probe's with seed by seed")
+    theirs = {r["seed"]: r for r in main["methods"][BASE]["runs"]}
     if any(s not in theirs or theirs[s]["mean"] != mine[s]["mean"] for s in cap):
-        raise ValueError("the main table's MosT runs differ from this probe's (other code, data or seeds): "
+        raise ValueError(f"the main table's {BASE} runs differ from this probe's (other code, data or seeds): "
                          "its methods cannot be compared seed by seed")
     return paired_rows(NAME, cap, main["methods"], list(cap))
 

@@ -162,8 +162,10 @@ class CFL(FederatedMethod):
     (FedAvg within clusters). After ``min_rounds`` rounds, a cluster ``c`` of more than
     ``min_size`` clients whose updates nearly cancel while some client still moves far,
 
-    .. math:: \Big\|\sum_{i\in c} \tfrac{n_i}{n_c} \Delta_i\Big\| < \varepsilon_1
-              \quad\text{and}\quad \max_{i\in c} \|\Delta_i\| > \varepsilon_2,
+    .. math::
+
+        \left\|\sum_{i\in c} \frac{n_i}{n_c} \Delta_i\right\| < \varepsilon_1
+        \quad\text{and}\quad \max_{i\in c} \|\Delta_i\| > \varepsilon_2,
 
     (a stationary point of the cluster's FedAvg objective that is not one of its clients') is
     split in two by :func:`bipartition` of the updates' cosine similarities, and the new
@@ -183,7 +185,7 @@ class CFL(FederatedMethod):
             reference code splits clusters of more than 2).
 
     With partial participation a cluster is split among its clients that took part in the
-    round; the others stay with the first part (the one holding the cluster's first client).
+    round; the others stay in the cluster, with the part that keeps its model.
     Each client is scored on its cluster's model.
     """
 
