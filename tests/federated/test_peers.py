@@ -320,3 +320,16 @@ def test_resplit_refuses_settings_outside_their_range():
             F.Resplit(**bad)
     with pytest.raises(TypeError, match="resplit"):
         F.MosT(2, resplit="yes")
+
+
+def test_experiment_files_build_the_new_methods_from_their_own_fields():
+    from most.config import ConfigError, build
+
+    assert isinstance(build(F.LocalOnly, {}), F.LocalOnly)
+    assert build(F.Oracle, {"groups": [0, 1, 1], "server_lr": 2.0}).n_models == 2
+    assert build(F.CFL, {"n_models": 3, "eps1": 0.1}).eps2 == 1.6
+    assert build(F.FineTuning, {"n_models": 1, "epochs": 2}).fine_tune_epochs == 2
+    with pytest.raises(ConfigError, match="n_models"):  # one model per client: not the caller's to set
+        build(F.LocalOnly, {"n_models": 3})
+    with pytest.raises(ConfigError, match="groups"):
+        build(F.Oracle, {"n_models": 2})

@@ -81,6 +81,7 @@ class Oracle(FederatedMethod):
     """
 
     groups: tuple[int, ...] = ()
+    n_models: int = field(default=0, init=False)  # the number of groups
 
     by_samples: ClassVar[bool] = True
     logs_plan: ClassVar[bool] = False

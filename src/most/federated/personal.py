@@ -68,6 +68,9 @@ class LocalOnly(FederatedMethod):
     pick: ClassVar[str] = "its own model"
     personal: ClassVar[bool] = True
     own_model_losses: ClassVar[bool] = True
+    # set by the method, not by its caller (an experiment file names no n_models or server step)
+    n_models: int = field(default=1, init=False)
+    server_lr: float = field(default=1.0, init=False)
 
     def __init__(self, optimizer: UpdateRule | None = None):
         self.n_models = 1  # the number of clients, once the server resets the method
