@@ -25,23 +25,10 @@ from .._host import to_device
 from .._validation import check_positive, check_positive_int
 from ..methods import Assignment, Support, WeightedSum
 from ..optim import SGD, UpdateRule
+from .data._dataset import _check_groups
 from .methods import FederatedMethod
 
 __all__ = ["CFL", "Oracle", "GroupAssignment", "ClusterAssignment", "bipartition"]
-
-
-def _as_groups(groups) -> tuple[int, ...]:
-    values = groups.tolist() if isinstance(groups, (Tensor, np.ndarray)) else groups
-    try:
-        out = tuple(values)
-    except TypeError:
-        raise ValueError(f"`groups` must be one group index per client (e.g. dataset.groups); got {groups!r}.") from None
-    if not out:
-        raise ValueError("`groups` is empty: give one group index per client (e.g. dataset.groups).")
-    for g in out:
-        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0:
-            raise ValueError(f"`groups` must hold non-negative whole numbers (one group index per client); got {g!r}.")
-    return tuple(int(g) for g in out)
 
 
 class GroupAssignment(Assignment):
@@ -49,7 +36,7 @@ class GroupAssignment(Assignment):
     (``Gamma[i, groups[i]] = 1/n``)."""
 
     def __init__(self, groups):
-        self.groups = _as_groups(groups)
+        self.groups = _check_groups(groups, None, "Oracle")
 
     def __call__(self, losses, round, total, previous=None):
         n, m = losses.shape
@@ -88,7 +75,7 @@ class Oracle(FederatedMethod):
     pick: ClassVar[str] = "its group's model"
 
     def __init__(self, groups, server_lr: float = 1.0, optimizer: UpdateRule | None = None):
-        self.groups = _as_groups(groups)
+        self.groups = _check_groups(groups, None, "GroupAssignment")
         self.n_models = max(self.groups) + 1
         self.server_lr = server_lr
         self.optimizer = SGD() if optimizer is None else optimizer

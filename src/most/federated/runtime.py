@@ -1038,11 +1038,9 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
     params = server.params
     if server.method.fine_tune_epochs:
         params = _fine_tune(server, model, train, val)
-    val_loss, val_acc, _ = evaluate(model, params, val)
-    train_loss, _, _ = evaluate(model, params, train)
+    val_acc, selection = _selection(model, params, train, val)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
-    selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
-    choice, by_loss = server.choose(val_acc.cpu(), selection)
+    choice, by_loss = server.choose(val_acc, selection)
     if by_loss.any():
         ids = [dataset.client_ids[i] for i in by_loss.nonzero().squeeze(1).tolist()]
         warnings.warn(f"{dataset.name}: {len(ids)} of {server.n} clients have no validation samples; their model was "
@@ -1053,16 +1051,21 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
                            test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection)
 
 
+def _selection(model: FlatModel, params: Tensor, train: Padded, val: Padded) -> tuple[Tensor, Tensor]:
+    """What each client's model is picked by, on the host: ``val_accuracy [n, m]`` and the
+    selection loss ``[n, m]`` (training and validation data pooled, :func:`pooled_loss`)."""
+    val_loss, val_acc, _ = evaluate(model, params, val)
+    train_loss, _, _ = evaluate(model, params, train)
+    return val_acc.cpu(), pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
+
+
 def _fine_tune(server: Server, model: FlatModel, train: Padded, val: Padded) -> Tensor:
     """``[n, d]``: each client's best model on validation (by training loss where it has no
     validation sample), trained for the method's ``fine_tune_epochs`` local epochs on the
     client's training data with the protocol's batch size and learning rate. The batch orders
     come from the run's generator after the last round, so a resumed run fine-tunes alike."""
     params, config = server.params, server.config
-    val_loss, val_acc, _ = evaluate(model, params, val)
-    train_loss, _, _ = evaluate(model, params, train)
-    selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
-    choice, _ = choose_models(val_acc.cpu(), selection)
+    choice, _ = choose_models(*_selection(model, params, train, val))
     host_w = train.w.cpu()
     keys = batch_orders(host_w, server.method.fine_tune_epochs, generator=server.generator)
     device = params.device

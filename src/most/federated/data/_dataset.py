@@ -359,14 +359,17 @@ class FederatedDataset:
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_groups(groups, n_clients: int, name: str) -> tuple[int, ...]:
-    """``groups`` as a tuple of ``n_clients`` non-negative ints."""
+def _check_groups(groups, n_clients: int | None, name: str) -> tuple[int, ...]:
+    """``groups`` as a tuple of non-negative ints, one per client: ``n_clients`` of them, or
+    (``None``) any number but none."""
     values = groups.tolist() if isinstance(groups, (Tensor, np.ndarray)) else groups
     try:
         out = tuple(values)
     except TypeError:
         raise ValueError(f"{name!r}: `groups` must be one group index per client; got {groups!r}.") from None
-    if len(out) != n_clients:
+    if n_clients is None and not out:
+        raise ValueError(f"{name!r}: `groups` is empty: give one group index per client (e.g. dataset.groups).")
+    if n_clients is not None and len(out) != n_clients:
         raise ValueError(f"{name!r}: `groups` has {len(out)} entries for {n_clients} clients; give one per client.")
     for g in out:
         if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0:
