@@ -63,7 +63,7 @@ def _methods(setting: str) -> dict[str, type]:
         from .federated import methods as F
 
         classes = (F.MosT, F.FedAvg, F.FedProx, F.MGDA, F.FedMGDAPlus, F.IFCA, F.Linearization, F.WeightedMGDA,
-                   F.SetScalarization, F.CFL, F.Oracle, F.LocalOnly, F.FineTuning)
+                   F.SetScalarization, F.CFL, F.Oracle, F.LocalOnly, F.FineTuning, F.FedEM)
     elif setting == CENTRALISED:
         from . import baselines, solver
 

@@ -107,7 +107,7 @@ def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_re
                               "--samples-per-client", "20", "--n-models", "2", "--rounds", "3", "--seed", "0",
                               "--seed", "1", "--server-lr", "1", "--server-lr", "2", "--method", "MosT", "--method",
                               "Oracle", "--method", "CFL", "--method", "Local only", "--method",
-                              "FedAvg + fine-tuning", "--out", str(out), "--quiet"])
+                              "FedAvg + fine-tuning", "--method", "FedEM", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     results = json.loads((out / "results.json").read_text())
     assert results["label"] == "Fashion-MNIST, concept shift in groups of 2/4 clients"
@@ -122,8 +122,11 @@ def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_re
     for name in ("Local only", "FedAvg + fine-tuning"):  # one model per client: no recovery, no best-on-test
         assert all("group_ari" not in r and r["oracle"] != r["oracle"] for r in runs[name])
         assert all(r["choice_counts"] == [1] * 6 for r in runs[name])
+    for r in runs["FedEM"]:  # scored on its mixture; its groups are the clients' largest weights
+        assert -1.0 <= r["group_ari"] <= 1.0 and r["oracle"] != r["oracle"] and r["choice_counts"] == [6]
+    assert results["picks"]["FedEM"] == "its mixture of the models (weights by EM)"
     table = (out / "table.md").read_text()
-    assert "groups found (ARI)" in table and "| Oracle |" in table
+    assert "groups found (ARI)" in table and "| Oracle |" in table and "| FedEM |" in table
     assert "except: Oracle, its group's model; CFL, its cluster's model; Local only, its own model" in table
     bad = runner.invoke(app, ["bench", "federated", "--method", "Oracle", "--rounds", "1", "--seed", "0",
                               "--out", str(tmp_path / "syn"), "--quiet"])

@@ -410,3 +410,8 @@ def test_credentials_command_reports_a_bad_host_without_a_traceback(tmp_path):
 
     res = CliRunner().invoke(app, ["flower", "credentials", str(tmp_path / "c"), "--host", ""])
     assert res.exit_code == 2 and "at least one IP or DNS name" in res.output
+
+
+def test_fedem_is_refused_by_the_strategy_saying_where_it_runs(model):
+    with pytest.raises(ValueError, match="FedEM weighs each client's samples.*run_federated"):
+        MostStrategy(F.FedEM(2), model, _config(), n_clients=N)

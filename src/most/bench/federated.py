@@ -110,6 +110,8 @@ METHODS: dict[str, tuple[Callable, tuple]] = {
     "CFL": (lambda m, eta, x: F.CFL(m, server_lr=eta, eps1=0.4 * x, eps2=1.6 * x), (0.25, 0.5, 1.0)),
     "FedAvg + fine-tuning": (lambda m, eta, x: F.FineTuning(1, server_lr=eta, epochs=int(x)), (1, 5)),
     "Local only": (lambda m, eta, x: F.LocalOnly(), (None,)),
+    # m shared models, each client's mixture of them learned by EM
+    "FedEM": (lambda m, eta, x: F.FedEM(m, server_lr=eta), (None,)),
 }
 #: methods built from the data set as well: ``builder(n_models, server_lr, extra, data)``
 DATA_METHODS: dict[str, tuple[Callable, tuple]] = {
@@ -339,13 +341,16 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
     val_acc, test_acc = result.val_accuracy[tested].nan_to_num(-1.0), result.test_accuracy[tested]
     sizes = [len(c.y_test) for c, t in zip(data.clients, tested.tolist()) if t]
     summary = ev.summarise(val_acc, test_acc, choice=result.choice[tested], sizes=sizes)
-    assigns = method is not None and method.assigned(data.n_clients) is not None
+    mixes = result.mixture is not None  # scored on the client's mixture: one column
+    assigns = mixes or (method is not None and method.assigned(data.n_clients) is not None)
     loss_choice = result.choice if assigns else result.loss_choice
     by_loss = ev.summarise(val_acc, test_acc, choice=loss_choice[tested], sizes=sizes)
     personal = method is not None and method.personal
+    # a mixing client's group is its largest weight's model
+    found = (result.mixture.argmax(1), result.mixture.argmax(1)) if mixes else (result.choice, loss_choice)
     groups = {} if data.groups is None or personal else {
-        "group_ari": ev.adjusted_rand_index(result.choice.tolist(), data.groups),
-        "group_ari_loss_pick": ev.adjusted_rand_index(loss_choice.tolist(), data.groups)}
+        "group_ari": ev.adjusted_rand_index(found[0].tolist(), data.groups),
+        "group_ari_loss_pick": ev.adjusted_rand_index(found[1].tolist(), data.groups)}
     plans = [log.plan for log in result.history if log.plan is not None]
     val = result.val_accuracy.nan_to_num(-1.0)
     # the candidates of a method that assigns models are compared on the models it assigns
@@ -358,6 +363,8 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
         # one model per client: no best model on test to speak of, nor a diversity of a few models
         **({"oracle": float("nan"), "prediction_kl": float("nan")} if personal else
            {"prediction_kl": result.prediction_diversity()}),
+        # a mixture has no best single model on test to compare with
+        **({"oracle": float("nan")} if mixes else {}),
         **groups,
         "per_client": result.client_accuracy.tolist(),
         "val_curve": [(log.round, log.val_accuracy) for log in result.history if log.val_accuracy is not None],

@@ -32,6 +32,8 @@ models split. The round itself (sample, plan, pairs, combine, update, log) is
 * :class:`Oracle` -- FedAvg within the clients' true groups, where the data has them.
 * :class:`LocalOnly`, :class:`FineTuning` -- local training alone, and FedAvg then local
   fine-tuning: one model per client (:mod:`most.federated.personal`).
+* :class:`FedEM` -- Marfoq et al. 2021: m shared models, each client's mixture weights learned
+  by EM; a client predicts with its mixture (:mod:`most.federated.mixture`).
 """
 
 from __future__ import annotations
@@ -72,7 +74,7 @@ from ..methods import (
 from ..optim import SGD, UpdateRule
 
 __all__ = ["FederatedMethod", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
-           "IFCA", "SetScalarization", "Resplit", "CFL", "Oracle", "LocalOnly", "FineTuning", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
+           "IFCA", "SetScalarization", "Resplit", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
            "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]
 
 
@@ -407,6 +409,11 @@ class FederatedMethod:
     #: i: an ``[n, 1]`` column) rather than on every model (``[n, m]``); for a method with one
     #: model per client, which plans without the losses (:class:`LocalOnly`).
     own_model_losses: ClassVar[bool] = False
+    #: Whether each pair's local loss weighs the client's samples (:class:`FedEM`'s
+    #: responsibilities): the round-start losses are then every model's loss on every training
+    #: sample, :meth:`weigh_samples` turns them into the weights, and each client predicts with
+    #: its mixture of the models (:meth:`mixture`).
+    sample_weights: ClassVar[bool] = False
 
     def __post_init__(self):  # stored as the plain numbers they were checked as
         self.n_models = check_positive_int(self.n_models, name="n_models")
@@ -444,6 +451,19 @@ class FederatedMethod:
         """Local epochs each client trains its picked model for after the last round (0: none;
         :class:`~most.federated.personal.FineTuning`)."""
         return 0
+
+    def weigh_samples(self, losses: Tensor, mask: Tensor, clients: Tensor) -> Tensor:
+        """For a method with :attr:`sample_weights`: ``[k, m, N]`` the weight of each sample in
+        each model's local loss, from ``losses [k, m, N]`` (each model's loss on each training
+        sample of the ``k`` clients, 0 on padding), ``mask [k, N]`` (1 for a real sample) and
+        ``clients [k]`` (their indices among all n). Called once per round before local training,
+        and once after the last round before the final evaluation."""
+        raise NotImplementedError(f"{type(self).__name__} does not weigh samples (sample_weights is False).")
+
+    def mixture(self, n_clients: int) -> Tensor | None:
+        """``[n, m]`` each client's weights of the models' predictions, for a method whose clients
+        predict with a mixture (:class:`FedEM`); ``None`` (the default): one model per client."""
+        return None
 
     def initial_params(self, model, m: int, generator: torch.Generator) -> Tensor:
         return model.init(m, generator)
@@ -837,4 +857,5 @@ def min_norm_combination(params: Tensor, deltas: Tensor, pair_model: Tensor, wei
 
 # the methods of their own modules, reachable here with the others (``most.federated.methods.CFL``)
 from .clustered import CFL, Oracle  # noqa: E402
+from .mixture import FedEM  # noqa: E402
 from .personal import FineTuning, LocalOnly  # noqa: E402

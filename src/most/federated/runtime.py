@@ -113,6 +113,33 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
 def _evaluate(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None, max_samples: int = 8192,
               return_probs: bool = False, accuracy: bool = True) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """:func:`evaluate` without its checks; ``accuracy=False`` leaves the accuracy out (None)."""
+    logits, y, w = _logits(model, params, data, clients, max_samples)
+    n, N = y.shape
+    ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(params.shape[0], n, N), reduction="none")
+    denom = w.sum(1)  # [n]
+    loss = ((ce * w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
+    if not accuracy:
+        return loss, None, (logits.softmax(-1) if return_probs else None)
+    correct = (logits.argmax(-1) == y).float()
+    acc = ((correct * w).sum(-1) / denom).T
+    return loss, acc, (logits.softmax(-1) if return_probs else None)
+
+
+def _sample_losses(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Every model's loss on every sample of the clients asked: ``(loss [k, m], per_sample
+    [k, m, N])`` (the mean over each client's real samples, and each sample's cross-entropy,
+    0 on padding), for a method that weighs the samples
+    (:attr:`~most.federated.methods.FederatedMethod.sample_weights`)."""
+    logits, y, w = _logits(model, params, data, clients)
+    m, (n, N) = params.shape[0], y.shape
+    ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(m, n, N), reduction="none") * w  # [m, n, N]
+    return (ce.sum(-1) / w.sum(1)).T, ce.transpose(0, 1)
+
+
+def _logits(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None,
+            max_samples: int = 8192) -> tuple[Tensor, Tensor, Tensor]:
+    """``(logits [m, n, N, C], y [n, N], w [n, N])`` of every model on the clients asked (all by
+    default); padding rows are 0."""
     x, y, w = (data.x, data.y, data.w) if clients is None else (data.x[clients], data.y[clients], data.w[clients])
     n, N = y.shape
     flat_x = x.reshape(n * N, *x.shape[2:])
@@ -130,15 +157,7 @@ def _evaluate(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | 
         logits[:, real] = out_real
     else:
         logits = out_real
-    logits = logits.reshape(params.shape[0], n, N, -1)  # [m, n, N, C]; padding rows are 0
-    ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(params.shape[0], n, N), reduction="none")
-    denom = w.sum(1)  # [n]
-    loss = ((ce * w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
-    if not accuracy:
-        return loss, None, (logits.softmax(-1) if return_probs else None)
-    correct = (logits.argmax(-1) == y).float()
-    acc = ((correct * w).sum(-1) / denom).T
-    return loss, acc, (logits.softmax(-1) if return_probs else None)
+    return logits.reshape(params.shape[0], n, N, -1), y, w  # [m, n, N, C]; padding rows are 0
 
 
 def _check_evaluate_args(model, params, data, clients, max_samples, return_probs) -> None:
@@ -165,7 +184,7 @@ def _check_evaluate_args(model, params, data, clients, max_samples, return_probs
 
 def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, *, epochs: int,
                 batch_size: int, lr: float, prox_mu: float = 0.0, generator: torch.Generator | None = None,
-                seeds: list[int] | None = None, max_pairs: int = 4096) -> Tensor:
+                seeds: list[int] | None = None, max_pairs: int = 4096, sample_weight: Tensor | None = None) -> Tensor:
     """Client side: K epochs of mini-batch SGD for P (client, model) pairs at once.
 
     Args:
@@ -182,14 +201,20 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
             (which must come first in its rows of ``w``), so a client that trains its pairs
             alone draws the same batches as a runtime that trains all pairs together.
         max_pairs: pairs trained together (memory bound).
+        sample_weight: ``[P, N]`` a weight of each sample in its pair's loss (the loss of a
+            batch is ``sum_b q_b l_b / |batch|``; FedEM's responsibilities); None: 1 each.
 
     Returns:
         ``[P, d]`` the locally trained models.
     """
     if seeds is not None and len(seeds) != len(y):
         raise ValueError(f"`seeds` must have one seed per pair: {len(seeds)} seeds for {len(y)} pairs.")
+    if sample_weight is not None and tuple(sample_weight.shape) != tuple(w.shape):
+        raise ValueError(f"`sample_weight` must have the shape of `w`, {tuple(w.shape)} (one weight per sample of "
+                         f"each pair); got {tuple(sample_weight.shape)}.")
     keys = batch_orders(w, epochs, generator=generator, seeds=seeds, max_pairs=max_pairs)
-    return _sgd(model, params, x, y, w, keys, batch_size=batch_size, lr=lr, prox_mu=prox_mu, max_pairs=max_pairs)
+    return _sgd(model, params, x, y, w, keys, batch_size=batch_size, lr=lr, prox_mu=prox_mu, max_pairs=max_pairs,
+                sample_weight=sample_weight)
 
 
 def batch_orders(w: Tensor, epochs: int, *, generator: torch.Generator | None = None, seeds: list[int] | None = None,
@@ -220,7 +245,7 @@ def batch_orders(w: Tensor, epochs: int, *, generator: torch.Generator | None = 
 
 def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys: list[Tensor], *, batch_size: int,
          lr: float | Tensor, prox_mu: float | Tensor, max_pairs: int, rows: Tensor | None = None,
-         sizes: Tensor | None = None) -> Tensor:
+         sizes: Tensor | None = None, sample_weight: Tensor | None = None) -> Tensor:
     """Mini-batch SGD of P pairs, one epoch per entry of ``keys`` (:func:`batch_orders`).
 
     ``x, y, w`` hold the data of the pairs' clients, ``rows [P]`` naming each pair's row (None:
@@ -230,11 +255,13 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
     one reverse pass of the sum of their losses: pair p's loss depends only on its own
     parameters, so the gradient of the sum is every pair's own gradient. ``sizes [P]``, each
     pair's number of samples on the host (None: read from ``w``), plans the steps without a
-    read from the device."""
-    def loss(theta, xb, yb, wb):  # the sum over pairs of each pair's mean loss
+    read from the device. ``sample_weight [P, N]`` (None: 1) weighs each pair's samples in its
+    loss, ``sum_b q_b l_b / |batch|`` (FedEM's responsibilities)."""
+    def loss(theta, xb, yb, wb, qb):  # the sum over pairs of each pair's mean loss
         logits = model.batched_logits(theta, xb)
         ce = cross_entropy(logits.flatten(0, 1), yb.flatten(), reduction="none").view(yb.shape)
-        return ((ce * wb).sum(1) / wb.sum(1).clamp_min(1.0)).sum()
+        weighted = ce * wb if qb is None else ce * wb * qb
+        return (weighted.sum(1) / wb.sum(1).clamp_min(1.0)).sum()
 
     P, device = params.shape[0], params.device
     rows = torch.arange(P, device=w.device) if rows is None else rows.to(w.device)
@@ -269,6 +296,7 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
             prox_at = prox_host.tolist()
             prox, prox_mu = to_device(prox_host, device), to_device(mu_sl[prox_host][:, None], device)
             n_steps = math.ceil(counts[0] / batch_size)
+            q_sl = None if sample_weight is None else sample_weight[sl][perm]
             for epoch_keys in keys:
                 order = epoch_keys[sl][perm].argsort(1)
                 for s in range(n_steps):
@@ -277,8 +305,9 @@ def _sgd(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tensor, keys
                     at = (pair_rows[:k] * n_samples + b).flatten()  # the batch's rows of the flat data
                     xb = x_rows.index_select(0, at)[:, :features].view(*b.shape, *x.shape[2:])
                     yb, wb = (v.index_select(0, at).view(*b.shape) for v in flat)
+                    qb = None if q_sl is None else q_sl[:k].gather(1, b).to(wb.dtype)
                     leaf = theta[:k].detach().requires_grad_()
-                    (g,) = torch.autograd.grad(loss(leaf, xb, yb, wb), leaf)
+                    (g,) = torch.autograd.grad(loss(leaf, xb, yb, wb, qb), leaf)
                     j = bisect.bisect_left(prox_at, k)  # the pairs with mu > 0 among the active ones
                     if j:
                         p = prox[:j]
@@ -407,6 +436,11 @@ class FederatedResult:
     ``selection_loss [n, m]`` is each final model's mean loss on the client's training and
     validation samples pooled (:func:`~most.federated.evaluation.pooled_loss`; ``None`` when
     the engine did not measure it); :attr:`loss_choice` picks by it.
+
+    A method whose clients predict with a mixture of the models (:class:`~most.federated.methods.FedEM`)
+    has ``mixture [n, m]``, each client's weights of the models; its ``val_accuracy``,
+    ``test_accuracy``, ``test_loss`` and ``selection_loss`` are then ``[n, 1]``, the client's
+    mixture, and ``choice`` is 0 for every client (the mixture's column). ``None`` otherwise.
     """
 
     params: Tensor
@@ -418,6 +452,7 @@ class FederatedResult:
     test_probs: Tensor = field(repr=False)
     test_weight: Tensor = field(repr=False)
     selection_loss: Tensor | None = field(default=None, repr=False)
+    mixture: Tensor | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """One line: the sizes and the mean test accuracy (the tensors are attributes)."""
@@ -949,7 +984,13 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     tic = time.perf_counter()
     sampled = [server.sample(t) for server in servers]  # on the host, as the plans are
     full = [None if len(c) == probe.n_clients else to_device(c, device) for c in sampled]  # every client: no gather
-    losses = [loss for loss, _ in _evaluate_servers(model, servers, probe, full, accuracy=False)]
+    # a method that weighs samples sees every model's loss on each training sample
+    weighing = [r for r, server in enumerate(servers) if server.method.sample_weights]
+    per_sample = {r: _sample_losses(model, servers[r].params, train, full[r]) for r in weighing}
+    plain = [r for r in range(len(servers)) if r not in per_sample]
+    scores = _evaluate_servers(model, [servers[r] for r in plain], probe, [full[r] for r in plain], accuracy=False)
+    by_run = dict(zip(plain, (loss for loss, _ in scores)))
+    losses = [per_sample[r][0] if r in per_sample else by_run[r] for r in range(len(servers))]
     if sum(loss.numel() for loss in losses) <= HOST_SOLVE_MAX * len(losses):
         losses = to_host(losses)  # every run's n x m losses in one copy: the plans are small host work
     shared["evaluate"] = time.perf_counter() - tic
@@ -965,7 +1006,20 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
 
     tic = time.perf_counter()
     config = servers[0].config
-    training = [(server, state) for server, state in zip(servers, states) if state is not None and not state.skipped]
+    weights: dict[int, Tensor] = {}  # each weighing run's pairs' sample weights [P, N]
+    for r in weighing:
+        state = states[r]
+        if state is not None and not state.skipped:
+            clients = to_device(state.clients, device)
+            q = servers[r].method.weigh_samples(per_sample[r][1], train.w[clients], state.clients)
+            weights[r] = q[to_device(state.pair_client, device), to_device(state.pair_model, device)]
+    training = [(r, server, state) for r, (server, state) in enumerate(zip(servers, states))
+                if state is not None and not state.skipped]
+    sample_weight = None
+    if weights:
+        sample_weight = torch.cat([weights.get(r, train.w.new_ones(len(state.pair_model), train.w.shape[1]))
+                                   for r, _, state in training])
+    training = [(server, state) for _, server, state in training]
     if training:
         cidx = [state.pair_clients.cpu() for _, state in training]
         rows = torch.cat(cidx)
@@ -979,7 +1033,8 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
         local = _sgd(model, torch.cat(starts), train.x, train.y, train.w,
                      [to_device(torch.cat([o[e] for o in orders]), device) for e in range(config.local_epochs)],
                      batch_size=config.batch_size, lr=lr, prox_mu=mu, rows=to_device(rows, device),
-                     max_pairs=_batch_pairs(device, len(training)), sizes=host_w.sum(1)[rows])
+                     max_pairs=_batch_pairs(device, len(training)), sizes=host_w.sum(1)[rows],
+                     sample_weight=sample_weight)
         deltas = (torch.cat(starts) - local).split(counts)
     shared["local_training"] = time.perf_counter() - tic
     for (server, state), delta in zip(training, deltas if training else ()):
@@ -1036,6 +1091,8 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
     the one its method assigns it; a fine-tuning method's models are first fine-tuned, one per
     client (:func:`_fine_tune`)."""
     params = server.params
+    if server.method.sample_weights:
+        return _final_mixture(server, model, train, val, test)
     if server.method.fine_tune_epochs:
         params = _fine_tune(server, model, train, val)
     val_acc, selection = _selection(model, params, train, val)
@@ -1049,6 +1106,37 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
                            test_loss=test_loss.cpu(), choice=choice.cpu(), history=server.history,
                            test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection)
+
+
+def _final_mixture(server: Server, model: FlatModel, train: Padded, val: Padded, test: Padded) -> FederatedResult:
+    """The final evaluation of a method whose clients mix the models (FedEM): one last E-step
+    on every client's training data fits the mixture weights to the final models, then each
+    client predicts with ``sum_k pi_ik p_k(y | x)``. The accuracies and losses are ``[n, 1]``
+    (the client's mixture; ``choice`` is 0 for every client); ``test_probs`` are the models'
+    own distributions."""
+    params, n = server.params, server.n
+    clients = torch.arange(n)
+    _, per_sample = _sample_losses(model, params, train, None)
+    server.method.weigh_samples(per_sample, train.w, clients)
+    pi = server.method.mixture(n).to(params.device)
+
+    def scored(data: Padded, probs: bool = False):
+        logits, y, w = _logits(model, params, data, None)
+        p = torch.einsum("nk,knsc->nsc", pi.to(logits.dtype), logits.softmax(-1))  # [n, N, C]
+        nll = -p.gather(-1, y[..., None]).squeeze(-1).clamp_min(torch.finfo(p.dtype).tiny).log()
+        denom = w.sum(1)
+        loss = ((nll * w).sum(1) / denom)[:, None]
+        acc = (((p.argmax(-1) == y).to(w.dtype) * w).sum(1) / denom)[:, None]
+        return loss, acc, (logits.softmax(-1) if probs else None)
+
+    train_loss, _, _ = scored(train)
+    val_loss, val_acc, _ = scored(val)
+    test_loss, test_acc, probs = scored(test, probs=True)
+    selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
+    return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
+                           test_loss=test_loss.cpu(), choice=torch.zeros(n, dtype=torch.long), history=server.history,
+                           test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection,
+                           mixture=pi.cpu())
 
 
 def _selection(model: FlatModel, params: Tensor, train: Padded, val: Padded) -> tuple[Tensor, Tensor]:

@@ -106,6 +106,9 @@ class MostStrategy(Strategy):
             raise ValueError(f"{type(method).__name__} fine-tunes each client's model after the last round, which "
                              "the Flower strategy does not run yet; use most.federated.run_federated, or "
                              "most.federated.methods.FedAvg on Flower and fine-tune on each client.")
+        if method.sample_weights:
+            raise ValueError(f"{type(method).__name__} weighs each client's samples by its mixture weights, which the "
+                             "Flower strategy does not run yet; use most.federated.run_federated.")
         self.method, self.model, self.config, self.n = method, model, config, n_clients
         self.m = method.models_for(n_clients)
         self.client_ids = list(client_ids) if client_ids is not None else [str(i) for i in range(n_clients)]
