@@ -652,7 +652,8 @@ def bench_prompts(
 
 @bench_app.command("federated")
 def bench_federated(
-    dataset: str = typer.Option("synthetic", help="synthetic, femnist or fashion."),
+    dataset: str = typer.Option("synthetic", help="synthetic, femnist, fashion, or mixture (FedEM's synthetic "
+                                "mixture; mixture-reference: with its generator's labels)."),
     rho: tuple[float, float] = typer.Option((0.0, 0.0), help="The paper's Syn(rho1, rho2): fedprox_synthetic's "
                                             "model_shift and feature_shift."),
     sizes: str = typer.Option("equal", help="Synthetic client sizes: equal (100 each) or power_law (FedProx)."),

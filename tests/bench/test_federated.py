@@ -9,6 +9,7 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+import most.federated as fl
 from most.bench._curves import CURVES, load_results
 from most.cli import app
 
@@ -663,3 +664,17 @@ def test_jobs_are_checked_and_methods_added_at_run_time_stay_in_one_process(tmp_
     with pytest.raises(ValueError, match=r"added to METHODS at run time.*jobs=1"):
         fb.run_benchmark(late, jobs=2)
     assert not (tmp_path / fb.RUNS_DIR).exists()  # refused before any work
+
+
+def test_the_mixture_data_sets_are_fedems_synthetic_data_with_a_binary_logistic_model():
+    from most.bench.federated import FederatedBenchConfig, _data
+
+    for name, labels in (("mixture", False), ("mixture-reference", True)):
+        config = FederatedBenchConfig(dataset=name, n_models=3, methods=("FedEM",), seeds=(0,))
+        data, model = _data(config, 0)
+        expected = fl.mixture_synthetic(seed=0, reference_labels=labels)
+        assert data.n_clients == 300 and data.groups == expected.groups
+        assert torch.equal(data.clients[7].y_train, expected.clients[7].y_train)
+        assert model.dim == 151 * 2 and config.label.startswith("FedEM's synthetic mixture")
+    with pytest.raises(ValueError, match="choose one of.*'mixture'"):
+        FederatedBenchConfig(dataset="mixtures")

@@ -21,6 +21,7 @@ from most.federated import (
     fedprox_synthetic,
     load_fashion_mnist,
     load_femnist,
+    mixture_synthetic,
 )
 from most._paths import resolve_dir
 from most.federated.data import FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, _split_counts
@@ -540,3 +541,53 @@ def test_fedprox_synthetic_names_its_heterogeneity_apart_from_the_marginals():
         fedprox_synthetic(feature_shift=1.0)
     with pytest.raises(TypeError, match="not both"):
         fedprox_synthetic(0.5, 1.0, beta=1.0)
+
+
+# ----------------------------------------------------------------------------- FedEM's synthetic mixture
+def test_mixture_synthetic_sizes_splits_groups_and_determinism():
+    data = mixture_synthetic(n_clients=40, dim=8, test_samples=30, seed=3)
+    assert data.n_clients == 40 and data.n_classes == 2 and data.input_shape == (8,)
+    for c in data.clients:
+        n = c.n_train + c.n_val
+        assert 50 <= n <= 1000 and c.n_val == min(max(1, round(0.2 * n)), n - 1) and c.n_test == 30
+        assert set(c.y_train.unique().tolist()) <= {0, 1}
+    assert data.client_ids[:2] == ("task_000", "task_001") and len(set(data.groups)) == 3
+    again = mixture_synthetic(n_clients=40, dim=8, test_samples=30, seed=3)
+    assert all(torch.equal(a.x_train, b.x_train) and torch.equal(a.y_test, b.y_test)
+               for a, b in zip(data.clients, again.clients))
+    assert data.groups == again.groups
+
+
+def test_mixture_synthetic_labels_are_linear_in_each_component():
+    """One component and no noise: every label of every client is the side of one hyperplane
+    through the origin, so a w with (2y - 1) x.w >= 1 exists (a linear program)."""
+    from scipy.optimize import linprog
+
+    data = mixture_synthetic(n_clients=5, n_components=1, dim=6, noise=0.0, test_samples=20, seed=0)
+    x = torch.cat([torch.cat([c.x_train, c.x_test]) for c in data.clients]).double().numpy()
+    y = torch.cat([torch.cat([c.y_train, c.y_test]) for c in data.clients]).double().numpy() * 2 - 1
+    feasible = linprog([0.0] * 6, A_ub=-(y[:, None] * x), b_ub=-1e-6 * np.ones(len(y)), bounds=[(None, None)] * 6)
+    assert feasible.status == 0
+    noisy = mixture_synthetic(n_clients=5, n_components=2, dim=6, noise=0.0, concentration=5.0, test_samples=20,
+                                 seed=0)  # two hyperplanes mixed in every client: no single one separates
+    x = torch.cat([torch.cat([c.x_train, c.x_test]) for c in noisy.clients]).double().numpy()
+    y = torch.cat([torch.cat([c.y_train, c.y_test]) for c in noisy.clients]).double().numpy() * 2 - 1
+    assert linprog([0.0] * 6, A_ub=-(y[:, None] * x), b_ub=-1e-6 * np.ones(len(y)),
+                   bounds=[(None, None)] * 6).status == 2
+
+
+def test_mixture_synthetic_reference_labels_leave_the_samples_beyond_the_largest_block_at_0():
+    described = mixture_synthetic(n_clients=60, dim=5, test_samples=10, seed=1)
+    reference = mixture_synthetic(n_clients=60, dim=5, test_samples=10, seed=1, reference_labels=True)
+    share = [float(torch.cat([c.y_train for c in d.clients]).float().mean()) for d in (described, reference)]
+    assert abs(share[0] - 0.5) < 0.03 and share[1] < 0.42  # about (1 - E max pi) of the data is 0 besides
+    assert described.name != reference.name
+
+
+def test_mixture_synthetic_refuses_bad_settings():
+    with pytest.raises(ValueError, match="max_samples.*at least `min_samples`"):
+        mixture_synthetic(min_samples=60, max_samples=55)
+    with pytest.raises(ValueError, match="val_fraction"):
+        mixture_synthetic(val_fraction=1.0)
+    with pytest.raises(ValueError, match="concentration"):
+        mixture_synthetic(concentration=0)

@@ -41,7 +41,7 @@ from ._runs import RUNS_DIR, RunStore, folder_name
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F
-from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist
+from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist, mixture_synthetic
 from ..federated.models import FlatModel, cnn, logistic_regression
 from ..federated.runtime import FederatedConfig, run_batch, run_federated
 from ..methods import CappedTransportAssignment, LoadBounds, MinNorm, Shares, Uniform
@@ -118,6 +118,8 @@ DATA_METHODS: dict[str, tuple[Callable, tuple]] = {
     "Oracle": (lambda m, eta, x, data: F.Oracle(_groups(data), server_lr=eta), (None,)),
 }
 METHODS.update(DATA_METHODS)
+#: the data sets of ``--dataset``
+DATASETS = ("synthetic", "femnist", "fashion", "mixture", "mixture-reference")
 #: methods without a server step: one run per seed (at step 1), not one per step of the grid
 FIXED_STEP = frozenset({"Local only"})
 
@@ -142,7 +144,10 @@ class FederatedBenchConfig(SuiteConfig):
         methods: names from :data:`METHODS` (default: :data:`DEFAULT_METHODS`).
         seeds: one run per seed (data, models and batches).
         dataset: ``synthetic`` (FedProx synthetic(rho1, rho2), 30 clients), ``femnist`` (LEAF
-            directory) or ``fashion`` (Fashion-MNIST, 100 clients, Dirichlet(0.3) label skew).
+            directory), ``fashion`` (Fashion-MNIST, 100 clients, Dirichlet(0.3) label skew) or
+            ``mixture`` (FedEM's synthetic mixture of 3 linear tasks, 300 clients,
+            :func:`~most.federated.mixture_synthetic`; ``mixture-reference`` with its reference
+            generator's labels).
         rho: (rho1, rho2) of the synthetic data, the paper's Syn(rho1, rho2): fedprox_synthetic's
             (model_shift, feature_shift).
         sizes: synthetic client sizes: ``equal`` (100 samples each) or ``power_law`` (FedProx's
@@ -195,8 +200,8 @@ class FederatedBenchConfig(SuiteConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        if self.dataset not in ("synthetic", "femnist", "fashion"):
-            raise ValueError(f"Unknown dataset {self.dataset!r}; choose 'synthetic', 'femnist' or 'fashion'.")
+        if self.dataset not in DATASETS:
+            raise ValueError(f"Unknown dataset {self.dataset!r}; choose one of {', '.join(map(repr, DATASETS))}.")
         if self.sizes not in ("equal", "power_law"):
             raise ValueError(f"Unknown sizes {self.sizes!r}; choose 'equal' or 'power_law'.")
         if self.model not in ("auto", "cnn", "linear"):
@@ -252,13 +257,17 @@ class FederatedBenchConfig(SuiteConfig):
             return "Fashion-MNIST, concept shift in groups of " + "/".join(map(str, self.label_groups)) + " clients"
         if self.dataset == "fashion" and self.rotations > 1:
             return f"Fashion-MNIST, {self.rotations} rotations"
-        return {"femnist": "FEMNIST", "fashion": "Fashion-MNIST"}[self.dataset]
+        return {"femnist": "FEMNIST", "fashion": "Fashion-MNIST", "mixture": "FedEM's synthetic mixture",
+                "mixture-reference": "FedEM's synthetic mixture, reference labels"}[self.dataset]
 
 
 def _data(config: FederatedBenchConfig, seed: int):
     if config.dataset == "synthetic":
         sizes = dict(size_distribution="power_law", samples_per_client=50) if config.sizes == "power_law" else {}
         data = fedprox_synthetic(config.rho[0], config.rho[1], seed=seed, **sizes)
+        return data, logistic_regression(int(data.input_shape[0]), data.n_classes)
+    if config.dataset.startswith("mixture"):
+        data = mixture_synthetic(seed=seed, reference_labels=config.dataset == "mixture-reference")
         return data, logistic_regression(int(data.input_shape[0]), data.n_classes)
     if config.dataset == "femnist":
         # LEAF stores a white background (1.0); models train better on ink = 1 - value

@@ -35,6 +35,7 @@ from .data import (
     fedprox_synthetic,
     load_fashion_mnist,
     load_femnist,
+    mixture_synthetic,
 )
 from .models import FlatModel, cnn, logistic_regression
 from .runtime import (
@@ -57,6 +58,7 @@ __all__ = [
     "fedprox_synthetic",
     "load_femnist",
     "load_fashion_mnist",
+    "mixture_synthetic",
     "FEMNIST_ENV",
     "FASHION_MNIST_ENV",
     "FlatModel",

@@ -11,6 +11,8 @@ Data sets (one module each; the containers and the helpers they share are in ``_
 * :func:`fedprox_synthetic` -- the synthetic(alpha, beta) generator of FedProx (Li et al.,
   "Federated Optimization in Heterogeneous Networks", MLSys 2020), called Syn(rho1, rho2)
   in the MosT paper; generated, nothing to download.
+* :func:`mixture_synthetic` -- FedEM's synthetic data (Marfoq et al. 2021): each client's
+  samples from its own mixture of a few linear tasks; generated.
 * :func:`load_femnist` -- LEAF FEMNIST JSON (one client per writer; ``MOST_FEMNIST``).
 * :func:`load_fashion_mnist` -- Fashion-MNIST idx files split over clients with a
   Dirichlet label skew (:func:`dirichlet_label_split`; ``MOST_FASHION_MNIST``, or
@@ -32,10 +34,11 @@ from __future__ import annotations
 
 from __future__ import annotations
 
-from . import _dataset, _fashion_mnist, _femnist, _synthetic
+from . import _dataset, _fashion_mnist, _femnist, _mixture, _synthetic
 from ._dataset import ClientData, FederatedDataset, _split_counts, dirichlet_label_split  # noqa: F401 (tests)
 from ._fashion_mnist import FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, load_fashion_mnist
 from ._femnist import FEMNIST_ENV, load_femnist
+from ._mixture import mixture_synthetic
 from ._synthetic import POWER_LAW_MAX_SAMPLES, fedprox_synthetic
 
-__all__ = [*_dataset.__all__, *_synthetic.__all__, *_femnist.__all__, *_fashion_mnist.__all__]
+__all__ = [*_dataset.__all__, *_synthetic.__all__, *_mixture.__all__, *_femnist.__all__, *_fashion_mnist.__all__]
