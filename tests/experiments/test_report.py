@@ -303,3 +303,23 @@ def test_a_metric_that_most_run_never_writes_is_named(results):
     path.write_text(json.dumps(result).replace("Infinity", "1e400"))
     with pytest.raises(ValueError, match=r"result\.json is corrupt \(a metric is NaN or infinite"):
         report(results / "fed")
+
+
+def test_the_report_says_which_groups_pick_their_clients_models_otherwise(tmp_path):
+    """A method that scores each client on its mixture (FedEM) or its own model is named in the
+    caption with its pick, and its best-model-on-test column, which it has not, reads '–'."""
+    from typer.testing import CliRunner
+
+    from most.cli import app
+
+    spec = tmp_path / "exp.toml"
+    spec.write_text('name = "picks"\nseeds = [0]\n[data]\nname = "fedprox_synthetic"\nmodel_shift = 0.0\n'
+                    'feature_shift = 0.0\nn_clients = 6\nsamples_per_client = 30\n[model]\n'
+                    'name = "logistic_regression"\n[federated]\nrounds = 2\n[methods.IFCA]\nn_models = 2\n'
+                    '[methods.FedEM]\nn_models = 2\n[methods.LocalOnly]\n')
+    res = CliRunner().invoke(app, ["run", str(spec), "--out", str(tmp_path / "out"), "--quiet"])
+    assert res.exit_code == 0, res.output
+    text = report(tmp_path / "out" / "picks")
+    assert ("(except: FedEM, its mixture of the models (weights by EM); LocalOnly, its own model)." in text)
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
+    assert rows["FedEM"][6] == "–" and rows["LocalOnly"][6] == "–" and rows["IFCA"][6] != "–"

@@ -26,7 +26,8 @@ _PERCENT = {"mean", "worst20", "worst40", "worst60", "worst80", "oracle"}
 
 #: What each column of a report means (printed under the table).
 COLUMNS = {
-    "mean": "mean test accuracy over the clients, each with its model chosen on validation",
+    "mean": "mean test accuracy over the clients, each with its model chosen on validation (or as its method "
+            "picks, said above)",
     **{f"worst{k}": f"mean test accuracy of the worst {k} % of clients" for k in (20, 40, 60, 80)},
     "oracle": "mean test accuracy if each client used its best model on test (an upper bound)",
     "prediction_kl": "mean pairwise symmetric KL divergence between the models' predictions on the test "
@@ -144,6 +145,7 @@ def summary_table(results_dir: str | os.PathLike) -> dict:
 
 def _summary(root: Path, runs: list[Run]) -> dict:
     values: dict[str, dict[str, list[float]]] = {}
+    picks: dict[str, str] = {}
     metrics: list[str] = []
     unfinished, kinds = [], set()
     by_group: dict[str, list[Run]] = {}
@@ -159,6 +161,8 @@ def _summary(root: Path, runs: list[Run]) -> dict:
             unfinished.append(str(folder.path.relative_to(root)))
             continue
         row = values.setdefault(group, {})
+        if isinstance(result.get("pick"), str):
+            picks[group] = result["pick"]
         for key, value in {**result["metrics"], "seconds": result.get("seconds")}.items():
             if key not in metrics:
                 metrics.append(key)
@@ -172,19 +176,30 @@ def _summary(root: Path, runs: list[Run]) -> dict:
                 std = float(v.std(ddof=1)) if v.size > 1 else math.nan
                 groups[group][key] = (float(v.mean()), std, int(v.size))
     return {"kind": kinds.pop() if len(kinds) == 1 else None, "groups": groups, "metrics": metrics,
-            "unfinished": unfinished}
+            "unfinished": unfinished, "picks": {g: picks[g] for g in groups if g in picks}}
 
 
 def _cell(kind, key, stats) -> str:
     if stats is None:
         return ""
     mean, std, _ = stats
+    if math.isnan(mean):  # a metric the method has no value of (the oracle of one model per client)
+        return "–"
     # percentages to one decimal, other numbers to three significant digits (no float noise)
     scale, fmt = (100.0, "{:.1f}") if kind == FEDERATED and key in _PERCENT else (1.0, "{:.3g}")
     if key == "seconds":
         fmt = "{:.1f}"
     text = fmt.format(mean * scale)
     return text if math.isnan(std) else f"{text} ± {fmt.format(std * scale)}"
+
+
+def _picks(picks: dict[str, str]) -> str:
+    """The groups whose method picks each client's model otherwise (its cluster's, its own, its
+    mixture), as the caption's exception; empty when every group picks on validation."""
+    from ..federated.methods import FederatedMethod
+
+    other = {g: p for g, p in picks.items() if p != FederatedMethod.pick}
+    return "" if not other else " (except: " + "; ".join(f"{g}, {p}" for g, p in other.items()) + ")"
 
 
 def report(results_dir: str | os.PathLike, *, write: bool = True) -> str:
@@ -205,8 +220,8 @@ def _report(root: Path, table: dict, *, write: bool) -> str:
     seeds = sorted({s[2] for g in groups.values() for s in g.values()})
     lines = [f"# {root.name}", "",
              f"Mean ± sample std over seeds ({', '.join(map(str, seeds)) or 0} per group). "
-             + ("Accuracies in %, each client using its model chosen on validation."
-                if kind == FEDERATED else "Losses: lower is better."), "",
+             + ("Accuracies in %, each client using its model chosen on validation" + _picks(table.get("picks", {}))
+                + "." if kind == FEDERATED else "Losses: lower is better."), "",
              "| run | " + " | ".join(metrics) + " |",
              "|---|" + "---:|" * len(metrics)]
     for group, row in groups.items():

@@ -87,7 +87,8 @@ def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: i
         results = run_batch(objects["data"], objects["model"], [(o["method"], o["config"]) for o, _, _, _ in prepared],
                             progress=progress, callback=on_round, checkpoints=checkpoints,
                             description=f"{len(items)} runs of {objects['data'].name}", errors="return")
-        finish = lambda run, o, folder, result: _federated_result(run, o["data"], folder, result)  # noqa: E731
+        finish = lambda run, o, folder, result: _federated_result(run, o["data"], folder, result,  # noqa: E731
+                                                                  o["method"])
     else:
         from ..solver import fit_batch
 
@@ -202,11 +203,13 @@ def _federated(run, objects, folder, checkpoint, progress, previous=None) -> dic
     else:
         result = run_federated(data, model, objects["method"], objects["config"], progress=progress,
                                callback=on_round, description=description, checkpoint=checkpoint)
-    return _federated_result(run, data, folder, result)
+    return _federated_result(run, data, folder, result, objects["method"])
 
 
-def _federated_result(run, data, folder, result) -> dict:
-    """A finished federated run's summary (and its final arrays, written to the folder)."""
+def _federated_result(run, data, folder, result, method) -> dict:
+    """A finished federated run's summary (and its final arrays, written to the folder), with how
+    each client's model was picked (the method's ``pick``: its best on validation, or the model
+    its method assigns it, its own, or its mixture)."""
     from ..federated import evaluation as ev
 
     # clients without test samples have no accuracy: left out of the summary, not counted as 0 %
@@ -214,15 +217,19 @@ def _federated_result(run, data, folder, result) -> dict:
     val, test = result.val_accuracy[tested].nan_to_num(-1.0), result.test_accuracy[tested]
     summary = ev.summarise(val, test, choice=result.choice[tested])
     plans = [log.plan for log in result.history if log.plan is not None]
-    folder.write_final({"params": result.params, "assignment": plans[-1] if plans else None,
-                        "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy,
-                        "choice": result.choice})
+    final = {"params": result.params, "assignment": plans[-1] if plans else None,
+             "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy, "choice": result.choice}
+    if result.mixture is not None:
+        final["mixture"] = result.mixture
+    folder.write_final(final)
     metrics = {k: summary[k] for k in ("mean", "worst20", "worst40", "worst60", "worst80", "oracle")}
+    if method.personal or result.mixture is not None:
+        metrics["oracle"] = None  # one model per client, or a mixture: no best single model on test
     metrics["prediction_kl"] = result.prediction_diversity()
     return {"status": "done", "kind": FEDERATED, "metrics": metrics, "choice_counts": summary["choice_counts"],
             "per_objective": result.client_accuracy.tolist(), "objective_names": list(data.client_ids),
             "tested_clients": result.n_tested,
-            "per_objective_metric": "test accuracy (model chosen on validation)",
+            "per_objective_metric": f"test accuracy (each client's model: {method.pick})", "pick": method.pick,
             "timings": result.timings(),
             "rounds": len(result.history)}
 
