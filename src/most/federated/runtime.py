@@ -1017,7 +1017,8 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
                 if state is not None and not state.skipped]
     sample_weight = None
     if weights:
-        sample_weight = torch.cat([weights.get(r, train.w.new_ones(len(state.pair_model), train.w.shape[1]))
+        sample_weight = torch.cat([weights[r] if r in weights else train.w.new_ones(len(state.pair_model),
+                                                                                    train.w.shape[1])
                                    for r, _, state in training])
     training = [(server, state) for _, server, state in training]
     if training:
