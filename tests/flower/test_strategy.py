@@ -63,6 +63,7 @@ BUILDERS = {
     "CFL": lambda: F.CFL(3, eps1=5.0, eps2=0.01, min_rounds=2),  # thresholds that split at round 2
     "Oracle": lambda: F.Oracle([k % 3 for k in range(N)], server_lr=2.0),
     "LocalOnly": lambda: F.LocalOnly(),
+    "FedEM": lambda: F.FedEM(3),
 }
 
 
@@ -91,6 +92,9 @@ def test_strategy_equals_in_process_runtime(name, data, model):
         assert torch.equal(result.choice, reference.choice)
         assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
         return
+    if reference.mixture is not None:  # each client ran its own E-steps: the same weights, and its mixture scored
+        torch.testing.assert_close(result.mixture, reference.mixture, rtol=0, atol=1e-5)
+        assert result.test_accuracy.shape == (N, 1) and torch.equal(result.choice, reference.choice)
     torch.testing.assert_close(result.test_accuracy, reference.test_accuracy)
     torch.testing.assert_close(result.selection_loss, reference.selection_loss)
     assert torch.equal(result.loss_choice, reference.loss_choice)
@@ -410,8 +414,3 @@ def test_credentials_command_reports_a_bad_host_without_a_traceback(tmp_path):
 
     res = CliRunner().invoke(app, ["flower", "credentials", str(tmp_path / "c"), "--host", ""])
     assert res.exit_code == 2 and "at least one IP or DNS name" in res.output
-
-
-def test_fedem_is_refused_by_the_strategy_saying_where_it_runs(model):
-    with pytest.raises(ValueError, match="FedEM weighs each client's samples.*run_federated"):
-        MostStrategy(F.FedEM(2), model, _config(), n_clients=N)

@@ -460,6 +460,12 @@ class FederatedMethod:
         and once after the last round before the final evaluation."""
         raise NotImplementedError(f"{type(self).__name__} does not weigh samples (sample_weights is False).")
 
+    def update_mixture(self, clients: Tensor, weights: Tensor) -> None:
+        """For a method with :attr:`sample_weights` whose clients compute their own weights (on
+        Flower, each client runs the E-step on its data): records ``weights [k, m]`` of the
+        ``clients [k]`` (indices among all n)."""
+        raise NotImplementedError(f"{type(self).__name__} has no mixture weights (sample_weights is False).")
+
     def mixture(self, n_clients: int) -> Tensor | None:
         """``[n, m]`` each client's weights of the models' predictions, for a method whose clients
         predict with a mixture (:class:`FedEM`); ``None`` (the default): one model per client."""

@@ -70,7 +70,8 @@ class FedEM(FederatedMethod):
     from m different initialisations. After the last round one more E-step fits every client's
     weights to the final models, and each client is scored on its mixture
     (:attr:`~most.federated.FederatedResult.mixture`). The weights are held by the server in the
-    in-process runtime (a client's own state in the paper).
+    in-process runtime, and by the strategy on Flower, where each client runs its E-step on its own
+    data and sends its weights back (a client's own state in the paper).
 
     A client's weights that collapse on one model (``pi_tj`` = 1) are EM's answer, kept as they
     are: the client is then served by that model alone.
@@ -108,8 +109,17 @@ class FedEM(FederatedMethod):
                                "run_federated does so.")
         at = clients.cpu().long()
         q, new = responsibilities(losses.double(), self._mixture[at].to(losses.device), mask.double())
-        self._mixture[at] = new.cpu()
+        self.update_mixture(at, new)
         return q
+
+    def update_mixture(self, clients, weights):
+        if self._mixture is None:
+            raise RuntimeError("FedEM.reset(n, m, generator) must be called before the first round.")
+        weights = torch.as_tensor(weights, dtype=torch.float64).cpu()
+        if weights.shape != (len(clients), self._mixture.shape[1]) or not torch.isfinite(weights).all():
+            raise ValueError(f"FedEM got mixture weights of shape {tuple(weights.shape)} for {len(clients)} clients "
+                             f"and {self._mixture.shape[1]} models (finite, one row per client expected).")
+        self._mixture[torch.as_tensor(clients).cpu().long()] = weights
 
     def mixture(self, n_clients):
         if self._mixture is None:

@@ -1120,24 +1120,29 @@ def _final_mixture(server: Server, model: FlatModel, train: Padded, val: Padded,
     _, per_sample = _sample_losses(model, params, train, None)
     server.method.weigh_samples(per_sample, train.w, clients)
     pi = server.method.mixture(n).to(params.device)
-
-    def scored(data: Padded, probs: bool = False):
-        logits, y, w = _logits(model, params, data, None)
-        p = torch.einsum("nk,knsc->nsc", pi.to(logits.dtype), logits.softmax(-1))  # [n, N, C]
-        nll = -p.gather(-1, y[..., None]).squeeze(-1).clamp_min(torch.finfo(p.dtype).tiny).log()
-        denom = w.sum(1)
-        loss = ((nll * w).sum(1) / denom)[:, None]
-        acc = (((p.argmax(-1) == y).to(w.dtype) * w).sum(1) / denom)[:, None]
-        return loss, acc, (logits.softmax(-1) if probs else None)
-
-    train_loss, _, _ = scored(train)
-    val_loss, val_acc, _ = scored(val)
-    test_loss, test_acc, probs = scored(test, probs=True)
+    train_loss, _, _ = mixture_scores(model, params, pi, train)
+    val_loss, val_acc, _ = mixture_scores(model, params, pi, val)
+    test_loss, test_acc, probs = mixture_scores(model, params, pi, test)
     selection = pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
                            test_loss=test_loss.cpu(), choice=torch.zeros(n, dtype=torch.long), history=server.history,
                            test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection,
                            mixture=pi.cpu())
+
+
+def mixture_scores(model: FlatModel, params: Tensor, mixture: Tensor, data: Padded) -> tuple[Tensor, Tensor, Tensor]:
+    """Each client's mixture of the models on its data: ``(loss [n, 1], accuracy [n, 1], probs
+    [m, n, N, C])``, client i predicting ``sum_k mixture[i, k] p_k(y | x)`` (``mixture [n, m]``);
+    the loss is the mixture's mean negative log-likelihood, and ``probs`` the models' own
+    distributions. NaN for a client without samples."""
+    logits, y, w = _logits(model, params, data, None)
+    probs = logits.softmax(-1)
+    p = torch.einsum("nk,knsc->nsc", mixture.to(probs), probs)  # [n, N, C]
+    nll = -p.gather(-1, y[..., None]).squeeze(-1).clamp_min(torch.finfo(p.dtype).tiny).log()
+    denom = w.sum(1)
+    loss = ((nll * w).sum(1) / denom)[:, None]
+    acc = (((p.argmax(-1) == y).to(w.dtype) * w).sum(1) / denom)[:, None]
+    return loss, acc, probs
 
 
 def _selection(model: FlatModel, params: Tensor, train: Padded, val: Padded) -> tuple[Tensor, Tensor]:

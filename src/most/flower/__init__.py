@@ -30,9 +30,9 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "(or pip install 'flwr[simulation]>=1.20')."
     ) from exc
 
-from .client import ClientSpec, client_evaluate, client_losses, client_train, make_client_app
+from .client import ClientSpec, client_evaluate, client_losses, client_train, client_weigh, make_client_app
 from .simulation import OFFLINE_ENV, run_simulation
 from .strategy import FlowerResult, MostStrategy
 
-__all__ = ["ClientSpec", "client_losses", "client_train", "client_evaluate", "make_client_app", "MostStrategy",
-           "FlowerResult", "run_simulation", "OFFLINE_ENV"]
+__all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app",
+           "MostStrategy", "FlowerResult", "run_simulation", "OFFLINE_ENV"]

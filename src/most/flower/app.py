@@ -45,9 +45,9 @@ __all__ = ["AppSettings", "server_app", "client_app", "METHODS"]
 #: Methods the app can run, by name (``method`` in the run config): the registry's federated
 #: methods built from ``(n_models, server_lr)`` alone (not SetScalarization, which needs a
 #: combiner; the Oracle, which needs the groups; local training, which has no models to choose;
-#: fine-tuning and FedEM, which run in the in-process runtime).
+#: fine-tuning, which runs in the in-process runtime).
 METHODS = {name: cls for name, cls in registry.methods(registry.FEDERATED).items()
-           if name not in ("SetScalarization", "Oracle", "LocalOnly", "FineTuning", "FedEM")}
+           if name not in ("SetScalarization", "Oracle", "LocalOnly", "FineTuning")}
 
 
 @dataclass(frozen=True)

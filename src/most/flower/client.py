@@ -6,11 +6,15 @@ A Flower client holds one objective (its own data) and answers three kinds of me
 * ``query.losses`` -- the loss of each of the m models on its training data (what the server plans
   Gamma with): :func:`client_losses`.
 * ``train`` -- K local epochs from each model it is assigned, returning the pseudo-gradients
-  ``Delta_ij = theta_j - theta_ij``: :func:`client_train`. It receives only those models.
+  ``Delta_ij = theta_j - theta_ij``: :func:`client_train`. It receives only those models. For a
+  method whose clients mix the models (FedEM) it also receives its mixture weights, runs the
+  E-step on its training data (:func:`client_weigh`), weighs its samples by the
+  responsibilities in training, and returns its new weights.
 * ``evaluate`` -- validation and test accuracy of every model, and the models' prediction
   diversity on its test inputs (as sums, so the server's average equals the pooled one); at the
   final evaluation also each model's loss on its training and validation data pooled (for
-  ``FederatedResult.loss_choice``): :func:`client_evaluate`.
+  ``FederatedResult.loss_choice``): :func:`client_evaluate`. A mixing client's final evaluation
+  first fits its weights to the final models and scores its mixture.
 
 The steps call the in-process runtime's own :func:`~most.federated.evaluate` and
 :func:`~most.federated.local_train` on a one-client batch, so both runtimes compute the same
@@ -30,9 +34,10 @@ from torch import Tensor
 from ..federated.data import ClientData
 from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
-from ..federated.runtime import Padded, evaluate, local_train, pair_seed
+from ..federated.mixture import responsibilities
+from ..federated.runtime import Padded, _sample_losses, evaluate, local_train, mixture_scores, pair_seed
 
-__all__ = ["ClientSpec", "client_losses", "client_train", "client_evaluate", "make_client_app"]
+__all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -79,21 +84,36 @@ def client_losses(model: FlatModel, params: Tensor, data: ClientData, *, loss_sa
 
 
 def client_train(model: FlatModel, params: Tensor, models: list[int], data: ClientData, *, seed: int, round: int,
-                 client: int, epochs: int, batch_size: int, lr: float, prox_mu: float = 0.0) -> Tensor:
+                 client: int, epochs: int, batch_size: int, lr: float, prox_mu: float = 0.0,
+                 sample_weight: Tensor | None = None) -> Tensor:
     """``[k, d]`` pseudo-gradients ``theta_j - theta_ij`` of the k assigned models ``models``
     (their parameters ``params [k, d]``) after local training; each pair draws its batches
-    from :func:`~most.federated.runtime.pair_seed` ``(seed, round, client, j)``."""
+    from :func:`~most.federated.runtime.pair_seed` ``(seed, round, client, j)``.
+    ``sample_weight [k, n_train]`` weighs each model's training samples in its loss (FedEM)."""
     params = _check_params(model, params)
     if len(models) != params.shape[0]:
         raise ValueError(f"{len(models)} model indices for {params.shape[0]} models.")
     k, x, y = params.shape[0], data.x_train, data.y_train
     local = local_train(model, params, x[None].expand(k, *x.shape), y[None].expand(k, -1), torch.ones(k, len(y)),
                         epochs=epochs, batch_size=batch_size, lr=lr, prox_mu=prox_mu,
-                        seeds=[pair_seed(seed, round, client, j) for j in models])
+                        seeds=[pair_seed(seed, round, client, j) for j in models], sample_weight=sample_weight)
     return params - local
 
 
-def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selection: bool = False) -> dict:
+def client_weigh(model: FlatModel, params: Tensor, data: ClientData, mixture: Tensor) -> tuple[Tensor, Tensor]:
+    """FedEM's E-step on this client's training data: ``(q [m, n_train], mixture [m])``, each
+    sample's responsibilities under the m models ``params`` and the client's weights
+    ``mixture [m]``, and the new weights (:func:`~most.federated.mixture.responsibilities`)."""
+    params = _check_params(model, params)
+    train = _split(data, "train")
+    _, per_sample = _sample_losses(model, params, train, None)
+    q, new = responsibilities(per_sample.double(), torch.as_tensor(mixture, dtype=torch.float64)[None],
+                              train.w.double())
+    return q[0, :, : len(data.y_train)], new[0]
+
+
+def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selection: bool = False,
+                    mixture: Tensor | None = None) -> dict:
     """Validation and test results of every model on this client.
 
     Returns ``val_accuracy``, ``test_accuracy``, ``test_loss`` (lists of m floats; NaN for an
@@ -102,8 +122,13 @@ def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selec
     ``selection`` (the final evaluation) also ``selection_loss``: each model's mean loss on the
     client's training and validation data pooled (:func:`~most.federated.evaluation.pooled_loss`),
     by which :attr:`~most.federated.FederatedResult.loss_choice` picks a model.
+
+    With ``mixture [m]`` (a client that mixes the models, FedEM), the accuracies and losses are
+    those of its mixture (lists of one float), and the diversity that of the m models.
     """
     params = _check_params(model, params)
+    if mixture is not None:
+        return _mixture_evaluate(model, params, data, torch.as_tensor(mixture, dtype=torch.float64)[None])
     val = _split(data, "val")
     val_loss, val_acc, _ = evaluate(model, params, val)
     out = {}
@@ -121,6 +146,21 @@ def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selec
         diversity = float(kl[torch.triu_indices(m, m, 1).unbind()].mean()) * count
     return {"val_accuracy": val_acc[0].tolist(), "test_accuracy": test_acc[0].tolist(),
             "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": diversity, **out}
+
+
+def _mixture_evaluate(model: FlatModel, params: Tensor, data: ClientData, mixture: Tensor) -> dict:
+    val, test, train = _split(data, "val"), _split(data, "test"), _split(data, "train")
+    val_loss, val_acc, _ = mixture_scores(model, params, mixture, val)
+    train_loss, _, _ = mixture_scores(model, params, mixture, train)
+    test_loss, test_acc, probs = mixture_scores(model, params, mixture, test)
+    count, m = int(test.counts[0]), params.shape[0]
+    diversity = 0.0
+    if m > 1 and count:
+        kl = torch.as_tensor(pairwise_symmetric_kl(probs[:, 0, :count]))
+        diversity = float(kl[torch.triu_indices(m, m, 1).unbind()].mean()) * count
+    return {"val_accuracy": val_acc[0].tolist(), "test_accuracy": test_acc[0].tolist(),
+            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": diversity,
+            "selection_loss": pooled_loss(train_loss, val_loss, train.counts, val.counts)[0].tolist()}
 
 
 # ----------------------------------------------------------------------------- the ClientApp
@@ -179,20 +219,31 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
         record = message.content["models"]
         models = [int(j) for j in cfg["models"]]
         params = torch.stack([torch.from_numpy(record[f"model.{j}"].numpy()) for j in models])
+        weights, metrics = None, {}
+        if "mixture" in cfg:  # a mixing client: its E-step, then training on the weighted samples
+            weights, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg["mixture"])))
+            metrics["mixture"] = mixture.tolist()
         deltas = client_train(s.model, params, models, s.data, seed=int(cfg["seed"]), round=int(cfg["round"]),
                               client=s.client, epochs=int(cfg["epochs"]), batch_size=int(cfg["batch-size"]),
-                              lr=float(cfg["lr"]), prox_mu=float(cfg["prox-mu"]))
-        return _reply(message, s, {}, {f"delta.{j}": d for j, d in zip(models, deltas)})
+                              lr=float(cfg["lr"]), prox_mu=float(cfg["prox-mu"]), sample_weight=weights)
+        return _reply(message, s, metrics, {f"delta.{j}": d for j, d in zip(models, deltas)})
 
     @app.evaluate()
     def evaluate_(message, context):
         s = spec(context)
         params = torch.from_numpy(message.content["models"]["params"].numpy())
-        out = client_evaluate(s.model, params, s.data, selection=bool(message.content["config"].get("final", False)))
+        cfg = message.content["config"]
+        mixture = None
+        if "mixture" in cfg:  # a mixing client's final evaluation: its weights fitted to the final models
+            _, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg["mixture"])))
+        out = client_evaluate(s.model, params, s.data, selection=bool(cfg.get("final", False)), mixture=mixture)
+        if mixture is not None:
+            out["mixture"] = mixture.tolist()
         metrics = {"val-accuracy": out["val_accuracy"], "test-accuracy": out["test_accuracy"],
                    "test-loss": out["test_loss"], "test-count": out["test_count"], "diversity-sum": out["diversity_sum"]}
-        if "selection_loss" in out:
-            metrics["selection-loss"] = out["selection_loss"]
+        for key in ("selection_loss", "mixture"):
+            if key in out:
+                metrics[key.replace("_", "-")] = out[key]
         return _reply(message, s, metrics)
 
     return app

@@ -106,9 +106,6 @@ class MostStrategy(Strategy):
             raise ValueError(f"{type(method).__name__} fine-tunes each client's model after the last round, which "
                              "the Flower strategy does not run yet; use most.federated.run_federated, or "
                              "most.federated.methods.FedAvg on Flower and fine-tune on each client.")
-        if method.sample_weights:
-            raise ValueError(f"{type(method).__name__} weighs each client's samples by its mixture weights, which the "
-                             "Flower strategy does not run yet; use most.federated.run_federated.")
         self.method, self.model, self.config, self.n = method, model, config, n_clients
         self.m = method.models_for(n_clients)
         self.client_ids = list(client_ids) if client_ids is not None else [str(i) for i in range(n_clients)]
@@ -150,6 +147,16 @@ class MostStrategy(Strategy):
         """The models a client evaluates: all m, or, for a method with one model per client
         (``own_model_losses``), its own alone (no client sees another client's model)."""
         return [client] if self.method.own_model_losses else list(range(self.m))
+
+    def _mixture_of(self, client: int) -> list[float]:
+        return self.method.mixture(self.n)[client].tolist()
+
+    def _record_mixtures(self, replies: dict) -> None:
+        """Stores the mixture weights that mixing clients sent back (their E-step's)."""
+        got = {c: list(r["metrics"]["mixture"]) for c, r in replies.items() if "mixture" in r["metrics"]}
+        if got:
+            clients = sorted(got)
+            self.method.update_mixture(torch.tensor(clients), torch.tensor([got[c] for c in clients]))
 
     def _message(self, kind: str, node: int, content: dict):
         content = dict(content)
@@ -254,6 +261,8 @@ class MostStrategy(Strategy):
             record = ArrayRecord({f"model.{j}": self.params[j].contiguous() for j in models})
             cfg = {"round": t, "seed": self.config.seed, "models": models, "epochs": self.config.local_epochs,
                    "batch-size": self.config.batch_size, "lr": self.config.lr, "prox-mu": float(self.method.prox_mu)}
+            if self.method.sample_weights:  # the client's E-step needs its mixture weights
+                cfg["mixture"] = self._mixture_of(c)
             msgs.append(self._message(MessageType.TRAIN, self._node_of[c], {"config": cfg, "models": record}))
             self._sent[c] = models
             self._record(t, "train", c, models)
@@ -278,6 +287,7 @@ class MostStrategy(Strategy):
         deltas = [torch.from_numpy(good[c]["updates"][f"delta.{j}"].numpy())
                   for c, j, k in zip(pair_clients, state.pair_model.tolist(), keep.tolist()) if k]
         self.server.update(state, torch.stack(deltas) if deltas else torch.zeros(0, self.model.dim), keep)
+        self._record_mixtures(good)
         metrics = MetricRecord({"train-loss": float(state.losses.min(1).values.mean()), "clients": len(state.clients),
                                 "missing": len(state.missing)})
         return ArrayRecord({"params": self.params.contiguous()}), metrics
@@ -287,9 +297,13 @@ class MostStrategy(Strategy):
         if not self.server.evaluate_due(t):
             return []
         msgs = []
+        final = t + 1 == self.config.rounds
         for c, node in sorted(self._node_of.items()):
             models = self._asked_models(c)
-            msgs.append(self._message(MessageType.EVALUATE, node, {"config": {"round": t, "final": t + 1 == self.config.rounds},
+            cfg = {"round": t, "final": final}
+            if final and self.method.sample_weights:  # a mixing client scores its mixture at the end
+                cfg["mixture"] = self._mixture_of(c)
+            msgs.append(self._message(MessageType.EVALUATE, node, {"config": cfg,
                                                                   "models": self._models_record(self.params[models])}))
             self._record(t, "evaluate", c, models)
         return msgs
@@ -301,10 +315,12 @@ class MostStrategy(Strategy):
         out = None
         if self.server.evaluate_due(t):
             nan = float("nan")
-            val = torch.full((self.n, self.m), nan)
-            test = torch.full((self.n, self.m), nan)
-            test_loss = torch.full((self.n, self.m), nan)
-            selection = torch.full((self.n, self.m), nan)
+            mixes = self.method.sample_weights and t + 1 == self.config.rounds  # one column: each client's mixture
+            width = 1 if mixes else self.m
+            val = torch.full((self.n, width), nan)
+            test = torch.full((self.n, width), nan)
+            test_loss = torch.full((self.n, width), nan)
+            selection = torch.full((self.n, width), nan)
             div_sum, div_count = 0.0, 0
             answered = set()
             for reply in replies:
@@ -314,7 +330,7 @@ class MostStrategy(Strategy):
                 r = reply.content["metrics"]
                 c = int(r["client"])
                 answered.add(c)
-                at = self._asked_models(c)  # the columns of the models the client was sent
+                at = [0] if mixes else self._asked_models(c)  # the columns of the models the client was sent
                 val[c, at] = torch.tensor(list(r["val-accuracy"]))
                 test[c, at] = torch.tensor(list(r["test-accuracy"]))
                 test_loss[c, at] = torch.tensor(list(r["test-loss"]))
@@ -322,7 +338,11 @@ class MostStrategy(Strategy):
                     selection[c, at] = torch.tensor(list(r["selection-loss"]))
                 div_sum += float(r["diversity-sum"])
                 div_count += int(r["test-count"])
+            if mixes:
+                self._record_mixtures({int(reply.content["metrics"]["client"]): reply.content for reply in replies
+                                       if not reply.has_error()})
             self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
+                           "mixture": self.method.mixture(self.n) if mixes else None,
                            "missing": sorted(set(range(self.n)) - answered),
                            "prediction_kl": div_sum / div_count if div_count else nan}
             val_acc = float(val.nan_to_num(-1.0).max(1).values[~val.isnan().all(1)].mean())
@@ -374,4 +394,4 @@ class MostStrategy(Strategy):
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
                             selection_loss=f["selection"],
                             test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
-                            missing=dict(self.missing), prediction_kl=f["prediction_kl"])
+                            missing=dict(self.missing), prediction_kl=f["prediction_kl"], mixture=f["mixture"])
