@@ -10,15 +10,7 @@ import most.federated as fl
 from most.federated import methods as F
 from most.federated.mixture import responsibilities
 from most.federated.runtime import _sgd, batch_orders, pad_split
-from tests.federated.test_peers import concept_groups
-
-
-@pytest.fixture(scope="module")
-def data():
-    return concept_groups()
-
-
-CONFIG = fl.FederatedConfig(rounds=20, lr=0.5, eval_every=0, seed=0)
+from tests.federated.test_peers import CONFIG, data  # noqa: F401 (the planted concept groups, a fixture)
 
 
 def test_responsibilities_are_bayes_posteriors_and_the_weights_their_means():
