@@ -14,7 +14,7 @@ method, component, data set or variant is added in one place.
 Examples:
     >>> from most import registry
     >>> sorted(registry.methods("federated"))[:3]
-    ['CFL', 'FedAvg', 'FedMGDAPlus']
+    ['CFL', 'FedAvg', 'FedEM']
     >>> registry.variant("paper", registry.methods("federated")["MosT"](n_models=3)).combiner
     MinNorm(max_iter=None, tol=None, coordinates=None)
 """

@@ -394,4 +394,4 @@ class MostStrategy(Strategy):
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
                             selection_loss=f["selection"],
                             test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
-                            missing=dict(self.missing), prediction_kl=f["prediction_kl"], mixture=f["mixture"])
+                            missing=dict(self.missing), prediction_kl=f["prediction_kl"], mixture=f.get("mixture"))
