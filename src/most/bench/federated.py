@@ -356,7 +356,7 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
     by_loss = ev.summarise(val_acc, test_acc, choice=loss_choice[tested], sizes=sizes)
     personal = method is not None and method.personal
     # a mixing client's group is its largest weight's model
-    found = (result.mixture.argmax(1), result.mixture.argmax(1)) if mixes else (result.choice, loss_choice)
+    found = (result.mixture.argmax(1),) * 2 if mixes else (result.choice, loss_choice)
     groups = {} if data.groups is None or personal else {
         "group_ari": ev.adjusted_rand_index(found[0].tolist(), data.groups),
         "group_ari_loss_pick": ev.adjusted_rand_index(found[1].tolist(), data.groups)}

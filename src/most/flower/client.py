@@ -139,13 +139,19 @@ def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selec
     test = _split(data, "test")
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     count = int(test.counts[0])
-    m = params.shape[0]
-    diversity = 0.0
-    if m > 1 and count:
-        kl = torch.as_tensor(pairwise_symmetric_kl(probs[:, 0, :count]))
-        diversity = float(kl[torch.triu_indices(m, m, 1).unbind()].mean()) * count
     return {"val_accuracy": val_acc[0].tolist(), "test_accuracy": test_acc[0].tolist(),
-            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": diversity, **out}
+            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": _diversity_sum(probs, count),
+            **out}
+
+
+def _diversity_sum(probs: Tensor, count: int) -> float:
+    """The sum over the client's ``count`` test inputs of the mean pairwise symmetric KL between
+    the m models' predictions ``probs [m, 1, N, C]`` (0 for one model or no input)."""
+    m = probs.shape[0]
+    if m < 2 or not count:
+        return 0.0
+    kl = torch.as_tensor(pairwise_symmetric_kl(probs[:, 0, :count]))
+    return float(kl[torch.triu_indices(m, m, 1).unbind()].mean()) * count
 
 
 def _mixture_evaluate(model: FlatModel, params: Tensor, data: ClientData, mixture: Tensor) -> dict:
@@ -153,13 +159,9 @@ def _mixture_evaluate(model: FlatModel, params: Tensor, data: ClientData, mixtur
     val_loss, val_acc, _ = mixture_scores(model, params, mixture, val)
     train_loss, _, _ = mixture_scores(model, params, mixture, train)
     test_loss, test_acc, probs = mixture_scores(model, params, mixture, test)
-    count, m = int(test.counts[0]), params.shape[0]
-    diversity = 0.0
-    if m > 1 and count:
-        kl = torch.as_tensor(pairwise_symmetric_kl(probs[:, 0, :count]))
-        diversity = float(kl[torch.triu_indices(m, m, 1).unbind()].mean()) * count
+    count = int(test.counts[0])
     return {"val_accuracy": val_acc[0].tolist(), "test_accuracy": test_acc[0].tolist(),
-            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": diversity,
+            "test_loss": test_loss[0].tolist(), "test_count": count, "diversity_sum": _diversity_sum(probs, count),
             "selection_loss": pooled_loss(train_loss, val_loss, train.counts, val.counts)[0].tolist()}
 
 

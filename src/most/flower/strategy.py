@@ -148,9 +148,6 @@ class MostStrategy(Strategy):
         (``own_model_losses``), its own alone (no client sees another client's model)."""
         return [client] if self.method.own_model_losses else list(range(self.m))
 
-    def _mixture_of(self, client: int) -> list[float]:
-        return self.method.mixture(self.n)[client].tolist()
-
     def _record_mixtures(self, replies: dict) -> None:
         """Stores the mixture weights that mixing clients sent back (their E-step's)."""
         got = {c: list(r["metrics"]["mixture"]) for c, r in replies.items() if "mixture" in r["metrics"]}
@@ -254,6 +251,8 @@ class MostStrategy(Strategy):
         self._tic = time.perf_counter()
         self._sent = {}
         msgs = []
+        # a mixing method's weights, read once: each client's E-step needs its row
+        mixture = self.method.mixture(self.n) if self.method.sample_weights else None
         for c in clients.tolist():
             models = state.models_of(c)
             if not models:
@@ -261,8 +260,8 @@ class MostStrategy(Strategy):
             record = ArrayRecord({f"model.{j}": self.params[j].contiguous() for j in models})
             cfg = {"round": t, "seed": self.config.seed, "models": models, "epochs": self.config.local_epochs,
                    "batch-size": self.config.batch_size, "lr": self.config.lr, "prox-mu": float(self.method.prox_mu)}
-            if self.method.sample_weights:  # the client's E-step needs its mixture weights
-                cfg["mixture"] = self._mixture_of(c)
+            if mixture is not None:
+                cfg["mixture"] = mixture[c].tolist()
             msgs.append(self._message(MessageType.TRAIN, self._node_of[c], {"config": cfg, "models": record}))
             self._sent[c] = models
             self._record(t, "train", c, models)
@@ -298,11 +297,13 @@ class MostStrategy(Strategy):
             return []
         msgs = []
         final = t + 1 == self.config.rounds
+        # a mixing client scores its mixture at the end, with its weights fitted to the final models
+        mixture = self.method.mixture(self.n) if final and self.method.sample_weights else None
         for c, node in sorted(self._node_of.items()):
             models = self._asked_models(c)
             cfg = {"round": t, "final": final}
-            if final and self.method.sample_weights:  # a mixing client scores its mixture at the end
-                cfg["mixture"] = self._mixture_of(c)
+            if mixture is not None:
+                cfg["mixture"] = mixture[c].tolist()
             msgs.append(self._message(MessageType.EVALUATE, node, {"config": cfg,
                                                                   "models": self._models_record(self.params[models])}))
             self._record(t, "evaluate", c, models)
