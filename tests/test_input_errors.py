@@ -426,10 +426,10 @@ def test_project_that_is_not_callable_is_refused_when_the_problem_is_built():
         most.Problem.from_function(_quad, 3, 6, project=5)
 
 
-def test_module_with_batch_norm_running_stats_is_refused_with_the_fix():
-    with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\) updates running statistics.*track_running_stats=False"):
-        most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)),
-                                 [lambda f: f(_X).mean(), lambda f: f(_X).square().mean()])
+def test_module_with_batch_norm_trains_with_or_without_running_stats():
+    tracked = most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2)),
+                                       [lambda f: f(_X).square().mean(), lambda f: (f(_X) - 1).square().mean()])
+    assert set(_fit(tracked, n_models=2).statistics) == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
     ok = most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 2), nn.BatchNorm1d(2, track_running_stats=False)),
                                   [lambda f: f(_X).square().mean(), lambda f: (f(_X) - 1).square().mean()])
     assert torch.isfinite(_fit(ok, n_models=2).losses).all()

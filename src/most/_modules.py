@@ -6,6 +6,14 @@ one ``[m, d]`` tensor, and a model's forward pass is :func:`torch.func.functiona
 template module with that row's parameters. Parameters with ``requires_grad=False`` (a frozen
 backbone) are not part of ``theta``: they keep the template's values, shared by every model, as
 do the buffers.
+
+Batch normalisation in training mode that tracks running statistics is the exception among the
+buffers: every model keeps its own ``running_mean``, ``running_var`` and ``num_batches_tracked``
+(:meth:`ModuleLayout.init_statistics`, stacked ``[m, ...]``). The evaluations that train the
+models normalise each forward pass with its batch's statistics, as a module in training mode does,
+and write nothing; a separate pass without gradients (:meth:`ModuleLayout.tracking_forward`)
+updates each model's statistics with torch's own rule, and :meth:`ModuleLayout.to_modules` puts
+them in the modules it returns.
 """
 
 from __future__ import annotations
@@ -69,6 +77,18 @@ class ModuleLayout:
             )
         check_running_stats(template)
         self.factory, self.template = factory, template
+        #: the batch-normalisation layers whose running statistics each model keeps
+        self.statistics_layers = batch_norm_layers(template)
+        #: their buffers' names (``running_mean``, ``running_var``, ``num_batches_tracked``)
+        self.statistics_names = [f"{layer}.{b}" if layer else b for layer in self.statistics_layers
+                                 for b, _ in template.get_submodule(layer).named_buffers(recurse=False)]
+        # what the training passes run: the template, with those layers normalising by each batch's
+        # statistics and updating none (track_running_stats=False in training mode)
+        self._batch_template = template
+        if self.statistics_layers:
+            self._batch_template = copy.deepcopy(template)
+            for layer in self.statistics_layers:
+                self._batch_template.get_submodule(layer).track_running_stats = False
         self.names = [k for k, _ in trainable]
         self.shapes = [p.shape for _, p in trainable]
         self.sizes = [math.prod(s) for s in self.shapes]
@@ -95,8 +115,21 @@ class ModuleLayout:
         return {k: p.reshape(s) for k, p, s in zip(self.names, parts, self.shapes)}
 
     def forward(self, theta: Tensor, *inputs: Tensor) -> Tensor:
-        """The template module run on ``inputs`` with the parameters ``theta [d]``."""
-        return functional_call(self.template, {**self.fixed, **self.unflatten(theta)}, inputs)
+        """The template module run on ``inputs`` with the parameters ``theta [d]`` (batch
+        normalisation in training mode with each batch's statistics, updating nothing)."""
+        return functional_call(self._batch_template, {**self.fixed, **self.unflatten(theta)}, inputs)
+
+    def tracking_forward(self, theta: Tensor, statistics: dict[str, Tensor], *inputs: Tensor) -> Tensor:
+        """:meth:`forward` that also updates the running statistics ``statistics`` (one model's,
+        by name, see :meth:`init_statistics`) in place, as the template module in training mode
+        updates its buffers. For passes without gradients."""
+        return functional_call(self.template, {**self.fixed, **statistics, **self.unflatten(theta)}, inputs)
+
+    def init_statistics(self, m: int, device: torch.device | None = None) -> dict[str, Tensor]:
+        """The running statistics of ``m`` models, each the template's: ``{name: [m, ...]}``
+        (empty when no layer keeps any)."""
+        buffers = dict(self.template.named_buffers())
+        return {k: buffers[k].detach().to(device).expand(m, *buffers[k].shape).clone() for k in self.statistics_names}
 
     def values_per_sample(self, input_shape: tuple[int, ...]) -> int:
         """About how many numbers one input of shape ``input_shape`` makes in a forward pass (see
@@ -117,14 +150,20 @@ class ModuleLayout:
                      for _ in range(m)]
         return torch.stack(flats)
 
-    def to_modules(self, params: Tensor) -> list[nn.Module]:
-        """One copy of the template per row of ``params [m, d]``, holding that row's parameters."""
+    def to_modules(self, params: Tensor, statistics: dict[str, Tensor] | None = None) -> list[nn.Module]:
+        """One copy of the template per row of ``params [m, d]``, holding that row's parameters
+        and, given ``statistics`` (``{name: [m, ...]}``, see :meth:`init_statistics`), that row's
+        running statistics."""
+        if statistics is not None:
+            check_statistics(statistics, self.statistics_names, int(params.shape[0]))
         modules = []
-        for theta in params:
+        for j, theta in enumerate(params):
             module = copy.deepcopy(self.template)
             with torch.no_grad():
                 for name, value in self.unflatten(theta.detach()).items():
                     module.get_parameter(name).copy_(value)
+                for name, value in (statistics or {}).items():
+                    module.get_buffer(name).copy_(value[j])
             modules.append(module)
         return modules
 
@@ -188,20 +227,57 @@ def check_factory(model) -> None:
         raise ValueError("`model` must be a factory () -> nn.Module, e.g. `lambda: nn.Linear(3, 1)`.")
 
 
+def batch_norm_layers(template: nn.Module) -> list[str]:
+    """The names of ``template``'s batch-normalisation layers in training mode that track running
+    statistics (each model keeps its own)."""
+    return [name for name, module in template.named_modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training and module.track_running_stats]
+
+
+def batch_statistics_layers(template: nn.Module) -> list[str]:
+    """The names of ``template``'s batch-normalisation layers in training mode: they normalise a
+    forward pass by the statistics of its whole batch."""
+    return [name for name, module in template.named_modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training]
+
+
 def check_running_stats(template: nn.Module) -> None:
-    """Refuses normalisation layers that update running statistics in training mode: the m models
-    are evaluated at once (:func:`torch.func.vmap`) and would all write into the same buffers."""
+    """Refuses normalisation layers other than batch normalisation that update running
+    statistics in training mode (instance normalisation with ``track_running_stats=True``): the
+    models' statistics are kept for batch normalisation only."""
     base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
     for name, module in template.named_modules():
-        if isinstance(module, base) and module.training and getattr(module, "track_running_stats", False):
+        if isinstance(module, base) and not isinstance(module, nn.modules.batchnorm._BatchNorm) \
+                and module.training and getattr(module, "track_running_stats", False):
             raise ValueError(RUNNING_STATS.format(where=f"The module's layer {name!r} ({type(module).__name__})"))
 
 
+def check_statistics(statistics: dict[str, Tensor], names: list[str], m: int) -> None:
+    """Refuses ``statistics`` that are not ``{name: [m, ...]}`` for exactly the buffers ``names``."""
+    if not isinstance(statistics, dict) or set(statistics) != set(names):
+        got = sorted(statistics) if isinstance(statistics, dict) else type(statistics).__name__
+        raise ValueError(f"`statistics` must hold the running statistics {names} (one [m, ...] tensor each, "
+                         f"as Result.statistics does); got {got}.")
+    for name, value in statistics.items():
+        if not isinstance(value, Tensor) or value.ndim < 1 or value.shape[0] != m:
+            raise ValueError(f"`statistics[{name!r}]` must have one row per model ({m}); got "
+                             f"{tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__}.")
+
+
 RUNNING_STATS = (
-    "{where} updates running statistics (running_mean/running_var) in training mode; the models are "
-    "evaluated together and would all write into the same buffers, so this is not supported. Choose one: "
-    "put the layer in evaluation mode in the factory (`layer.eval()`, or `net.eval()` for a pretrained "
-    "backbone: every model then normalises with the layer's stored statistics, which stay fixed); build it "
-    "with `track_running_stats=False` (it normalises with each batch's statistics); or use `nn.GroupNorm` "
-    "or `nn.LayerNorm`."
+    "{where} updates running statistics (running_mean/running_var) in training mode; the models keep "
+    "their own running statistics for batch normalisation only. Choose one: put the layer in evaluation "
+    "mode in the factory (`layer.eval()`: every model then normalises with the layer's stored statistics, "
+    "which stay fixed); build it with `track_running_stats=False` (it normalises with each sample's "
+    "statistics); or use `nn.BatchNorm*d`, `nn.GroupNorm` or `nn.LayerNorm`."
+)
+
+BATCH_STATISTICS = (
+    "{where} is batch normalisation in training mode: it normalises a forward pass by the statistics of "
+    "its whole batch. Problem.from_datasets evaluates the objectives' rows together (and in chunks), so an "
+    "objective's loss would depend on the other objectives' rows. Choose one: build the problem with "
+    "Problem.from_module, one objective per dataset (each objective's forward pass is its own batch, and "
+    "every model keeps its own running statistics); put the layer in evaluation mode in the factory "
+    "(`layer.eval()`, or `net.eval()` for a pretrained backbone: its stored statistics stay fixed); or use "
+    "`nn.GroupNorm` or `nn.LayerNorm`."
 )

@@ -34,7 +34,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from ._modules import ModuleLayout, check_factory
+from ._modules import BATCH_STATISTICS, ModuleLayout, batch_statistics_layers, check_factory
 from ._validation import as_tensor, check_has_data, check_positive_int
 from .evaluators._base import Evaluator, active_rows, check_weights
 from .evaluators._checks import objective_loss, tracked
@@ -42,6 +42,7 @@ from .evaluators._datasets import DatasetsEvaluator, check_batch_size, check_los
 from .evaluators._function import FunctionEvaluator
 from .evaluators._instances import InstancesEvaluator, instance_losses
 from .evaluators._module import ModuleEvaluator, PerObjective
+from .evaluators._statistics import RunningStatistics
 
 __all__ = ["Problem", "active_rows", "check_weights"]
 
@@ -91,6 +92,9 @@ class Problem:
     evaluator: "Evaluator | None" = field(default=None, repr=False)
     instance_loss: Callable[..., Tensor] | None = field(default=None, repr=False)
     instances: tuple[Tensor, ...] | None = field(default=None, repr=False)
+    #: each model's running statistics of batch normalisation, for a module with such layers in
+    #: training mode (:meth:`from_module`); ``None`` otherwise
+    statistics: RunningStatistics | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         if not callable(self.fn):
@@ -189,6 +193,12 @@ class Problem:
                 model being evaluated. A callable may draw a fresh mini-batch each time it
                 is called; the same batch is used for all m models of one evaluation.
 
+        Parameters with ``requires_grad=False`` are not trained (they keep the template's
+        values). Batch normalisation in training mode normalises each forward pass by its
+        batch's statistics, and every model keeps its own running statistics, updated once per
+        round over the objectives it serves (:attr:`Result.statistics`; ``result.to_modules()``
+        returns modules holding them); a layer in evaluation mode keeps its stored statistics.
+
         Examples:
             >>> import torch, most
             >>> from torch import nn
@@ -219,8 +229,9 @@ class Problem:
             return objective_loss(objectives[k](forward_of(theta)), k, labels, tracked(theta))
 
         fn = PerObjective(losses, one)
+        statistics = RunningStatistics(layout, objectives) if layout.statistics_names else None
         return cls(fn=fn, dim=layout.dim, n_objectives=len(objectives), init=layout.init, names=names,
-                   metadata=dict(metadata or {}), layout=layout)
+                   metadata=dict(metadata or {}), layout=layout, statistics=statistics)
 
     @classmethod
     def from_datasets(
@@ -250,6 +261,9 @@ class Problem:
         Args:
             model: a factory ``() -> nn.Module`` (as in :meth:`from_module`). Parameters with
                 ``requires_grad=False`` stay as the template has them and are not trained.
+                Batch normalisation must be in evaluation mode (the objectives' rows are
+                evaluated together, so batch statistics would mix them; :meth:`from_module`
+                keeps one batch per objective).
             datasets: one tuple of tensors per objective, ``(inputs, *targets)``, each with one
                 row per sample (lengths may differ between objectives); or, with
                 ``objective_index``, one tuple of stacked tensors of all objectives' rows.
@@ -285,6 +299,11 @@ class Problem:
             return f"objective {i}" + (f" ({names[i]!r})" if names is not None else "")
 
         layout = ModuleLayout(model)
+        batch_layers = batch_statistics_layers(layout.template)
+        if batch_layers:
+            layer = layout.template.get_submodule(batch_layers[0])
+            raise ValueError(BATCH_STATISTICS.format(
+                where=f"The module's layer {batch_layers[0]!r} ({type(layer).__name__})"))
         counts = torch.bincount(owner.cpu(), minlength=n)
         batch_size = check_batch_size(batch_size, counts, label)
         evaluator = DatasetsEvaluator(layout, data, owner, n, loss, batch_size)
@@ -572,14 +591,15 @@ class Problem:
                              "Problem.from_datasets (from a module).")
         return self.layout.coordinates(name)
 
-    def to_modules(self, params: Tensor) -> list[nn.Module]:
+    def to_modules(self, params: Tensor, statistics: Mapping[str, Tensor] | None = None) -> list[nn.Module]:
         """For problems built from a module (:meth:`from_module`, :meth:`from_datasets`): one
         ``nn.Module`` per row of ``params``, holding its trainable parameters (frozen ones and
-        buffers as in the template)."""
+        buffers as in the template) and, given ``statistics`` (:attr:`Result.statistics`), its
+        running statistics of batch normalisation. ``result.to_modules()`` passes both."""
         if self.layout is None:
             raise ValueError("to_modules() needs a problem built with Problem.from_module or "
                              "Problem.from_datasets (from a module).")
-        return self.layout.to_modules(params)
+        return self.layout.to_modules(params, None if statistics is None else dict(statistics))
 
     @property
     def template(self) -> nn.Module | None:
@@ -623,6 +643,7 @@ class Problem:
             bounds=self.bounds,
             metadata={**self.metadata, **metadata},
             layout=self.layout,
+            statistics=None if self.statistics is None else self.statistics.everywhere(),
         )
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Callable, Generator, Iterator, Literal, Sequence
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ._threads import threads_for
@@ -126,6 +126,9 @@ class Result:
         history: one :class:`RoundRecord` per round (in a large run, most without their
             tensors: see :class:`RoundRecord`).
         problem: the problem that was solved (the extended one for MosT-E).
+        statistics: the models' running statistics of batch normalisation,
+            ``{buffer name: [m, ...]}``, for a module with such layers in training mode
+            (:meth:`Problem.from_module`); else ``None``.
     """
 
     params: Tensor
@@ -133,6 +136,7 @@ class Result:
     losses: Tensor
     history: list[RoundRecord]
     problem: Problem = field(repr=False)
+    statistics: dict[str, Tensor] | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:
         """One line: the sizes and the final losses (the tensors are attributes)."""
@@ -140,6 +144,11 @@ class Result:
         best = self.best_losses().double()
         return (f"Result({m} models of {dim} parameters, {self.losses.shape[0]} objectives, {len(self.history)} "
                 f"rounds; best-model loss mean {float(best.mean()):.3g}, worst {float(best.max()):.3g})")
+
+    def to_modules(self) -> list[nn.Module]:
+        """For a problem built from a module: the m final models as ``nn.Module`` objects, each
+        with its parameters and its running statistics (:meth:`Problem.to_modules`)."""
+        return self.problem.to_modules(self.params, self.statistics)
 
     def best_model(self) -> Tensor:
         """For each objective, the index of its lowest-loss final model, ``[n]``."""
@@ -590,9 +599,10 @@ class _Job:
         assignment.reset(n, m, generator)
         if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
             combiner = combiner.resolve(problem.coordinates)
+        statistics = None if problem.statistics is None else problem.statistics.init(m, params.device)
         loop = _Loop(problem, m, rounds, inner_steps, lr, assignment, weighting, combiner, optimizer,
                      params=params, opt_state=optimizer.init(params), reseed=reseed, generator=generator,
-                     keep_every=max(1, math.ceil(rounds * 3 * n * m / HISTORY_NUMBERS)))
+                     keep_every=max(1, math.ceil(rounds * 3 * n * m / HISTORY_NUMBERS)), statistics=statistics)
         settings = dict(n=n, m=m, rounds=rounds, dim=problem.dim, inner_steps=inner_steps, lr=lr, seed=seed,
                         optimizer=optimizer, **loop.components)
         if seeding is not None or reseed is not None:  # older checkpoints (without these) keep resuming
@@ -623,7 +633,7 @@ class _Job:
         final, _ = yield _Ask("losses", loop.params, exact=True)
         _check_finite(final, None, problem, rounds, None)
         return Result(params=loop.params.detach(), assignment=loop.plan.detach(), losses=final, history=loop.history,
-                      problem=problem)
+                      problem=problem, statistics=loop.statistics)
 
 
 @dataclass
@@ -648,6 +658,8 @@ class _Loop:
     keep_every: int = 1  # rounds whose record keeps its tensors (HISTORY_NUMBERS)
     # a linear combiner's reverse pass from the round's loss matrix, used by its first step (then dropped)
     pullback: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
+    # the models' running statistics of batch normalisation (Problem.statistics), or None
+    statistics: dict[str, Tensor] | None = None
 
     @property
     def components(self) -> dict:
@@ -655,13 +667,22 @@ class _Loop:
 
     def state(self, round: int) -> dict:
         """What a checkpoint holds after ``round`` rounds."""
-        return dict(round=round, params=self.params.detach(), opt_state=self.opt_state, plan=self.plan.detach(),
-                    history=[vars(r) for r in self.history], **self.components)
+        state = dict(round=round, params=self.params.detach(), opt_state=self.opt_state, plan=self.plan.detach(),
+                     history=[vars(r) for r in self.history], **self.components)
+        if self.statistics is not None:
+            state["statistics"] = self.statistics
+        return state
 
     def restore(self, state: dict, generator: torch.Generator) -> int:
         """Continues from a checkpoint's state; returns the round to start from."""
         self.params, self.opt_state, self.plan = state["params"], state["opt_state"], state["plan"]
         self.history = [RoundRecord(**record) for record in state["history"]]
+        if self.statistics is not None:
+            if "statistics" not in state:
+                raise ValueError("The checkpoint holds no running statistics of the module's batch normalisation, "
+                                 "which this run keeps; it was saved by another problem. Remove it or use "
+                                 "another checkpoint folder.")
+            self.statistics = state["statistics"]
         for name, obj in self.components.items():
             restore_into(obj, state[name], generator)
         return int(state["round"])
@@ -682,6 +703,7 @@ class _Loop:
     def round_steps(self, t: int, first: bool = False) -> Generator[_Ask, tuple, RoundRecord]:
         """One round: the loss matrix, the plan (Eq. 6), the weights, then K combined steps; its
         evaluations are asks (:class:`_Ask`), and it returns the round's record."""
+        start = self.params
         (losses, jac), grad_s = yield from self._losses(first)
         tic = time.perf_counter()
         # the rows an active_only combiner reads are checked once they are chosen (in _steps)
@@ -697,6 +719,8 @@ class _Loop:
         transport_s = time.perf_counter() - tic
 
         lam, min_norm_s, step_grad_s = yield from self._steps(t, losses, jac, weights)
+        if self.statistics is not None:  # the forward passes of the round's models over the objectives they serve
+            self.statistics = self.problem.statistics.update(start, self.statistics, weights > 0)
         moved = None
         if self.reseed is not None and self.reseed.due(t, self.rounds):
             # the plan and the round, for Reseed's spread over an extended problem's original objectives
@@ -706,6 +730,8 @@ class _Loop:
                                              optimizer=self.optimizer, **context)
             if moved is not None:
                 self.opt_state = self.optimizer.restart(self.opt_state, moved)
+                if self.statistics is not None:
+                    self.statistics = self.problem.statistics.reset(self.statistics, moved)
         record = RoundRecord(round=t, plan=self.plan.detach().cpu(), losses=losses.detach().cpu(),
                              weights=lam.detach().cpu(), transport_seconds=transport_s, min_norm_seconds=min_norm_s,
                              gradient_seconds=grad_s + step_grad_s, moved=moved)

@@ -13,7 +13,9 @@ uses the protocol alone. One evaluator per kind of problem, each in its own modu
   (:meth:`most.Problem.from_datasets`), all objectives in one vectorised pass, with mini-batches
   drawn from the run's generator.
 
-Each keeps the memory budget of its own passes (its chunk sizes) to itself.
+Each keeps the memory budget of its own passes (its chunk sizes) to itself. Beside them,
+:class:`RunningStatistics` keeps each model's running statistics of batch normalisation for a
+:meth:`most.Problem.from_module` problem (run state, updated once per round).
 
 Examples:
     >>> import torch, most
@@ -27,5 +29,6 @@ from ._datasets import DatasetsEvaluator
 from ._function import FunctionEvaluator
 from ._instances import InstancesEvaluator
 from ._module import ModuleEvaluator
+from ._statistics import RunningStatistics
 
-__all__ = ["Evaluator", "FunctionEvaluator", "ModuleEvaluator", "InstancesEvaluator", "DatasetsEvaluator"]
+__all__ = ["Evaluator", "FunctionEvaluator", "ModuleEvaluator", "InstancesEvaluator", "DatasetsEvaluator", "RunningStatistics"]

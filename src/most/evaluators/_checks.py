@@ -9,7 +9,6 @@ import torch
 import torch.autograd.forward_ad as _fwad
 from torch import Tensor
 
-from .._modules import RUNNING_STATS
 
 
 def scalar_loss(loss: Callable[..., Tensor]) -> Callable[..., Tensor]:
@@ -92,7 +91,12 @@ def vmap_errors():
     except RuntimeError as exc:
         text = str(exc)
         if "Batch norm got a batched tensor" in text:
-            raise ValueError(RUNNING_STATS.format(where="A batch-norm layer of the module")) from exc
+            raise ValueError(
+                "A batch-norm layer in the problem's function updates running statistics in training mode, which "
+                "the m models evaluated together would all write into. Build the problem with "
+                "Problem.from_module (every model then keeps its own running statistics), put the layer in "
+                "evaluation mode (`layer.eval()`), or build it with `track_running_stats=False`."
+            ) from exc
         if "vmap" in text and (".item()" in text or "data-dependent control flow" in text):
             raise ValueError(
                 "The problem's function cannot be evaluated for all models at once: it calls `.item()` "
