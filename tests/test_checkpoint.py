@@ -181,7 +181,7 @@ def test_a_resumed_run_logs_what_an_uninterrupted_one_does(tmp_path, monkeypatch
     assert result["resumed_from_round"] == 4
 
     def strip(lines):
-        return [{k: v for k, v in line.items() if k != "seconds"} for line in lines]
+        return [{k: v for k, v in line.items() if k not in ("seconds", "elapsed")} for line in lines]
 
     assert "gamma_drift" in reference.metrics()[4]
     assert "gamma_drift" in folder.metrics()[4]  # the first round after the resume has its drift
@@ -343,7 +343,7 @@ def test_a_run_never_writes_through_a_symbolic_link(tmp_path, where):
     else:
         (runs / "MosT" / "seed0").mkdir(parents=True)
         (runs / "MosT" / "seed0" / "metrics.jsonl").symlink_to(victim / "metrics.jsonl")
-    with pytest.raises(ValueError, match="is a symbolic link; a run writes only inside"):
+    with pytest.raises(ValueError, match="is a symbolic link; .* writes only inside"):
         run_experiment(parse_experiment(dict(_FED, seeds=[0])), tmp_path / "out", restart=True, progress=False,
                        echo=lambda s: None)
     assert sorted(p.name for p in victim.iterdir()) == ["metrics.jsonl"]

@@ -72,8 +72,10 @@ def _user_error(exc: Exception) -> tuple[str, int] | None:
                 "run `most --debug ...` to see which file."), 2
     if isinstance(exc, (ValueError, TypeError)):  # ConfigError and the store's CorruptFileError among them
         return str(exc) or type(exc).__name__, 2
+    if isinstance(exc, OSError) and exc.strerror:  # read-only, no space, name too long, ...: the path and the cause
+        return _os_error(exc), 2
     if isinstance(exc, (FileNotFoundError, NotADirectoryError, IsADirectoryError, PermissionError, FileExistsError)):
-        return str(exc), 2
+        return str(exc), 2  # the library's own, with its message
     if isinstance(exc, ImportError):  # an extra that is not installed
         return str(exc), 2
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "allocate" in str(exc)
@@ -83,6 +85,22 @@ def _user_error(exc: Exception) -> tuple[str, int] | None:
     if type(exc).__name__ == "InterruptedRunsError":  # most.experiments (not imported for other commands)
         return str(exc), 2
     return None
+
+
+def _os_error(exc: OSError) -> str:
+    """One line for an operating system's refusal: what it refused, the path, and what to do."""
+    import errno
+
+    path = exc.filename if exc.filename is not None else "a file or folder"
+    hint = {errno.ENOSPC: "free some space or write to another --out",
+            errno.EROFS: "the file system is read-only: write to another --out",
+            errno.ENAMETOOLONG: "a name in the path is too long for the file system: shorten the experiment "
+                                "name, the method labels or --out",
+            errno.EACCES: "this user may not write there: write to another --out or change the permissions",
+            errno.EPERM: "this user may not write there: write to another --out or change the permissions",
+            errno.EDQUOT: "the disk quota is used up: free some space or write to another --out"}.get(exc.errno,
+                                                                                                 "check the path")
+    return f"{exc.strerror}: {path} ({hint})."
 
 
 def _debug() -> bool:
@@ -196,7 +214,7 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
 @app.command()
 def demo(
     out: Path = typer.Option(Path("demo_out"), help="Folder for results.json and the figures."),
-    seed: int = typer.Option(0, min=0, max=2**63 - 1, help="Seed of the data and of the models."),
+    seed: int = typer.Option(0, min=0, max=2**64 - 1, help="Seed of the data and of the models."),
     n_objectives: int = typer.Option(40, min=2, help="Number of objectives n (regression tasks)."),
     n_models: int = typer.Option(4, min=1, help="Number of models m (also the number of true groups)."),
     rounds: int = typer.Option(150, min=1, help="Rounds T."),
@@ -342,7 +360,7 @@ def run_cmd(
     from .config import ConfigError
     from .experiments import load_experiment, run_experiment
     from .experiments.spec import check_runs
-    from .experiments.store import CorruptFileError
+    from .experiments.store import BusyFolderError, CorruptFileError
 
     exp = load_experiment(experiment, overrides or ())
     if resume and restart:
@@ -358,7 +376,7 @@ def run_cmd(
     try:
         root = run_experiment(exp, out, resume=resume, restart=restart, progress=not quiet, echo=typer.echo,
                               batch=batch)
-    except (ConfigError, CorruptFileError, CheckpointError):  # the user's to fix: one line, exit code 2
+    except (ConfigError, CorruptFileError, CheckpointError, BusyFolderError):  # the user's to fix: one line, exit 2
         raise
     except ValueError as exc:  # e.g. a run diverged: finished runs and checkpoints are kept
         raise _Failure(f"{exc} Finished runs are kept; fix the file and run the command again.", 1) from exc
@@ -444,7 +462,9 @@ def plot_cmd(
     _out_folder(out)
     try:
         files = plot(results, out=out, formats=tuple(formats), seed=seed)
-    except ValueError as exc:  # a seed with no run
+    except ValueError as exc:  # a seed with no run names the option; other errors speak for themselves
+        if seed is None or "has no finished run of seed" not in str(exc):
+            raise
         raise _Failure(f"--seed {seed}: {exc}") from None
     typer.echo(f"Wrote {len(files)} files:\n  " + "\n  ".join(files))
 
@@ -480,7 +500,7 @@ _RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left 
 
 # Options the `most bench` commands share, each command giving its own default.
 _Methods = Annotated[list[str], typer.Option("--method", help="Repeat to choose (default: all). See --list-methods.")]
-_Seeds = Annotated[list[int], typer.Option("--seed", min=0, max=2**63 - 1, help="Repeat for several seeds.")]
+_Seeds = Annotated[list[int], typer.Option("--seed", min=0, max=2**64 - 1, help="Repeat for several seeds.")]
 _AdamLr = Annotated[float, typer.Option(min=0.0, help="Adam's learning rate, the same for every method.")]
 _Threads = Annotated[int, typer.Option(min=1, help="torch threads.")]
 _ListMethods = Annotated[bool, typer.Option("--list-methods", help="Print the method names and exit.")]

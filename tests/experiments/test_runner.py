@@ -360,7 +360,7 @@ def _stored_results(root: Path, key: str) -> dict:
 
 def _stored_metrics(root: Path) -> list[dict]:
     """Every run's per-round lines without their seconds."""
-    return [{k: v for k, v in m.items() if k != "seconds"}
+    return [{k: v for k, v in m.items() if k not in ("seconds", "elapsed")}
             for f in sorted((root / "runs").rglob("metrics.jsonl")) for m in RunFolder(f.parent).metrics()]
 
 

@@ -29,7 +29,7 @@ import torch
 
 from .report import _experiments, _group_of, _group_order
 from .spec import FEDERATED
-from .store import CorruptFileError, RunFolder
+from .store import CorruptFileError, RunFolder, check_not_linked
 
 __all__ = ["plot"]
 
@@ -90,13 +90,15 @@ def plot(results_dir: str | os.PathLike, *, out: str | os.PathLike | None = None
     root = Path(results_dir)
     found = _experiments(root)
     if len(found) == 1:
-        return _plot(root, next(iter(found.values())), root / "figures" if out is None else Path(out), formats,
-                     seed)
+        folder = root / "figures" if out is None else Path(out)
+        check_not_linked(root if out is None else folder, folder)
+        return _plot(root, next(iter(found.values())), folder, formats, seed)
     written: list[str] = []
     for home, runs in found.items():
         if any(r is not None for _, _, r in runs):
-            written += _plot(home, runs, home / "figures" if out is None else Path(out) / home.relative_to(root),
-                             formats, seed)
+            folder = home / "figures" if out is None else Path(out) / home.relative_to(root)
+            check_not_linked(root if out is None else Path(out), folder)
+            written += _plot(home, runs, folder, formats, seed)
     if not written:
         raise FileNotFoundError(f"{root} holds no finished runs yet; nothing to plot.")
     return written

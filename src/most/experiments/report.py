@@ -18,7 +18,7 @@ import numpy as np
 
 from ..checkpoint import atomic_write_text
 from .spec import FEDERATED, _safe
-from .store import CorruptFileError, RunFolder, load_runs, seedless
+from .store import CorruptFileError, RunFolder, check_not_linked, load_runs, seedless
 
 __all__ = ["report", "summary_table"]
 
@@ -244,6 +244,8 @@ def _report(root: Path, table: dict, *, write: bool) -> str:
                 mean, std, _ = row.get(k, (math.nan, math.nan, 0))
                 cells += [mean, std]
             writer.writerow([group, *cells, max((s[2] for s in row.values()), default=0)])
+        for name in ("report.md", "report.csv"):
+            check_not_linked(root, root / name)
         atomic_write_text(root / "report.md", text)
         atomic_write_text(root / "report.csv", buffer.getvalue())
     return text

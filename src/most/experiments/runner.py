@@ -17,7 +17,7 @@ import torch
 from ..checkpoint import atomic_write_text, differing_paths
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
-from .store import RunFolder, check_no_links, dumps, seedless
+from .store import RunFolder, WriterLock, check_no_links, check_not_linked, dumps, remove_leftovers, seedless
 
 __all__ = ["run_experiment", "execute", "execute_batch", "batch_groups", "fingerprint", "InterruptedRunsError"]
 
@@ -55,12 +55,12 @@ def execute(run: RunSpec, folder: RunFolder, *, checkpoint_every: int = 10, prog
     """Runs one run into ``folder`` (resuming from its checkpoint if there is one) and returns
     its result (also written to ``result.json``)."""
     objects, checkpoint, start, previous = _prepare(run, folder, checkpoint_every, data_cache)
-    tic = time.perf_counter()
+    state = _clock({"previous": previous}, folder, start)
     if run.kind == FEDERATED:
-        result = _federated(run, objects, folder, checkpoint, progress, previous)
+        result = _federated(run, objects, folder, checkpoint, progress, state)
     else:
-        result = _centralised(run, objects, folder, checkpoint, progress, previous)
-    return _finish(run, folder, checkpoint, result, start, time.perf_counter() - tic)
+        result = _centralised(run, objects, folder, checkpoint, progress, state)
+    return _finish(run, folder, checkpoint, result, start, _elapsed(state))
 
 
 def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: int = 10, progress: bool = True,
@@ -75,9 +75,9 @@ def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: i
     seconds are the batch's, shared equally."""
     prepared = [_prepare(run, folder, checkpoint_every, data_cache) for run, folder in items]
     objects = prepared[0][0]
-    states = [{"previous": previous} for _, _, _, previous in prepared]
+    states = [_clock({"previous": previous}, folder, start, share=len(items))
+              for (_, folder), (_, _, start, previous) in zip(items, prepared)]
     checkpoints = [c for _, c, _, _ in prepared]
-    tic = time.perf_counter()
     if items[0][0].kind == FEDERATED:
         from ..federated.runtime import run_batch
 
@@ -97,13 +97,12 @@ def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: i
                             callbacks=[_centralised_round(folder, state) for (_, folder), state in zip(items, states)],
                             checkpoints=checkpoints)
         finish = lambda run, o, folder, result: _centralised_result(source, train, folder, result)  # noqa: E731
-    seconds = (time.perf_counter() - tic) / len(items)
     out, failed = [], None
-    for (run, folder), (o, checkpoint, start, _), result in zip(items, prepared, results):
+    for (run, folder), (o, checkpoint, start, _), result, state in zip(items, prepared, results, states):
         if isinstance(result, Exception):
             failed = failed or result
             continue
-        out.append(_finish(run, folder, checkpoint, finish(run, o, folder, result), start, seconds))
+        out.append(_finish(run, folder, checkpoint, finish(run, o, folder, result), start, _elapsed(state)))
     if failed is not None:
         raise failed
     return out
@@ -148,6 +147,18 @@ def _prepare(run: RunSpec, folder: RunFolder, checkpoint_every: int, data_cache:
     return objects, checkpoint, start, previous
 
 
+def _clock(state: dict, folder: RunFolder, start: int, share: int = 1) -> dict:
+    """``state`` with the run's clock: the seconds of its earlier segments (a resumed run's, up to
+    its checkpoint's round), the start of this one, and the number of runs sharing its wall time."""
+    state.update(prior=folder.elapsed_before(start), tic=time.perf_counter(), share=share)
+    return state
+
+
+def _elapsed(state: dict) -> float:
+    """The seconds a run has taken, across its resumed segments (a batch's time shared equally)."""
+    return state["prior"] + (time.perf_counter() - state["tic"]) / state["share"]
+
+
 def _finish(run: RunSpec, folder: RunFolder, checkpoint, result: dict, start: int, seconds: float) -> dict:
     result.update(seconds=seconds, resumed_from_round=start, label=run.label, group=run.group,
                   seed=run.seed, sweep=run.sweep)
@@ -180,15 +191,13 @@ def _append_round(folder: RunFolder, log, state: dict) -> None:
     """Appends a federated round's line to the run's ``metrics.jsonl``; ``state["previous"]``
     carries the last plan (for the drift of Γ)."""
     line = {"round": log.round, "train_loss": log.train_loss, "val_accuracy": log.val_accuracy,
-            **_plan_stats(log.plan, state["previous"]), "seconds": log.seconds}
+            **_plan_stats(log.plan, state["previous"]), "seconds": log.seconds, "elapsed": _elapsed(state)}
     state["previous"] = log.plan
     folder.append_metrics(line)
 
 
-def _federated(run, objects, folder, checkpoint, progress, previous=None) -> dict:
+def _federated(run, objects, folder, checkpoint, progress, state: dict) -> dict:
     from ..federated.runtime import run_federated
-
-    state = {"previous": previous}
 
     def on_round(log, params):
         _append_round(folder, log, state)
@@ -254,19 +263,19 @@ def _centralised_round(folder: RunFolder, state: dict):
                 "worst20_train_loss": M.worst_fraction_mean(best, 0.2),
                 **_plan_stats(record.plan, state["previous"]),
                 "seconds": {"transport": record.transport_seconds, "min_norm": record.min_norm_seconds,
-                            "gradients": record.gradient_seconds}}
+                            "gradients": record.gradient_seconds}, "elapsed": _elapsed(state)}
         state["previous"] = record.plan
         folder.append_metrics(line)
 
     return on_round
 
 
-def _centralised(run, objects, folder, checkpoint, progress, previous=None) -> dict:
+def _centralised(run, objects, folder, checkpoint, progress, state: dict) -> dict:
     source, train = _centralised_problem(objects)
     method = objects["method"]
     if progress:
         method = dataclasses.replace(method, progress=True)
-    result = method.fit(train, callback=_centralised_round(folder, {"previous": previous}), checkpoint=checkpoint)
+    result = method.fit(train, callback=_centralised_round(folder, state), checkpoint=checkpoint)
     return _centralised_result(source, train, folder, result)
 
 
@@ -330,6 +339,37 @@ def _check_other_seeds(experiment: Experiment, root: Path) -> None:
                 )
 
 
+#: the keys of a run's configuration that say what it is trained and measured on (the problem or
+#: the data, and the model); the rest (the method, the federated protocol) may differ between groups
+_SETTING = ("kind", "data", "model", "problem")
+
+
+def _setting(config: dict) -> dict:
+    return seedless({k: config.get(k) for k in (*_SETTING, "seed")})
+
+
+def _check_other_groups(experiment: Experiment, root: Path) -> None:
+    """Refuses finished runs in the folder, of groups this file does not have, made on another
+    problem or data: the report would set their rows beside this file's as if comparable (two
+    files with one ``name``)."""
+    ours = {run.group for run in experiment.runs}
+    settings = [_setting(dict(json.loads(dumps(run.config)), kind=run.kind)) for run in experiment.runs]
+    runs = root / "runs"
+    for config_file in sorted(runs.glob("*/seed*/config.json")) if runs.is_dir() else []:
+        folder = RunFolder(config_file.parent)
+        stored = folder.stored_config()
+        if folder.status != "done" or not isinstance(stored, dict) or stored.get("group") in ours:
+            continue
+        setting = _setting(stored)
+        if setting not in settings:
+            diffs = _differing_keys(setting, settings[0])
+            raise ConfigError(
+                f"{root} holds finished runs of {stored.get('group')!r} made on another problem or data than this "
+                f"file's (differs in: {', '.join(diffs[:5]) or 'kind'}); the report would set them side by side. "
+                "Rename the experiment (`name = ...`), write to another --out, or delete that group's folder."
+            )
+
+
 def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bool = False, restart: bool = False,
                    progress: bool = True, echo: Callable[[str], None] = print, batch: bool = True) -> Path:
     """Runs every unfinished run of ``experiment`` into ``out/NAME`` and returns that folder.
@@ -348,7 +388,29 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     if Path(out).exists() and not Path(out).is_dir():
         raise ValueError(f"The results root {out} is a file, not a folder; choose a folder (it is created if missing).")
     root = Path(out) / experiment.name
+    check_not_linked(Path(out), root / "runs")
+    created = [p for p in (root, Path(out)) if not p.exists()]
+    root.mkdir(parents=True, exist_ok=True)
+    try:
+        with WriterLock(root):
+            return _run_locked(experiment, root, resume=resume, restart=restart, progress=progress, echo=echo,
+                               batch=batch)
+    except BaseException:
+        if root in created and {p.name for p in root.iterdir()} <= {".lock"}:  # refused before anything was written
+            (root / ".lock").unlink(missing_ok=True)
+            for folder in created:
+                if not any(folder.iterdir()):
+                    folder.rmdir()
+        raise
+
+
+def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bool, progress: bool,
+                echo: Callable[[str], None], batch: bool) -> Path:
+    """:func:`run_experiment` once it holds the folder's lock."""
     folders = [(run, RunFolder(root / "runs" / run.folder)) for run in experiment.runs]
+    for _, folder in folders:
+        check_not_linked(root, folder.path)
+        remove_leftovers(folder.path)
     interrupted = []
     for run, folder in folders:
         stored = folder.stored_config()
@@ -363,6 +425,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
         if folder.status == "interrupted":
             interrupted.append(folder)
     _check_other_seeds(experiment, root)
+    _check_other_groups(experiment, root)
     for run, _ in folders:  # a data folder that is not there fails now, not after hours of other runs
         path = run.config.get("data", {}).get("path")
         if path is not None and not Path(path).expanduser().exists():
@@ -375,10 +438,14 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
         )
     cache: dict = {}
     todo = [(run, folder) for run, folder in folders if folder.status != "done"]
-    for _, folder in todo:
+    for run, folder in todo:
         check_no_links(root, folder.path)
+        if resume and folder.status == "interrupted":  # a resume refused for other settings changes no file
+            folder.check_no_legacy_checkpoint()
+            folder.checkpoint(experiment.checkpoint_every, fingerprint=fingerprint(run)).check()
     check_runs(experiment, [run for run, _ in todo], cache=cache)  # data-dependent checks, before any run starts
-    root.mkdir(parents=True, exist_ok=True)
+    for name in ("experiment.toml", "experiment.json"):
+        check_not_linked(root, root / name)
     if experiment.source:
         atomic_write_text(root / "experiment.toml", experiment.source)
     groups = list(dict.fromkeys(run.group for run in experiment.runs))

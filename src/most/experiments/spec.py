@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+from .._random import seeded
 from ..config import ConfigError, build, call, check_call, did_you_mean
 
 if sys.version_info >= (3, 11):
@@ -161,7 +162,7 @@ def load_experiment(path: str | os.PathLike, overrides: Sequence[str] = ()) -> E
         raise FileNotFoundError(f"No experiment file at {path}. Write one (see `most run --help` for an example).")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        text = raw.decode("utf-8-sig")  # a byte-order mark, as some editors write, is not part of the TOML
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         raise ConfigError(f"{path}: not UTF-8 text: byte {exc.start} (line {line}) is {raw[exc.start]:#04x}. "
@@ -238,6 +239,9 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
     if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and not isinstance(s, bool)
                                                            for s in seeds):
         raise ConfigError(f"seeds: expected a non-empty list of integers; got {seeds!r}.")
+    wrong = [s for s in seeds if not 0 <= s < 2**64]
+    if wrong:
+        raise ConfigError(f"seeds: each seed must be an int in [0, 2**64); got {wrong[0]}.")
     if len(set(seeds)) != len(seeds):
         raise ConfigError(f"seeds: repeated seeds in {seeds!r}.")
     every = table.get("checkpoint_every", 10)
@@ -252,6 +256,14 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
             raise ConfigError(f"methods.{label}: expected a table of the method's fields; got {m!r}.")
     sweep = _check_sweep(table, methods)
     runs = _runs(table, kind, engine, methods, sweep, seeds)
+    for run in runs:  # a folder name longer than a file system takes fails only when the run writes it
+        part = run.folder.split("/")[0]
+        if len(part.encode("utf-8")) > _FOLDER_BYTES:
+            label = run.label if len(run.label) <= 60 else run.label[:57] + "..."
+            raise ConfigError(
+                f"methods.{label}: its runs go to a folder named after the label"
+                f"{' and the swept values' if run.sweep else ''}, {len(part.encode('utf-8'))} characters long; at "
+                f"most {_FOLDER_BYTES} fit in a folder name. Shorten the label{' or the swept values' if run.sweep else ''}.")
     folders = [r.folder for r in runs]
     if len(set(folders)) != len(folders):
         dup = next(f for f in folders if folders.count(f) > 1)
@@ -268,6 +280,9 @@ def _check_kind(table) -> tuple[str, str]:
     if unknown:
         raise ConfigError(f"{unknown[0]}: unknown top-level key{did_you_mean(unknown[0], sorted(_TOP))}. "
                           f"Allowed: {', '.join(sorted(_TOP))}.")
+    for key in ("problem", "data", "model", "federated", "methods", "sweep"):
+        if key in table and not isinstance(table[key], dict):
+            raise ConfigError(f"{key}: expected a table ([{key}] with its keys below it); got {table[key]!r}.")
     if "problem" in table and ("data" in table or "federated" in table or "model" in table):
         raise ConfigError("An experiment is federated ([data], [model], [federated]) or centralised ([problem]), "
                           "not both; remove one set of tables.")
@@ -334,6 +349,9 @@ def _runs(table: dict, kind: str, engine: str, methods: dict, sweep: dict, seeds
     return runs
 
 
+#: the longest run folder name (bytes): file systems take 255, and the library's temporary files add to a name
+_FOLDER_BYTES = 200
+
 #: characters a name may not hold: path separators and those Windows forbids in file names
 _NOT_IN_NAMES = set('/\\:*?"<>|')
 _NAME_RULE = ("A name is a folder name: letters, digits, spaces and punctuation other than "
@@ -386,6 +404,8 @@ def _named(registry: dict, table: dict, path: str) -> tuple[Callable, dict]:
     if "name" not in table:
         raise ConfigError(f"{path}.name: missing; one of {', '.join(registry)}.")
     name = table["name"]
+    if not isinstance(name, str):
+        raise ConfigError(f"{path}.name: expected a string, one of {', '.join(registry)}; got {name!r}.")
     if name not in registry:
         raise ConfigError(f"{path}.name: unknown {path} {name!r}{did_you_mean(name, registry)}. "
                           f"Allowed: {', '.join(registry)}.")
@@ -395,7 +415,7 @@ def _named(registry: dict, table: dict, path: str) -> tuple[Callable, dict]:
 
 def _source_fn(kind: str, table: dict):
     registry = _centralised_registry()[0] if kind == CENTRALISED else _federated_registry()[0]
-    if isinstance(table, dict) and table.get("name") in registry:
+    if isinstance(table, dict) and isinstance(table.get("name"), str) and table["name"] in registry:
         return registry[table["name"]]
     return None
 
@@ -403,6 +423,9 @@ def _source_fn(kind: str, table: dict):
 def _method(registry: dict, label: str, table: dict, seed: int | None):
     table = dict(table)
     type_name = table.pop("type", label)
+    if not isinstance(type_name, str):
+        raise ConfigError(f"methods.{label}.type: expected a string naming a method, one of {', '.join(registry)}; "
+                          f"got {type_name!r}.")
     if type_name not in registry:
         where = f"methods.{label}.type" if type_name != label else f"methods.{label}"
         raise ConfigError(f"{where}: unknown method {type_name!r}{did_you_mean(type_name, registry)}. Allowed: {', '.join(registry)}; "
@@ -482,9 +505,9 @@ def _check_sizes(run: RunSpec, objects: dict) -> None:
 
     source = objects["problem"]
     train = source.problem("train") if isinstance(source, MixedRegression) else source
-    problem = method.prepare(train, torch.Generator().manual_seed(method.seed + 7919))
+    problem = method.prepare(train, seeded(method.seed + 7919))
     assignment, _, combiner = method.components()
-    assignment.reset(problem.n_objectives, method.n_models, torch.Generator().manual_seed(method.seed))
+    assignment.reset(problem.n_objectives, method.n_models, seeded(method.seed))
     if hasattr(combiner, "resolve"):  # a parameter's name, e.g. MinNorm(coordinates="last")
         combiner.resolve(problem.coordinates)
 

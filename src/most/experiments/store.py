@@ -30,7 +30,7 @@ import torch
 from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text
 from ..config import ConfigError
 
-__all__ = ["RunFolder", "load_runs", "CorruptFileError"]
+__all__ = ["RunFolder", "load_runs", "CorruptFileError", "WriterLock", "BusyFolderError"]
 
 #: The checkpoint file of an unfinished run, and the pickle an older version wrote, which is
 #: never loaded (unpickling a file from a shared results folder could run arbitrary code).
@@ -164,7 +164,7 @@ class RunFolder:
             out.append(entry)
         return out
 
-    def keep_metrics_before(self, round: int) -> None:
+    def keep_metrics_before(self, round: int) -> list[dict]:
         """Keeps the lines of rounds < ``round`` (a resume starts from the checkpoint of that round).
 
         Raises :class:`CorruptFileError` if some of those rounds are missing, so a resumed run
@@ -176,6 +176,16 @@ class RunFolder:
                 self.metrics_file, f"it holds rounds 0-{len(kept) - 1} but the checkpoint is at round {round}",
                 "Start this run over with --restart; finished runs are kept.")
         atomic_write_text(self.metrics_file, "".join(dumps(m) + "\n" for m in kept))
+        return kept
+
+    def elapsed_before(self, round: int) -> float:
+        """The seconds the run had taken when it finished round ``round - 1`` (its metrics line's
+        ``elapsed``; 0 for round 0 or lines without it): what a resume from that round adds to."""
+        if round <= 0:
+            return 0.0
+        lines = [m for m in self.metrics() if m["round"] == round - 1]
+        value = lines[0].get("elapsed") if lines else None
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
 
     def append_metrics(self, line: dict) -> None:
         with open(self.metrics_file, "a") as f:
@@ -216,6 +226,107 @@ class RunFolder:
             f.unlink(missing_ok=True)
 
 
+class BusyFolderError(ValueError):
+    """Another process is writing into the same results folder (it holds the folder's lock)."""
+
+
+class WriterLock:
+    """One writer per results folder: an advisory lock of the operating system on ``ROOT/.lock``,
+    held while a command writes there.
+
+    A second process that asks for it gets :class:`BusyFolderError` naming the holder (its
+    process id, machine and command, which the holder writes into the file). The system drops
+    the lock when its process ends, however it ends, so a run killed with ``kill -9`` leaves
+    nothing that blocks a resume.
+    """
+
+    def __init__(self, root: Path):
+        self.root = Path(root)
+        self.path = self.root / ".lock"
+        self._fd: int | None = None
+
+    def __enter__(self) -> "WriterLock":
+        if self.path.is_symlink():
+            raise ConfigError(f"{self.path} is a symbolic link; a run writes only inside {self.root}. Delete it.")
+        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+        fd = os.open(self.path, flags, 0o644)
+        try:
+            _lock(fd)
+        except OSError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "a process that has not said which"
+            os.close(fd)
+            raise BusyFolderError(
+                f"{self.root} is being written by another process ({holder}). Wait for it to finish, or stop it "
+                "(e.g. `kill PID`) and continue its runs with --resume."
+            ) from None
+        import socket
+        import sys
+
+        os.ftruncate(fd, 0)
+        command = " ".join(os.path.basename(a) if k == 0 else a for k, a in enumerate(sys.argv))[:200]
+        os.write(fd, f"process {os.getpid()} on {socket.gethostname()}: {command}\n".encode())
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            _unlock(self._fd)
+            os.close(self._fd)
+            self._fd = None
+
+
+try:
+    import fcntl
+
+    def _lock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+except ImportError:  # Windows
+    import msvcrt
+
+    def _lock(fd: int) -> None:
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+
+    def _unlock(fd: int) -> None:
+        os.lseek(fd, 0, os.SEEK_SET)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+
+
+def check_not_linked(base: Path, path: Path) -> None:
+    """Refuses ``path`` when it, or a folder between ``base`` (excluded) and it, is a symbolic
+    link: what the library writes below ``--out`` lands only there (a link in a shared results
+    folder could point its writes anywhere). ``base`` itself may be a link: the user chose it."""
+    base, path = Path(base), Path(path)
+    try:
+        parts = path.relative_to(base).parts
+    except ValueError:
+        parts = path.parts
+        base = Path(parts[0]) if parts else base
+        parts = parts[1:]
+    current = base
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            raise ConfigError(f"{current} is a symbolic link; the library writes only inside {base} and never through "
+                              "a link. Replace it with a real folder or file, or choose another output folder.")
+
+
+def remove_leftovers(folder: Path) -> None:
+    """Removes what an interrupted write can leave in a run folder: the temporary files of an
+    atomic write (``.NAME.PID.tmp``) and, once ``result.json`` marks the run done, its
+    checkpoint. Called under the folder's :class:`WriterLock`, when no write is under way."""
+    if not folder.is_dir():
+        return
+    for entry in folder.glob(".*.tmp"):
+        if entry.is_file() and not entry.is_symlink():
+            entry.unlink(missing_ok=True)
+    if (folder / "result.json").is_file():
+        (folder / CHECKPOINT).unlink(missing_ok=True)
+
+
 def check_no_links(root: Path, folder: Path) -> None:
     """Refuses a run folder reached through a symbolic link, or holding one: a run writes only
     inside the results root (a shared results folder could point a run's writes elsewhere)."""
@@ -249,10 +360,21 @@ def load_runs(results_dir: str | os.PathLike) -> list[tuple[RunFolder, dict, dic
     runs = []
     for config_file in sorted(root.rglob("config.json")):
         folder = RunFolder(config_file.parent)
-        runs.append((folder, _read_json(config_file), folder.result()))
+        if not folder.path.parent.parent.name == "runs":  # not a run folder of `most run` (OUT/NAME/runs/GROUP/seedN)
+            continue
+        config = _read_json(config_file)
+        if not is_run_config(config):
+            continue
+        runs.append((folder, config, folder.result()))
     if not runs:
         raise FileNotFoundError(
-            f"{root} holds no runs (no */config.json below it). Point to the folder `most run` wrote, "
-            "e.g. results/NAME."
+            f"{root} holds no runs written by `most run` (no runs/GROUP/seedN/config.json below it). Point to the "
+            "folder `most run` wrote, e.g. results/NAME."
         )
     return runs
+
+
+def is_run_config(config: dict) -> bool:
+    """Whether ``config`` is a ``config.json`` that ``most run`` wrote (its kind, group and versions)."""
+    return (isinstance(config, dict) and config.get("kind") in ("centralised", "federated")
+            and isinstance(config.get("group"), str) and isinstance(config.get("versions"), dict))
