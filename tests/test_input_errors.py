@@ -321,7 +321,7 @@ def test_non_convergence_warning_is_truthful(method):
 
 
 # ----------------------------------------------------------------------------- seeds and model factories
-@pytest.mark.parametrize("seed", [1.5, "3", True, 2**64, None])
+@pytest.mark.parametrize("seed", [1.5, "3", True, 2**64, None, -1])
 def test_a_seed_that_torch_cannot_take_is_refused_up_front(seed):
     import most.federated as fl
 

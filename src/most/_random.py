@@ -7,6 +7,22 @@ import torch
 from torch import Tensor
 
 
+def torch_seed(seed: int) -> int:
+    """The seed torch's generator gets for the library's ``seed`` (an int >= 0): a seed below
+    2**32 as it is; a larger one through NumPy's :class:`~numpy.random.SeedSequence` of the whole
+    integer. torch's CPU generator keeps 32 bits of its seed, so seeds 2**32 apart would otherwise
+    give one stream."""
+    seed = int(seed)
+    if 0 <= seed < 2**32:
+        return seed
+    return int(np.random.SeedSequence(abs(seed)).generate_state(1, np.uint32)[0])
+
+
+def seeded(seed: int) -> torch.Generator:
+    """A CPU ``torch.Generator`` seeded with :func:`torch_seed` of ``seed``."""
+    return torch.Generator().manual_seed(torch_seed(seed))
+
+
 def derive_seed(generator: torch.Generator) -> int:
     """A fresh integer seed drawn from ``generator`` (for numpy or a forked torch RNG)."""
     return int(torch.randint(0, 2**62, (1,), generator=generator))

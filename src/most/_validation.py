@@ -176,10 +176,14 @@ def check_positive_int(value, *, name: str, minimum: int = 1) -> int:
 
 
 def check_seed(value, *, name: str = "seed") -> int:
-    """A random seed: an int in ``[-2**63, 2**64)``, what :meth:`torch.Generator.manual_seed` takes."""
-    seed = check_positive_int(value, name=name, minimum=-(2**63))
-    if seed >= 2**64:
-        raise ValueError(f"`{name}` must be an int in [-2**63, 2**64); got {seed}.")
+    """A random seed: an int in ``[0, 2**64)``. Every one gives its own stream
+    (:func:`most._random.torch_seed`)."""
+    try:
+        seed = check_positive_int(value, name=name, minimum=0)
+    except ValueError:
+        seed = None
+    if seed is None or seed >= 2**64:
+        raise ValueError(f"`{name}` must be an int in [0, 2**64); got {_describe(value)}.")
     return seed
 
 

@@ -306,7 +306,40 @@ class Checkpoint:
         if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
             raise CheckpointError(f"The checkpoint {self.path} is not a checkpoint of this version; delete it (or "
                                   "use --restart) to start the run over.")
+        state, generator_state = payload.get("state"), payload.get("generator_state")
+        fresh = torch.Generator().get_state()
+        problem = None
+        if not isinstance(state, dict) or not isinstance(payload.get("settings"), dict) \
+                or not isinstance(payload.get("fingerprint"), (dict, type(None))):
+            problem = "its parts (state, settings, fingerprint) are missing or of the wrong kind"
+        elif generator_state is not None and (not isinstance(generator_state, torch.Tensor)
+                                              or generator_state.dtype != fresh.dtype
+                                              or generator_state.shape != fresh.shape):
+            problem = "its generator state is not one torch's generator can take"
+        if problem is not None:
+            raise CheckpointError(f"The checkpoint {self.path} is damaged ({problem}). Delete it (or use --restart) "
+                                  "to start the run over.")
         return payload
+
+    def check(self, *, settings: dict | None = None) -> None:
+        """Raises what :meth:`load` would for a checkpoint that cannot be read or was written with
+        other settings (:class:`CheckpointError`, :class:`CheckpointMismatchError`), restoring
+        nothing: a caller checks every run it will resume before it writes anything."""
+        if self.path.is_file():
+            self._check_fingerprint(self._read(), settings)
+
+    def _check_fingerprint(self, payload: dict, settings: dict | None) -> None:
+        diffs = []
+        if self.fingerprint is not None:
+            diffs += _differences(payload["fingerprint"], self.fingerprint)
+        if settings is not None:
+            diffs += _differences(payload["settings"], fingerprint(settings))
+        if diffs:
+            raise CheckpointMismatchError(
+                f"The checkpoint {self.path} was written by a run with other settings: {'; '.join(diffs[:6])}"
+                f"{f' and {len(diffs) - 6} more' if len(diffs) > 6 else ''}. Resume with the same settings, or "
+                "start over (--restart, or delete the checkpoint)."
+            )
 
     def load(self, generator: torch.Generator | None = None, *, settings: dict | None = None,
              rounds: int | None = None) -> dict | None:
@@ -321,17 +354,7 @@ class Checkpoint:
         if not self.path.is_file():
             return None
         payload = self._read()
-        diffs = []
-        if self.fingerprint is not None:
-            diffs += _differences(payload["fingerprint"], self.fingerprint)
-        if settings is not None:
-            diffs += _differences(payload["settings"], fingerprint(settings))
-        if diffs:
-            raise CheckpointMismatchError(
-                f"The checkpoint {self.path} was written by a run with other settings: {'; '.join(diffs[:6])}"
-                f"{f' and {len(diffs) - 6} more' if len(diffs) > 6 else ''}. Resume with the same settings, or "
-                "start over (--restart, or delete the checkpoint)."
-            )
+        self._check_fingerprint(payload, settings)
         if rounds is not None:
             done, history = payload["state"].get("round"), payload["state"].get("history")
             if isinstance(history, dict) and history.get(_KIND) == "list":
@@ -343,10 +366,17 @@ class Checkpoint:
                     f"{len(history) if isinstance(history, list) else 'no'} rounds of history): it was edited or "
                     "damaged. Delete it (or use --restart) to start the run over."
                 )
-        if generator is not None and payload["generator_state"] is not None:
-            generator.set_state(payload["generator_state"])
-        return {k: v if isinstance(v, dict) and v.get(_KIND) == "object" else _decode(v, generator, where=k)
-                for k, v in payload["state"].items()}
+        try:
+            if generator is not None and payload["generator_state"] is not None:
+                generator.set_state(payload["generator_state"])
+            return {k: v if isinstance(v, dict) and v.get(_KIND) == "object" else _decode(v, generator, where=k)
+                    for k, v in payload["state"].items()}
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, RuntimeError, IndexError) as exc:
+            raise CheckpointError(f"The checkpoint {self.path} is damaged ({type(exc).__name__}: "
+                                  f"{' '.join(str(exc).split())[:120]}). Delete it (or use --restart) to start the "
+                                  "run over.") from None
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)

@@ -119,6 +119,8 @@ def component(value, path: str, allowed: list[str] | None = None):
             raise ConfigError(f"{path}: a component table needs a `type` key, one of {_allowed(allowed)}.")
         table = dict(value)
         name = table.pop("type")
+        if not isinstance(name, str):
+            raise ConfigError(f"{path}.type: expected a string, one of {_allowed(allowed)}; got {name!r}.")
     else:
         raise ConfigError(f"{path}: expected a component name or a table with `type`, one of {_allowed(allowed)}; "
                           f"got {value!r}.")
@@ -249,7 +251,12 @@ def call(fn: Callable, table: dict, *, path: str = "", fixed: dict | None = None
     kwargs = _check(fn.__name__, path, table, fields, defaults)
     try:
         return fn(**fixed, **kwargs)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, OverflowError) as exc:
+        if isinstance(exc, OverflowError) or "Overflow when unpacking" in str(exc):  # torch's text for a huge size
+            big = [f"{k} = {v}" for k, v in kwargs.items()
+                   if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 2**31]
+            raise ConfigError(f"{path or fn.__name__}: a size or count is too large for torch"
+                              f"{' (' + ', '.join(big) + ')' if big else ''}; use smaller values.") from None
         raise ConfigError(f"{path or fn.__name__}: {exc}") from exc
 
 

@@ -161,6 +161,13 @@ def _check_method(method) -> None:
                         f"most.MosT(n_models=1, rounds=100, lr=0.1); got {method!r}.")
 
 
+def _listed(values: list[int]) -> str:
+    """``values`` as a short list: the first few, then how many more (an error names a range of
+    a million counts in one line)."""
+    shown = ", ".join(map(str, values[:5]))
+    return shown if len(values) <= 5 else f"{shown} and {len(values) - 5} more (up to {values[-1]})"
+
+
 def _check_range(n_models, n: int, extension) -> list[int]:
     if isinstance(n_models, numbers.Number) or (isinstance(n_models, torch.Tensor) and n_models.ndim == 0) \
             or not isinstance(n_models, Iterable):
@@ -172,7 +179,7 @@ def _check_range(n_models, n: int, extension) -> list[int]:
     if ms[-1] > n and extension is None:
         above = [m for m in ms if m > n]
         raise ValueError(
-            f"`n_models` holds {', '.join(map(str, above))} > n = {n} objectives: more models than objectives "
+            f"`n_models` holds {_listed(above)} > n = {n} objectives: more models than objectives "
             f"leave models with nothing of their own to serve. Use counts up to {n} (e.g. "
             f"n_models=range(1, {n + 1})), or a method with an extension (MosT-E: "
             "most.MosT(..., extension=most.DirichletExtension(n_extra=20))).")

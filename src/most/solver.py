@@ -34,9 +34,10 @@ import torch
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ._random import seeded
 from ._threads import threads_for
 from ._validation import check_positive, check_positive_int, check_seed
-from .checkpoint import Checkpoint, restore_into
+from .checkpoint import Checkpoint, CheckpointError, restore_into
 from .methods import (
     Assignment,
     Combiner,
@@ -588,7 +589,7 @@ class _Job:
         """Everything before the first round: the initial models, their seeding and, with a
         checkpoint, the state to continue from (arguments as :func:`run`'s, checked)."""
         n, m = problem.n_objectives, n_models
-        generator = torch.Generator().manual_seed(seed)
+        generator = seeded(seed)
         optimizer = SGD() if optimizer is None else optimizer
         params = problem.initial_params(m, generator)
         if not torch.isfinite(params).all():
@@ -675,6 +676,13 @@ class _Loop:
 
     def restore(self, state: dict, generator: torch.Generator) -> int:
         """Continues from a checkpoint's state; returns the round to start from."""
+        n, dim = self.problem.n_objectives, self.problem.dim
+        for key, shape in (("params", (self.m, dim)), ("plan", (n, self.m))):
+            value = state.get(key)
+            if not isinstance(value, Tensor) or tuple(value.shape) != shape:
+                got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
+                raise CheckpointError(f"The checkpoint is damaged: its {key} should be a tensor of shape {list(shape)}; "
+                                      f"found {got}. Delete it (or use --restart) to start the run over.")
         self.params, self.opt_state, self.plan = state["params"], state["opt_state"], state["plan"]
         self.history = [RoundRecord(**record) for record in state["history"]]
         if self.statistics is not None:
@@ -867,7 +875,7 @@ class _Method:
 
     def _prepared(self, problem: Problem) -> Problem:
         """The problem this method fits (:meth:`prepare` with the method's own generator)."""
-        return self.prepare(problem, torch.Generator().manual_seed(self.seed + 7919))
+        return self.prepare(problem, seeded(self.seed + 7919))
 
     def _arguments(self) -> dict:
         """What :meth:`fit` passes to :func:`run` besides the problem, progress, callback and checkpoint."""

@@ -276,11 +276,14 @@ def test_flower_simulation_matches_the_in_process_runtime(tmp_path, monkeypatch)
     """
     from most.flower import run_simulation
 
-    monkeypatch.setenv("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray", dir="/tmp"))
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    temp = tempfile.mkdtemp(prefix="t", dir="/tmp")  # short: Ray's socket paths live below it
+    monkeypatch.setattr(tempfile, "tempdir", temp)
     data = fl.fedprox_synthetic(0.0, 0.0, n_clients=30, seed=1)
     model = fl.logistic_regression(60, 10)
     config = fl.FederatedConfig(rounds=6, eval_every=3, seed=1, pair_seeds=True)
     result = run_simulation(data, model, F.MosT(5, server_lr=5.0, warmup=None), config, num_cpus=2)
+    assert os.listdir(temp) == []  # Ray's session folder went with the run
     reference = fl.run_federated(data, model, F.MosT(5, server_lr=5.0, warmup=None), config)
     plans = [(a.plan, b.plan) for a, b in zip(result.history, reference.history) if a.plan is not None]
     assert len(plans) == 6

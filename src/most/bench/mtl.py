@@ -42,6 +42,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .._random import seeded
 from .._validation import check_positive, check_positive_int
 from . import SuiteConfig, mean_std, write_results
 from ._runs import RUNS_DIR, RunStore, folder_name
@@ -187,7 +188,7 @@ def _model(config: "MTLConfig", data) -> Callable[[], nn.Module]:
 
 def _problem(data, factory, batch_size: int, seed: int) -> Problem:
     """One objective per domain: cross-entropy on a fresh mini-batch of its training split."""
-    gen = torch.Generator().manual_seed(seed)
+    gen = seeded(seed)
     objectives = []
     for d in data.domains:
         x, y = data.x_train[d], data.y_train[d]

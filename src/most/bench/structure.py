@@ -44,6 +44,7 @@ import torch
 from torch import Tensor
 
 from .. import plots
+from .._random import seeded
 from .._validation import check_non_negative, check_positive, check_positive_int
 from ..baselines import BestModelAssignment, STCHSet, SumOfMinimum, TCHSet
 from ..methods import Support, WeightedSum
@@ -151,7 +152,7 @@ def clustered_quadratics(sizes, *, dim: int = 5, seed: int, separation: float = 
     check_positive_int(dim, name="dim")
     check_positive(separation, name="separation")
     check_non_negative(spread, name="spread")
-    g = torch.Generator().manual_seed(seed)
+    g = seeded(seed)
     k = len(sizes)
     means = _separated(lambda: 6.0 * torch.randn(k, dim, generator=g, dtype=torch.float64), separation)
     centres = means[labels] + spread * torch.randn(len(labels), dim, generator=g, dtype=torch.float64)
@@ -183,7 +184,7 @@ def clustered_regressions(sizes, *, dim: int = 10, samples: int = 30, noise: flo
     check_non_negative(noise, name="noise")
     check_non_negative(individual, name="individual")
     check_positive(separation, name="separation")
-    g = torch.Generator().manual_seed(seed)
+    g = seeded(seed)
     k, n = len(sizes), len(labels)
     means = _separated(lambda: 2.0 * torch.randn(k, dim, generator=g, dtype=torch.float64), separation)
     own = means[labels] + individual * torch.randn(n, dim, generator=g, dtype=torch.float64)

@@ -27,6 +27,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from .._random import seeded
 from .evaluation import select_by_loss
 
 if TYPE_CHECKING:
@@ -120,7 +121,7 @@ class Server:
         self.n = len(counts)
         self.m = method.models_for(self.n)
         self.counts = counts.clone()
-        self.generator = torch.Generator().manual_seed(config.seed)
+        self.generator = seeded(config.seed)
         self.params = method.initial_params(model, self.m, self.generator).to(device or "cpu")
         method.reset(self.n, self.m, self.generator, model)
         self.previous: Tensor | None = None
@@ -217,10 +218,23 @@ class Server:
         """Continues from a checkpoint's state; returns the round to start from."""
         from ..checkpoint import restore_into
 
+        from ..checkpoint import CheckpointError
+
         device = self.params.device
-        self.params = state["params"].to(device)
-        self.previous = None if state["previous"] is None else state["previous"].to(device)
-        self.history = [RoundLog(**log) for log in state["history"]]
+        params, previous = state.get("params"), state.get("previous")
+        if not isinstance(params, Tensor) or params.shape != self.params.shape \
+                or not (previous is None or isinstance(previous, Tensor)) or not isinstance(state.get("history"), list):
+            got = tuple(params.shape) if isinstance(params, Tensor) else type(params).__name__
+            raise CheckpointError(f"The checkpoint is damaged: its models should be a tensor of shape "
+                                  f"{list(self.params.shape)} with a history; found {got}. Delete it (or use "
+                                  "--restart) to start the run over.")
+        self.params = params.to(device)
+        self.previous = None if previous is None else previous.to(device)
+        try:
+            self.history = [RoundLog(**log) for log in state["history"]]
+        except TypeError as exc:
+            raise CheckpointError(f"The checkpoint is damaged: a round of its history cannot be read ({exc}). Delete "
+                                  "it (or use --restart) to start the run over.") from None
         restore_into(self.method, state["method"], self.generator)
         return int(state["round"])
 

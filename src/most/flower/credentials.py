@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import ipaddress
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -52,6 +53,8 @@ def make_certificates(
     if not hosts or not all(hosts):
         raise ValueError(f"`hosts` must name at least one IP or DNS name the clients use for the SuperLink; "
                          f"got {hosts!r}.")
+    for host in hosts:
+        check_host(host)
     if valid_days < 1:
         raise ValueError(f"`valid_days` must be at least 1; got {valid_days}.")
     out = Path(directory)
@@ -117,6 +120,34 @@ def _ca_certificate(ca_key, validity):
         .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
         .sign(ca_key, hashes.SHA256())
     )
+
+
+#: one label of a DNS name: letters, digits and inner hyphens, at most 63 characters (RFC 1123)
+_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
+
+
+def check_host(host: str) -> str:
+    """``host`` if it is what a certificate can name for clients to match: an IP address (v4 or
+    v6) or a DNS name; otherwise a ``ValueError`` that says what is wrong and the fix (a port, a
+    URL's scheme or path, an address out of range)."""
+    fix = "give the SuperLink's IP address or DNS name alone, e.g. 10.0.0.5 or superlink.lab"
+    if "://" in host or "/" in host:
+        raise ValueError(f"{host!r} is a URL or a path, not a host; {fix} (no scheme, no path).")
+    try:
+        ipaddress.ip_address(host)
+        return host
+    except ValueError:
+        pass
+    if host.count(":") == 1 and host.rsplit(":", 1)[1].isdigit():
+        raise ValueError(f"{host!r} holds a port; {fix} (the port goes in the SuperLink's address, not in its "
+                         "certificate).")
+    if all(part.isdigit() for part in host.split(".")):
+        raise ValueError(f"{host!r} is not a valid IP address (each of the four numbers is 0-255); {fix}.")
+    name = host[:-1] if host.endswith(".") else host
+    if len(name) > 253 or not all(_LABEL.fullmatch(label) for label in name.split(".")):
+        raise ValueError(f"{host!r} is neither an IP address nor a DNS name (letters, digits and hyphens in "
+                         f"dot-separated labels); {fix}.")
+    return host
 
 
 def _server_certificate(hosts: list[str], server_key, ca_key, validity):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import tempfile
 
 from flwr.serverapp import ServerApp
@@ -78,9 +79,13 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
     cpus = num_cpus or os.cpu_count() or 1
+    # Ray's session files go to a folder of this run, removed after it (RAY_TMPDIR: the user's
+    # own, kept); a short path in the system's temporary folder, since Ray's sockets live there
+    # and a socket's path is limited to about 100 characters
+    own_temp = None if os.environ.get("RAY_TMPDIR") else tempfile.mkdtemp(prefix="most-ray-")
     backend = {"client_resources": {"num_cpus": 1, "num_gpus": 0.0},
                "init_args": {"num_cpus": cpus, "num_gpus": 0, "include_dashboard": False,
-                             "_temp_dir": os.environ.get("RAY_TMPDIR") or tempfile.gettempdir()}}
+                             "_temp_dir": own_temp or os.environ["RAY_TMPDIR"]}}
     flwr_logger = logging.getLogger("flwr")
     level = flwr_logger.level
     if not verbose:
@@ -90,6 +95,8 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
                             verbose_logging=verbose)
     finally:
         flwr_logger.setLevel(level)
+        if own_temp is not None:
+            shutil.rmtree(own_temp, ignore_errors=True)
     if "error" in outcome:
         raise outcome["error"]
     if "result" not in outcome:
