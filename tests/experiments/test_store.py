@@ -63,16 +63,40 @@ def test_a_second_process_on_the_same_folder_is_refused_naming_the_first_and_a_k
     assert RunFolder(root / "runs" / "MosT" / "seed0").status in ("interrupted", "new")
 
 
+_TAKE = ("import sys\nfrom most.experiments.store import WriterLock, BusyFolderError\n"
+         "try:\n    WriterLock(sys.argv[1]).__enter__()\nexcept BusyFolderError as e:\n    print(e); sys.exit(3)\n")
+
+
+def _taken_elsewhere(root: Path) -> bool:
+    """Whether another process finds the folder's lock held."""
+    res = subprocess.run([sys.executable, "-c", _TAKE, str(root)], capture_output=True, text=True, timeout=60)
+    assert res.returncode in (0, 3), res.stderr
+    return res.returncode == 3
+
+
 def test_the_lock_is_released_after_a_run_and_after_an_error(tmp_path):
     _run(CENTRAL, tmp_path)
-    with WriterLock(tmp_path / "central"):
-        with pytest.raises(BusyFolderError, match="being written by another process"):
-            with WriterLock(tmp_path / "central"):
-                pass
+    root = tmp_path / "central"
+    with WriterLock(root):
+        with WriterLock(root):  # one process is one writer: a nested holder (a suite's store in a run)
+            assert _taken_elsewhere(root)
+        assert _taken_elsewhere(root)
+    assert not _taken_elsewhere(root)
     with pytest.raises(ConfigError):
         _run(CENTRAL.replace("lr = 0.1", "lr = 0.2"), tmp_path)  # a finished run with other settings
-    with WriterLock(tmp_path / "central"):
-        pass
+    assert not _taken_elsewhere(root)
+
+
+def test_a_bench_suite_holds_its_folder_while_its_store_lives(tmp_path):
+    from most.bench._runs import RunStore
+
+    store = RunStore(tmp_path, {"a": 1}, suite="mtl", folder=lambda key: "x")
+    assert _taken_elsewhere(tmp_path)
+    del store
+    import gc
+
+    gc.collect()
+    assert not _taken_elsewhere(tmp_path)
 
 
 def test_a_refused_run_leaves_no_folder_behind(tmp_path):

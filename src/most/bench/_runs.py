@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import weakref
 from pathlib import Path
 from typing import Callable, Iterator
 
 from .._env import environ
 from ..checkpoint import differing_paths, fingerprint
 from ..experiments.spec import _safe
-from ..experiments.store import CorruptFileError, RunFolder, check_no_links, dumps
+from ..experiments.store import CorruptFileError, RunFolder, WriterLock, check_no_links, dumps
 
 #: the folder of a suite's run folders, in its output folder
 RUNS_DIR = "runs"
@@ -93,6 +94,11 @@ class RunStore:
             raise ValueError(f"{self.root} is a file, not the folder of the runs; remove it, or choose another --out.")
         if self.root.exists():
             check_no_links(self.out, self.root)  # the runs are written, and removed, only inside out
+        # one writer: the suite's output folder is locked while this store lives (released with it
+        # or when the process ends)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._lock = WriterLock(self.out).__enter__()
+        weakref.finalize(self, self._lock.__exit__, None, None, None)
         stored = self._stored()
         if restart:
             legacy.unlink(missing_ok=True)

@@ -240,12 +240,21 @@ class WriterLock:
     nothing that blocks a resume.
     """
 
+    #: the folders this process holds, with how many holders each (the lock is per process: a
+    #: command that opens one folder twice, e.g. a suite's store inside a run, is one writer)
+    _held: dict[str, list[int]] = {}  # key -> [holders, file descriptor]
+
     def __init__(self, root: Path):
         self.root = Path(root)
         self.path = self.root / ".lock"
-        self._fd: int | None = None
+        self._key: str | None = None
 
     def __enter__(self) -> "WriterLock":
+        key = os.path.realpath(self.path)
+        if key in WriterLock._held:
+            WriterLock._held[key][0] += 1
+            self._key = key
+            return self
         if self.path.is_symlink():
             raise ConfigError(f"{self.path} is a symbolic link; a run writes only inside {self.root}. Delete it.")
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
@@ -265,15 +274,21 @@ class WriterLock:
         os.ftruncate(fd, 0)
         command = " ".join(os.path.basename(a) if k == 0 else a for k, a in enumerate(sys.argv))[:200]
         os.write(fd, f"process {os.getpid()} on {socket.gethostname()}: {command}\n".encode())
-        self._fd = fd
+        self._key = key
+        WriterLock._held[key] = [1, fd]
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            _unlock(self._fd)
-            os.close(self._fd)
-            self._fd = None
+        if self._key is None:
+            return
+        held = WriterLock._held[self._key]
+        held[0] -= 1
+        if held[0] == 0:
+            del WriterLock._held[self._key]
+            os.ftruncate(held[1], 0)
+            _unlock(held[1])
+            os.close(held[1])
+        self._key = None
 
 
 try:
