@@ -419,7 +419,6 @@ def run_min_norm(quick: bool = False, threads: int | None = None, *, seed: int =
     problems ``10 × 100 × d`` (one call for all models). Times are medians of ``repeats``
     (default 5, 3 when k·d ≥ 1e7, 2 with ``quick``) after one warm-up solve.
     """
-    import torch
     from tqdm import tqdm
 
     import most

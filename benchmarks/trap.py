@@ -95,7 +95,7 @@ def main(argv=None):
         "",
         f"Command: `{cmd}` (results also in `trap.json`). Machine: 2 CPU cores, torch {torch.__version__}.",
         "",
-        f"4 clusters × 8 quadratic objectives ‖θ − c_i‖² (neighbouring cluster means 10 apart, centres within ±1),",
+        "4 clusters × 8 quadratic objectives ‖θ − c_i‖² (neighbouring cluster means 10 apart, centres within ±1),",
         f"m = 4 models from N(0, I), {args.rounds} rounds, lr = 0.05, K = 1, seeds 0–{args.seeds - 1}.",
         "*stuck* = max over clusters of the distance from the cluster's convex hull (its Pareto set) to the",
         "nearest model (0 = every cluster has a model in its hull); *clusters ok* = clusters with a model of",

@@ -2,7 +2,6 @@
 resume, the rule that placement waits for two objectives per model, and the spread of MosT-E
 models (one ray each) over a disconnected front's pieces."""
 
-import numpy as np
 import pytest
 import torch
 

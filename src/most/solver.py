@@ -51,7 +51,6 @@ from .methods import (
     MinNorm,
     RandomAssignment,
     TransportAssignment,
-    Uniform,
     WeightedSum,
     Weighting,
 )

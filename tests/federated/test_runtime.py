@@ -6,12 +6,11 @@ import math
 import numpy as np
 import pytest
 import torch
-from scipy.optimize import minimize
 
 import most.federated as fl
 from most import transport
 from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
-from most.methods import CappedTransportAssignment, Curriculum, GammaWeights, MinNorm, ObjectivesSelectModels, Shares, Uniform, WeightedSum
+from most.methods import CappedTransportAssignment, Curriculum, MinNorm, ObjectivesSelectModels, Shares, Uniform, WeightedSum
 from most.federated import methods as F
 from most.federated.methods import GroupedWarmUp, WarmUp, balanced_update_groups, combine_updates, min_norm_box
 from most.federated.runtime import Padded, local_train

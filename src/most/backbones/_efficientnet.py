@@ -22,7 +22,6 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 

@@ -94,7 +94,6 @@ Examples:
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, Sequence
 

@@ -37,7 +37,7 @@ from .. import baselines as _b
 from .._validation import check_positive_int
 from . import SuiteConfig, write_results
 from ._curves import split_curves
-from ._runs import RUNS_DIR, RunStore, folder_name
+from ._runs import RunStore, folder_name
 from ..federated import evaluation as ev
 from ..federated import figures
 from ..federated import methods as F

@@ -46,7 +46,7 @@ import torch
 from .. import plots
 from .._validation import check_positive_int
 from . import SuiteConfig, write_results
-from ._runs import RUNS_DIR, RunStore, folder_name
+from ._runs import RunStore, folder_name
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment, Uniform
 from ..metrics import best_hypervolume_2d, hypervolume

@@ -45,7 +45,7 @@ from torch import nn
 from .._random import seeded
 from .._validation import check_positive, check_positive_int
 from . import SuiteConfig, mean_std, write_results
-from ._runs import RUNS_DIR, RunStore, folder_name
+from ._runs import RunStore, folder_name
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem

@@ -42,7 +42,7 @@ from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
 from . import SuiteConfig, mean_std, write_results
-from ._runs import RUNS_DIR, RunStore, folder_name
+from ._runs import RunStore, folder_name
 from ..optim import Adam
 from ..methods import MinNorm, Uniform
 from ..solver import MGDA, Linearization, MosT

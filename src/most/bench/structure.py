@@ -52,7 +52,7 @@ from ..problem import Problem
 from ..solver import MosT, Result, run
 from ..variants import apply as variant
 from . import SuiteConfig, mean_std, write_results
-from ._runs import RUNS_DIR, RunStore, folder_name
+from ._runs import RunStore, folder_name
 
 __all__ = ["StructureConfig", "METHODS", "SETTINGS", "THRESHOLD", "Structured", "Oracle", "clustered_quadratics",
            "clustered_regressions", "oracle", "score", "run_benchmark", "table_markdown"]

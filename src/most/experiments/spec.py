@@ -499,8 +499,6 @@ def _check_sizes(run: RunSpec, objects: dict) -> None:
 
         check_inputs(objects["data"], objects["model"], method, objects["config"])
         return
-    import torch
-
     from ..problems import MixedRegression
 
     source = objects["problem"]

@@ -66,8 +66,6 @@ from ..methods import (
     RandomAssignment,
     RelativeWeights,
     Support,
-    TransportAssignment,
-    Uniform,
     WeightedSum,
     Weighting,
 )

@@ -35,10 +35,9 @@ from torch.func import vmap
 from torch.nn.functional import cross_entropy
 
 from .._host import HOST_SOLVE_MAX, to_device, to_host
-from .._random import derive_seed
 from .._threads import threads_for
 from .._validation import check_bool, check_positive, check_positive_int, check_seed
-from ..checkpoint import Checkpoint, restore_into
+from ..checkpoint import Checkpoint
 from .data import FederatedDataset
 from .evaluation import pooled_loss, select_by_loss
 from .models import FlatModel
