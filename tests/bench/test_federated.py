@@ -11,6 +11,7 @@ from typer.testing import CliRunner
 
 import most.federated as fl
 from most.bench._curves import CURVES, load_results
+from most.bench._runs import RUNS_DIR
 from most.cli import app
 
 runner = CliRunner()
@@ -518,7 +519,7 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
                 "--no-batch", *extra]  # run by run (the batched path: the next test)
 
     def finished(out):
-        return sorted(p.parent for p in (out / fb.RUNS_DIR).rglob("result.json"))
+        return sorted(p.parent for p in (out / RUNS_DIR).rglob("result.json"))
 
     n_runs = 2 * (2 + 2 * 4)  # seeds x (MosT's 2 server steps + FedProx's 2 steps x 4 mu)
     res = runner.invoke(app, args(tmp_path / "whole"))
@@ -538,7 +539,7 @@ def test_an_interrupted_table_resumes_to_the_same_results(tmp_path, monkeypatch)
     monkeypatch.setattr(fb, "_run_one", stopped_after_the_limit)
     res = runner.invoke(app, args(tmp_path / "cut"))
     assert res.exit_code == 130 and "--resume" in res.output and f"{tmp_path / 'cut' / 'runs'}" in _flat(res.output)
-    runs = tmp_path / "cut" / fb.RUNS_DIR
+    runs = tmp_path / "cut" / RUNS_DIR
     assert len(finished(tmp_path / "cut")) == 5 and not (tmp_path / "cut" / "results.json").exists()
     # a run stopped between its two files: a config.json without result.json, and a temporary file
     cut_short = runs / "FedProx_server_lr=3.0_extra=1.0" / "seed1"
@@ -625,7 +626,7 @@ def test_batched_runs_equal_runs_one_by_one_and_a_stopped_batch_keeps_the_finish
     monkeypatch.setattr(fb, "_run_batch", stopped_in_the_second_batch)
     res = runner.invoke(app, args(tmp_path / "cut"))
     assert res.exit_code == 130 and "--resume" in res.output
-    kept = sorted((tmp_path / "cut" / fb.RUNS_DIR).rglob("result.json"))
+    kept = sorted((tmp_path / "cut" / RUNS_DIR).rglob("result.json"))
     assert len(kept) == 12 and all(p.parent.name == "seed0" for p in kept)  # the finished batch, whole
     batches.clear()
     monkeypatch.setattr(fb, "_run_batch", counted)
@@ -663,7 +664,7 @@ def test_jobs_are_checked_and_methods_added_at_run_time_stay_in_one_process(tmp_
     late = dataclasses.replace(config, methods=("FedAvg (late)",))
     with pytest.raises(ValueError, match=r"added to METHODS at run time.*jobs=1"):
         fb.run_benchmark(late, jobs=2)
-    assert not (tmp_path / fb.RUNS_DIR).exists()  # refused before any work
+    assert not (tmp_path / RUNS_DIR).exists()  # refused before any work
 
 
 def test_the_mixture_data_sets_are_fedems_synthetic_data_with_a_binary_logistic_model():

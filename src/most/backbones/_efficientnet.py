@@ -140,6 +140,7 @@ class EfficientNetLite0(nn.Module):
         n_classes: outputs of the classifier ``_fc`` (ImageNet: 1000).
         dropout: dropout before ``_fc`` in training mode.
 
+    >>> import torch
     >>> model = EfficientNetLite0().eval()
     >>> model.features(torch.zeros(2, 3, 64, 64)).shape
     torch.Size([2, 1280])
