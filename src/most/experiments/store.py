@@ -345,12 +345,7 @@ def remove_leftovers(folder: Path) -> None:
 def check_no_links(root: Path, folder: Path) -> None:
     """Refuses a run folder reached through a symbolic link, or holding one: a run writes only
     inside the results root (a shared results folder could point a run's writes elsewhere)."""
-    path = root
-    for part in folder.relative_to(root).parts:
-        path = path / part
-        if path.is_symlink():
-            raise ConfigError(f"{path} is a symbolic link; a run writes only inside {root}. Replace it with a "
-                              "real folder, or write to another --out.")
+    check_not_linked(root, folder)
     for entry in folder.iterdir() if folder.is_dir() else ():
         if entry.is_symlink():
             raise ConfigError(f"{entry} is a symbolic link; a run writes only inside {root}. Delete it, or write "
