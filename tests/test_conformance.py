@@ -573,6 +573,23 @@ def _plan_marginals(assignment, traits, losses, round=1, total=3):
     return marginals(losses.to(F64), round, total)
 
 
+@pytest.mark.parametrize("assignment, traits", ASSIGNMENTS)
+def test_assignment_rows_of_a_fixed_plan_are_its_plan(assignment, traits):
+    """An assignment marked ``fixed`` gives, for any subset of the objectives, the rows of the
+    plan it gives for all of them (a federated round with some clients absent plans with them);
+    any other says it has no fixed plan."""
+    losses = _rand(N, M, seed=0)
+    plan = _plan(assignment, losses)
+    subset = torch.tensor([5, 0, 3])
+    if not type(assignment).fixed:
+        with pytest.raises(NotImplementedError, match="no fixed plan"):
+            assignment.rows(subset)
+        return
+    _close(assignment.rows(torch.arange(N)).to(plan), plan, atol=0.0)
+    _close(assignment.rows(subset).to(plan), plan[subset], atol=0.0)
+    _close(_plan(assignment, _rand(N, M, seed=1)), plan, atol=0.0, msg="a fixed plan ignores the losses")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("assignment, traits", ASSIGNMENTS)
@@ -828,6 +845,26 @@ def test_non_linear_combiner_says_so(combiner, traits):
     jac, weights, losses, params = _combiner_inputs(0)
     with pytest.raises(NotImplementedError, match="not linear"):
         combiner.linear_coefficients(weights, losses)
+
+
+@pytest.mark.parametrize("combiner, traits", COMBINERS)
+def test_combiner_resolve_and_check_dim_hooks(combiner, traits):
+    """Every combiner answers the loops' two set-up calls: ``resolve`` (a combiner that names no
+    parameter returns itself, unlooked-up) and ``check_dim`` (settings within the model pass)."""
+    def lookup(name):
+        raise AssertionError(f"{type(combiner).__name__} looked up {name!r} but names no parameter")
+
+    assert combiner.resolve(lookup) is combiner
+    combiner.check_dim(10**6)
+
+
+def test_a_named_parameter_resolves_and_coordinates_past_the_model_are_refused():
+    named = MinNorm(coordinates="bias")
+    resolved = named.resolve(lambda name: {"bias": slice(2, 5)}[name])
+    assert resolved == MinNorm(coordinates=(2, 5))
+    resolved.check_dim(5)
+    with pytest.raises(ValueError, match=r"\(2, 5\) lie outside the 4 parameters of net"):
+        resolved.check_dim(4, model="net")
 
 
 @pytest.mark.parametrize("combiner, traits", COMBINERS)

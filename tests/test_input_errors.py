@@ -565,3 +565,20 @@ def test_a_hypervolume_that_overflows_float64_is_refused_not_returned_as_inf(cal
         warnings.simplefilter("error")  # no overflow RuntimeWarning either
         with pytest.raises(ValueError, match=r"hypervolume overflows float64.*Rescale the objectives"):
             call()
+
+
+@pytest.mark.parametrize("kind, value", [
+    ("assignment", lambda losses, round, total, previous=None: losses),
+    ("weighting", lambda plan: plan.T),
+    ("combiner", lambda jacobian, weights, **kw: (jacobian.sum(1), weights)),
+])
+def test_run_refuses_a_component_that_does_not_subclass_its_base(kind, value):
+    """The loop calls hooks declared on the component bases (``reset``, ``resolve``, ...), so a
+    plain callable is refused before any work, naming the base to subclass."""
+    problem = most.Problem.from_function(lambda x: (x - torch.arange(3.0)[:, None]).pow(2).sum(1), dim=2,
+                                         n_objectives=3)
+    parts = dict(assignment=most.methods.TransportAssignment(), weighting=most.MajorityShare(),
+                 combiner=most.WeightedSum())
+    parts[kind] = value
+    with pytest.raises(TypeError, match=rf"`{kind}` must be a most\.methods\.{kind.title()}"):
+        most.run(problem, n_models=2, rounds=1, inner_steps=1, lr=0.1, **parts)

@@ -37,7 +37,7 @@ from .methods import (
 )
 from .problem import Problem
 from .seeding import KMeansSeeding, Reseed
-from .solver import MGDA, Linearization, MosT, Result, RoundRecord, WeightedMGDA, fit_batch, run
+from .solver import MGDA, Linearization, Method, MosT, Result, RoundRecord, WeightedMGDA, fit_batch, run
 from .selection import ModelCountSelection, choose_n_models
 from ._threads import get_threads, set_threads
 from . import baselines, metrics, optim, problems, variants
@@ -55,6 +55,7 @@ __all__ = [
     "Linearization",
     "MajorityShare",
     "MGDA",
+    "Method",
     "MinNorm",
     "ModelCountSelection",
     "ModelsSelectObjectives",

@@ -48,7 +48,7 @@ import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import ClassVar, Literal, NamedTuple
+from typing import Callable, ClassVar, Literal, NamedTuple
 
 import torch
 from torch import Tensor
@@ -100,6 +100,10 @@ class Marginals(ABC):
 
     @abstractmethod
     def __call__(self, losses: Tensor, round: int, total: int) -> tuple[Tensor | None, Tensor | None]: ...
+
+    def check_sizes(self, n: int, m: int) -> None:
+        """Refuses ``n`` objectives over ``m`` models when no plan can meet this schedule (called
+        before any work; no refusal by default)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
@@ -270,8 +274,21 @@ class Assignment(ABC):
     can warm-start from it may, the others ignore it.
     """
 
+    #: Whether the plan never depends on the round's losses (a draw made once per run, known
+    #: groups, clusters the method sets); :meth:`rows` then gives the plan of a round in which
+    #: only some objectives take part (federated clients sampled by participation).
+    fixed: ClassVar[bool] = False
+
     def reset(self, n: int, m: int, generator: torch.Generator) -> None:
         """Called once before the first round (draws any fixed randomness)."""
+
+    def check_models(self, m: int) -> None:
+        """Refuses a number of models this assignment cannot serve (before any work; no refusal
+        by default)."""
+
+    def rows(self, objectives: Tensor) -> Tensor:
+        """For a :attr:`fixed` plan: its rows of ``objectives`` (indices among all n)."""
+        raise NotImplementedError(f"{type(self).__name__} has no fixed plan (fixed is False).")
 
     @abstractmethod
     def __call__(self, losses: Tensor, round: int, total: int, previous: Tensor | None = None) -> Tensor: ...
@@ -370,6 +387,8 @@ class RandomAssignment(Assignment):
         if self._plan is None or self._plan.shape != losses.shape:
             raise RuntimeError("RandomAssignment.reset(n, m, generator) must be called before the first round.")
         return self._plan.to(losses)
+
+    fixed: ClassVar[bool] = True
 
     def rows(self, objectives: Tensor) -> Tensor:
         """The fixed plan's rows of ``objectives`` (indices among all n): the plan of a round in
@@ -511,6 +530,16 @@ class Combiner(ABC):
         """The coefficients ``c [m, n]`` of a linear combiner (see the class docstring)."""
         raise NotImplementedError(f"{type(self).__name__} is not linear in the gradients.")
 
+    def resolve(self, lookup: Callable[[str], "slice | tuple[int, int]"]) -> "Combiner":
+        """This combiner with any parameter named in its settings replaced by its coordinates,
+        from ``lookup(name)`` (a problem's or a federated model's ``coordinates``). The loops call
+        it once before the first round; a combiner that names no parameter returns itself."""
+        return self
+
+    def check_dim(self, dim: int, *, model: str = "the model") -> None:
+        """Refuses settings that address parameters past the ``dim`` of ``model`` (called before
+        any work, after :meth:`resolve`; no refusal by default)."""
+
 
 @dataclass(frozen=True)
 class MinNorm(Combiner):
@@ -562,6 +591,12 @@ class MinNorm(Combiner):
         found = lookup(self.coordinates)
         found = (found.start, found.stop) if isinstance(found, slice) else tuple(found)
         return dataclasses.replace(self, coordinates=found)
+
+    def check_dim(self, dim, *, model="the model"):
+        c = self.coordinates
+        if isinstance(c, tuple) and c[1] > dim:
+            raise ValueError(f"`coordinates` {c} lie outside the {dim} parameters of {model}; take them from "
+                             "model.coordinates(name), or name the parameter (e.g. 'last').")
 
     def __call__(self, jacobian, weights, *, losses=None, params=None):
         if isinstance(self.coordinates, str):

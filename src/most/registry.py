@@ -112,12 +112,14 @@ def models() -> dict[str, Callable]:
 def _paper(base):
     """The algorithm as written: Gamma-weighted MGDA (GammaWeights, MinNorm) with the curriculum
     of Section 3.3; in federated learning also m random starts (no warm-up)."""
+    from .federated.methods import MosT as FederatedMosT
     from .methods import Curriculum, GammaWeights, MinNorm
+    from .solver import MosT
 
     changes = dict(weighting=GammaWeights(), marginals=Curriculum(), combiner=MinNorm())
-    if hasattr(base, "warmup"):  # federated: m random starts, no model moved between rounds
+    if isinstance(base, FederatedMosT):  # m random starts, no model moved between rounds
         changes.update(warmup=None, resplit=None)
-    if hasattr(base, "seeding"):  # the problem's own starts, never moved
+    if isinstance(base, MosT):  # the problem's own starts, never moved
         changes.update(seeding=None, reseed=None)
     return changes
 

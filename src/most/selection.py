@@ -38,7 +38,7 @@ import torch
 
 from ._validation import check_bool, check_non_negative, check_positive_int
 from .problem import Problem
-from .solver import Result
+from .solver import Method, Result
 
 __all__ = ["ModelCountSelection", "choose_n_models", "elbow_threshold", "RULES"]
 
@@ -155,9 +155,8 @@ def _lowest(scores: dict[int, float]) -> int:
 
 
 def _check_method(method) -> None:
-    if isinstance(method, type) or not dataclasses.is_dataclass(method) or not any(
-            f.name == "n_models" for f in dataclasses.fields(method)):
-        raise TypeError(f"`method` must be a configured method with an `n_models` field, e.g. "
+    if not isinstance(method, Method):
+        raise TypeError(f"`method` must be a configured method (a most.Method), e.g. "
                         f"most.MosT(n_models=1, rounds=100, lr=0.1); got {method!r}.")
 
 
@@ -241,7 +240,7 @@ def choose_n_models(method, train: Problem, validation: Problem | None = None, *
         raise ValueError(f"`rule` must be one of {', '.join(repr(r) for r in RULES)}; got {rule!r}.")
     tolerance = check_non_negative(tolerance, name="tolerance")
     progress = check_bool(progress, name="progress")
-    ms = _check_range(n_models, train.n_objectives, getattr(method, "extension", None))
+    ms = _check_range(n_models, train.n_objectives, method.added_objectives())
     from tqdm.auto import tqdm
 
     scores, worst, train_scores, results = {}, {}, {}, {}

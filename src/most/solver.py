@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 
 from ._random import seeded
 from ._threads import threads_for
-from ._validation import check_positive, check_positive_int, check_seed
+from ._validation import check_component, check_positive, check_positive_int, check_seed
 from .checkpoint import Checkpoint, CheckpointError, restore_into
 from .methods import (
     Assignment,
@@ -464,7 +464,7 @@ def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result], torch
     return results
 
 
-def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool = False,
+def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool = False,
               errors: Literal["raise", "return"] = "raise",
               callbacks: Sequence[Callable[[RoundRecord, Tensor], None] | None] | None = None,
               checkpoints: Sequence[Checkpoint | None] | None = None) -> list[Result | Exception]:
@@ -520,11 +520,11 @@ def fit_batch(problem: Problem, methods: Sequence["_Method"], *, progress: bool 
             f"fit_batch() takes a most.Problem; got {type(problem).__name__}. Build one with "
             "most.Problem.from_function(...) or most.Problem.from_module(...)."
         )
-    if isinstance(methods, _Method) or not isinstance(methods, Sequence) or not methods:
+    if isinstance(methods, Method) or not isinstance(methods, Sequence) or not methods:
         raise ValueError("`methods` must be a non-empty list of methods, e.g. "
                          "[most.MosT(n_models=5, seed=s) for s in range(5)].")
     for k, method in enumerate(methods):
-        if not isinstance(method, _Method):
+        if not isinstance(method, Method):
             raise TypeError(f"methods[{k}] is a {type(method).__name__}; fit_batch takes the library's centralised "
                             "methods (most.MosT, most.Linearization, most.MGDA, the baselines in most.baselines).")
     if errors not in ("raise", "return"):
@@ -587,6 +587,10 @@ class _Job:
               seeding: KMeansSeeding | None, reseed: Reseed | None) -> "_Job":
         """Everything before the first round: the initial models, their seeding and, with a
         checkpoint, the state to continue from (arguments as :func:`run`'s, checked)."""
+        for value, name, base, example in ((assignment, "assignment", Assignment, "most.methods.TransportAssignment()"),
+                                           (weighting, "weighting", Weighting, "most.methods.MajorityShare()"),
+                                           (combiner, "combiner", Combiner, "most.methods.WeightedSum()")):
+            check_component(value, name=name, example=example, base=base)
         n, m = problem.n_objectives, n_models
         generator = seeded(seed)
         optimizer = SGD() if optimizer is None else optimizer
@@ -597,8 +601,7 @@ class _Job:
             _check_finite(_first_losses(problem, params), None, problem, 0, None)
             params = seeding(problem, m, generator, lr=lr, optimizer=optimizer, run_steps=rounds * inner_steps)
         assignment.reset(n, m, generator)
-        if hasattr(combiner, "resolve"):  # a parameter name in MinNorm(coordinates=...)
-            combiner = combiner.resolve(problem.coordinates)
+        combiner = combiner.resolve(problem.coordinates)  # a parameter name in MinNorm(coordinates=...)
         statistics = None if problem.statistics is None else problem.statistics.init(m, params.device)
         loop = _Loop(problem, m, rounds, inner_steps, lr, assignment, weighting, combiner, optimizer,
                      params=params, opt_state=optimizer.init(params), reseed=reseed, generator=generator,
@@ -845,8 +848,13 @@ def transport_assignment(method) -> Assignment:
 
 
 @dataclass(frozen=True)
-class _Method:
-    """Fields shared by every method; ``fit`` runs :func:`run`."""
+class Method:
+    """The base of the centralised methods: the fields every method shares; ``fit`` runs :func:`run`.
+
+    A method of one's own subclasses it (a frozen dataclass) and returns its components from
+    :meth:`components`; :meth:`prepare`, :meth:`placement` and :meth:`added_objectives` are hooks
+    with defaults (the problem as given, no seeding or re-seeding, no extension).
+    """
 
     n_models: int
     rounds: int = 100
@@ -872,6 +880,10 @@ class _Method:
         """The seeding of the initial models and the re-seeding between rounds (none by default)."""
         return None, None
 
+    def added_objectives(self) -> DirichletExtension | TchebycheffExtension | None:
+        """The extension that :meth:`prepare` adds objectives with (MosT-E; none by default)."""
+        return None
+
     def _prepared(self, problem: Problem) -> Problem:
         """The problem this method fits (:meth:`prepare` with the method's own generator)."""
         return self.prepare(problem, seeded(self.seed + 7919))
@@ -890,7 +902,7 @@ class _Method:
         ``(extension, mixtures, problem)`` of the batch's runs so far: a run whose extension and
         mixtures equal an earlier one's takes its problem, so that their evaluations are shared."""
         problem = self._prepared(problem)
-        extension = getattr(self, "extension", None)
+        extension = self.added_objectives()
         mixtures = problem.metadata.get("extension_weights") if extension is not None else None
         if isinstance(mixtures, Tensor):
             same = [p for e, w, p in prepared if e == extension and w.shape == mixtures.shape and torch.equal(w, mixtures)]
@@ -916,7 +928,7 @@ class _Method:
 
 
 @dataclass(frozen=True)
-class MosT(_Method):
+class MosT(Method):
     """Many-Objective Multi-Solution Transport (Algorithm 1).
 
     Args:
@@ -984,11 +996,12 @@ class MosT(_Method):
     def placement(self):
         return self.seeding, self.reseed
 
+    def added_objectives(self):
+        return self.extension
+
     def prepare(self, problem, generator):
         problem = self._extended(problem, generator)
-        check_sizes = getattr(self.marginals, "check_sizes", None)
-        if check_sizes is not None:  # load bounds no plan can meet: refused before any work
-            check_sizes(problem.n_objectives, self.n_models)
+        self.marginals.check_sizes(problem.n_objectives, self.n_models)  # e.g. load bounds no plan can meet
         return problem
 
     def _extended(self, problem, generator):
@@ -1009,7 +1022,7 @@ class MosT(_Method):
 
 
 @dataclass(frozen=True)
-class Linearization(_Method):
+class Linearization(Method):
     """Linear scalarisation: model j minimises ``w_j . L`` for a random ``w_j ~ Dir(c)``."""
 
     concentration: float = 1.0
@@ -1019,7 +1032,7 @@ class Linearization(_Method):
 
 
 @dataclass(frozen=True)
-class MGDA(_Method):
+class MGDA(Method):
     """MGDA (Desideri 2012; Sener & Koltun 2018) run m times from m random starts."""
 
     max_iter: int | None = None
@@ -1030,7 +1043,7 @@ class MGDA(_Method):
 
 
 @dataclass(frozen=True)
-class WeightedMGDA(_Method):
+class WeightedMGDA(Method):
     """w-MGDA (Appendix E): MGDA on objectives reweighted by a fixed random plan."""
 
     concentration: float = 1.0

@@ -200,6 +200,22 @@ def test_a_component_class_instead_of_an_instance_is_refused():
     fl.methods.SetScalarization(n_models=2, combiner=most.baselines.STCHSetCombiner())  # an instance is fine
 
 
+def test_components_and_methods_that_do_not_subclass_their_base_are_refused():
+    """Capabilities are declared on the base classes, so a look-alike is refused with the base to
+    subclass (not accepted and failed in the middle of a run)."""
+    with pytest.raises(ValueError, match=r"must be a most\.baselines\.SetCombiner"):
+        fl.methods.SetScalarization(n_models=2, combiner=most.WeightedSum())
+
+    class LookAlike:  # every method a federated method has, but not the base
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+    data = fl.fedprox_synthetic(0.0, 0.0, n_clients=4, seed=0)
+    model = fl.logistic_regression(data.input_shape[0], data.n_classes)
+    with pytest.raises(TypeError, match=r"subclasses most\.federated\.methods\.FederatedMethod"):
+        fl.run_federated(data, model, LookAlike(), fl.FederatedConfig(rounds=1))
+
+
 @pytest.mark.parametrize("make", [
     lambda v: fl.methods.MosT(n_models=2, warm_start=v),
     lambda v: fl.FederatedConfig(pair_seeds=v),

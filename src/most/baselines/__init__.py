@@ -73,11 +73,12 @@ from torch import Tensor
 
 from .._validation import check_non_negative, check_positive
 from ..methods import EqualAssignment, GammaWeights
-from ..solver import _Method
+from ..solver import Method
 from . import _few_for_many
 from ._epo import EPOCombiner, PreferenceAssignment, check_preferences
 from ._few_for_many import (
     BestModelAssignment,
+    SetCombiner,
     STCHSet,
     STCHSetCombiner,
     SumOfMinimum,
@@ -99,7 +100,7 @@ def _as_nested_tuple(preferences) -> tuple[tuple[float, ...], ...]:
 
 
 @dataclass(frozen=True)
-class EPO(_Method):
+class EPO(Method):
     """EPO search (Mahapatra & Rajan, 2020): model j converges to the Pareto optimal point
     on its preference ray ``r_j1 l_1 = ... = r_jn l_n``.
 
@@ -133,7 +134,7 @@ class EPO(_Method):
 
 
 @dataclass(frozen=True)
-class MOOSVGD(_Method):
+class MOOSVGD(Method):
     """MOO-SVGD (Liu, Tong & Liu, 2021): the models are SVGD particles driven by MGDA.
 
     Args:

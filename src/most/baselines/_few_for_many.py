@@ -69,7 +69,7 @@ Two algorithms (field ``algorithm``):
   include it; evaluate the original problem's ``loss_matrix(result.params)`` for the plain
   losses.
 
-All three are :class:`~most.solver._Method` dataclasses run by :func:`most.solver.run`;
+All three are :class:`~most.Method` dataclasses run by :func:`most.solver.run`;
 each round's plan (``Result.assignment``) is the best-model plan of
 :class:`BestModelAssignment`. The TCH / STCH / SoM-gradient combiners ignore the weights
 and work from the losses the loop passes them. The values of the three scalarisations are
@@ -94,6 +94,7 @@ Examples:
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, Sequence
 
@@ -104,13 +105,14 @@ from torch import Tensor
 from .._validation import check_non_negative, check_positive, check_positive_int
 from ..methods import Assignment, Combiner, GammaWeights, WeightedSum
 from ..problem import Problem
-from ..solver import _Method
+from ..solver import Method
 
 __all__ = [
     "TCHSet",
     "STCHSet",
     "SumOfMinimum",
     "BestModelAssignment",
+    "SetCombiner",
     "TCHSetCombiner",
     "STCHSetCombiner",
     "SumOfMinimumCombiner",
@@ -268,8 +270,25 @@ class BestModelAssignment(Assignment):
         return torch.nn.functional.one_hot(losses.min(1).indices, m).to(losses) / n
 
 
+class SetCombiner(Combiner):
+    """A set scalarisation's gradient as coefficients on the Jacobian rows: model j moves along
+    ``sum_i c[j, i] grad L_i(theta_j)`` with ``c = coefficients(losses)`` from the model-major
+    losses ``[m, n]`` alone (the weights are ignored). The federated
+    :class:`most.federated.methods.SetScalarization` plans with :meth:`coefficients`."""
+
+    linear: ClassVar[bool] = True  # coefficients from the losses
+    centralised_only: ClassVar[bool] = True
+
+    @abstractmethod
+    def coefficients(self, losses: Tensor) -> Tensor:
+        """``c [m, n]`` for the model-major losses ``[m, n]``."""
+
+    def linear_coefficients(self, weights, losses):
+        return self.coefficients(losses)
+
+
 @dataclass(frozen=True)
-class TCHSetCombiner(Combiner):
+class TCHSetCombiner(SetCombiner):
     """The TCH-Set subgradient as coefficients on the Jacobian rows (the weights are ignored).
 
     ``preference`` / ``ideal``: tuples with one value per objective, or ``None`` for ones /
@@ -278,9 +297,6 @@ class TCHSetCombiner(Combiner):
 
     preference: tuple[float, ...] | None = None
     ideal: tuple[float, ...] | None = None
-
-    linear: ClassVar[bool] = True  # coefficients from the losses
-    centralised_only: ClassVar[bool] = True
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -296,12 +312,9 @@ class TCHSetCombiner(Combiner):
         coeff = self.coefficients(losses).to(jacobian)
         return torch.einsum("mn,mnd->md", coeff, jacobian), coeff
 
-    def linear_coefficients(self, weights, losses):
-        return self.coefficients(losses)
-
 
 @dataclass(frozen=True)
-class STCHSetCombiner(Combiner):
+class STCHSetCombiner(SetCombiner):
     """The STCH-Set gradient as coefficients on the Jacobian rows (the weights are ignored).
 
     ``smoothing`` is mu > 0; see the module docstring for the coefficients.
@@ -313,9 +326,6 @@ class STCHSetCombiner(Combiner):
 
     def __post_init__(self):
         check_positive(self.smoothing, name="smoothing")
-
-    linear: ClassVar[bool] = True  # coefficients from the losses
-    centralised_only: ClassVar[bool] = True
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -332,16 +342,10 @@ class STCHSetCombiner(Combiner):
         direction = torch.einsum("mn,mnd->md", coeff, jacobian.to(torch.float64))
         return direction.to(jacobian.dtype), coeff.to(jacobian.dtype)
 
-    def linear_coefficients(self, weights, losses):
-        return self.coefficients(losses)
-
 
 @dataclass(frozen=True)
-class SumOfMinimumCombiner(Combiner):
+class SumOfMinimumCombiner(SetCombiner):
     """The gradient of ``F_SoM / n``: coefficient ``1/n`` on ``(argmin_k F[k, i], i)``; weights ignored."""
-
-    linear: ClassVar[bool] = True  # coefficients from the losses
-    centralised_only: ClassVar[bool] = True
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -352,9 +356,6 @@ class SumOfMinimumCombiner(Combiner):
             raise ValueError("SumOfMinimumCombiner needs the losses [m, n] (the round loop passes them as `losses=`).")
         coeff = self.coefficients(losses).to(jacobian)
         return torch.einsum("mn,mnd->md", coeff, jacobian), coeff
-
-    def linear_coefficients(self, weights, losses):
-        return self.coefficients(losses)
 
 
 # ============================================================================ seeding
@@ -416,7 +417,7 @@ def _with_ridge(problem: Problem, rho: float) -> Problem:
 
 # ============================================================================ methods
 @dataclass(frozen=True)
-class _SetScalarization(_Method):
+class _SetScalarization(Method):
     """Shared fields and checks of TCH-Set and STCH-Set."""
 
     preference: Sequence[float] | Tensor | None = None
@@ -473,7 +474,7 @@ class STCHSet(_SetScalarization):
 
 
 @dataclass(frozen=True)
-class SumOfMinimum(_Method):
+class SumOfMinimum(Method):
     """Sum-of-minimum optimisation (Ding et al., ICML 2024): minimise ``sum_i min_k f_i(x_k)``.
 
     Args:

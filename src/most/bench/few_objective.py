@@ -53,7 +53,7 @@ from ..metrics import best_hypervolume_2d, hypervolume
 from ..optim import Adam
 from ..problem import Problem
 from ..problems import load_german_credit, zafar_synthetic, zdt
-from ..solver import MGDA, Linearization, MosT, _Method, fit_batch
+from ..solver import MGDA, Linearization, MosT, Method, fit_batch
 
 __all__ = ["FewObjectiveConfig", "METHODS", "run_benchmark", "ZDT_PROBLEMS", "FAIRNESS_PROBLEMS"]
 
@@ -70,7 +70,7 @@ class _Spec:
     """How to build one method: ``build(n_models, rounds, lr, seed, ideal, variant) -> method`` (a
     centralised method: ``method.fit(problem)``, or with others in :func:`~most.fit_batch`)."""
 
-    build: Callable[..., _Method]
+    build: Callable[..., Method]
     variants: tuple = (None,)  # extra hyper-parameter choices searched on validation (fairness)
 
 
@@ -100,7 +100,7 @@ def _most_paper(n_models, rounds, lr, seed, ideal, variant):
 
 
 @dataclass(frozen=True)
-class _PlainMosT(_Method):
+class _PlainMosT(Method):
     """MosT on the problem's own objectives, without the check that refuses m > n (the row that
     shows why the extension is needed): the exact transport, majority shares, min-norm."""
 
@@ -198,7 +198,7 @@ def _hv(points: np.ndarray, ref) -> tuple[float, int]:
     return float(r), int(r.outside)
 
 
-def _zdt_method(config: FewObjectiveConfig, name: str, method: str, seed: int) -> _Method:
+def _zdt_method(config: FewObjectiveConfig, name: str, method: str, seed: int) -> Method:
     return METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
 
 
@@ -218,7 +218,7 @@ def _fairness_data(name: str, config: FewObjectiveConfig):
     return parts, _random_init(parts["train"].problem()), parts["val"].problem(), parts["test"].problem()
 
 
-def _fairness_method(config: FewObjectiveConfig, name: str, method: str, seed: int, lr: float, variant) -> _Method:
+def _fairness_method(config: FewObjectiveConfig, name: str, method: str, seed: int, lr: float, variant) -> Method:
     return METHODS[method].build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
 
 

@@ -506,8 +506,7 @@ def _check_sizes(run: RunSpec, objects: dict) -> None:
     problem = method.prepare(train, seeded(method.seed + 7919))
     assignment, _, combiner = method.components()
     assignment.reset(problem.n_objectives, method.n_models, seeded(method.seed))
-    if hasattr(combiner, "resolve"):  # a parameter's name, e.g. MinNorm(coordinates="last")
-        combiner.resolve(problem.coordinates)
+    combiner.resolve(problem.coordinates)  # a parameter's name, e.g. MinNorm(coordinates="last")
 
 
 def _load_data(run: RunSpec) -> dict[str, Any]:

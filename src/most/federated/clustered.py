@@ -35,6 +35,8 @@ class GroupAssignment(Assignment):
     """A fixed hard plan from known groups: client i goes, whole, to model ``groups[i]``
     (``Gamma[i, groups[i]] = 1/n``)."""
 
+    fixed: ClassVar[bool] = True
+
     def __init__(self, groups):
         self.groups = _check_groups(groups, None, "Oracle")
 
@@ -97,6 +99,8 @@ class Oracle(FederatedMethod):
 class ClusterAssignment(Assignment):
     """Each client, whole, to its cluster's model (``Gamma[i, c_i] = 1/n``). Every client starts
     in cluster 0; :class:`CFL` changes :attr:`labels` when it splits a cluster."""
+
+    fixed: ClassVar[bool] = True
 
     def __init__(self):
         self.labels: Tensor | None = None

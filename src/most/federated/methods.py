@@ -476,7 +476,7 @@ class FederatedMethod:
         """Called once before the first round: fixes the components' randomness and resolves a
         combiner's parameter name against ``model``."""
         assignment, weighting, combiner = self.components()
-        if model is not None and hasattr(combiner, "resolve"):
+        if model is not None:
             combiner = combiner.resolve(model.coordinates)
         assignment.reset(n, m, generator)
         self._parts = (assignment, weighting, combiner)
@@ -494,9 +494,8 @@ class FederatedMethod:
         ``clients`` are their indices among all n, for assignments fixed for the run)."""
         assignment, weighting, _ = self._components()
         losses = losses.double()
-        fixed = getattr(assignment, "rows", None)
-        if clients is not None and fixed is not None:
-            plan = fixed(clients).to(losses)
+        if clients is not None and assignment.fixed:
+            plan = assignment.rows(clients).to(losses)
         else:
             plan = assignment(losses, round, total, previous=previous)
         return (plan if self.logs_plan else None), weighting(plan).double()
@@ -637,9 +636,12 @@ class SetScalarization(FederatedMethod):
 
     def __post_init__(self):
         super().__post_init__()
+        from ..baselines import SetCombiner
+
         check_component(self.combiner, name="combiner", example="most.baselines.STCHSetCombiner()")
-        if not hasattr(self.combiner, "coefficients"):
-            raise ValueError("`combiner` must have coefficients(losses [m, n]), e.g. most.baselines.STCHSetCombiner().")
+        if not isinstance(self.combiner, SetCombiner):
+            raise ValueError(f"`combiner` must be a most.baselines.SetCombiner (coefficients from the losses [m, n]), "
+                             f"e.g. most.baselines.STCHSetCombiner(); got {self.combiner!r}.")
 
     def components(self):
         return _CoefficientPlan(self.combiner), GammaWeights(), WeightedSum()
@@ -739,9 +741,7 @@ class MosT(FederatedMethod):
                 f"MosT needs at least as many clients as models: {n_clients} clients < {self.n_models} models. "
                 "Use fewer models (n_models) or more clients."
             )
-        check_models = getattr(self._assignment, "check_models", None)
-        if check_models is not None:  # e.g. a capped transport's shares against m
-            check_models(self.n_models)
+        self._assignment.check_models(self.n_models)  # e.g. a capped transport's shares against m
 
     def initial_params(self, model, m, generator):
         if self.warmup_rounds:

@@ -28,6 +28,8 @@ __all__ = ["LocalOnly", "FineTuning", "OwnModelAssignment"]
 class OwnModelAssignment(Assignment):
     """Client i, whole, to model i (``Gamma = I / n``): one model per client."""
 
+    fixed: ClassVar[bool] = True
+
     def __init__(self):
         self._n = 0
 

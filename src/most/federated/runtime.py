@@ -507,10 +507,6 @@ class FederatedResult:
         return {k: sum(log.seconds[k] for log in self.history) for k in self.history[0].seconds}
 
 
-_METHOD_API = ("n_models", "prox_mu", "min_clients", "check", "initial_params", "reset", "plan", "pair_weights",
-               "aggregate")
-
-
 def _describe_type(obj) -> str:
     cls = obj if isinstance(obj, type) else type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
@@ -523,8 +519,7 @@ def _check_method(method) -> None:
         name = method.__name__
         raise TypeError(f"`method` must be a method object, not the class {_describe_type(method)}: call it, "
                         f"e.g. `{name}(n_models=3)`.")
-    missing = [a for a in _METHOD_API if not hasattr(method, a)]
-    if not missing:
+    if isinstance(method, federated_methods.FederatedMethod):
         return
     name = type(method).__name__
     module = type(method).__module__ or ""
@@ -534,7 +529,7 @@ def _check_method(method) -> None:
                    if name in federated_methods.__all__ else
                    f"the federated methods are {', '.join(_federated_method_names())}."))
     else:
-        hint = f" It lacks {', '.join(missing)}."
+        hint = " A method of one's own subclasses most.federated.methods.FederatedMethod."
     raise TypeError(f"`method` must be a federated method of most.federated.methods (e.g. "
                     f"most.federated.methods.MosT(n_models=3)); got {_describe_type(method)}.{hint}")
 
@@ -649,14 +644,8 @@ def _check_parameter_names(method, model: FlatModel) -> None:
     """A component that names a parameter of the model (``MinNorm(coordinates="last")``) is
     resolved now, so a name the model lacks, or a range past its parameters, is refused before
     any work."""
-    components = getattr(method, "components", None)
-    for part in components() if callable(components) else ():
-        if hasattr(part, "resolve"):
-            part = part.resolve(model.coordinates)
-        coordinates = getattr(part, "coordinates", None)
-        if isinstance(coordinates, tuple) and coordinates[1] > model.dim:
-            raise ValueError(f"`coordinates` {coordinates} lie outside the {model.dim} parameters of {model.name}; "
-                             "take them from model.coordinates(name), or name the parameter (e.g. 'last').")
+    _, _, combiner = method.components()
+    combiner.resolve(model.coordinates).check_dim(model.dim, model=model.name)
 
 
 def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size: int) -> None:

@@ -37,6 +37,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.serverapp.strategy import Strategy
 from torch import Tensor
 
+from ..federated.methods import FederatedMethod
 from ..federated.models import FlatModel
 from ..federated.runtime import FederatedConfig, FederatedResult, RoundLog
 from ..federated.server import RoundState, Server
@@ -89,7 +90,7 @@ class MostStrategy(Strategy):
     def __init__(self, method, model: FlatModel, config: FederatedConfig, *, n_clients: int,
                  client_ids: list[str] | None = None, timeout: float | None = 600.0,
                  wait_for_clients: float = 120.0, progress: bool = False):
-        if not hasattr(method, "plan") or not hasattr(method, "aggregate"):
+        if not isinstance(method, FederatedMethod):
             raise ValueError(f"`method` must be a most.federated.methods object; got {type(method).__name__}.")
         if not isinstance(model, FlatModel):
             raise ValueError(f"`model` must be a most.federated.FlatModel; got {type(model).__name__}.")
