@@ -78,7 +78,7 @@ def test_method_styles_give_twenty_colours_none_repeated_and_a_marker_each():
     assert [s["linestyle"] for s in styles[:10]] == ["-"] * 10 and styles[10]["linestyle"] == "--"
     assert all(s["marker"] for s in styles) and styles[0]["marker"] != styles[1]["marker"]
     # markers of lines lying on one another alternate: different offsets for the first methods
-    assert len({plots._markevery(k, 100)[0] for k in range(10)}) == 10
+    assert len({plots.mark_positions(k, 100)[0] for k in range(10)}) == 10
 
 
 def test_assignment_heatmap_groups_objectives_by_largest_share_model(tmp_path):

@@ -26,7 +26,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 
-def _save(fig, path: str | Path | None):
+def save_figure(fig, path: str | Path | None):
     """Saves ``fig`` to ``path`` (if given; the format from its suffix, PNG without one, as
     matplotlib does) whole or not at all: drawn into memory, then written to a temporary file
     that replaces ``path`` (a stopped call never leaves half a figure)."""
@@ -61,7 +61,7 @@ def method_style(k: int) -> dict:
     ``C0`` .. ``C9`` with solid lines, the next ten ten other colours (:data:`PALETTE`) dashed,
     then the palette again dotted, dash-dotted; every method also gets its own marker, so that
     lines lying on top of each other stay apart (draw the markers every few points, staggered by
-    method: :func:`_markevery`)."""
+    method: :func:`mark_positions`)."""
     return {"color": PALETTE[k % len(PALETTE)], "linestyle": _LINESTYLES[(k // 10) % len(_LINESTYLES)],
             "marker": _MARKERS[k % len(_MARKERS)]}
 
@@ -71,7 +71,7 @@ def method_hatch(k: int) -> str:
     return _HATCHES[(k // 10) % len(_HATCHES)]
 
 
-def _markevery(k: int, n_points: int, n_marks: int = 10):
+def mark_positions(k: int, n_points: int, n_marks: int = 10):
     """Where the ``k``-th method's markers go on a line of ``n_points``: about ``n_marks`` of them,
     each method's shifted by a different tenth of the spacing (3/10 more for each method: ten
     methods, ten shifts), so that the markers of lines on top of each other alternate instead of
@@ -80,20 +80,22 @@ def _markevery(k: int, n_points: int, n_marks: int = 10):
     return (int((3 * k) % 10 * step / 10), step)
 
 
-def _zorder(k: int) -> float:
+def line_order(k: int) -> float:
     """Drawing order of the ``k``-th method's line: the first methods (the main ones, listed
     first) on top, where lines coincide."""
     return 2.0 + 1.0 / (k + 1)
 
 
-def _legend(ax, **kwargs) -> None:
+def legend_outside(ax, **kwargs) -> None:
     """The legend beside the axes (upper right, outside), so that it never covers a line or a bar,
     whatever the number of entries (``kwargs`` go to ``ax.legend``: ``handles``, ``labels``, ...)."""
     kwargs = {"fontsize": 8, **kwargs, "loc": "upper left", "bbox_to_anchor": (1.01, 1.0), "borderaxespad": 0.0}
     ax.legend(frameon=False, **kwargs)
 
 
-def _values(v, name: str) -> np.ndarray:
+def as_series(v, name: str) -> np.ndarray:
+    """``v`` (a sequence of numbers or a 1-D tensor) as a float array; ``name`` is the argument's
+    name in the error for anything else."""
     if isinstance(v, torch.Tensor):
         v = v.detach().cpu().double().numpy()
     a = np.asarray(v, dtype=float)
@@ -102,7 +104,8 @@ def _values(v, name: str) -> np.ndarray:
     return a
 
 
-def _nonempty(mapping: Mapping, name: str) -> None:
+def check_nonempty(mapping: Mapping, name: str) -> None:
+    """Refuses an empty mapping of methods to values (a figure of nothing)."""
     if not mapping:
         raise ValueError(f"`{name}` must map at least one method name to its values; got an empty mapping.")
 
@@ -120,22 +123,22 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
             method name -> its own x values; default ``0 .. len - 1`` per method.
         log: logarithmic y axis (e.g. for losses).
     """
-    _nonempty(series, "series")
+    check_nonempty(series, "series")
     fig, ax = plt.subplots(figsize=(5.8, 3.8))
     for k, (name, values) in enumerate(series.items()):
-        v = _values(values, f"series[{name!r}]")
+        v = as_series(values, f"series[{name!r}]")
         own = isinstance(x, Mapping)
         if own and name not in x:
             raise ValueError(f"`x` has no entry for {name!r}.")
-        xs = np.arange(len(v)) if x is None else _values(x[name], f"x[{name!r}]") if own else _values(x, "x")
+        xs = np.arange(len(v)) if x is None else as_series(x[name], f"x[{name!r}]") if own else as_series(x, "x")
         if len(xs) != len(v):
             where = f"x[{name!r}]" if own else "x"
             raise ValueError(f"`{where}` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")
         style = method_style(k)
         color = style["color"]
-        ax.plot(xs, v, lw=1.6, ms=4, markevery=_markevery(k, len(v)), zorder=_zorder(k), label=name, **style)
+        ax.plot(xs, v, lw=1.6, ms=4, markevery=mark_positions(k, len(v)), zorder=line_order(k), label=name, **style)
         if std is not None and name in std:
-            s = _values(std[name], f"std[{name!r}]")
+            s = as_series(std[name], f"std[{name!r}]")
             if len(s) != len(v):
                 raise ValueError(f"`std[{name!r}]` has {len(s)} entries but `series[{name!r}]` has {len(v)}.")
             ax.fill_between(xs, v - s, v + s, color=color, alpha=0.2, lw=0)
@@ -147,9 +150,9 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
         ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    _legend(ax)
+    legend_outside(ax)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def training_curves(series: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "",
@@ -194,7 +197,7 @@ def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", sort
         ax.set_yticks([])
     ax.set_title(title)
     fig.colorbar(im, ax=ax, label="share Γᵢⱼ / αᵢ")
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _profile_data(v, name: str, higher_is_better: bool) -> np.ndarray:
@@ -243,7 +246,7 @@ def profile(values: Mapping[str, Sequence[float]], *, ylabel: str = "", title: s
         [40.0, 50.0, 70.0]
         >>> plt.close(fig)
     """
-    _nonempty(values, "values")
+    check_nonempty(values, "values")
     data = {name: _profile_data(v, f"values[{name!r}]", higher_is_better) * (100.0 if percent else 1.0)
             for name, v in values.items()}
     lo = min(float(a.min()) for a in data.values())
@@ -256,8 +259,8 @@ def profile(values: Mapping[str, Sequence[float]], *, ylabel: str = "", title: s
         x = 100.0 * (np.arange(n) + 0.5) / n
         mean = a.mean(0)
         style = method_style(k)
-        ax.plot(x, mean, drawstyle="steps-mid", lw=1.6, ms=4, markevery=_markevery(k, n, 12), label=name,
-                zorder=_zorder(k), **style)
+        ax.plot(x, mean, drawstyle="steps-mid", lw=1.6, ms=4, markevery=mark_positions(k, n, 12), label=name,
+                zorder=line_order(k), **style)
         if len(a) > 1:
             std = a.std(0, ddof=1)
             # within the values' range: a band past 100 % or below the smallest value means nothing
@@ -278,9 +281,9 @@ def profile(values: Mapping[str, Sequence[float]], *, ylabel: str = "", title: s
         title = f"{title}\n(mean at each rank over seeds, band ± std)" if title else "mean over seeds, band ± std"
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both" if log else "major")
-    _legend(ax)
+    legend_outside(ax)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _mean_std(v, where: str) -> tuple[float, float]:
@@ -311,7 +314,7 @@ def grouped_bars(table: Mapping[str, Mapping[str, float]], keys: Sequence[str], 
         annotate: write each bar's value above it.
         percent: the values are fractions, drawn in %.
     """
-    _nonempty(table, "table")
+    check_nonempty(table, "table")
     for name, row in table.items():
         missing = [k for k in keys if k not in row]
         if missing:
@@ -340,9 +343,9 @@ def grouped_bars(table: Mapping[str, Mapping[str, float]], keys: Sequence[str], 
     ax.set_title(title)
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3, axis="y")
-    _legend(ax)
+    legend_outside(ax)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def per_objective_bars(values: Mapping[str, Sequence[float]], *, ylabel: str, title: str = "", path=None):
@@ -353,14 +356,14 @@ def per_objective_bars(values: Mapping[str, Sequence[float]], *, ylabel: str, ti
     for k, (name, v) in enumerate(values.items()):
         v = np.sort(np.asarray(v, dtype=float))[::-1]
         ax.plot(np.arange(len(v)), v, drawstyle="steps-mid", label=name, lw=1.6, ms=4,
-                markevery=_markevery(k, len(v)), zorder=_zorder(k), **method_style(k))
+                markevery=mark_positions(k, len(v)), zorder=line_order(k), **method_style(k))
     ax.set_xlabel("objectives, worst to best")
     ax.set_ylabel(ylabel)
     ax.set_yscale("log")
     ax.set_title(title)
     ax.grid(alpha=0.3)
-    _legend(ax)
-    return _save(fig, path)
+    legend_outside(ax)
+    return save_figure(fig, path)
 
 
 def _grid(k: int):
@@ -378,7 +381,7 @@ def _finish_panels(fig, axes, labels, title, path):
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None, reference=None,

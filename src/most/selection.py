@@ -137,7 +137,7 @@ class ModelCountSelection:
         ax.grid(alpha=0.3)
         ax.legend(frameon=False)
         fig.tight_layout()
-        return plots._save(fig, path)
+        return plots.save_figure(fig, path)
 
 
 def elbow_threshold(scores: dict[int, float], tolerance: float) -> float:

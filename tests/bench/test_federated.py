@@ -415,14 +415,14 @@ def test_figures_of_full_results_draw_the_profile_bars_with_errors_and_gamma(tmp
     import matplotlib.pyplot as plt
     from matplotlib.container import BarContainer
 
-    from most.bench.federated import _figures
+    from most.bench.federated import draw_figures
 
     results = _fake_results()
     figs = []
     real_close = plt.close
     plt.close = lambda fig=None: figs.append(fig) or real_close(fig)  # the figures as they are closed
     try:
-        written = _figures(results, tmp_path)
+        written = draw_figures(results, tmp_path)
     finally:
         plt.close = real_close
     # the counts per model never change (4 clients on each of 3 models): no assignment stack
@@ -445,20 +445,20 @@ def test_figures_of_full_results_draw_the_profile_bars_with_errors_and_gamma(tmp
     assert ax_d.get_ylim()[0] == 0 and np.all(np.diff(ax_d.get_lines()[1].get_ydata()) >= 0)
 
     varying = _fake_results(constant_counts=False)
-    assert "assignment_stack.png" in _figures(varying, tmp_path / "varying")
+    assert "assignment_stack.png" in draw_figures(varying, tmp_path / "varying")
 
 
 def test_figures_of_compact_results_draw_what_the_runs_keep(tmp_path):
     """Runs without curves, keeping only their last plan: the per-client profile and the worst-k
     bars (from the runs' summaries), the rest left out without an error."""
-    from most.bench.federated import _figures
+    from most.bench.federated import draw_figures
 
     results = _fake_results(compact=True)
-    assert _figures(results, tmp_path) == ["per_client.png", "worst_k.png"]
+    assert draw_figures(results, tmp_path) == ["per_client.png", "worst_k.png"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["per_client.png", "worst_k.png"]
     for run in results["methods"]["MosT"]["runs"]:
         del run["plans"]  # older compact files: no plans at all
-    assert _figures(results, tmp_path / "older") == ["per_client.png", "worst_k.png"]
+    assert draw_figures(results, tmp_path / "older") == ["per_client.png", "worst_k.png"]
 
 
 def test_figures_draw_the_main_methods_first_then_the_tables_others():

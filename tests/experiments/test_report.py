@@ -243,7 +243,7 @@ def test_a_figure_is_not_left_half_written_when_saving_fails(tmp_path, monkeypat
 
     monkeypatch.setattr(fig, "savefig", broken)
     with pytest.raises(OSError):
-        plots._save(fig, target)
+        plots.save_figure(fig, target)
     assert target.read_bytes() == b"old figure"
     plt.close(fig)
 
@@ -252,7 +252,7 @@ def test_a_figure_path_without_suffix_gets_the_default_format(tmp_path):
     from most import plots
 
     fig = plt.figure()
-    plots._save(fig, tmp_path / "fig")
+    plots.save_figure(fig, tmp_path / "fig")
     plt.close(fig)
     assert (tmp_path / "fig.png").stat().st_size > 100
 

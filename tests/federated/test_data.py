@@ -24,7 +24,7 @@ from most.federated import (
     mixture_synthetic,
 )
 from most._paths import resolve_dir
-from most.federated.data import FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, _split_counts
+from most.federated.data import FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, split_counts
 
 FEMNIST_DIR = SHARED_DATA / "femnist_leaf_sf005"
 needs_femnist = pytest.mark.skipif(
@@ -132,9 +132,9 @@ def test_subset_and_summary():
 
 
 def test_split_counts():
-    assert _split_counts(100, (0.6, 0.2, 0.2)) == [60, 20, 20]
+    assert split_counts(100, (0.6, 0.2, 0.2)) == [60, 20, 20]
     for n in range(0, 40):
-        counts = _split_counts(n, (0.6, 0.2, 0.2))
+        counts = split_counts(n, (0.6, 0.2, 0.2))
         assert sum(counts) == n
         assert all(abs(c - n * f) < 1 for c, f in zip(counts, (0.6, 0.2, 0.2)))
 
@@ -408,7 +408,7 @@ def test_fashion_tiny_idx_round_trip(tmp_path):
     assert torch.equal(code // 20, y)  # images keep their labels
     assert int((code % 20).sum()) == 20  # the 20 t10k images are pooled in
     for c in data.clients:
-        assert [c.n_train, c.n_val, c.n_test] == _split_counts(c.n_samples, (0.6, 0.2, 0.2))
+        assert [c.n_train, c.n_val, c.n_test] == split_counts(c.n_samples, (0.6, 0.2, 0.2))
     sub = load_fashion_mnist(tmp_path, n_clients=4, samples_per_client=5, concentration=100.0)
     assert sum(sub.sizes("all")) == 20
     with pytest.raises(ValueError, match="exceeds the 80"):

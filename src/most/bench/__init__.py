@@ -50,7 +50,7 @@ class SuiteConfig:
     _known: ClassVar[Mapping] = {}
     _default_methods: ClassVar[tuple[str, ...] | None] = None
     #: fields a call may change and still reuse the finished runs of an earlier call (it adds runs)
-    _resume_free: ClassVar[tuple[str, ...]] = ("methods", "seeds", "out", "progress")
+    resume_free: ClassVar[tuple[str, ...]] = ("methods", "seeds", "out", "progress")
 
     def __post_init__(self):
         if not self.methods:
@@ -63,7 +63,7 @@ class SuiteConfig:
 
     def settings(self, **extra) -> dict:
         """What the runs depend on (the fields but those a resumed call may change), with ``extra``."""
-        return {**{k: v for k, v in self.plain().items() if k not in self._resume_free}, **extra}
+        return {**{k: v for k, v in self.plain().items() if k not in self.resume_free}, **extra}
 
 
 def mean_std(values, scale: float = 1.0) -> str:

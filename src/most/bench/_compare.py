@@ -45,7 +45,7 @@ def paired_rows(name: str, variant: dict[int, dict], methods: dict, seeds: list[
             if len(seeds) < 2 or not all(key in runs[s] and key in variant[s] for s in seeds):
                 cells.append("–")  # no interval from one seed, or a run older than the loss pick
                 continue
-            cells.append(fb._paired_cell(ev.paired_difference([variant[s][key] for s in seeds],
+            cells.append(fb.paired_cell(ev.paired_difference([variant[s][key] for s in seeds],
                                                               [runs[s][key] for s in seeds])))
         lines.append(f"| {other} | " + " | ".join(cells) + " |")
     return lines

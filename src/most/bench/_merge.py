@@ -117,7 +117,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         if dest["config"].get("server_lrs_by_method") or name in grids:
             _record_grids(dest["config"], {**fb.method_grids(dest),
                                            name: grids.get(name, list(dest["config"]["server_lrs"]))})
-    fb._summarise(dest)
+    fb.add_summaries(dest)
     return list(runs) + added_more
 
 
@@ -134,7 +134,7 @@ def restrict(results: dict, methods: list[str]) -> dict:
     _record_grids(out["config"], {name: grids[name] for name in methods})
     for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
         out.pop(key, None)
-    fb._summarise(out)
+    fb.add_summaries(out)
     return out
 
 
@@ -155,7 +155,7 @@ def rename(results: dict, old: str, new: str) -> None:
         results["picks"][new] = results["picks"].pop(old)
     for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
         results.pop(key, None)
-    fb._summarise(results)
+    fb.add_summaries(results)
 
 
 def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None = None,
@@ -193,7 +193,7 @@ def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None 
     target = dest if out is None else Path(out)
     if out is not None:
         joined["config"]["out"] = str(target)
-    write_results(joined, target, fb._figures, fb.table_markdown, split=split_curves)
+    write_results(joined, target, fb.draw_figures, fb.table_markdown, split=split_curves)
     return added
 
 

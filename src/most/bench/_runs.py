@@ -23,7 +23,7 @@ from typing import Callable, Iterator
 
 from .._env import environ
 from ..checkpoint import differing_paths, fingerprint
-from ..experiments.spec import _safe
+from ..experiments.spec import safe_name
 from ..experiments.store import CorruptFileError, RunFolder, WriterLock, check_no_links, dumps
 
 #: the folder of a suite's run folders, in its output folder
@@ -48,8 +48,8 @@ def folder_name(*parts) -> str:
     by ``_``. ``folder_name("zdt1", ("MGDA", ("lr", 0.01)), "seed0")`` is ``zdt1/MGDA_lr=0.01/seed0``."""
     def one(part) -> str:
         if isinstance(part, str):
-            return _safe(part)
-        return "_".join(one(p) if isinstance(p, str) else _safe(f"{p[0]}={_value(p[1])}") for p in part)
+            return safe_name(part)
+        return "_".join(one(p) if isinstance(p, str) else safe_name(f"{p[0]}={_value(p[1])}") for p in part)
 
     return "/".join(one(part) for part in parts)
 

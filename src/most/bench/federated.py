@@ -196,7 +196,7 @@ class FederatedBenchConfig(SuiteConfig):
 
     _known = METHODS
     _default_methods = DEFAULT_METHODS
-    _resume_free = SuiteConfig._resume_free + ("server_lrs",)  # a resumed call may add server steps
+    resume_free = SuiteConfig.resume_free + ("server_lrs",)  # a resumed call may add server steps
 
     def __post_init__(self):
         super().__post_init__()
@@ -216,18 +216,18 @@ class FederatedBenchConfig(SuiteConfig):
             if self.dataset != "fashion":
                 raise ValueError(f"`rotation_groups` turns Fashion-MNIST's images; it does not apply to "
                                  f"{self.dataset!r} (use --dataset fashion).")
-            from ..federated.data._fashion_mnist import _quarter_turns
+            from ..federated.data import quarter_turns
 
-            _quarter_turns(tuple(self.rotation_groups), 100)  # the loader's check, before any work
+            quarter_turns(tuple(self.rotation_groups), 100)  # the loader's check, before any work
         if self.label_groups:
             if self.dataset != "fashion":
                 raise ValueError(f"`label_groups` relabels Fashion-MNIST's clients; it does not apply to "
                                  f"{self.dataset!r} (use --dataset fashion).")
             if self.rotations > 1 or self.rotation_groups:
                 raise ValueError("Give rotation groups (image groups) or `label_groups` (concept groups), not both.")
-            from ..federated.data._fashion_mnist import _label_groups
+            from ..federated.data import label_groups_of
 
-            _label_groups(tuple(self.label_groups), sum(self.label_groups), 0)  # the loader's check, before any work
+            label_groups_of(tuple(self.label_groups), sum(self.label_groups), 0)  # the loader's check, before any work
         if not (isinstance(self.concentration, (int, float)) and not isinstance(self.concentration, bool)
                 and math.isfinite(self.concentration) and self.concentration > 0):
             raise ValueError(f"`concentration` must be a positive number; got {self.concentration!r}.")
@@ -440,8 +440,8 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
             best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
             best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
             results["methods"][name]["runs"].append(best)
-    _summarise(results)
-    return write_results(results, config.out, _figures, table_markdown, split=split_curves)
+    add_summaries(results)
+    return write_results(results, config.out, draw_figures, table_markdown, split=split_curves)
 
 
 def _make(config: FederatedBenchConfig, task: tuple, loaded: list) -> dict:
@@ -492,7 +492,7 @@ _VALIDATION_PICK = F.FederatedMethod.pick
 _GROUP_KEYS = ("group_ari", "group_ari_loss_pick")
 
 
-def _summarise(results: dict) -> None:
+def add_summaries(results: dict) -> None:
     for entry in results["methods"].values():
         runs = entry["runs"]
         for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS + _GROUP_KEYS + ("seconds",):
@@ -539,11 +539,11 @@ def table_markdown(results: dict) -> str:
         cells = [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if math.isfinite(e[k]["mean"]) else "–"
                  for k in _KEYS[:-1]]
         cells.append(f"{e['prediction_kl']['mean']:.3g}" if math.isfinite(e["prediction_kl"]["mean"]) else "–")
-        cells.append(_paired_cell(results.get("paired_vs_most", {}).get(name)))
+        cells.append(paired_cell(results.get("paired_vs_most", {}).get(name)))
         if loss_pick:
             cells.append(f"{100 * e['mean_loss_pick']['mean']:.2f} ± {100 * e['mean_loss_pick']['std']:.2f}"
                          if "mean_loss_pick" in e else "–")
-            cells.append(_paired_cell(results.get("paired_vs_most_loss_pick", {}).get(name)))
+            cells.append(paired_cell(results.get("paired_vs_most_loss_pick", {}).get(name)))
         if pooled:
             cells += [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if k in e else "–" for k in _POOLED_KEYS]
         if groups:
@@ -611,7 +611,7 @@ def _grid_edge_note(results: dict) -> list[str]:
                     "`benchmarks/merge_federated.py` joins a run over the new steps to these results."]
 
 
-def _paired_cell(p: dict | None) -> str:
+def paired_cell(p: dict | None) -> str:
     if p is None:
         return "–"
     mark = " ✓" if p["significant"] and p["mean"] > 0 else (" ✗" if p["significant"] else "")
@@ -626,7 +626,7 @@ def _main_methods(names: list[str], k: int = 6) -> list[str]:
     return ([n for n in names if n in _MAIN] + [n for n in names if n not in _MAIN])[:k]
 
 
-def _figures(results: dict, out: Path) -> list[str]:
+def draw_figures(results: dict, out: Path) -> list[str]:
     """The figures of a results folder (their file names, in ``out``), from what the runs hold.
 
     * ``per_client.png`` -- each method's per-client test accuracy (%) sorted worst to best,
@@ -648,13 +648,13 @@ def _figures(results: dict, out: Path) -> list[str]:
         return []
     import matplotlib.pyplot as plt  # after `figures`, which sets the Agg backend
 
-    from ..plots import _save
+    from ..plots import save_figure
 
     written = []
     label = results["label"]
 
     def save(fig, name):
-        _save(fig, out / name)
+        save_figure(fig, out / name)
         plt.close(fig)  # a long-lived process (a notebook, a merge of many folders) keeps no figure open
         written.append(name)
 

@@ -172,7 +172,7 @@ class FewObjectiveConfig(SuiteConfig):
     progress: bool = True
 
     _known = METHODS
-    _resume_free = SuiteConfig._resume_free + ("problems",)  # a resumed call may add problems
+    resume_free = SuiteConfig.resume_free + ("problems",)  # a resumed call may add problems
 
     def __post_init__(self):
         super().__post_init__()

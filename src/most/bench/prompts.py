@@ -114,7 +114,7 @@ class PromptsConfig(SuiteConfig):
     progress: bool = True
 
     _known = METHODS
-    _resume_free = SuiteConfig._resume_free + ("tasks",)  # a resumed call may add tasks
+    resume_free = SuiteConfig.resume_free + ("tasks",)  # a resumed call may add tasks
 
     def __post_init__(self):
         super().__post_init__()
@@ -249,7 +249,7 @@ def _figures(results: dict, out: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import _legend, _save, grouped_bars
+    from ..plots import grouped_bars, legend_outside, save_figure
 
     runs = results["runs"]
     tasks = list(dict.fromkeys(r["task"] for r in runs))
@@ -262,8 +262,8 @@ def _figures(results: dict, out: Path) -> list[str]:
     majority = [100 * np.mean([r["majority"] for r in runs if r["task"] == t]) for t in tasks]
     ax.hlines(majority, np.arange(len(tasks)) - 0.4, np.arange(len(tasks)) + 0.4, colors="k", linestyles="--",
               label="majority class", zorder=3)  # across each task's bars
-    _legend(ax)
+    legend_outside(ax)
     path = out / "accuracy.png"
-    _save(fig, path)
+    save_figure(fig, path)
     plt.close(fig)
     return [str(path)]

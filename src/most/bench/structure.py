@@ -342,7 +342,7 @@ class StructureConfig(SuiteConfig):
     progress: bool = True
 
     _known = METHODS
-    _resume_free = SuiteConfig._resume_free + ("cases",)  # a resumed call may add settings
+    resume_free = SuiteConfig.resume_free + ("cases",)  # a resumed call may add settings
 
     def __post_init__(self):
         super().__post_init__()
@@ -475,7 +475,7 @@ def _figures(results: dict, out: Path) -> list[str]:
         ax.set_ylabel("ratio to the oracle")
     fig.suptitle(f"Mean best loss / the oracle's (dashed: {THRESHOLD}×), one point per seed", fontsize=10)
     fig.tight_layout()
-    plots._save(fig, out / "ratio.png")
+    plots.save_figure(fig, out / "ratio.png")
     plt.close(fig)
     return ["ratio.png"]
 

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .report import _experiments, _group_of, _group_order
+from .report import experiments_of, group_of, group_order
 from .spec import FEDERATED
 from .store import CorruptFileError, RunFolder, check_not_linked
 
@@ -37,7 +37,7 @@ __all__ = ["plot"]
 def _save(fig, base: Path, formats, written: list[str]) -> None:
     import matplotlib.pyplot as plt
 
-    from ..plots import _save as save
+    from ..plots import save_figure as save
 
     for fmt in formats:
         path = base.with_name(f"{base.name}.{fmt}")  # not with_suffix: "lr=2.0" and "lr=2.5" stay apart
@@ -88,7 +88,7 @@ def plot(results_dir: str | os.PathLike, *, out: str | os.PathLike | None = None
     are over every seed. A folder of several experiments gives each experiment's figures apart:
     into its own ``figures`` folder, or ``out/NAME`` with ``out``."""
     root = Path(results_dir)
-    found = _experiments(root)
+    found = experiments_of(root)
     if len(found) == 1:
         folder = root / "figures" if out is None else Path(out)
         check_not_linked(root if out is None else folder, folder)
@@ -128,8 +128,8 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
     kind = runs[0][1].get("kind")
     by_group: dict[str, list[tuple[RunFolder, dict, dict]]] = {}
     for run in runs:
-        by_group.setdefault(_group_of(run), []).append(run)
-    by_group = {g: by_group[g] for g in _group_order(root, list(by_group))}
+        by_group.setdefault(group_of(run), []).append(run)
+    by_group = {g: by_group[g] for g in group_order(root, list(by_group))}
     metrics = {g: [_metrics(f, r) for f, _, r in rs] for g, rs in by_group.items()}
     shown = _shown(by_group, seed)
     which = "first seed" if seed is None else f"seed {seed}"

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..checkpoint import atomic_write_text
-from .spec import FEDERATED, _safe
+from .spec import FEDERATED, safe_name
 from .store import CorruptFileError, RunFolder, check_not_linked, load_runs, seedless
 
 __all__ = ["report", "summary_table"]
@@ -45,7 +45,7 @@ COLUMNS = {
 Run = tuple[RunFolder, dict, "dict | None"]
 
 
-def _group_order(root: Path, groups: list[str]) -> list[str]:
+def group_order(root: Path, groups: list[str]) -> list[str]:
     """Groups in the order of the experiment (methods, then sweep values), else as found."""
     order: list[str] = []
     index = root / "experiment.json"
@@ -84,10 +84,10 @@ def _checked(run: Run) -> Run:
     return folder, config, result
 
 
-def _group_of(run: Run) -> str:
+def group_of(run: Run) -> str:
     folder, config, _ = run
     group = config.get("group")
-    if isinstance(group, str) and folder.path.parent.parent.name == "runs" and _safe(group) != folder.path.parent.name:
+    if isinstance(group, str) and folder.path.parent.parent.name == "runs" and safe_name(group) != folder.path.parent.name:
         raise CorruptFileError(folder.config_file, f"it is the configuration of group {group!r}, but it lies in "
                                f"the folder of {folder.path.parent.name!r} (copied from another run?)")
     return group if isinstance(group, str) else folder.path.parent.name
@@ -114,7 +114,7 @@ def _check_group_configs(group: str, runs: list[Run]) -> None:
             )
 
 
-def _experiments(results_dir: str | os.PathLike) -> dict[Path, list[Run]]:
+def experiments_of(results_dir: str | os.PathLike) -> dict[Path, list[Run]]:
     """The runs under ``results_dir`` by experiment folder (the folder holding ``runs/``), in the
     order found; one entry for an experiment's folder (or a folder inside one)."""
     root = Path(results_dir)
@@ -136,7 +136,7 @@ def summary_table(results_dir: str | os.PathLike) -> dict:
     holds one experiment (``results/NAME``); for a folder of several, a ``ValueError`` lists them.
     """
     root = Path(results_dir)
-    found = _experiments(root)
+    found = experiments_of(root)
     if len(found) > 1:
         names = ", ".join(str(home.relative_to(root)) for home in found)
         raise ValueError(f"{root} holds {len(found)} experiments ({names}); make the table of one of them.")
@@ -150,12 +150,12 @@ def _summary(root: Path, runs: list[Run]) -> dict:
     unfinished, kinds = [], set()
     by_group: dict[str, list[Run]] = {}
     for run in runs:
-        by_group.setdefault(_group_of(run), []).append(run)
+        by_group.setdefault(group_of(run), []).append(run)
     for group, members in by_group.items():
         _check_group_configs(group, members)
     for run in runs:
         folder, config, result = run
-        group = _group_of(run)
+        group = group_of(run)
         kinds.add(config.get("kind"))
         if result is None:
             unfinished.append(str(folder.path.relative_to(root)))
@@ -168,7 +168,7 @@ def _summary(root: Path, runs: list[Run]) -> dict:
                 metrics.append(key)
             row.setdefault(key, []).append(math.nan if value is None else float(value))
     groups = {}
-    for group in _group_order(root, list(values)):
+    for group in group_order(root, list(values)):
         groups[group] = {}
         for key in metrics:
             v = np.asarray(values[group].get(key, []), dtype=float)
@@ -209,7 +209,7 @@ def report(results_dir: str | os.PathLike, *, write: bool = True) -> str:
     A folder of several experiments gives one titled table per experiment (the same as
     ``report`` of each), each written to its experiment's folder."""
     root = Path(results_dir)
-    found = _experiments(root)
+    found = experiments_of(root)
     if len(found) == 1:
         return _report(root, _summary(root, next(iter(found.values()))), write=write)
     return "\n".join(_report(home, _summary(home, runs), write=write) for home, runs in found.items())

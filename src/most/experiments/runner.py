@@ -112,13 +112,13 @@ def batch_groups(items: list[tuple[RunSpec, RunFolder]]) -> list[list[tuple[RunS
     """``items`` in groups that can train as one batch (:func:`execute_batch`): in-process
     federated runs with the same data, model and shared settings, and centralised runs on the
     same problem; every other run alone. Groups come in the order of their first run."""
-    from ..federated.runtime import _batch_key
+    from ..federated.runtime import batch_key
 
     groups: dict[object, list] = {}
     for k, (run, folder) in enumerate(items):
         key: object = k
         if run.kind == FEDERATED and run.config.get("engine", "in-process") == "in-process":
-            key = (_data_key(run), _batch_key(run.build_without_data()["config"]))
+            key = (_data_key(run), batch_key(run.build_without_data()["config"]))
         elif run.kind == CENTRALISED:
             key = (CENTRALISED, _data_key(run))
         groups.setdefault(key, []).append((run, folder))

@@ -113,7 +113,7 @@ class RunSpec:
     @property
     def folder(self) -> str:
         """``group/seedN`` with characters safe in file names."""
-        return f"{_safe(self.group)}/seed{self.seed}"
+        return f"{safe_name(self.group)}/seed{self.seed}"
 
     def build_without_data(self) -> dict[str, Any]:
         """The typed objects that need no data: ``method``, and ``config`` (federated). Built once,
@@ -133,7 +133,7 @@ def _short(key: str) -> str:
     return parts[-1] if parts[0] == "methods" else ".".join(parts[-2:]) if len(parts) > 1 else key
 
 
-def _safe(text: str) -> str:
+def safe_name(text: str) -> str:
     safe = re.sub(r"[^A-Za-z0-9._=+-]+", "_", text).strip("_")
     return safe if safe.strip(".") else "run"  # never "", "." or "..": a folder inside runs/
 

@@ -25,7 +25,7 @@ from .._host import to_device
 from .._validation import check_positive, check_positive_int
 from ..methods import Assignment, Support, WeightedSum
 from ..optim import SGD, UpdateRule
-from .data._dataset import _check_groups
+from .data import check_groups
 from .methods import FederatedMethod
 
 __all__ = ["CFL", "Oracle", "GroupAssignment", "ClusterAssignment", "bipartition"]
@@ -38,7 +38,7 @@ class GroupAssignment(Assignment):
     fixed: ClassVar[bool] = True
 
     def __init__(self, groups):
-        self.groups = _check_groups(groups, None, "Oracle")
+        self.groups = check_groups(groups, None, "Oracle")
 
     def __call__(self, losses, round, total, previous=None):
         n, m = losses.shape
@@ -77,7 +77,7 @@ class Oracle(FederatedMethod):
     pick: ClassVar[str] = "its group's model"
 
     def __init__(self, groups, server_lr: float = 1.0, optimizer: UpdateRule | None = None):
-        self.groups = _check_groups(groups, None, "GroupAssignment")
+        self.groups = check_groups(groups, None, "GroupAssignment")
         self.n_models = max(self.groups) + 1
         self.server_lr = server_lr
         self.optimizer = SGD() if optimizer is None else optimizer

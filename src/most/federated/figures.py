@@ -1,7 +1,7 @@
 """Figures for federated experiments (matplotlib, Agg backend, PNG).
 
 Every function returns the :class:`matplotlib.figure.Figure` and saves it when ``path`` is
-given (via :func:`most.plots._save`; parent folders are created). A method keeps the same
+given (via :func:`most.plots.save_figure`; parent folders are created). A method keeps the same
 colour, line style and marker (:func:`most.plots.method_style`, in insertion order) within a
 figure, no two methods alike; legends sit beside the axes, never over a line.
 
@@ -40,8 +40,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ..plots import (  # noqa: E402
-    PALETTE, _legend, _markevery, _nonempty, _save, _values, _zorder, curves, grouped_bars, method_style,
-    profile)
+    PALETTE, as_series, check_nonempty, curves, grouped_bars, legend_outside, line_order, mark_positions, method_style,
+    profile, save_figure)
 
 __all__ = ["profile", "radar", "curves", "worst_k_bars", "assignment_stack", "sparsity_drift", "switch_share",
            "counts_change"]
@@ -65,8 +65,8 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
             fractions).
         fill: shade each method's polygon lightly.
     """
-    _nonempty(per_client, "per_client")
-    data = {name: _values(v, f"per_client[{name!r}]") for name, v in per_client.items()}
+    check_nonempty(per_client, "per_client")
+    data = {name: as_series(v, f"per_client[{name!r}]") for name, v in per_client.items()}
     n = {len(v) for v in data.values()}
     if len(n) != 1:
         raise ValueError(
@@ -100,7 +100,7 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
     ax.grid(alpha=0.35)
     ax.set_title(title, pad=18)
     ax.legend(frameon=False, loc="upper left", bbox_to_anchor=(1.08, 1.0))
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def worst_k_bars(table: Mapping[str, Mapping[str, float]], *, title: str = "", keys: Sequence[str] = WORST_KEYS,
@@ -152,7 +152,7 @@ def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float
         mats.append(a)
     n, m = mats[0].shape
     counts = np.stack([np.bincount(a.argmax(1), minlength=m) for a in mats], axis=1)  # [m, T]
-    xs = np.arange(len(mats)) if rounds is None else _values(rounds, "rounds")
+    xs = np.arange(len(mats)) if rounds is None else as_series(rounds, "rounds")
     if len(xs) != len(mats):
         raise ValueError(f"`rounds` has {len(xs)} entries but there are {len(mats)} plans.")
 
@@ -172,9 +172,9 @@ def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float
     ax.set_xlabel("round")
     ax.set_ylabel("clients (largest-share model)")
     ax.set_title(title)
-    _legend(ax)
+    legend_outside(ax)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)
 
 
 def _owners(plans, where: str) -> np.ndarray:
@@ -242,8 +242,8 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
         start: method/variant -> the round of its first plan (default 0), so that methods with a
             warm-up line up with the others.
     """
-    _nonempty(sparsity, "sparsity")
-    _nonempty(drift, "drift")
+    check_nonempty(sparsity, "sparsity")
+    check_nonempty(drift, "drift")
     switches = switches or {}
     start = start or {}
     names = list(dict.fromkeys([*sparsity, *drift, *switches]))
@@ -257,20 +257,20 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
         n_s = None
 
         def draw(ax, values, where, shift=0, scale=1.0):
-            v = _values(values, where) * scale
+            v = as_series(values, where) * scale
             xs = np.arange(first + shift, first + shift + len(v))
             keep = v > 0 if ax is ax_d and log_drift else np.ones(len(v), bool)
-            (line,) = ax.plot(xs[keep], v[keep], lw=1.4, ms=4, markevery=_markevery(k, int(keep.sum())),
-                              label=name, clip_on=False, zorder=_zorder(k), **style)
+            (line,) = ax.plot(xs[keep], v[keep], lw=1.4, ms=4, markevery=mark_positions(k, int(keep.sum())),
+                              label=name, clip_on=False, zorder=line_order(k), **style)
             handles.setdefault(name, line)
 
         if name in sparsity:
-            n_s = len(_values(sparsity[name], f"sparsity[{name!r}]"))
+            n_s = len(as_series(sparsity[name], f"sparsity[{name!r}]"))
             draw(ax_s, sparsity[name], f"sparsity[{name!r}]", scale=100.0)
         for ax, series, what in ((ax_d, drift, "drift"), (axes[-1] if switches else None, switches, "switches")):
             if ax is None or name not in series:
                 continue
-            v = _values(series[name], f"{what}[{name!r}]")
+            v = as_series(series[name], f"{what}[{name!r}]")
             shift = 1 if n_s is not None and len(v) == n_s - 1 else 0
             if what == "drift" and cumulative:
                 v = np.cumsum(v)
@@ -292,8 +292,8 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
-    _legend(axes[-1], handles=list(handles.values()), labels=list(handles))
+    legend_outside(axes[-1], handles=list(handles.values()), labels=list(handles))
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    return _save(fig, path)
+    return save_figure(fig, path)

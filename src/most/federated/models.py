@@ -89,6 +89,39 @@ class FlatModel:
             return torch.stack([torch.cat([p.detach().reshape(-1) for p in self.factory().parameters()])
                                 for _ in range(m)])
 
+    def template_parameters(self) -> list[Tensor]:
+        """The template module's parameters (its dtypes and devices), detached."""
+        return [p.detach() for p in self._template.parameters()]
+
+    def template_logits(self, x: Tensor) -> Tensor:
+        """The model's logits on ``x`` with its template's parameters, batched as the runtime batches
+        them (``vmap`` over one model); no gradient, no random draw and no buffer of the model is
+        touched. The runtime's check that a model runs on the data's samples."""
+        theta = torch.cat([p.reshape(-1) for p in self.template_parameters()])[None]
+        buffers = {k: b.clone() for k, b in self._buffers.items()}
+
+        def logits(t, inputs):
+            return functional_call(self._template, {**buffers, **self.unflatten(t)}, (inputs,))
+
+        with torch.random.fork_rng(devices=[]), torch.no_grad():
+            return vmap(logits, in_dims=(0, None))(theta, x)[0]
+
+    def input_mismatch(self, shape: tuple[int, ...]) -> str | None:
+        """What the module's first layer takes, in words, when that differs from samples of
+        ``shape`` (``None`` when the sizes agree, or the first layer is not a Linear or Conv)."""
+        for module in self._template.modules():
+            if isinstance(module, nn.Linear):
+                if module.in_features in (shape[-1] if shape else 1, math.prod(shape)):
+                    return None
+                return f"inputs of {module.in_features} features"
+            if isinstance(module, (nn.Conv1d, nn.Conv2d, nn.Conv3d, nn.ConvTranspose1d, nn.ConvTranspose2d,
+                                   nn.ConvTranspose3d)):
+                dims = len(module.kernel_size)
+                if len(shape) in (dims, dims + 1) and (len(shape) == dims or shape[0] == module.in_channels):
+                    return None
+                return f"inputs of {module.in_channels} channel(s) and {dims} spatial dimension(s)"
+        return None
+
     def unflatten(self, theta: Tensor) -> dict[str, Tensor]:
         parts = torch.split(theta, self._sizes)
         return {n: p.reshape(s) for n, p, s in zip(self._names, parts, self._shapes)}

@@ -31,7 +31,6 @@ from typing import Callable
 import numpy as np
 import torch
 from torch import Tensor
-from torch.func import vmap
 from torch.nn.functional import cross_entropy
 
 from .._host import HOST_SOLVE_MAX, to_device, to_host
@@ -124,7 +123,7 @@ def _evaluate(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | 
     return loss, acc, (logits.softmax(-1) if return_probs else None)
 
 
-def _sample_losses(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None) -> tuple[Tensor, Tensor]:
+def sample_losses(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None) -> tuple[Tensor, Tensor]:
     """Every model's loss on every sample of the clients asked: ``(loss [k, m], per_sample
     [k, m, N])`` (the mean over each client's real samples, and each sample's cross-entropy,
     0 on padding), for a method that weighs the samples
@@ -541,22 +540,6 @@ def _federated_method_names() -> list[str]:
             and n != "FederatedMethod"]
 
 
-def _input_mismatch(model: FlatModel, shape: tuple[int, ...]) -> str | None:
-    """What the model's first layer takes, in words, when that differs from samples of ``shape``
-    (``None`` when the sizes agree, or the first layer is not a Linear or Conv)."""
-    for module in model._template.modules():
-        if isinstance(module, torch.nn.Linear):
-            if module.in_features in (shape[-1] if shape else 1, math.prod(shape)):
-                return None
-            return f"inputs of {module.in_features} features"
-        if isinstance(module, torch.nn.modules.conv._ConvNd):
-            dims = len(module.kernel_size)
-            if len(shape) in (dims, dims + 1) and (len(shape) == dims or shape[0] == module.in_channels):
-                return None
-            return f"inputs of {module.in_channels} channel(s) and {dims} spatial dimension(s)"
-    return None
-
-
 def _check_batch(dataset: FederatedDataset, batch_size: int) -> Tensor:
     """Training samples as :func:`local_train` batches them: ``min(batch_size, N)`` rows, ``N``
     the largest client's training samples (a batch is padded to that width; a layer with batch
@@ -571,19 +554,6 @@ def _check_batch(dataset: FederatedDataset, batch_size: int) -> Tensor:
         parts.append(part)
         have += len(part)
     return torch.cat(parts).to(torch.get_default_dtype())
-
-
-def _forward(model: FlatModel, x: Tensor) -> Tensor:
-    """The model's logits on ``x`` with its template's parameters, batched as the runtime batches
-    them (``vmap`` over one model); no gradient, no random draw and no buffer of the model is touched."""
-    theta = torch.cat([p.detach().reshape(-1) for p in model._template.parameters()])[None]
-    buffers = {k: b.clone() for k, b in model._buffers.items()}
-
-    def logits(t, inputs):
-        return torch.func.functional_call(model._template, {**buffers, **model.unflatten(t)}, (inputs,))
-
-    with torch.random.fork_rng(devices=[]), torch.no_grad():
-        return vmap(logits, in_dims=(0, None))(theta, x)[0]
 
 
 def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: FederatedConfig) -> None:
@@ -659,15 +629,15 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
            "an experiment file, leave the model's sizes (`dim`, `n_classes`, ...) out of [model]: they are taken "
            "from the data.")
     try:
-        out = _forward(model, x)
+        out = model.template_logits(x)
     except Exception as exc:  # noqa: BLE001 (any error of the user's module on the data)
         reason = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
         reason = f"{type(exc).__name__}: {reason}"
-        expects = _input_mismatch(model, shape)
+        expects = model.input_mismatch(shape)
         if expects is not None:
             raise ValueError(f"The model {model.name} expects {expects}, but the data {dataset.name!r} has samples of "
                              f"shape {shape} ({size} values): on {batch} it fails with {reason}. " + fix) from exc
-        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model._template.parameters()
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in model.template_parameters()
                          if p.is_floating_point() and p.dtype != x.dtype})
         if dtypes:
             data_dtype = str(x.dtype).removeprefix("torch.")
@@ -829,11 +799,11 @@ def batch_groups(runs) -> list[list[int]]:
     (the same :data:`BATCH_SHARED` settings), in order of first appearance."""
     groups: dict[tuple, list[int]] = {}
     for r, (_, config) in enumerate(runs):
-        groups.setdefault(_batch_key(config), []).append(r)
+        groups.setdefault(batch_key(config), []).append(r)
     return list(groups.values())
 
 
-def _batch_key(config: FederatedConfig) -> tuple:
+def batch_key(config: FederatedConfig) -> tuple:
     """The settings of ``config`` that the runs of one batch share (:data:`BATCH_SHARED`)."""
     return tuple(getattr(config, k) for k in BATCH_SHARED)
 
@@ -974,7 +944,7 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     full = [None if len(c) == probe.n_clients else to_device(c, device) for c in sampled]  # every client: no gather
     # a method that weighs samples sees every model's loss on each training sample
     weighing = [r for r, server in enumerate(servers) if server.method.sample_weights]
-    per_sample = {r: _sample_losses(model, servers[r].params, train, full[r]) for r in weighing}
+    per_sample = {r: sample_losses(model, servers[r].params, train, full[r]) for r in weighing}
     plain = [r for r in range(len(servers)) if r not in per_sample]
     scores = _evaluate_servers(model, [servers[r] for r in plain], probe, [full[r] for r in plain], accuracy=False)
     by_run = dict(zip(plain, (loss for loss, _ in scores)))
@@ -1105,7 +1075,7 @@ def _final_mixture(server: Server, model: FlatModel, train: Padded, val: Padded,
     own distributions."""
     params, n = server.params, server.n
     clients = torch.arange(n)
-    _, per_sample = _sample_losses(model, params, train, None)
+    _, per_sample = sample_losses(model, params, train, None)
     server.method.weigh_samples(per_sample, train.w, clients)
     pi = server.method.mixture(n).to(params.device)
     train_loss, _, _ = mixture_scores(model, params, pi, train)

@@ -35,7 +35,7 @@ from ..federated.data import ClientData
 from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
 from ..federated.mixture import responsibilities
-from ..federated.runtime import Padded, _sample_losses, evaluate, local_train, mixture_scores, pair_seed
+from ..federated.runtime import Padded, sample_losses, evaluate, local_train, mixture_scores, pair_seed
 
 __all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app"]
 
@@ -106,7 +106,7 @@ def client_weigh(model: FlatModel, params: Tensor, data: ClientData, mixture: Te
     ``mixture [m]``, and the new weights (:func:`~most.federated.mixture.responsibilities`)."""
     params = _check_params(model, params)
     train = _split(data, "train")
-    _, per_sample = _sample_losses(model, params, train, None)
+    _, per_sample = sample_losses(model, params, train, None)
     q, new = responsibilities(per_sample.double(), torch.as_tensor(mixture, dtype=torch.float64)[None],
                               train.w.double())
     return q[0, :, : len(data.y_train)], new[0]

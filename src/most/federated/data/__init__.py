@@ -35,8 +35,11 @@ from __future__ import annotations
 from __future__ import annotations
 
 from . import _dataset, _fashion_mnist, _femnist, _mixture, _synthetic
-from ._dataset import ClientData, FederatedDataset, _split_counts, dirichlet_label_split  # noqa: F401 (tests)
-from ._fashion_mnist import FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, load_fashion_mnist
+# check_groups, split_counts, quarter_turns, label_groups_of: the loaders' checks and splits, for the
+# library's other packages (federated methods, bench) and tests; not in __all__
+from ._dataset import ClientData, FederatedDataset, check_groups, dirichlet_label_split, split_counts  # noqa: F401
+from ._fashion_mnist import (FASHION_MNIST_DEFAULT_DIR, FASHION_MNIST_ENV, label_groups_of,  # noqa: F401
+                             load_fashion_mnist, quarter_turns)
 from ._femnist import FEMNIST_ENV, load_femnist
 from ._mixture import mixture_synthetic
 from ._synthetic import POWER_LAW_MAX_SAMPLES, fedprox_synthetic

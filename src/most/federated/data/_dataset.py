@@ -149,7 +149,7 @@ class ClientData:
         )
 
 
-def _names_preview(items: Sequence[str], limit: int = 20) -> str:
+def names_preview(items: Sequence[str], limit: int = 20) -> str:
     shown = ", ".join(items[:limit])
     return shown if len(items) <= limit else f"{shown} and {len(items) - limit} more"
 
@@ -204,7 +204,7 @@ class FederatedDataset:
             )
         if len(set(ids)) != len(ids):
             dup = sorted({i for i in ids if ids.count(i) > 1})
-            raise ValueError(f"{self.name!r}: client ids must be unique; repeated: {_names_preview(dup)}.")
+            raise ValueError(f"{self.name!r}: client ids must be unique; repeated: {names_preview(dup)}.")
         for cid, c in zip(ids, clients):
             if c.input_shape != shape:
                 raise ValueError(
@@ -230,7 +230,7 @@ class FederatedDataset:
         object.__setattr__(self, "input_shape", shape)
         object.__setattr__(self, "client_ids", ids)
         if self.groups is not None:
-            object.__setattr__(self, "groups", _check_groups(self.groups, len(clients), self.name))
+            object.__setattr__(self, "groups", check_groups(self.groups, len(clients), self.name))
 
     @classmethod
     def from_clients(
@@ -282,7 +282,7 @@ class FederatedDataset:
             ]
             warnings.warn(
                 f"{name}: {len(dropped)} of {len(clients)} clients have fewer than {min_train} training "
-                f"sample(s) and were left out: {_names_preview(described)}.",
+                f"sample(s) and were left out: {names_preview(described)}.",
                 UserWarning,
                 stacklevel=2,
             )
@@ -294,7 +294,7 @@ class FederatedDataset:
         kept = tuple(clients[k] for k in keep) if dropped else clients
         kept_ids = tuple(ids[k] for k in keep) if dropped else ids
         if groups is not None:
-            groups = _check_groups(groups, len(clients), name)
+            groups = check_groups(groups, len(clients), name)
             groups = tuple(groups[k] for k in keep)
         if input_shape is None:
             if not kept:
@@ -359,7 +359,7 @@ class FederatedDataset:
 
 
 # ---------------------------------------------------------------------- helpers
-def _check_groups(groups, n_clients: int | None, name: str) -> tuple[int, ...]:
+def check_groups(groups, n_clients: int | None, name: str) -> tuple[int, ...]:
     """``groups`` as a tuple of non-negative ints, one per client: ``n_clients`` of them, or
     (``None``) any number but none."""
     values = groups.tolist() if isinstance(groups, (Tensor, np.ndarray)) else groups
@@ -377,7 +377,7 @@ def _check_groups(groups, n_clients: int | None, name: str) -> tuple[int, ...]:
     return tuple(int(g) for g in out)
 
 
-def _check_split(split: Sequence[float]) -> tuple[float, float, float]:
+def check_split(split: Sequence[float]) -> tuple[float, float, float]:
     try:
         f = tuple(float(s) for s in split)
     except (TypeError, ValueError):
@@ -398,7 +398,7 @@ def _check_split(split: Sequence[float]) -> tuple[float, float, float]:
     return f  # type: ignore[return-value]
 
 
-def _check_splits_filled(data: "FederatedDataset", split: Sequence[float], sizes: str) -> "FederatedDataset":
+def check_splits_filled(data: "FederatedDataset", split: Sequence[float], sizes: str) -> "FederatedDataset":
     """Refuses a data set where the fractions ``split`` left every client without validation or
     without test samples (fractions too small for the clients' sizes)."""
     for name, k in (("validation", "val"), ("test", "test")):
@@ -411,10 +411,10 @@ def _check_splits_filled(data: "FederatedDataset", split: Sequence[float], sizes
     return data
 
 
-def _split_counts(n: int, fractions: Sequence[float]) -> list[int]:
+def split_counts(n: int, fractions: Sequence[float]) -> list[int]:
     """``n`` split into parts as close as possible to ``n * fractions`` (largest remainders).
 
-    >>> _split_counts(100, (0.6, 0.2, 0.2)), _split_counts(7, (0.6, 0.2, 0.2)), _split_counts(1, (0.6, 0.2, 0.2))
+    >>> split_counts(100, (0.6, 0.2, 0.2)), split_counts(7, (0.6, 0.2, 0.2)), split_counts(1, (0.6, 0.2, 0.2))
     ([60, 20, 20], [4, 2, 1], [1, 0, 0])
     """
     exact = [n * f for f in fractions]
@@ -425,11 +425,11 @@ def _split_counts(n: int, fractions: Sequence[float]) -> list[int]:
     return counts
 
 
-def _client_from_arrays(x: np.ndarray, y: np.ndarray, split: Sequence[float], rng: np.random.Generator,
+def client_from_arrays(x: np.ndarray, y: np.ndarray, split: Sequence[float], rng: np.random.Generator,
                         *, divisor: float | None = None) -> ClientData:
     """Shuffles one client's samples and cuts them into train/val/test by ``split``."""
     order = rng.permutation(len(y))
-    n_train, n_val, _ = _split_counts(len(y), split)
+    n_train, n_val, _ = split_counts(len(y), split)
     parts = np.split(order, [n_train, n_train + n_val])
 
     def feats(idx: np.ndarray) -> Tensor:
@@ -445,7 +445,7 @@ def _client_from_arrays(x: np.ndarray, y: np.ndarray, split: Sequence[float], rn
                       feats(parts[2]), labs(parts[2]))
 
 
-def _numpy_rng(seed) -> np.random.Generator:
+def numpy_rng(seed) -> np.random.Generator:
     if isinstance(seed, np.random.Generator):
         return seed
     if isinstance(seed, torch.Generator):
@@ -455,7 +455,7 @@ def _numpy_rng(seed) -> np.random.Generator:
     return np.random.default_rng(int(seed))
 
 
-def _check_fraction_number(value, *, name: str, positive: bool = True) -> float:
+def check_fraction_number(value, *, name: str, positive: bool = True) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"`{name}` must be a finite number; got {value!r}.")
     if value < 0 or (positive and value == 0):
@@ -491,9 +491,9 @@ def dirichlet_label_split(labels, n_clients: int, concentration: float, seed=0) 
     (3, [0, 1, 2, 3, 4, 5, 6, 7])
     """
     check_positive_int(n_clients, name="n_clients")
-    concentration = _check_fraction_number(concentration, name="concentration")
+    concentration = check_fraction_number(concentration, name="concentration")
     y = _as_labels(labels, what="`labels`").detach().cpu().numpy()  # integer class labels, a vector [N]
-    rng = _numpy_rng(seed)
+    rng = numpy_rng(seed)
     pieces: list[list[np.ndarray]] = [[] for _ in range(n_clients)]
     for c in np.unique(y):
         idx = rng.permutation(np.flatnonzero(y == c))

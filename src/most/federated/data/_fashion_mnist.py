@@ -12,8 +12,8 @@ import numpy as np
 
 from ..._paths import resolve_dir as _resolve_dir
 from ..._validation import check_positive_int
-from ._dataset import (FederatedDataset, _check_fraction_number, _check_split, _check_splits_filled,
-                       _client_from_arrays, _numpy_rng, dirichlet_label_split)
+from ._dataset import (FederatedDataset, check_fraction_number, check_split, check_splits_filled,
+                       client_from_arrays, numpy_rng, dirichlet_label_split)
 
 __all__ = ["load_fashion_mnist", "FASHION_MNIST_ENV", "FASHION_MNIST_DEFAULT_DIR"]
 
@@ -68,7 +68,7 @@ def _fashion_file(directory: Path, name: str) -> Path | None:
     return None
 
 
-def _quarter_turns(rotations, n_clients: int) -> list[int]:
+def quarter_turns(rotations, n_clients: int) -> list[int]:
     """Each client's quarter turns: ``k mod r`` for an int r in 1..4, or the index of the client's
     group for a sequence of group sizes (contiguous blocks of clients)."""
     if isinstance(rotations, (int, np.integer)) and not isinstance(rotations, bool):
@@ -89,7 +89,7 @@ def _quarter_turns(rotations, n_clients: int) -> list[int]:
     return [g for g, size in enumerate(sizes) for _ in range(int(size))]
 
 
-def _label_groups(sizes, n_clients: int, seed: int) -> tuple[list[int], np.ndarray] | None:
+def label_groups_of(sizes, n_clients: int, seed: int) -> tuple[list[int], np.ndarray] | None:
     """Each client's group and the groups' label permutations ``[G, 10]`` (row 0 the identity),
     or ``None`` for no label groups. The permutations come from their own generator (the seed
     and a fixed tag), so the other draws of the loader do not move."""
@@ -182,16 +182,16 @@ def load_fashion_mnist(
     get them), and ``ValueError`` naming the file for a malformed idx file.
     """
     check_positive_int(n_clients, name="n_clients")
-    concentration = _check_fraction_number(concentration, name="concentration")
+    concentration = check_fraction_number(concentration, name="concentration")
     if samples_per_client is not None:
         check_positive_int(samples_per_client, name="samples_per_client")
-    split = _check_split(split)
-    turns = _quarter_turns(rotations, n_clients)
-    relabel = _label_groups(label_groups, n_clients, seed)
+    split = check_split(split)
+    turns = quarter_turns(rotations, n_clients)
+    relabel = label_groups_of(label_groups, n_clients, seed)
     if relabel is not None and max(turns) > 0:
         raise ValueError("Give `rotations` (image groups) or `label_groups` (concept groups), not both.")
     x_all, y_all = _read_fashion(path)
-    rng = _numpy_rng(seed)
+    rng = numpy_rng(seed)
     pool = _pool(len(y_all), n_clients, samples_per_client, rng)
     parts = dirichlet_label_split(y_all[pool], n_clients, concentration, seed=rng)
     clients = []
@@ -199,7 +199,7 @@ def load_fashion_mnist(
         idx = pool[part]
         x = np.rot90(x_all[idx], turns[k], axes=(1, 2))  # zero turns: the images as they are
         y = y_all[idx] if relabel is None else relabel[1][relabel[0][k]][y_all[idx]]
-        clients.append(_client_from_arrays(x[:, None], y, split, rng, divisor=255))
+        clients.append(client_from_arrays(x[:, None], y, split, rng, divisor=255))
     width = len(str(n_clients - 1))
     groups = relabel[0] if relabel is not None else (turns if max(turns) > 0 else None)
     label = (", label groups " + "/".join(str(int(v)) for v in label_groups) + ")" if relabel is not None
@@ -213,7 +213,7 @@ def load_fashion_mnist(
         groups=groups,
     )
     sizes = data.sizes("all")
-    return _check_splits_filled(data, split, f"clients of {min(sizes)} to {max(sizes)} samples")
+    return check_splits_filled(data, split, f"clients of {min(sizes)} to {max(sizes)} samples")
 
 
 def _read_fashion(path: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:

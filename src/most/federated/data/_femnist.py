@@ -14,7 +14,7 @@ import torch
 
 from ..._paths import resolve_dir as _resolve_dir
 from ..._validation import check_bool, check_positive_int
-from ._dataset import ClientData, FederatedDataset, _names_preview, _numpy_rng
+from ._dataset import ClientData, FederatedDataset, names_preview, numpy_rng
 
 __all__ = ["load_femnist", "FEMNIST_ENV"]
 
@@ -161,7 +161,7 @@ def load_femnist(
     test = _read_leaf_split(test_files)
 
     writers = _writers_in_both(train, test, directory)
-    clients = _writer_clients(writers, train, test, val_fraction, _numpy_rng(seed), ink)
+    clients = _writer_clients(writers, train, test, val_fraction, numpy_rng(seed), ink)
     return FederatedDataset.from_clients(
         clients, name="femnist", n_classes=_FEMNIST_CLASSES, client_ids=writers, input_shape=_FEMNIST_SHAPE,
         min_train=min_train,
@@ -178,10 +178,10 @@ def _writers_in_both(train: dict, test: dict, directory: Path) -> list[str]:
         parts = []
         if only_test:
             parts.append(f"{len(only_test)} writer(s) have test data but no training data "
-                         f"({_names_preview(only_test, 5)})")
+                         f"({names_preview(only_test, 5)})")
         if only_train:
             parts.append(f"{len(only_train)} writer(s) have training data but no test data "
-                         f"({_names_preview(only_train, 5)})")
+                         f"({names_preview(only_train, 5)})")
         warnings.warn(
             f"FEMNIST {os.path.abspath(directory)}: {'; '.join(parts)}; they were left out, "
             f"{len(writers)} writers with both are kept.",

@@ -7,7 +7,7 @@ import numpy as np
 import torch
 
 from ..._validation import check_positive_int
-from ._dataset import ClientData, FederatedDataset, _check_fraction_number, _numpy_rng
+from ._dataset import ClientData, FederatedDataset, check_fraction_number, numpy_rng
 
 __all__ = ["mixture_synthetic"]
 
@@ -56,19 +56,19 @@ def mixture_synthetic(
     check_positive_int(n_clients, name="n_clients")
     check_positive_int(n_components, name="n_components")
     check_positive_int(dim, name="dim")
-    concentration = _check_fraction_number(concentration, name="concentration")
-    noise = _check_fraction_number(noise, name="noise", positive=False)
+    concentration = check_fraction_number(concentration, name="concentration")
+    noise = check_fraction_number(noise, name="noise", positive=False)
     check_positive_int(min_samples, name="min_samples", minimum=2)
     check_positive_int(max_samples, name="max_samples", minimum=2)
     check_positive_int(test_samples, name="test_samples")
     if max_samples < min_samples:
         raise ValueError(f"`max_samples` ({max_samples}) must be at least `min_samples` ({min_samples}).")
-    val_fraction = _check_fraction_number(val_fraction, name="val_fraction")
+    val_fraction = check_fraction_number(val_fraction, name="val_fraction")
     if val_fraction >= 1:
         raise ValueError(f"`val_fraction` must be below 1 (the rest trains); got {val_fraction}.")
     if not isinstance(reference_labels, bool):
         raise ValueError(f"`reference_labels` must be True or False; got {reference_labels!r}.")
-    rng = _numpy_rng(seed)
+    rng = numpy_rng(seed)
     sizes = np.minimum(rng.lognormal(4.0, 2.0, n_clients).astype(np.int64) + min_samples, max_samples)
     mixture = rng.dirichlet(np.full(n_components, concentration), size=n_clients)
     theta = rng.uniform(-1.0, 1.0, size=(n_components, dim))

@@ -9,8 +9,8 @@ from typing import Sequence
 import numpy as np
 
 from ..._validation import check_positive_int
-from ._dataset import (ClientData, FederatedDataset, _check_fraction_number, _check_split, _check_splits_filled,
-                       _client_from_arrays, _numpy_rng)
+from ._dataset import (ClientData, FederatedDataset, check_fraction_number, check_split, check_splits_filled,
+                       client_from_arrays, numpy_rng)
 
 __all__ = ["fedprox_synthetic", "POWER_LAW_MAX_SAMPLES"]
 
@@ -77,15 +77,15 @@ def fedprox_synthetic(
     """
     model_shift = _renamed(model_shift, alpha, "model_shift", "alpha")
     feature_shift = _renamed(feature_shift, beta, "feature_shift", "beta")
-    alpha = _check_fraction_number(model_shift, name="model_shift", positive=False)
-    beta = _check_fraction_number(feature_shift, name="feature_shift", positive=False)
+    alpha = check_fraction_number(model_shift, name="model_shift", positive=False)
+    beta = check_fraction_number(feature_shift, name="feature_shift", positive=False)
     check_positive_int(n_clients, name="n_clients")
     check_positive_int(dim, name="dim")
     check_positive_int(n_classes, name="n_classes", minimum=2)
     check_positive_int(samples_per_client, name="samples_per_client")
     check_positive_int(max_samples_per_client, name="max_samples_per_client")
-    split = _check_split(split)
-    rng = _numpy_rng(seed)
+    split = check_split(split)
+    rng = numpy_rng(seed)
     sizes = _client_sizes(rng, size_distribution, n_clients, samples_per_client, max_samples_per_client)
     clients = _softmax_clients(rng, sizes, alpha, beta, dim=dim, n_classes=n_classes, split=split)
     width = max(5, len(str(n_clients - 1)))
@@ -96,7 +96,7 @@ def fedprox_synthetic(
         client_ids=[f"f_{k:0{width}d}" for k in range(n_clients)],
         input_shape=(dim,),
     )
-    return _check_splits_filled(data, split, f"clients of {int(sizes.min())} to {int(sizes.max())} samples")
+    return check_splits_filled(data, split, f"clients of {int(sizes.min())} to {int(sizes.max())} samples")
 
 
 def _renamed(value, old_value, name: str, old_name: str):
@@ -144,5 +144,5 @@ def _softmax_clients(rng: np.random.Generator, sizes: np.ndarray, alpha: float, 
         b = u[k] + rng.standard_normal(n_classes)
         x = v[k] + sd * rng.standard_normal((int(sizes[k]), dim))
         y = np.argmax(x @ W + b, axis=1)
-        clients.append(_client_from_arrays(x, y, split, rng))
+        clients.append(client_from_arrays(x, y, split, rng))
     return clients
