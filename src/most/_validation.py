@@ -6,6 +6,7 @@ Every public entry point validates its inputs once, up front, and raises a
 
 from __future__ import annotations
 
+import difflib
 import math
 
 import numpy as np
@@ -230,3 +231,9 @@ def check_component(value, *, name: str, example: str, base: type | None = None)
                         f"pass an instance, e.g. {value.__name__}().")
     if base is not None and not isinstance(value, base):
         raise TypeError(f"`{name}` must be a {base.__module__}.{base.__qualname__} (e.g. {example}); got {value!r}.")
+
+
+def did_you_mean(word, choices) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ``""``."""
+    close = difflib.get_close_matches(str(word), list(choices), n=1)
+    return f" (did you mean '{close[0]}'?)" if close else ""

@@ -28,7 +28,6 @@ from __future__ import annotations
 import collections.abc
 import dataclasses
 import functools
-import difflib
 import inspect
 import os
 import types
@@ -36,7 +35,9 @@ import typing
 from pathlib import Path
 from typing import Any, Callable, Literal, Union
 
-__all__ = ["ConfigError", "build", "call", "check_call", "component", "components", "did_you_mean", "to_plain"]
+from ._validation import did_you_mean
+
+__all__ = ["ConfigError", "build", "call", "check_call", "component", "did_you_mean", "to_plain"]
 
 
 class ConfigError(ValueError):
@@ -50,19 +51,8 @@ def _registry() -> dict[str, type]:
     return components()
 
 
-def components() -> dict[str, type]:
-    """The component classes a table may name (``type = "Curriculum"``), by name."""
-    return dict(_registry())
-
-
 def _allowed(names) -> str:
     return ", ".join(names) if names else "(none)"
-
-
-def did_you_mean(word, choices) -> str:
-    """`` (did you mean 'x'?)`` for the closest of ``choices`` to ``word``, or ``""``."""
-    close = difflib.get_close_matches(str(word), list(choices), n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
 
 
 def _unknown(path: str, key: str, allowed: list[str]) -> ConfigError:

@@ -49,7 +49,7 @@ from torch import Tensor
 from .._validation import check_positive_int
 from .._paths import resolve_dir
 from .._random import stratified_split as _stratified_split
-from ..config import did_you_mean
+from .._validation import did_you_mean
 from ._common import check_seed as _check_seed
 
 __all__ = [
