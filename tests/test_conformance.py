@@ -64,7 +64,7 @@ from most.methods import (
     WeightedSum,
     Weighting,
 )
-from most.federated.clustered import ClusterAssignment
+from most.federated.methods.clustered import ClusterAssignment
 from most.federated.methods import BoxMinNorm, min_norm_box
 from most.optim import SGD, Adam, UpdateRule
 from most.transport import diversity_regularizer

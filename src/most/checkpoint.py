@@ -138,6 +138,21 @@ def _qualname(obj) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
+#: modules whose classes moved into the package ``most.federated.methods``: a checkpoint written
+#: before the move names an object by its old module, which still means the same class
+_MOVED_TO_FEDERATED_METHODS = ("most.federated.methods", "most.federated.clustered", "most.federated.personal",
+                               "most.federated.mixture")
+
+
+def _same_type(current, stored: str) -> bool:
+    """Whether ``current`` is of the class a checkpoint stored as ``stored`` (module.qualname)."""
+    if _qualname(current) == stored:
+        return True
+    module, _, name = stored.rpartition(".")
+    return (module in _MOVED_TO_FEDERATED_METHODS and type(current).__qualname__ == name
+            and type(current).__module__.startswith("most.federated.methods."))
+
+
 def _decode(value, generator, current=None, where="state"):
     """The inverse of :func:`_encode`; tagged objects are restored into ``current``, never built."""
     if not isinstance(value, dict) or _KIND not in value:
@@ -169,7 +184,7 @@ def _decode(value, generator, current=None, where="state"):
     if kind == "unsaved":
         return current
     if kind == "object":
-        if current is None or _qualname(current) != value["type"]:
+        if current is None or not _same_type(current, value["type"]):
             raise ValueError(
                 f"The checkpoint holds a {value['type'].rsplit('.', 1)[-1]} at {where} where this run has "
                 f"{'nothing' if current is None else 'a ' + type(current).__name__}: it was written by a "

@@ -8,7 +8,7 @@ import torch
 
 import most.federated as fl
 from most.federated import methods as F
-from most.federated.mixture import responsibilities
+from most.federated.methods.mixture import responsibilities
 from most.federated.runtime import _sgd, batch_orders, pad_split
 from tests.federated.test_peers import CONFIG, data  # noqa: F401 (the planted concept groups, a fixture)
 

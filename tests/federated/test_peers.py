@@ -11,9 +11,9 @@ import torch
 import most.federated as fl
 from most.checkpoint import Checkpoint
 from most.federated import methods as F
-from most.federated.clustered import ClusterAssignment, GroupAssignment, bipartition
+from most.federated.methods.clustered import ClusterAssignment, GroupAssignment, bipartition
 from most.federated.evaluation import adjusted_rand_index
-from most.federated.personal import OwnModelAssignment
+from most.federated.methods.personal import OwnModelAssignment
 from most.federated.runtime import pad_split
 
 
@@ -131,6 +131,44 @@ def test_a_stopped_cfl_run_resumes_to_the_same_clusters_and_models(data, tmp_pat
     resumed = fl.run_federated(data, model, method, CONFIG, checkpoint=ckpt)
     assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.choice, whole.choice)
     assert method.clusters.tolist() == whole.choice.tolist()
+
+
+def test_a_checkpoint_naming_the_methods_old_modules_still_resumes(data, tmp_path):
+    """The federated methods moved from the modules most.federated.methods, .clustered, .personal
+    and .mixture into the package most.federated.methods; a checkpoint written before names its
+    objects by the old modules and resumes to the same run."""
+    model = fl.logistic_regression(20, 10)
+    whole = fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG)
+
+    def stop(log, params):
+        if log.round == 9:
+            raise KeyboardInterrupt
+
+    ckpt = Checkpoint(tmp_path / "cfl", every=3)
+    with pytest.raises(KeyboardInterrupt):
+        fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG, checkpoint=ckpt,
+                         callback=stop)
+    payload = torch.load(ckpt.path, weights_only=True)
+    renamed = []
+
+    def rename(value):  # the names a checkpoint of the old layout held
+        if isinstance(value, dict):
+            if isinstance(value.get("type"), str) and value["type"].startswith("most.federated.methods."):
+                module, name = value["type"].rsplit(".", 1)
+                old = {"most.federated.methods.clustered": "most.federated.clustered"}.get(module, "most.federated.methods")
+                value["type"] = f"{old}.{name}"
+                renamed.append(value["type"])
+            for v in value.values():
+                rename(v)
+        elif isinstance(value, (list, tuple)):
+            for v in value:
+                rename(v)
+
+    rename(payload["state"])
+    assert {"most.federated.clustered.CFL", "most.federated.clustered.ClusterAssignment"} <= set(renamed)
+    torch.save(payload, ckpt.path)
+    resumed = fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG, checkpoint=ckpt)
+    assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.choice, whole.choice)
 
 
 def test_cfl_refuses_thresholds_outside_their_range():

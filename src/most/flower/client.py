@@ -34,7 +34,7 @@ from torch import Tensor
 from ..federated.data import ClientData
 from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
-from ..federated.mixture import responsibilities
+from ..federated.methods.mixture import responsibilities
 from ..federated.runtime import Padded, sample_losses, evaluate, local_train, mixture_scores, pair_seed
 
 __all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app"]
@@ -103,7 +103,7 @@ def client_train(model: FlatModel, params: Tensor, models: list[int], data: Clie
 def client_weigh(model: FlatModel, params: Tensor, data: ClientData, mixture: Tensor) -> tuple[Tensor, Tensor]:
     """FedEM's E-step on this client's training data: ``(q [m, n_train], mixture [m])``, each
     sample's responsibilities under the m models ``params`` and the client's weights
-    ``mixture [m]``, and the new weights (:func:`~most.federated.mixture.responsibilities`)."""
+    ``mixture [m]``, and the new weights (:func:`~most.federated.methods.mixture.responsibilities`)."""
     params = _check_params(model, params)
     train = _split(data, "train")
     _, per_sample = sample_losses(model, params, train, None)

@@ -16,8 +16,8 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from ..methods import EqualAssignment, Support, WeightedSum
-from .methods import FederatedMethod
+from ...methods import EqualAssignment, Support, WeightedSum
+from .base import FederatedMethod
 
 __all__ = ["FedEM", "responsibilities"]
 

@@ -21,12 +21,12 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._host import to_device
-from .._validation import check_positive, check_positive_int
-from ..methods import Assignment, Support, WeightedSum
-from ..optim import SGD, UpdateRule
-from .data import check_groups
-from .methods import FederatedMethod
+from ..._host import to_device
+from ..._validation import check_positive, check_positive_int
+from ...methods import Assignment, Support, WeightedSum
+from ...optim import SGD, UpdateRule
+from ..data import check_groups
+from .base import FederatedMethod
 
 __all__ = ["CFL", "Oracle", "GroupAssignment", "ClusterAssignment", "bipartition"]
 

@@ -17,10 +17,11 @@ from typing import ClassVar
 import torch
 from torch import Tensor
 
-from .._validation import check_positive_int
-from ..methods import Assignment, Support, WeightedSum
-from ..optim import SGD, UpdateRule
-from .methods import FedAvg, FederatedMethod
+from ..._validation import check_positive_int
+from ...methods import Assignment, Support, WeightedSum
+from ...optim import SGD, UpdateRule
+from .base import FederatedMethod
+from .baselines import FedAvg
 
 __all__ = ["LocalOnly", "FineTuning", "OwnModelAssignment"]
 

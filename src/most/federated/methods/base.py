@@ -1,0 +1,174 @@
+"""The base of the federated methods: the components and hooks the server's round calls."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import ClassVar
+
+import torch
+from torch import Tensor
+
+from ..._host import to_device
+from ..._validation import check_component, check_positive, check_positive_int
+from ...methods import (
+    Assignment,
+    Combiner,
+    Weighting,
+)
+from ...optim import SGD, UpdateRule
+from .updates import combine_updates
+
+
+@dataclass
+class FederatedMethod:
+    """A federated method: components for the server's round.
+
+    Subclasses set :meth:`components`; the server (:class:`most.federated.server.Server`) calls
+    :meth:`check`, :meth:`initial_params`, :meth:`reset` once, then every round :meth:`plan`
+    and :meth:`aggregate`.
+
+    Args:
+        n_models: m.
+        server_lr: eta_s, the step of the update rule on the combined direction.
+        optimizer: the server's update rule (:class:`~most.optim.SGD`: ``theta - eta_s d``).
+    """
+
+    n_models: int
+    server_lr: float = 1.0
+    optimizer: UpdateRule = field(default_factory=SGD)
+
+    #: FedProx's proximal weight in local training (0: none).
+    prox_mu: float = field(default=0.0, init=False, repr=False)
+    #: Whether each pair's update is weighted by its client's sample count (FedAvg's mean).
+    by_samples: ClassVar[bool] = False
+    #: Whether the plan is a transport plan worth logging (and reporting Gamma metrics of).
+    logs_plan: ClassVar[bool] = True
+    #: How each client's final model is picked, in words (the benchmark tables say it):
+    #: the default is its best model on validation; a method that assigns each client a model
+    #: (:meth:`assigned`) says which.
+    pick: ClassVar[str] = "best on validation"
+    #: Whether each client ends with a model of its own (local training, fine-tuning): the
+    #: models are then one per client, and group recovery or the best model on test mean nothing.
+    personal: ClassVar[bool] = False
+    #: Whether the round-start losses are each client's loss on its own model (model i of client
+    #: i: an ``[n, 1]`` column) rather than on every model (``[n, m]``); for a method with one
+    #: model per client, which plans without the losses (:class:`LocalOnly`).
+    own_model_losses: ClassVar[bool] = False
+    #: Whether each pair's local loss weighs the client's samples (:class:`FedEM`'s
+    #: responsibilities): the round-start losses are then every model's loss on every training
+    #: sample, :meth:`weigh_samples` turns them into the weights, and each client predicts with
+    #: its mixture of the models (:meth:`mixture`).
+    sample_weights: ClassVar[bool] = False
+
+    def __post_init__(self):  # stored as the plain numbers they were checked as
+        self.n_models = check_positive_int(self.n_models, name="n_models")
+        self.server_lr = check_positive(self.server_lr, name="server_lr")
+        for f in fields(self):  # a subclass's numeric fields name their check
+            if "check" in f.metadata:
+                setattr(self, f.name, f.metadata["check"](getattr(self, f.name), name=f.name))
+        check_component(self.optimizer, name="optimizer", example="most.optim.SGD()", base=UpdateRule)
+        self._opt_state = None
+        self._parts: tuple[Assignment, Weighting, Combiner] | None = None
+
+    def components(self) -> tuple[Assignment, Weighting, Combiner]:
+        raise NotImplementedError
+
+    @property
+    def min_clients(self) -> int:
+        """The fewest answering clients a round needs (fewer: the round leaves the models as they are)."""
+        return 1
+
+    def check(self, n_clients: int) -> None:
+        """Refuses a number of clients the method cannot serve (before any work)."""
+
+    def models_for(self, n_clients: int) -> int:
+        """The number of models the server holds for ``n_clients`` clients (``n_models``; one
+        per client for :class:`~most.federated.methods.personal.LocalOnly`)."""
+        return self.n_models
+
+    def assigned(self, n_clients: int) -> Tensor | None:
+        """``[n]`` the model each client is scored on, for a method that assigns one (a cluster,
+        a group, its own model); ``None`` (the default): each client picks its best on validation."""
+        return None
+
+    @property
+    def fine_tune_epochs(self) -> int:
+        """Local epochs each client trains its picked model for after the last round (0: none;
+        :class:`~most.federated.methods.personal.FineTuning`)."""
+        return 0
+
+    def weigh_samples(self, losses: Tensor, mask: Tensor, clients: Tensor) -> Tensor:
+        """For a method with :attr:`sample_weights`: ``[k, m, N]`` the weight of each sample in
+        each model's local loss, from ``losses [k, m, N]`` (each model's loss on each training
+        sample of the ``k`` clients, 0 on padding), ``mask [k, N]`` (1 for a real sample) and
+        ``clients [k]`` (their indices among all n). Called once per round before local training,
+        and once after the last round before the final evaluation."""
+        raise NotImplementedError(f"{type(self).__name__} does not weigh samples (sample_weights is False).")
+
+    def update_mixture(self, clients: Tensor, weights: Tensor) -> None:
+        """For a method with :attr:`sample_weights` whose clients compute their own weights (on
+        Flower, each client runs the E-step on its data): records ``weights [k, m]`` of the
+        ``clients [k]`` (indices among all n)."""
+        raise NotImplementedError(f"{type(self).__name__} has no mixture weights (sample_weights is False).")
+
+    def mixture(self, n_clients: int) -> Tensor | None:
+        """``[n, m]`` each client's weights of the models' predictions, for a method whose clients
+        predict with a mixture (:class:`FedEM`); ``None`` (the default): one model per client."""
+        return None
+
+    def initial_params(self, model, m: int, generator: torch.Generator) -> Tensor:
+        return model.init(m, generator)
+
+    def reset(self, n: int, m: int, generator: torch.Generator, model=None) -> None:
+        """Called once before the first round: fixes the components' randomness and resolves a
+        combiner's parameter name against ``model``."""
+        assignment, weighting, combiner = self.components()
+        if model is not None:
+            combiner = combiner.resolve(model.coordinates)
+        assignment.reset(n, m, generator)
+        self._parts = (assignment, weighting, combiner)
+        self._opt_state = None
+
+    def _components(self):
+        if self._parts is None:
+            raise RuntimeError(f"{type(self).__name__}.reset(n, m, generator) must be called before the first round; "
+                               "run_federated and the Flower strategy do so.")
+        return self._parts
+
+    def plan(self, losses: Tensor, round: int, total: int, previous: Tensor | None = None, *,
+             clients: Tensor | None = None) -> tuple[Tensor | None, Tensor]:
+        """``(plan [n, m] or None, W [m, n])`` for the participating clients (rows of ``losses``;
+        ``clients`` are their indices among all n, for assignments fixed for the run)."""
+        assignment, weighting, _ = self._components()
+        losses = losses.double()
+        if clients is not None and assignment.fixed:
+            plan = assignment.rows(clients).to(losses)
+        else:
+            plan = assignment(losses, round, total, previous=previous)
+        return (plan if self.logs_plan else None), weighting(plan).double()
+
+    def pair_weights(self, weights: Tensor, counts: Tensor, round: int) -> Tensor:
+        """Each trained pair's weight in its model's combination: ``W[j, i]``, or the client's
+        sample count for sample-weighted methods."""
+        return counts.double() if self.by_samples else weights.double()
+
+    def direction(self, deltas: Tensor, pair_model: Tensor, pair_weight: Tensor, m: int, round: int) -> Tensor:
+        return combine_updates(self._components()[2], m, deltas, pair_model, pair_weight)
+
+    def aggregate(self, params: Tensor, deltas: Tensor, pair_model: Tensor, pair_weight: Tensor, *,
+                  round: int, clients: Tensor | None = None) -> Tensor:
+        """The server step: the combined direction of each model's pair updates, then the update
+        rule with ``lr = server_lr``; a model without pairs stays where it is. ``clients`` (the
+        client, among all n, of each pair) is for methods that track clients (:class:`CFL`)."""
+        m = params.shape[0]
+        direction = self.direction(deltas, pair_model, pair_weight, m, round)
+        if self._opt_state is None:
+            self._opt_state = self.optimizer.init(params)
+        new, self._opt_state = self.optimizer.step(params, direction.to(params), self._opt_state, self.server_lr)
+        return torch.where(to_device(self.moved(pair_model, m, round), params.device)[:, None], new, params)
+
+    def moved(self, pair_model: Tensor, m: int, round: int) -> Tensor:
+        """``[m]``: the models this round's step moves (those with a trained pair)."""
+        has = torch.zeros(m, dtype=torch.bool, device=pair_model.device)
+        has[pair_model] = True
+        return has
