@@ -62,7 +62,7 @@ from most.bench import federated as fb
 from most.bench.federated import METHODS, FederatedBenchConfig, _data
 from most.federated import FederatedConfig, run_federated
 from most.federated.evaluation import paired_difference, pooled_loss, select_by_loss, select_models
-from most.federated.runtime import Padded, evaluate, pad_split
+from most.federated.clients import Padded, evaluate, pad_split
 
 
 # ----------------------------------------------------------------------------- capacity

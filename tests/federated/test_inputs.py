@@ -300,7 +300,7 @@ def test_evaluate_checks_the_kinds_of_its_arguments(data):
         fl.evaluate(model, params.tolist(), val)
     with pytest.raises(ValueError, match=r"`params` must have shape \[m, 18\].*got \(18,\)"):
         fl.evaluate(model, params[0], val)
-    with pytest.raises(TypeError, match=r"`data` must be a most.federated.runtime.Padded.*pad_split"):
+    with pytest.raises(TypeError, match=r"`data` must be a most.federated.clients.Padded.*pad_split"):
         fl.evaluate(model, params, data)
     with pytest.raises(TypeError, match=r"`clients` must be None .* integer tensor"):
         fl.evaluate(model, params, val, clients=[0, 1])

@@ -9,7 +9,7 @@ import torch
 import most.federated as fl
 from most.federated import methods as F
 from most.federated.methods.mixture import responsibilities
-from most.federated.runtime import _sgd, batch_orders, pad_split
+from most.federated.clients import batch_orders, pad_split, train_pairs
 from tests.federated.test_peers import CONFIG, data  # noqa: F401 (the planted concept groups, a fixture)
 
 
@@ -52,13 +52,13 @@ def _pairs(data):
 def test_sample_weights_of_one_train_bit_for_bit_as_none_and_zero_weights_leave_a_pair_alone(data):
     model, params, train, keys = _pairs(data)
     args = dict(batch_size=7, lr=0.3, prox_mu=0.0, max_pairs=64)
-    plain = _sgd(model, params, train.x[:3], train.y[:3], train.w[:3], keys, **args)
-    ones = _sgd(model, params, train.x[:3], train.y[:3], train.w[:3], keys, sample_weight=torch.ones(3, 36), **args)
+    plain = train_pairs(model, params, train.x[:3], train.y[:3], train.w[:3], keys, **args)
+    ones = train_pairs(model, params, train.x[:3], train.y[:3], train.w[:3], keys, sample_weight=torch.ones(3, 36), **args)
     assert torch.equal(plain, ones)
     q = torch.ones(3, 36)
     q[1] = 0.0
     q[2, ::2] = 0.0  # pair 2 learns from its odd samples alone
-    out = _sgd(model, params, train.x[:3], train.y[:3], train.w[:3], keys, sample_weight=q, **args)
+    out = train_pairs(model, params, train.x[:3], train.y[:3], train.w[:3], keys, sample_weight=q, **args)
     assert torch.equal(out[1], params[1]) and torch.equal(out[0], plain[0])
     assert not torch.equal(out[2], plain[2])
 
@@ -66,9 +66,9 @@ def test_sample_weights_of_one_train_bit_for_bit_as_none_and_zero_weights_leave_
 def test_a_sample_weight_scales_the_step_as_a_learning_rate_would(data):
     model, params, train, keys = _pairs(data)
     args = dict(batch_size=7, prox_mu=0.0, max_pairs=64)
-    halved = _sgd(model, params, train.x[:3], train.y[:3], train.w[:3], keys, lr=0.3,
+    halved = train_pairs(model, params, train.x[:3], train.y[:3], train.w[:3], keys, lr=0.3,
                   sample_weight=torch.full((3, 36), 0.5), **args)
-    slower = _sgd(model, params, train.x[:3], train.y[:3], train.w[:3], keys, lr=0.15, **args)
+    slower = train_pairs(model, params, train.x[:3], train.y[:3], train.w[:3], keys, lr=0.15, **args)
     torch.testing.assert_close(halved, slower)
 
 
@@ -121,7 +121,7 @@ def test_fedem_refuses_more_components_than_clients(data):
 def test_fedem_with_partial_participation_updates_only_the_weights_of_the_clients_that_took_part(data):
     method = F.FedEM(2)
     config = fl.FederatedConfig(rounds=1, lr=0.5, eval_every=0, participation=0.25, seed=0)
-    server = fl.runtime.Server(method, fl.logistic_regression(20, 10), config, torch.full((12,), 36))
+    server = fl.server.Server(method, fl.logistic_regression(20, 10), config, torch.full((12,), 36))
     from most.federated.runtime import _round
 
     train = pad_split(data, "train")

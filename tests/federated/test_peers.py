@@ -14,7 +14,7 @@ from most.federated import methods as F
 from most.federated.methods.clustered import ClusterAssignment, GroupAssignment, bipartition
 from most.federated.evaluation import adjusted_rand_index
 from most.federated.methods.personal import OwnModelAssignment
-from most.federated.runtime import pad_split
+from most.federated.clients import pad_split
 
 
 def concept_groups(sizes=(4, 8), per=60, dim=20, seed=0):

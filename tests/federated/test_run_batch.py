@@ -8,7 +8,7 @@ import most.federated as fl
 from most.baselines import TCHSetCombiner
 from most.checkpoint import Checkpoint
 from most.federated import methods as F
-from most.federated.runtime import batch_orders, local_train
+from most.federated.clients import batch_orders, local_train
 
 
 @pytest.fixture(scope="module")

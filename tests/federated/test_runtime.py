@@ -13,7 +13,7 @@ from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
 from most.methods import CappedTransportAssignment, Curriculum, MinNorm, ObjectivesSelectModels, Shares, Uniform, WeightedSum
 from most.federated import methods as F
 from most.federated.methods import GroupedWarmUp, WarmUp, balanced_update_groups, combine_updates, min_norm_box
-from most.federated.runtime import Padded, local_train
+from most.federated.clients import Padded, local_train
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +198,7 @@ def test_most_plans_are_feasible_transport_plans_and_ifca_is_hard(small):
 
 
 def test_loss_choice_picks_the_lowest_loss_on_training_and_validation_data(small):
-    from most.federated.runtime import evaluate
+    from most.federated.clients import evaluate
 
     model = fl.logistic_regression(60, 10)
     res = fl.run_federated(small, model, F.IFCA(n_models=3), fl.FederatedConfig(rounds=4, seed=1))
@@ -519,7 +519,7 @@ def test_values_per_sample_counts_the_forward_pass_of_linear_and_convolutional_m
 def test_evaluation_and_training_in_memory_sized_chunks_give_the_same_numbers(small, monkeypatch):
     # a budget of a few inputs per chunk splits both the evaluation and the local training of a
     # small CNN into many pieces: every loss and every trained model is the same as in one piece
-    import most.federated.runtime as rt
+    import most.federated.clients as rt
     from most.federated.models import cnn
 
     model = cnn(3, side=8, channels=(2, 3))
@@ -532,12 +532,12 @@ def test_evaluation_and_training_in_memory_sized_chunks_give_the_same_numbers(sm
     params = model.init(4, gen)
     keys = rt.batch_orders(w.repeat(4, 1), 1, generator=torch.Generator().manual_seed(1))
     rows = torch.arange(3).repeat(4)
-    whole_eval = rt._evaluate(model, params, padded, None)
-    whole_train = rt._sgd(model, params.repeat_interleave(3, 0), x, y, w, keys, batch_size=2, lr=0.1, prox_mu=0.0,
+    whole_eval = rt.evaluate_unchecked(model, params, padded, None)
+    whole_train = rt.train_pairs(model, params.repeat_interleave(3, 0), x, y, w, keys, batch_size=2, lr=0.1, prox_mu=0.0,
                           max_pairs=4096, rows=rows)
-    monkeypatch.setattr(rt, "_CHUNK_VALUES", 3 * model.values_per_sample((1, 8, 8)))
-    torch.testing.assert_close(rt._evaluate(model, params, padded, None)[0], whole_eval[0], rtol=1e-6, atol=1e-7)
-    torch.testing.assert_close(rt._sgd(model, params.repeat_interleave(3, 0), x, y, w, keys, batch_size=2, lr=0.1,
+    monkeypatch.setattr(rt, "CHUNK_VALUES", 3 * model.values_per_sample((1, 8, 8)))
+    torch.testing.assert_close(rt.evaluate_unchecked(model, params, padded, None)[0], whole_eval[0], rtol=1e-6, atol=1e-7)
+    torch.testing.assert_close(rt.train_pairs(model, params.repeat_interleave(3, 0), x, y, w, keys, batch_size=2, lr=0.1,
                                        prox_mu=0.0, max_pairs=4096, rows=rows), whole_train, rtol=1e-6, atol=1e-7)
 
 

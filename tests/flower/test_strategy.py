@@ -122,7 +122,7 @@ def test_pair_seeds_make_batches_independent_of_the_other_pairs(data, model):
     train = fl.pad_split(data, "train")
     cidx = torch.tensor([1, 4, 4, 9])
     pm = torch.tensor([1, 0, 2, 1])
-    seeds = [fl.runtime.pair_seed(7, 3, int(c), int(j)) for c, j in zip(cidx, pm)]
+    seeds = [fl.server.pair_seed(7, 3, int(c), int(j)) for c, j in zip(cidx, pm)]
     local = fl.local_train(model, params[pm], train.x[cidx], train.y[cidx], train.w[cidx], epochs=2, batch_size=8,
                            lr=0.1, seeds=seeds)
     torch.testing.assert_close(deltas, params[pm][1:3] - local[1:3], rtol=0, atol=1e-6)

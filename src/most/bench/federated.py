@@ -43,7 +43,8 @@ from ..federated import figures
 from ..federated import methods as F
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist, mixture_synthetic
 from ..federated.models import FlatModel, cnn, logistic_regression
-from ..federated.runtime import FederatedConfig, run_batch, run_federated
+from ..federated.config import FederatedConfig
+from ..federated.runtime import run_batch, run_federated
 from ..methods import CappedTransportAssignment, LoadBounds, MinNorm, Shares, Uniform
 from ..registry import variant
 

@@ -495,7 +495,7 @@ def check_runs(experiment: Experiment, runs=None, *, cache: dict | None = None) 
 def _check_sizes(run: RunSpec, objects: dict) -> None:
     method = objects["method"]
     if run.kind == FEDERATED:  # the runtime's own checks: sizes, model vs data, splits, argument kinds
-        from ..federated.runtime import check_inputs
+        from ..federated.checks import check_inputs
 
         check_inputs(objects["data"], objects["model"], method, objects["config"])
         return

@@ -5,9 +5,15 @@
   Fashion-MNIST with a Dirichlet label skew.
 * :mod:`most.federated.models` -- client models as flat parameter vectors
   (:func:`logistic_regression`, the paper's :func:`cnn`).
-* :mod:`most.federated.runtime` -- the in-process runtime: pure client steps
-  (:func:`evaluate`, :func:`local_train`), the round loop (:func:`run_federated`) and the
-  checks it makes before any work (:func:`check_inputs`).
+* :mod:`most.federated.config` -- what a run is given and returns (:class:`FederatedConfig`,
+  :class:`RoundLog`, :class:`FederatedResult`).
+* :mod:`most.federated.clients` -- the client steps as pure functions of tensors
+  (:func:`pad_split`, :func:`evaluate`, :func:`local_train`).
+* :mod:`most.federated.server` -- one round of the server (:class:`~most.federated.server.Server`),
+  shared by the in-process runtime and Flower.
+* :mod:`most.federated.runtime` -- the in-process round loop (:func:`run_federated`,
+  :func:`run_batch`); :mod:`most.federated.checks` -- the checks it makes before any work
+  (:func:`check_inputs`).
 * :mod:`most.federated.methods` -- MosT and the baselines (FedAvg, FedProx, MGDA, w-MGDA,
   linearization, FedMGDA+, IFCA) as server-side objects.
 * :mod:`most.federated.evaluation` -- per-client model selection on validation, worst-k %,
@@ -38,18 +44,10 @@ from .data import (
     mixture_synthetic,
 )
 from .models import FlatModel, cnn, logistic_regression
-from .runtime import (
-    FederatedConfig,
-    FederatedResult,
-    RoundLog,
-    batch_groups,
-    check_inputs,
-    evaluate,
-    local_train,
-    pad_split,
-    run_batch,
-    run_federated,
-)
+from .checks import check_inputs
+from .clients import evaluate, local_train, pad_split
+from .config import FederatedConfig, FederatedResult, RoundLog
+from .runtime import batch_groups, run_batch, run_federated
 
 __all__ = [
     "ClientData",

@@ -21,37 +21,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from .._random import seeded
+from .config import FederatedConfig, RoundLog
 from .evaluation import select_by_loss
 
-if TYPE_CHECKING:
-    from .runtime import FederatedConfig
-
 __all__ = ["RoundLog", "RoundState", "Server", "choose_models", "pair_seed"]
-
-
-@dataclass(frozen=True)
-class RoundLog:
-    """One round: the clients that took part, the plan, mean best-model training loss,
-    validation accuracy (if evaluated this round) and timings."""
-
-    round: int
-    clients: Tensor
-    plan: Tensor | None
-    train_loss: float
-    val_accuracy: float | None
-    seconds: dict
-
-    def __repr__(self) -> str:
-        val = "" if self.val_accuracy is None else f", validation accuracy {100 * self.val_accuracy:.1f} %"
-        return (f"RoundLog(round={self.round}, {len(self.clients)} clients, best-model training loss "
-                f"{self.train_loss:.3g}{val})")
 
 
 def pair_seed(seed: int, round: int, client: int, model: int) -> int:

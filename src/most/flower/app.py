@@ -36,7 +36,7 @@ from .. import registry
 from ..federated import methods as _methods
 from ..federated.data import fedprox_synthetic
 from ..federated.models import logistic_regression
-from ..federated.runtime import FederatedConfig
+from ..federated.config import FederatedConfig
 from .client import ClientSpec, make_client_app
 from .strategy import MostStrategy
 

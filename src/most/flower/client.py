@@ -35,7 +35,8 @@ from ..federated.data import ClientData
 from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
 from ..federated.methods.mixture import responsibilities
-from ..federated.runtime import Padded, sample_losses, evaluate, local_train, mixture_scores, pair_seed
+from ..federated.clients import Padded, evaluate, local_train, mixture_scores, sample_losses
+from ..federated.server import pair_seed
 
 __all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app"]
 
@@ -88,7 +89,7 @@ def client_train(model: FlatModel, params: Tensor, models: list[int], data: Clie
                  sample_weight: Tensor | None = None) -> Tensor:
     """``[k, d]`` pseudo-gradients ``theta_j - theta_ij`` of the k assigned models ``models``
     (their parameters ``params [k, d]``) after local training; each pair draws its batches
-    from :func:`~most.federated.runtime.pair_seed` ``(seed, round, client, j)``.
+    from :func:`~most.federated.server.pair_seed` ``(seed, round, client, j)``.
     ``sample_weight [k, n_train]`` weighs each model's training samples in its loss (FedEM)."""
     params = _check_params(model, params)
     if len(models) != params.shape[0]:

@@ -16,7 +16,8 @@ from flwr.serverapp import ServerApp
 
 from ..federated.data import FederatedDataset
 from ..federated.models import FlatModel
-from ..federated.runtime import FederatedConfig, check_inputs
+from ..federated.checks import check_inputs
+from ..federated.config import FederatedConfig
 from .client import ClientSpec, make_client_app
 from .strategy import FlowerResult, MostStrategy
 

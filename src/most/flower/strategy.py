@@ -39,7 +39,7 @@ from torch import Tensor
 
 from ..federated.methods import FederatedMethod
 from ..federated.models import FlatModel
-from ..federated.runtime import FederatedConfig, FederatedResult, RoundLog
+from ..federated.config import FederatedConfig, FederatedResult, RoundLog
 from ..federated.server import RoundState, Server
 
 __all__ = ["MostStrategy", "FlowerResult"]
