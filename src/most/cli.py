@@ -481,7 +481,7 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
     except KeyboardInterrupt:  # every suite keeps its finished runs in OUT/runs (most.bench._runs)
-        from .bench._runs import RUNS_DIR
+        from .bench import RUNS_DIR
 
         typer.echo(f"\nInterrupted. The finished runs are kept in {out}/{RUNS_DIR}; repeat the command with --resume "
                    "to continue from them.", err=True)

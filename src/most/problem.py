@@ -36,13 +36,9 @@ from torch import Tensor, nn
 
 from ._modules import BATCH_STATISTICS, ModuleLayout, batch_statistics_layers, check_factory
 from ._validation import as_tensor, check_has_data, check_positive_int
-from .evaluators._base import Evaluator, active_rows, check_weights
-from .evaluators._checks import objective_loss, tracked
-from .evaluators._datasets import DatasetsEvaluator, check_batch_size, check_loss, stack_datasets
-from .evaluators._function import FunctionEvaluator
-from .evaluators._instances import InstancesEvaluator, instance_losses
-from .evaluators._module import ModuleEvaluator, PerObjective
-from .evaluators._statistics import RunningStatistics
+from .evaluators import (DatasetsEvaluator, Evaluator, FunctionEvaluator, InstancesEvaluator, ModuleEvaluator,
+                         PerObjective, RunningStatistics, active_rows, check_batch_size, check_loss, check_weights,
+                         instance_losses, objective_loss, stack_datasets, tracked)
 
 __all__ = ["Problem", "active_rows", "check_weights"]
 

@@ -24,6 +24,9 @@ import numpy as np
 
 from ..checkpoint import atomic_write_text
 
+#: the folder of a suite's run folders, in its output folder (:mod:`most.bench._runs`)
+RUNS_DIR = "runs"
+
 
 def check_choices(methods, known, seeds) -> None:
     """The checks every suite's config makes: known method names, at least one seed."""

@@ -24,10 +24,10 @@ from typing import Callable, Iterator
 from .._env import environ
 from ..checkpoint import differing_paths, fingerprint
 from ..experiments.spec import safe_name
-from ..experiments.store import CorruptFileError, RunFolder, WriterLock, check_no_links, dumps
+from .._json import dumps
+from . import RUNS_DIR
+from ..experiments.store import CorruptFileError, RunFolder, WriterLock, check_no_links
 
-#: the folder of a suite's run folders, in its output folder
-RUNS_DIR = "runs"
 #: the one file of finished runs that versions before the results store wrote; never read
 LEGACY_RUNS_FILE = "runs.jsonl"
 

@@ -24,11 +24,14 @@ Examples:
     ('FunctionEvaluator', True)
 """
 
-from ._base import Evaluator
-from ._datasets import DatasetsEvaluator
+from ._base import Evaluator, active_rows, check_weights
+from ._checks import objective_loss, tracked
+from ._datasets import DatasetsEvaluator, check_batch_size, check_loss, stack_datasets
 from ._function import FunctionEvaluator
-from ._instances import InstancesEvaluator
-from ._module import ModuleEvaluator
+from ._instances import InstancesEvaluator, instance_losses
+from ._module import ModuleEvaluator, PerObjective
 from ._statistics import RunningStatistics
+
+# active_rows ... stack_datasets: the helpers most.problem builds problems with (not in __all__)
 
 __all__ = ["Evaluator", "FunctionEvaluator", "ModuleEvaluator", "InstancesEvaluator", "DatasetsEvaluator", "RunningStatistics"]

@@ -17,7 +17,8 @@ import torch
 from ..checkpoint import atomic_write_text, differing_paths
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
-from .store import RunFolder, WriterLock, check_no_links, check_not_linked, dumps, remove_leftovers, seedless
+from .._json import dumps
+from .store import RunFolder, WriterLock, check_no_links, check_not_linked, remove_leftovers, seedless
 
 __all__ = ["run_experiment", "execute", "execute_batch", "batch_groups", "fingerprint", "InterruptedRunsError"]
 

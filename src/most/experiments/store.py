@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import io
 import json
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from .._json import dumps
 from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text
 from ..config import ConfigError
 
@@ -61,31 +61,6 @@ def _read_json(path: Path) -> dict:
     if not isinstance(data, dict):
         raise CorruptFileError(path, f"expected a JSON object, found a {type(data).__name__}")
     return data
-
-
-def _json_default(obj):
-    if isinstance(obj, torch.Tensor):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def _clean(obj):
-    """NaN and inf become null: JSON has no such numbers."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _clean(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_clean(v) for v in obj]
-    return obj
-
-
-def dumps(obj, *, keep_nonfinite: bool = False, **kwargs) -> str:
-    """``obj`` as JSON (tensors as lists, paths as strings); NaN and inf become null unless
-    ``keep_nonfinite``, which writes them as ``NaN``/``Infinity`` (as :func:`json.dumps` does)."""
-    return json.dumps(obj if keep_nonfinite else _clean(obj), default=_json_default, **kwargs)
 
 
 def _file(name: str) -> property:

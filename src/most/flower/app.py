@@ -31,7 +31,7 @@ from flwr.serverapp import ServerApp
 
 from ..checkpoint import atomic_write_bytes, atomic_write_text
 from ..config import build, did_you_mean
-from ..experiments.store import dumps
+from .._json import dumps
 from .. import registry
 from ..federated import methods as _methods
 from ..federated.data import fedprox_synthetic
