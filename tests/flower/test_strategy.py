@@ -21,6 +21,7 @@ import most  # noqa: E402
 import most.federated as fl  # noqa: E402
 from most.federated import methods as F  # noqa: E402
 from most.flower import ClientSpec, MostStrategy, client_losses, client_train, make_client_app  # noqa: E402
+from most.flower import protocol  # noqa: E402
 
 from tests.flower._grid import LocalGrid  # noqa: E402
 
@@ -235,7 +236,7 @@ def test_a_nan_loss_stops_the_run_with_advice(data, model):
 
     def diverged(message, context):
         reply = original(message, context)
-        if message.metadata.message_type == "query.losses" and context.node_id == grid.nodes[7]:
+        if message.metadata.message_type == protocol.LOSSES and context.node_id == grid.nodes[7]:
             reply.content["metrics"]["loss"] = [float("nan")] * 2
         return reply
 

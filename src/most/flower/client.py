@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import torch
-from flwr.app import ArrayRecord, Context, Message, MetricRecord, RecordDict
+from flwr.app import Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 from torch import Tensor
 
@@ -37,6 +37,7 @@ from ..federated.models import FlatModel
 from ..federated.methods.mixture import responsibilities
 from ..federated.clients import Padded, evaluate, local_train, mixture_scores, sample_losses
 from ..federated.server import pair_seed
+from . import protocol as P
 
 __all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app"]
 
@@ -174,11 +175,8 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
     from ``context.node_config`` (e.g. ``partition-id``) and ``context.run_config``. It is
     called once per run and node in a process and cached.
 
-    Messages (see :class:`most.flower.MostStrategy`): every content has a ``config``
-    ConfigRecord; models travel in the ``models`` ArrayRecord (``params`` ``[m, d]`` for
-    query/evaluate, ``model.<j>`` ``[d]`` for the assigned models of train); replies carry a
-    ``metrics`` MetricRecord with ``client`` and ``num-examples`` and, for train, the
-    ``updates`` ArrayRecord (``delta.<j>``).
+    Messages: :mod:`most.flower.protocol` (their kinds, records and keys, which the strategy
+    uses too).
     """
     cache: dict = {}
 
@@ -193,60 +191,55 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
         return cache[key]
 
     def _reply(message, s: ClientSpec, metrics: dict, arrays: dict | None = None):
-        content = RecordDict({"metrics": MetricRecord({"client": s.client, "num-examples": len(s.data.y_train),
-                                                       **metrics})})
+        content = RecordDict({P.METRICS: MetricRecord({P.CLIENT: s.client, P.NUM_EXAMPLES: len(s.data.y_train),
+                                                        **metrics})})
         if arrays is not None:
-            content["updates"] = ArrayRecord(arrays)
+            content[P.UPDATES] = arrays
         return Message(content=content, reply_to=message)
 
     app = ClientApp()
 
-    @app.query("describe")
+    @app.query(P.DESCRIBE_ACTION)
     def describe(message, context):
         s = spec(context)
-        return _reply(message, s, {"dim": s.model.dim})
+        return _reply(message, s, {P.DIM: s.model.dim})
 
-    @app.query("losses")
+    @app.query(P.LOSSES_ACTION)
     def losses(message, context):
         s = spec(context)
-        cfg = message.content["config"]
-        params = message.content["models"]["params"].numpy()
-        limit = int(cfg.get("loss-samples", 0)) or None
-        return _reply(message, s, {"loss": client_losses(s.model, torch.from_numpy(params), s.data,
-                                                         loss_samples=limit).tolist()})
+        cfg = message.content[P.CONFIG]
+        params = P.read_models(message.content[P.MODELS])
+        limit = int(cfg.get(P.LOSS_SAMPLES, 0)) or None
+        return _reply(message, s, {P.LOSS: client_losses(s.model, params, s.data, loss_samples=limit).tolist()})
 
     @app.train()
     def train(message, context):
         s = spec(context)
-        cfg = message.content["config"]
-        record = message.content["models"]
-        models = [int(j) for j in cfg["models"]]
-        params = torch.stack([torch.from_numpy(record[f"model.{j}"].numpy()) for j in models])
+        cfg = message.content[P.CONFIG]
+        models = [int(j) for j in cfg[P.TRAIN_MODELS]]
+        params = P.read_train_models(message.content[P.MODELS], models)
         weights, metrics = None, {}
-        if "mixture" in cfg:  # a mixing client: its E-step, then training on the weighted samples
-            weights, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg["mixture"])))
-            metrics["mixture"] = mixture.tolist()
-        deltas = client_train(s.model, params, models, s.data, seed=int(cfg["seed"]), round=int(cfg["round"]),
-                              client=s.client, epochs=int(cfg["epochs"]), batch_size=int(cfg["batch-size"]),
-                              lr=float(cfg["lr"]), prox_mu=float(cfg["prox-mu"]), sample_weight=weights)
-        return _reply(message, s, metrics, {f"delta.{j}": d for j, d in zip(models, deltas)})
+        if P.MIXTURE in cfg:  # a mixing client: its E-step, then training on the weighted samples
+            weights, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg[P.MIXTURE])))
+            metrics[P.MIXTURE] = mixture.tolist()
+        deltas = client_train(s.model, params, models, s.data, seed=int(cfg[P.SEED]), round=int(cfg[P.ROUND]),
+                              client=s.client, epochs=int(cfg[P.EPOCHS]), batch_size=int(cfg[P.BATCH_SIZE]),
+                              lr=float(cfg[P.LR]), prox_mu=float(cfg[P.PROX_MU]), sample_weight=weights)
+        return _reply(message, s, metrics, P.updates_record(models, deltas))
 
     @app.evaluate()
     def evaluate_(message, context):
         s = spec(context)
-        params = torch.from_numpy(message.content["models"]["params"].numpy())
-        cfg = message.content["config"]
+        params = P.read_models(message.content[P.MODELS])
+        cfg = message.content[P.CONFIG]
         mixture = None
-        if "mixture" in cfg:  # a mixing client's final evaluation: its weights fitted to the final models
-            _, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg["mixture"])))
-        out = client_evaluate(s.model, params, s.data, selection=bool(cfg.get("final", False)), mixture=mixture)
+        if P.MIXTURE in cfg:  # a mixing client's final evaluation: its weights fitted to the final models
+            _, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg[P.MIXTURE])))
+        out = client_evaluate(s.model, params, s.data, selection=bool(cfg.get(P.FINAL, False)), mixture=mixture)
         if mixture is not None:
             out["mixture"] = mixture.tolist()
-        metrics = {"val-accuracy": out["val_accuracy"], "test-accuracy": out["test_accuracy"],
-                   "test-loss": out["test_loss"], "test-count": out["test_count"], "diversity-sum": out["diversity_sum"]}
-        for key in ("selection_loss", "mixture"):
-            if key in out:
-                metrics[key.replace("_", "-")] = out[key]
+        metrics = {key: out[name] for name, key in P.EVALUATION_METRICS.items()}
+        metrics.update({key: out[name] for name, key in P.OPTIONAL_EVALUATION_METRICS.items() if name in out})
         return _reply(message, s, metrics)
 
     return app

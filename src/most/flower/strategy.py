@@ -30,10 +30,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.serverapp.strategy import Strategy
 from torch import Tensor
 
@@ -41,6 +41,7 @@ from ..federated.methods import FederatedMethod
 from ..federated.models import FlatModel
 from ..federated.config import FederatedConfig, FederatedResult, RoundLog
 from ..federated.server import RoundState, Server
+from . import protocol as P
 
 __all__ = ["MostStrategy", "FlowerResult"]
 
@@ -88,7 +89,7 @@ class MostStrategy(Strategy):
     """
 
     def __init__(self, method, model: FlatModel, config: FederatedConfig, *, n_clients: int,
-                 client_ids: list[str] | None = None, timeout: float | None = 600.0,
+                 client_ids: Sequence[str] | None = None, timeout: float | None = 600.0,
                  wait_for_clients: float = 120.0, progress: bool = False):
         if not isinstance(method, FederatedMethod):
             raise ValueError(f"`method` must be a most.federated.methods object; got {type(method).__name__}.")
@@ -142,7 +143,7 @@ class MostStrategy(Strategy):
         self.messages.append((round, kind, client, tuple(models)))
 
     def _models_record(self, params: Tensor):
-        return ArrayRecord({"params": params.detach().cpu().contiguous()})
+        return P.models_record(params)
 
     def _asked_models(self, client: int) -> list[int]:
         """The models a client evaluates: all m, or, for a method with one model per client
@@ -151,14 +152,14 @@ class MostStrategy(Strategy):
 
     def _record_mixtures(self, replies: dict) -> None:
         """Stores the mixture weights that mixing clients sent back (their E-step's)."""
-        got = {c: list(r["metrics"]["mixture"]) for c, r in replies.items() if "mixture" in r["metrics"]}
+        got = {c: list(r[P.METRICS][P.MIXTURE]) for c, r in replies.items() if P.MIXTURE in r[P.METRICS]}
         if got:
             clients = sorted(got)
             self.method.update_mixture(torch.tensor(clients), torch.tensor([got[c] for c in clients]))
 
     def _message(self, kind: str, node: int, content: dict):
         content = dict(content)
-        content["config"] = ConfigRecord(content["config"])
+        content[P.CONFIG] = ConfigRecord(content[P.CONFIG])
         return Message(content=RecordDict(content), message_type=kind, dst_node_id=node)
 
     def _send(self, grid, messages) -> dict[int, object]:
@@ -172,7 +173,7 @@ class MostStrategy(Strategy):
             if reply.has_error():
                 log.warning("Client on node %s failed: %s", node, reply.error.reason)
                 continue
-            client = int(reply.content["metrics"]["client"])
+            client = int(reply.content[P.METRICS][P.CLIENT])
             if wanted.get(node) not in (None, client):
                 raise RuntimeError(f"Node {node} answered as client {client}, but it was client {wanted[node]}.")
             good[client] = reply.content
@@ -180,7 +181,7 @@ class MostStrategy(Strategy):
 
     def _describe(self, grid, nodes: list[int]) -> None:
         """Asks ``nodes`` which client each holds (and how many samples) and maps them."""
-        msgs = [self._message(f"{MessageType.QUERY}.describe", node, {"config": {}}) for node in nodes]
+        msgs = [self._message(P.DESCRIBE, node, {P.CONFIG: {}}) for node in nodes]
         replies = grid.send_and_receive(msgs, timeout=self.timeout) if msgs else []
         connected = set(grid.get_node_ids())
         for reply in replies:
@@ -188,8 +189,8 @@ class MostStrategy(Strategy):
             if reply.has_error():
                 log.warning("Node %s did not describe itself: %s", node, reply.error.reason)
                 continue
-            metrics = reply.content["metrics"]
-            client, dim = int(metrics["client"]), int(metrics["dim"])
+            metrics = reply.content[P.METRICS]
+            client, dim = int(metrics[P.CLIENT]), int(metrics[P.DIM])
             if not 0 <= client < self.n:
                 raise ValueError(f"Node {node} holds client {client}, outside 0..{self.n - 1}: "
                                  f"give every node a distinct partition-id below n_clients={self.n}.")
@@ -202,7 +203,7 @@ class MostStrategy(Strategy):
                 self._client_at.pop(old, None)
             self._node_of[client] = node
             self._client_at[node] = client
-            self.server.counts[client] = int(metrics["num-examples"])
+            self.server.counts[client] = int(metrics[P.NUM_EXAMPLES])
 
     def _discover(self, grid) -> None:
         """At the start: waits up to ``wait_for_clients`` for the n clients, then maps them."""
@@ -232,16 +233,16 @@ class MostStrategy(Strategy):
         tic = time.perf_counter()
         sampled = self.server.sample(t)
         asked = [int(c) for c in sampled if int(c) in self._node_of]
-        probe = {"loss-samples": self.config.loss_samples or 0, "round": t}
+        probe = {P.LOSS_SAMPLES: self.config.loss_samples or 0, P.ROUND: t}
         msgs = []
         for c in asked:
             models = self._asked_models(c)
-            msgs.append(self._message(f"{MessageType.QUERY}.losses", self._node_of[c],
-                                      {"config": probe, "models": self._models_record(self.params[models])}))
+            msgs.append(self._message(P.LOSSES, self._node_of[c],
+                                      {P.CONFIG: probe, P.MODELS: self._models_record(self.params[models])}))
             self._record(t, "query", c, models)
         good = self._send(grid, msgs)
         clients = torch.tensor(sorted(good), dtype=torch.long)
-        losses = (torch.tensor([list(good[int(c)]["metrics"]["loss"]) for c in clients], dtype=torch.float32)
+        losses = (torch.tensor([list(good[int(c)][P.METRICS][P.LOSS]) for c in clients], dtype=torch.float32)
                   if len(clients) else None)
         evaluate_s = time.perf_counter() - tic
         state = self._round = self.server.plan(t, sampled, clients, losses, self.client_ids)
@@ -258,12 +259,12 @@ class MostStrategy(Strategy):
             models = state.models_of(c)
             if not models:
                 continue
-            record = ArrayRecord({f"model.{j}": self.params[j].contiguous() for j in models})
-            cfg = {"round": t, "seed": self.config.seed, "models": models, "epochs": self.config.local_epochs,
-                   "batch-size": self.config.batch_size, "lr": self.config.lr, "prox-mu": float(self.method.prox_mu)}
+            record = P.train_models_record(self.params, models)
+            cfg = {P.ROUND: t, P.SEED: self.config.seed, P.TRAIN_MODELS: models, P.EPOCHS: self.config.local_epochs,
+                   P.BATCH_SIZE: self.config.batch_size, P.LR: self.config.lr, P.PROX_MU: float(self.method.prox_mu)}
             if mixture is not None:
-                cfg["mixture"] = mixture[c].tolist()
-            msgs.append(self._message(MessageType.TRAIN, self._node_of[c], {"config": cfg, "models": record}))
+                cfg[P.MIXTURE] = mixture[c].tolist()
+            msgs.append(self._message(MessageType.TRAIN, self._node_of[c], {P.CONFIG: cfg, P.MODELS: record}))
             self._sent[c] = models
             self._record(t, "train", c, models)
         return msgs
@@ -278,19 +279,19 @@ class MostStrategy(Strategy):
             if reply.has_error():
                 log.warning("Training on node %s failed: %s", reply.metadata.src_node_id, reply.error.reason)
                 continue
-            good[int(reply.content["metrics"]["client"])] = reply.content
+            good[int(reply.content[P.METRICS][P.CLIENT])] = reply.content
         failed = sorted(set(self._sent) - set(good))
         state.missing = sorted(set(state.missing) | set(failed))
         state.seconds["local_training"] = time.perf_counter() - self._tic
         pair_clients = state.pair_clients.tolist()
         keep = torch.tensor([c in good for c in pair_clients], dtype=torch.bool)
-        deltas = [torch.from_numpy(good[c]["updates"][f"delta.{j}"].numpy())
+        deltas = [P.read_update(good[c][P.UPDATES], j)
                   for c, j, k in zip(pair_clients, state.pair_model.tolist(), keep.tolist()) if k]
         self.server.update(state, torch.stack(deltas) if deltas else torch.zeros(0, self.model.dim), keep)
         self._record_mixtures(good)
         metrics = MetricRecord({"train-loss": float(state.losses.min(1).values.mean()), "clients": len(state.clients),
                                 "missing": len(state.missing)})
-        return ArrayRecord({"params": self.params.contiguous()}), metrics
+        return P.models_record(self.params), metrics
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         t = server_round - 1
@@ -302,11 +303,11 @@ class MostStrategy(Strategy):
         mixture = self.method.mixture(self.n) if final and self.method.sample_weights else None
         for c, node in sorted(self._node_of.items()):
             models = self._asked_models(c)
-            cfg = {"round": t, "final": final}
+            cfg = {P.ROUND: t, P.FINAL: final}
             if mixture is not None:
-                cfg["mixture"] = mixture[c].tolist()
-            msgs.append(self._message(MessageType.EVALUATE, node, {"config": cfg,
-                                                                  "models": self._models_record(self.params[models])}))
+                cfg[P.MIXTURE] = mixture[c].tolist()
+            msgs.append(self._message(MessageType.EVALUATE, node, {P.CONFIG: cfg,
+                                                                  P.MODELS: self._models_record(self.params[models])}))
             self._record(t, "evaluate", c, models)
         return msgs
 
@@ -329,19 +330,19 @@ class MostStrategy(Strategy):
                 if reply.has_error():
                     log.warning("Evaluation on node %s failed: %s", reply.metadata.src_node_id, reply.error.reason)
                     continue
-                r = reply.content["metrics"]
-                c = int(r["client"])
+                r = reply.content[P.METRICS]
+                c = int(r[P.CLIENT])
                 answered.add(c)
                 at = [0] if mixes else self._asked_models(c)  # the columns of the models the client was sent
-                val[c, at] = torch.tensor(list(r["val-accuracy"]))
-                test[c, at] = torch.tensor(list(r["test-accuracy"]))
-                test_loss[c, at] = torch.tensor(list(r["test-loss"]))
-                if "selection-loss" in r:
-                    selection[c, at] = torch.tensor(list(r["selection-loss"]))
-                div_sum += float(r["diversity-sum"])
-                div_count += int(r["test-count"])
+                val[c, at] = torch.tensor(list(r[P.VAL_ACCURACY]))
+                test[c, at] = torch.tensor(list(r[P.TEST_ACCURACY]))
+                test_loss[c, at] = torch.tensor(list(r[P.TEST_LOSS]))
+                if P.SELECTION_LOSS in r:
+                    selection[c, at] = torch.tensor(list(r[P.SELECTION_LOSS]))
+                div_sum += float(r[P.DIVERSITY_SUM])
+                div_count += int(r[P.TEST_COUNT])
             if mixes:
-                self._record_mixtures({int(reply.content["metrics"]["client"]): reply.content for reply in replies
+                self._record_mixtures({int(reply.content[P.METRICS][P.CLIENT]): reply.content for reply in replies
                                        if not reply.has_error()})
             self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
                            "mixture": self.method.mixture(self.n) if mixes else None,

@@ -1,0 +1,109 @@
+"""The messages between :class:`most.flower.MostStrategy` and the ClientApp
+(:func:`most.flower.make_client_app`): their kinds, the names of their records and keys, and
+how models and updates are packed. Both sides use these names and nothing else, so a message
+cannot be written under one spelling and read under another.
+
+Every message's content has a ``config`` ConfigRecord; models travel in the ``models``
+ArrayRecord (:data:`PARAMS` ``[m, d]`` for query and evaluate, :func:`model_key` ``[d]`` for
+each model a client trains); replies carry a ``metrics`` MetricRecord with :data:`CLIENT` and
+:data:`NUM_EXAMPLES` and, for train, the ``updates`` ArrayRecord (:func:`delta_key`).
+"""
+
+from __future__ import annotations
+
+import torch
+from flwr.app import ArrayRecord, MessageType
+from torch import Tensor
+
+# ----------------------------------------------------------------------------- message kinds
+#: the two queries' actions (a ClientApp's ``@app.query(action)``): a client's index, sample count
+#: and model size, once at the start; the loss of each model it is sent on its training data
+DESCRIBE_ACTION, LOSSES_ACTION = "describe", "losses"
+#: their message types
+DESCRIBE, LOSSES = f"{MessageType.QUERY}.{DESCRIBE_ACTION}", f"{MessageType.QUERY}.{LOSSES_ACTION}"
+
+# ----------------------------------------------------------------------------- records
+CONFIG = "config"
+MODELS = "models"
+METRICS = "metrics"
+UPDATES = "updates"
+
+# ----------------------------------------------------------------------------- keys of ``models``
+#: the models ``[m, d]`` of a query or an evaluation
+PARAMS = "params"
+
+
+def model_key(j: int) -> str:
+    """The key of model ``j`` ``[d]`` in a train message's ``models``."""
+    return f"model.{j}"
+
+
+def delta_key(j: int) -> str:
+    """The key of model ``j``'s update ``theta_j - theta_ij`` ``[d]`` in a train reply's ``updates``."""
+    return f"delta.{j}"
+
+
+# ----------------------------------------------------------------------------- keys of ``config``
+ROUND = "round"
+SEED = "seed"
+#: the models a client trains (their indices), in the order of its updates
+TRAIN_MODELS = "models"
+EPOCHS = "epochs"
+BATCH_SIZE = "batch-size"
+LR = "lr"
+PROX_MU = "prox-mu"
+#: the training samples a loss query reads (0: all)
+LOSS_SAMPLES = "loss-samples"
+#: whether an evaluation is the last one (it then also asks for the selection loss)
+FINAL = "final"
+#: a mixing client's weights of the models (FedEM), sent with train and the final evaluation
+#: and returned, updated, in its reply's metrics
+MIXTURE = "mixture"
+
+# ----------------------------------------------------------------------------- keys of ``metrics``
+CLIENT = "client"
+NUM_EXAMPLES = "num-examples"
+DIM = "dim"
+LOSS = "loss"
+VAL_ACCURACY = "val-accuracy"
+TEST_ACCURACY = "test-accuracy"
+TEST_LOSS = "test-loss"
+TEST_COUNT = "test-count"
+DIVERSITY_SUM = "diversity-sum"
+SELECTION_LOSS = "selection-loss"
+#: :func:`most.flower.client_evaluate`'s result keys and the metric each travels as
+EVALUATION_METRICS = {"val_accuracy": VAL_ACCURACY, "test_accuracy": TEST_ACCURACY, "test_loss": TEST_LOSS,
+                      "test_count": TEST_COUNT, "diversity_sum": DIVERSITY_SUM}
+#: the keys an evaluation reply carries only sometimes (the final one, a mixing client)
+OPTIONAL_EVALUATION_METRICS = {"selection_loss": SELECTION_LOSS, "mixture": MIXTURE}
+
+
+# ----------------------------------------------------------------------------- packing
+def models_record(params: Tensor) -> ArrayRecord:
+    """The ``models`` record of a query or an evaluation: ``params [k, d]``."""
+    return ArrayRecord({PARAMS: params.detach().cpu().contiguous()})
+
+
+def read_models(record) -> Tensor:
+    """The models ``[k, d]`` of a query's or an evaluation's ``models`` record."""
+    return torch.from_numpy(record[PARAMS].numpy())
+
+
+def train_models_record(params: Tensor, models: list[int]) -> ArrayRecord:
+    """The ``models`` record of a train message: model ``j`` of ``params [m, d]`` for each ``j`` in ``models``."""
+    return ArrayRecord({model_key(j): params[j].contiguous() for j in models})
+
+
+def read_train_models(record, models: list[int]) -> Tensor:
+    """The models ``[len(models), d]`` of a train message, in the order of ``models``."""
+    return torch.stack([torch.from_numpy(record[model_key(j)].numpy()) for j in models])
+
+
+def updates_record(models: list[int], deltas) -> ArrayRecord:
+    """A train reply's ``updates``: the update of each trained model, by its index."""
+    return ArrayRecord({delta_key(j): d for j, d in zip(models, deltas)})
+
+
+def read_update(record, j: int) -> Tensor:
+    """Model ``j``'s update ``[d]`` from a train reply's ``updates``."""
+    return torch.from_numpy(record[delta_key(j)].numpy())
