@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
@@ -13,6 +14,9 @@ from torch import Tensor
 from .data import FederatedDataset
 from .config import FederatedConfig
 from .models import FlatModel
+
+if TYPE_CHECKING:
+    from types import FrameType
 
 
 def _describe_type(obj) -> str:
@@ -193,7 +197,8 @@ def _caller_level() -> int:
     import sys
 
     package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    frame, level = sys._getframe(1), 1
+    frame: FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
         frame, level = frame.f_back, level + 1
     return level

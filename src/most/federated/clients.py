@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import Tensor
@@ -213,7 +214,7 @@ def batch_orders(w: Tensor, epochs: int, *, generator: torch.Generator | None = 
                 keys = torch.rand(ws.shape, generator=generator).to(ws.device) + 2.0 * (ws == 0)
             else:
                 keys = torch.full(ws.shape, 3.0)
-                for p, (g, k) in enumerate(zip(pair_gens[sl], sizes[sl])):
+                for p, (g, k) in enumerate(zip(pair_gens[sl], cast("list[int]", sizes)[sl])):  # seeds: sizes too
                     keys[p, :k] = torch.rand(k, generator=g)
                 keys = keys.to(ws.device)
             chunks[e].append(keys)

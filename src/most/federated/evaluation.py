@@ -270,8 +270,8 @@ def pooled_accuracy(client_accuracy, sizes) -> float:
     >>> pooled_accuracy([1.0, 0.5], sizes=[10, 30])
     0.625
     """
-    acc = _array(client_accuracy, "client_accuracy").astype(np.float64)
-    n = _array(sizes, "sizes").astype(np.float64)
+    acc: np.ndarray = _array(client_accuracy, "client_accuracy").astype(np.float64)
+    n: np.ndarray = _array(sizes, "sizes").astype(np.float64)
     if n.shape != acc.shape or not np.isfinite(n).all() or (n < 0).any() or n.sum() <= 0:
         raise ValueError(f"`sizes` must hold one non-negative test-set size per client ({acc.shape[0]}), not all "
                          f"zero; got shape {n.shape}.")

@@ -29,7 +29,7 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
 import matplotlib
 
@@ -42,6 +42,9 @@ import torch  # noqa: E402
 from ..plots import (  # noqa: E402
     PALETTE, as_series, check_nonempty, curves, grouped_bars, legend_outside, line_order, mark_positions, method_style,
     profile, save_figure)
+
+if TYPE_CHECKING:
+    from matplotlib.lines import Line2D
 
 __all__ = ["profile", "radar", "curves", "worst_k_bars", "assignment_stack", "sparsity_drift", "switch_share",
            "counts_change"]
@@ -67,17 +70,17 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
     """
     check_nonempty(per_client, "per_client")
     data = {name: as_series(v, f"per_client[{name!r}]") for name, v in per_client.items()}
-    n = {len(v) for v in data.values()}
-    if len(n) != 1:
+    lengths = {len(v) for v in data.values()}
+    if len(lengths) != 1:
         raise ValueError(
             f"every method in `per_client` must have one value per client (same length); got lengths "
             f"{ {k: len(v) for k, v in data.items()} }."
         )
-    n = n.pop()
+    n = lengths.pop()
     if client_labels is not None and len(client_labels) != n:
         raise ValueError(f"`client_labels` must have {n} entries (one per client); got {len(client_labels)}.")
     theta = np.linspace(0.0, 2 * np.pi, n, endpoint=False)
-    closed = np.append(theta, theta[:1])
+    closed: np.ndarray = np.append(theta, theta[:1])
 
     fig, ax = plt.subplots(figsize=(5.6, 5.6), subplot_kw={"projection": "polar"})
     for k, (name, v) in enumerate(data.items()):
@@ -139,7 +142,7 @@ def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float
     """
     if len(plans) == 0:
         raise ValueError("`plans` must hold at least one plan Gamma of shape [n, m]; got none.")
-    mats = []
+    mats: list[np.ndarray] = []
     for t, p in enumerate(plans):
         a = p.detach().cpu().double().numpy() if isinstance(p, torch.Tensor) else np.asarray(p, dtype=float)
         if a.ndim != 2 or 0 in a.shape:
@@ -250,7 +253,7 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
     panels = 3 if switches else 2
     fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels + 0.6, 3.8))
     ax_s, ax_d = axes[0], axes[1]
-    handles = {}
+    handles: dict[str, Line2D] = {}
     for k, name in enumerate(names):
         style = method_style(k)
         first = int(start.get(name, 0))

@@ -19,8 +19,8 @@ Examples:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Callable
 
 import torch
 from torch import Tensor, nn
@@ -44,6 +44,14 @@ class FlatModel:
 
     factory: Callable[[], nn.Module]
     name: str = "model"
+
+    if TYPE_CHECKING:  # set by __post_init__ (the dataclass is frozen); not fields at run time
+        _template: nn.Module = field(init=False)
+        _names: list[str] = field(init=False)
+        _shapes: list[torch.Size] = field(init=False)
+        _sizes: list[int] = field(init=False)
+        _buffers: dict[str, Tensor] = field(init=False)
+        _affine: tuple[int, int] | None = field(init=False)
 
     def __post_init__(self):
         if isinstance(self.factory, nn.Module):

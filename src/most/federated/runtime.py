@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 import warnings
 from dataclasses import replace
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import torch
@@ -61,8 +61,9 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
     It is :func:`run_batch` with one run.
     """
     on_round = None if callback is None else (lambda r, log, params: callback(log, params))
-    return run_batch(dataset, model, [(method, config)], progress=progress, callback=on_round,
-                     description=description or type(method).__name__, checkpoints=[checkpoint])[0]
+    result = run_batch(dataset, model, [(method, config)], progress=progress, callback=on_round,
+                       description=description or type(method).__name__, checkpoints=[checkpoint])[0]
+    return cast(FederatedResult, result)  # errors="raise": a failed run raises instead of returning its error
 
 
 #: what every run of one batch must share (the runs' pairs train in the same steps)
@@ -143,9 +144,10 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
                     continue
                 if callback is not None:
                     callback(r, log, servers[r].params)
-                if checkpoints[r] is not None and checkpoints[r].due(t, config.rounds):
-                    checkpoints[r].save(servers[r].state(t + 1), servers[r].generator,
-                                        settings=_settings(servers[r], dataset, runs[r][1]))
+                ck = checkpoints[r]
+                if ck is not None and ck.due(t, config.rounds):
+                    ck.save(servers[r].state(t + 1), servers[r].generator,
+                            settings=_settings(servers[r], dataset, runs[r][1]))
         return [failed[r] if r in failed else _final(server, dataset, model, train, val, test)
                 for r, server in enumerate(servers)]
 
@@ -225,7 +227,7 @@ def _evaluate_runs(model: FlatModel, params: list[Tensor], data: Padded, clients
     are evaluated in one pass over their models together (as many models at a time as keep the
     logits within about ``max_values`` numbers); returns ``(loss, accuracy)`` per run."""
     out: list = [None] * len(params)
-    groups: dict[tuple, list[int]] = {}
+    groups: dict[tuple | None, list[int]] = {}
     for r, c in enumerate(clients):
         groups.setdefault(None if c is None else tuple(c.tolist()), []).append(r)
     for key, members in groups.items():
@@ -327,14 +329,14 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
             clients = to_device(state.clients, device)
             q = servers[r].method.weigh_samples(per_sample[r][1], train.w[clients], state.clients)
             weights[r] = q[to_device(state.pair_client, device), to_device(state.pair_model, device)]
-    training = [(r, server, state) for r, (server, state) in enumerate(zip(servers, states))
-                if state is not None and not state.skipped]
+    planned = [(r, server, state) for r, (server, state) in enumerate(zip(servers, states))
+               if state is not None and not state.skipped]
     sample_weight = None
-    if weights:
-        sample_weight = torch.cat([weights[r] if r in weights else train.w.new_ones(len(state.pair_model),
-                                                                                    train.w.shape[1])
-                                   for r, _, state in training])
-    training = [(server, state) for _, server, state in training]
+    if weights:  # a planned (not skipped) round has its pairs
+        sample_weight = torch.cat([weights[r] if r in weights
+                                   else train.w.new_ones(len(cast(Tensor, state.pair_model)), train.w.shape[1])
+                                   for r, _, state in planned])
+    training = [(server, state) for _, server, state in planned]
     if training:
         cidx = [state.pair_clients.cpu() for _, state in training]
         rows = torch.cat(cidx)
@@ -362,7 +364,7 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
         scores = _evaluate_servers(model, [servers[r] for r in due], val, [None] * len(due))
         means = torch.stack([acc.max(1).values.nanmean() for _, acc in scores]).tolist()  # one host read
         val_acc = dict(zip(due, means))
-    logs = []
+    logs: list[RoundLog | None] = []
     for r, (server, state) in enumerate(zip(servers, states)):
         if state is None:
             logs.append(None)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import torch
@@ -72,15 +73,15 @@ class RoundState:
 
     @property
     def pair_clients(self) -> Tensor:
-        """The client (among all n) of each pair."""
-        return self.clients[self.pair_client.to(self.clients.device)]
+        """The client (among all n) of each pair (of a planned round: a skipped one has no pairs)."""
+        return self.clients[cast(Tensor, self.pair_client).to(self.clients.device)]
 
     def models_of(self, client: int) -> list[int]:
         """The models ``client`` (among all n) trains this round."""
         local = (self.clients == client).nonzero()
         if self.skipped or not len(local):
             return []
-        return self.pair_model[self.pair_client == int(local[0, 0])].tolist()
+        return cast(Tensor, self.pair_model)[self.pair_client == int(local[0, 0])].tolist()  # planned: not skipped
 
 
 class Server:
@@ -123,6 +124,7 @@ class Server:
         if len(clients) < min(self.method.min_clients, len(sampled)):  # sampled is never empty
             state.seconds["plan"] = 0.0
             return state
+        losses = cast(Tensor, losses)  # enough clients answered: their losses are there
         _check_losses(t, clients, losses, client_ids)
         tic = time.perf_counter()
         full = len(clients) == self.n
@@ -140,20 +142,22 @@ class Server:
         if not self.config.pair_seeds:
             return None
         return [pair_seed(self.config.seed, state.round, int(c), int(j))
-                for c, j in zip(state.pair_clients.tolist(), state.pair_model.tolist())]
+                for c, j in zip(state.pair_clients.tolist(), cast(Tensor, state.pair_model).tolist())]
 
     def update(self, state: RoundState, deltas: Tensor, keep: Tensor | None = None) -> Tensor:
         """Combines the pairs' updates ``deltas [P, d]`` (``Delta_ij = theta_j - theta_ij``, in the
         order of the state's pairs, or of the pairs where ``keep`` is True) and takes the server
         step; returns the new models."""
         tic = time.perf_counter()
-        pair_model, pair_client = state.pair_model, state.pair_client
+        # the state of a planned round (a skipped one is not updated): its pairs and weights are there
+        pair_model, pair_client = cast(Tensor, state.pair_model), cast(Tensor, state.pair_client)
         if keep is not None:
             pair_model, pair_client = pair_model[keep], pair_client[keep]
         if len(pair_model):
             cidx = state.clients[pair_client.cpu()]
-            weight = self.method.pair_weights(state.weights[pair_model, pair_client],
-                                              self.counts[cidx].to(state.weights.device), state.round)
+            weights = cast(Tensor, state.weights)
+            weight = self.method.pair_weights(weights[pair_model, pair_client],
+                                              self.counts[cidx].to(weights.device), state.round)
             # the pairs' models and weights stay where the plan was made (the host, for a small
             # plan): the combination moves what it needs to the device in one go
             params = self.method.aggregate(self.params, deltas.to(self.params), pair_model, weight, round=state.round,

@@ -220,13 +220,14 @@ def _read_fashion(path: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarra
     """The official train and test images (``uint8`` ``[N, 28, 28]``) and labels, pooled."""
     directory, source = _resolve_dir(path, FASHION_MNIST_ENV, "Fashion-MNIST data", _FASHION_HOW,
                                      default=FASHION_MNIST_DEFAULT_DIR)
-    found = {name: _fashion_file(directory, name) for name in _FASHION_FILES}
-    missing = [name for name, f in found.items() if f is None]
+    candidates = {name: _fashion_file(directory, name) for name in _FASHION_FILES}
+    missing = [name for name, f in candidates.items() if f is None]
     if missing:
         raise FileNotFoundError(
             f"Fashion-MNIST: {os.path.abspath(directory)}{source} lacks {', '.join(missing)}. {_FASHION_HOW}"
         )
-    arrays = {name: _read_idx(f) for name, f in found.items()}  # type: ignore[arg-type]
+    found = {name: f for name, f in candidates.items() if f is not None}  # all of them: none is missing
+    arrays = {name: _read_idx(f) for name, f in found.items()}
     images, labels = [], []
     for img_name, lab_name in (_FASHION_FILES[:2], _FASHION_FILES[2:]):
         img, lab = arrays[img_name], arrays[lab_name]

@@ -76,7 +76,7 @@ def mixture_synthetic(
     def draw(t: int, n: int) -> tuple[np.ndarray, np.ndarray]:
         counts = rng.multinomial(n, mixture[t])
         x = rng.uniform(-1.0, 1.0, size=(n, dim))
-        y = np.zeros(n, dtype=np.int64)
+        y: np.ndarray = np.zeros(n, dtype=np.int64)
         start = 0
         for j, c in enumerate(counts):
             at = slice(0, c) if reference_labels else slice(start, start + c)

@@ -60,7 +60,7 @@ class FederatedMethod:
     #: its mixture of the models (:meth:`mixture`).
     sample_weights: ClassVar[bool] = False
 
-    def __post_init__(self):  # stored as the plain numbers they were checked as
+    def __post_init__(self) -> None:  # stored as the plain numbers they were checked as
         self.n_models = check_positive_int(self.n_models, name="n_models")
         self.server_lr = check_positive(self.server_lr, name="server_lr")
         for f in fields(self):  # a subclass's numeric fields name their check

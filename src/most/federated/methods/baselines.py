@@ -4,7 +4,7 @@ linearization, w-MGDA, IFCA and the set scalarisations."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, ClassVar
+from typing import TYPE_CHECKING, Callable, ClassVar
 
 
 from ..._validation import check_component, check_non_negative, check_positive
@@ -22,6 +22,9 @@ from ...methods import (
 from .base import FederatedMethod
 from .updates import BoxMinNorm
 
+if TYPE_CHECKING:
+    from typing import Self
+
 
 @dataclass
 class _EveryPair(FederatedMethod):
@@ -30,7 +33,7 @@ class _EveryPair(FederatedMethod):
 
     logs_plan: ClassVar[bool] = False
     #: the combination of each model's updates, built from the method's fields
-    combination: ClassVar[Callable[["_EveryPair"], Combiner]]
+    combination: ClassVar[Callable[[Self], Combiner]]
 
     def components(self):
         return EqualAssignment(), Support(), self.combination()

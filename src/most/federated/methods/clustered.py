@@ -102,7 +102,7 @@ class ClusterAssignment(Assignment):
 
     fixed: ClassVar[bool] = True
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.labels: Tensor | None = None
         self._m = 0
 

@@ -86,7 +86,7 @@ class FedEM(FederatedMethod):
     sample_weights: ClassVar[bool] = True
     pick: ClassVar[str] = "its mixture of the models (weights by EM)"
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__post_init__()
         self._mixture: Tensor | None = None
 

@@ -73,7 +73,7 @@ class GroupedWarmUp(WarmUp):
     rounds: int = 5
     balanced: bool = True
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__post_init__()
         self.balanced = check_bool(self.balanced, name="balanced")
         if not self.rounds:
@@ -233,7 +233,7 @@ class MosT(FederatedMethod):
     assignment: Assignment | None = None
     resplit: Resplit | None = field(default_factory=Resplit)
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         super().__post_init__()
         from ...solver import transport_assignment
 
