@@ -47,7 +47,7 @@ def stratified_split(labels: np.ndarray, fractions, rng: np.random.Generator) ->
     order = np.concatenate([rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)])
     f = np.asarray(fractions, dtype=np.float64)
     counts = np.zeros(3)
-    part = np.empty(len(order), dtype=np.int64)
+    part: np.ndarray = np.empty(len(order), dtype=np.int64)
     for t in range(len(order)):
         k = int(np.argmax((t + 1) * f - counts))
         part[t] = k

@@ -33,7 +33,7 @@ import os
 import types
 import typing
 from pathlib import Path
-from typing import Any, Callable, Literal, Union
+from typing import Any, Callable, Literal, Union, cast
 
 from ._validation import did_you_mean
 
@@ -179,7 +179,7 @@ def _coerce(value, tp, path: str):
     if isinstance(tp, type) and _subclasses(tp):
         return component(value, path, _subclasses(tp))
     if dataclasses.is_dataclass(tp) and isinstance(value, dict):
-        return build(tp, value, path=path)
+        return build(cast(type, tp), value, path=path)  # a field's type: a dataclass, not an instance
     if isinstance(tp, type) and not isinstance(value, tp):
         raise _wrong(path, value, tp)
     return value

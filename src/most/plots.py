@@ -111,7 +111,8 @@ def check_nonempty(mapping: Mapping, name: str) -> None:
 
 
 def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", title: str = "",
-           std: Mapping[str, Sequence[float]] | None = None, x: Sequence[float] | None = None,
+           std: Mapping[str, Sequence[float]] | None = None,
+           x: Sequence[float] | Mapping[str, Sequence[float]] | None = None,
            xlabel: str = "round", log: bool = False, path=None):
     """A metric (accuracy or loss) per round, one line per method, with optional ± std bands.
 
@@ -128,9 +129,12 @@ def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", t
     for k, (name, values) in enumerate(series.items()):
         v = as_series(values, f"series[{name!r}]")
         own = isinstance(x, Mapping)
-        if own and name not in x:
-            raise ValueError(f"`x` has no entry for {name!r}.")
-        xs = np.arange(len(v)) if x is None else as_series(x[name], f"x[{name!r}]") if own else as_series(x, "x")
+        if isinstance(x, Mapping):
+            if name not in x:
+                raise ValueError(f"`x` has no entry for {name!r}.")
+            xs = as_series(x[name], f"x[{name!r}]")
+        else:
+            xs = np.arange(len(v)) if x is None else as_series(x, "x")
         if len(xs) != len(v):
             where = f"x[{name!r}]" if own else "x"
             raise ValueError(f"`{where}` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")

@@ -29,7 +29,7 @@ Examples:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence, cast
 
 import torch
 from torch import Tensor, nn
@@ -124,6 +124,7 @@ class Problem:
             )
         if self.bounds is not None:
             _check_bounds(self.bounds, self.dim, init_given=self.init is not None)
+        self._evaluation: Evaluator  # declared for the type checker; set past the frozen dataclass's __setattr__
         object.__setattr__(self, "_evaluation", self._evaluation_of_kind())
 
     def _evaluation_of_kind(self) -> Evaluator:
@@ -136,7 +137,9 @@ class Problem:
                                  f"{self.n_objectives}.")
             return self.evaluator
         if self.instances is not None:
-            return InstancesEvaluator(self.instance_loss, self.instances, self.dim, self.fn, self.vectorize)
+            # from_instances sets instance_loss with instances
+            loss = cast("Callable[..., Tensor]", self.instance_loss)
+            return InstancesEvaluator(loss, self.instances, self.dim, self.fn, self.vectorize)
         if isinstance(self.fn, PerObjective):
             return ModuleEvaluator(self.fn, self.dim, self.n_objectives, self.vectorize)
         return FunctionEvaluator(self.fn, self.dim, self.n_objectives, self.vectorize)
@@ -444,7 +447,7 @@ class Problem:
         return jacobian.masked_fill(blocked, 0.0)
 
     def _bounds_like(self, params: Tensor) -> tuple[Tensor, Tensor]:
-        lo, hi = self.bounds
+        lo, hi = cast("tuple[Tensor | float, Tensor | float]", self.bounds)  # called only with bounds
         return (torch.as_tensor(lo).to(params).expand(params.shape[-1]),
                 torch.as_tensor(hi).to(params).expand(params.shape[-1]))
 

@@ -59,6 +59,7 @@ def components() -> dict[str, type]:
 
 @functools.lru_cache(maxsize=None)
 def _methods(setting: str) -> dict[str, type]:
+    classes: tuple[type, ...]
     if setting == FEDERATED:
         from .federated import methods as F
 

@@ -133,7 +133,7 @@ def _extent(points: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _neighbours(points: np.ndarray) -> list[tuple[int, int]]:
     """The pairs of models adjacent in the order of some objective (for two objectives on a front:
     the models on either side of each gap)."""
-    pairs = set()
+    pairs: set[tuple[int, int]] = set()
     for column in points.T:
         order = np.argsort(column, kind="stable")
         pairs.update((int(min(a, b)), int(max(a, b))) for a, b in zip(order[:-1], order[1:]))
@@ -145,7 +145,7 @@ def _ends(points: np.ndarray) -> list[tuple[int, int]]:
     whose point differs from its own by more than :data:`SPREAD_SETTLED` of the models' range
     (so that a start reflected through it lands past the end)."""
     scale = _extent(points)[1]
-    pairs = set()
+    pairs: set[tuple[int, int]] = set()
     for column in points.T:
         order = np.argsort(column, kind="stable")
         for ranked in (order, order[::-1]):
@@ -307,7 +307,7 @@ class Reseed:
         losses = problem.loss_matrix(params)  # [n, m]
         two = losses.topk(2, dim=1, largest=False)
         best, owner, second = two.values[:, 0], two.indices[:, 0], two.values[:, 1]
-        total = float(best.sum())
+        current = float(best.sum())  # the objectives' total loss at their best models
         tries = self.candidates if self.candidates is not None else 2 + int(math.log(m))
         picks = _draw(_excess(best), tries, generator).to(owner.device)
         cands = minimise_each(problem, params[owner[picks]], picks, steps=self.steps, lr=lr, optimizer=optimizer)
@@ -317,7 +317,7 @@ class Reseed:
         totals = torch.minimum(without[:, :, None], new[:, None, :]).sum(0)  # [m, t]
         flat = int(totals.argmin())
         j, t = divmod(flat, totals.shape[1])
-        if not float(totals[j, t]) < total - self.min_gain * abs(total):
+        if not float(totals[j, t]) < current - self.min_gain * abs(current):
             return params, None
         params = params.clone()
         params[j] = cands[t]

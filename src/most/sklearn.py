@@ -61,7 +61,7 @@ Examples:
 from __future__ import annotations
 
 import numbers
-from typing import Any, Callable
+from typing import Any, Callable, Literal, cast
 
 import numpy as np
 import torch
@@ -99,6 +99,7 @@ __all__ = ["MosTClassifier", "MosTRegressor"]
 _DTYPE = torch.float64
 #: Seeds are drawn below this bound from ``random_state`` (numpy's int32 limit).
 _MAX_SEED = np.iinfo(np.int32).max
+_Transport = Literal["exact", "sinkhorn", "newton", "ipot"]
 _TRANSPORTS = ("exact", "sinkhorn", "newton", "ipot")
 _OPTIMIZERS = {"adam": optim.Adam, "sgd": optim.SGD}
 _ROUTINGS = ("average", "dispatcher")
@@ -221,17 +222,18 @@ def _check_params(est: "_MosTEstimator") -> tuple[int, ...]:
         raise _param_error(est, "transport", f"a str among {set(_TRANSPORTS)}", est.transport)
     if est.routing not in _ROUTINGS:
         raise _param_error(est, "routing", f"a str among {set(_ROUTINGS)}", est.routing)
-    hidden = est.hidden_layer_sizes
+    hidden: Any = est.hidden_layer_sizes  # as set (an int, an iterable, anything), checked here
     hidden = (hidden,) if _is_int(hidden) else hidden
+    sizes: tuple[int, ...] | None
     try:
-        hidden = tuple(hidden)
+        sizes = tuple(hidden)
     except TypeError:
-        hidden = None
-    if hidden is None or not all(_is_int(h) and h >= 1 for h in hidden):
+        sizes = None
+    if sizes is None or not all(_is_int(h) and h >= 1 for h in sizes):
         raise _param_error(
             est, "hidden_layer_sizes", "a tuple of ints >= 1 (() for a linear model)", est.hidden_layer_sizes
         )
-    return hidden
+    return sizes
 
 
 def _check_groups(groups: Any, n_samples: int, *, where: str) -> np.ndarray:
@@ -333,7 +335,7 @@ class _MosTEstimator(BaseEstimator):
             rounds=self.rounds,
             lr=float(self.lr),
             diversity=float(self.diversity),
-            transport=self.transport,
+            transport=cast(_Transport, self.transport),  # checked against _TRANSPORTS
             optimizer=_OPTIMIZERS[self.optimizer](),
             seed=seed,
             progress=bool(self.verbose),

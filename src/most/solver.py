@@ -28,7 +28,7 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
-from typing import Callable, Generator, Iterator, Literal, Sequence
+from typing import TYPE_CHECKING, Callable, Generator, Iterator, Literal, Sequence, cast
 
 import torch
 from torch import Tensor, nn
@@ -57,6 +57,9 @@ from .methods import (
 from .optim import SGD, UpdateRule
 from .problem import Problem, active_rows, check_weights
 from .seeding import KMeansSeeding, Reseed
+
+if TYPE_CHECKING:
+    from .evaluators import RunningStatistics
 
 __all__ = ["RoundRecord", "Result", "run", "fit_batch", "MosT", "Linearization", "MGDA", "WeightedMGDA"]
 
@@ -285,7 +288,7 @@ class _Ask:
     rows: Tensor | None = None
     first: bool = False
     exact: bool = False
-    pullback: Callable[[Tensor], Tensor] | None = None
+    pullback: Callable[[Tensor], Tensor] | _SharedPullback | None = None
     weights: Tensor | None = None
 
 
@@ -304,8 +307,8 @@ def _answer(problem: Problem, ask: _Ask, generator: torch.Generator | None) -> t
     """One run's ask, answered directly (mini-batches, if any, from the run's ``generator``):
     ``(value, seconds)``."""
     tic = time.perf_counter()
-    if ask.kind == "pull":
-        value = ask.pullback(ask.weights)
+    if ask.kind == "pull":  # a run's own reverse pass (a shared one is pulled by _answer_together)
+        value = cast("Callable[[Tensor], Tensor]", ask.pullback)(ask.weights)
     else:
         value = _evaluate(problem, ask, ask.params, ask.rows, generator)
     return value, time.perf_counter() - tic
@@ -366,9 +369,10 @@ def _answer_together(problem: Problem, members: list[int], asks: list[_Ask],
     members' order."""
     ask = asks[0]
     if ask.kind == "pull":
-        pulled = ask.pullback.pull({i: a.weights for i, a in zip(members, asks)})
+        # runs share a "pull" only through a _SharedPullback (each run's own pass is answered alone)
+        pulled = cast(_SharedPullback, ask.pullback).pull({i: a.weights for i, a in zip(members, asks)})
         return [pulled[i] for i in members]
-    sizes = [int(a.params.shape[0]) for a in asks]
+    sizes = [int(cast(Tensor, a.params).shape[0]) for a in asks]  # every ask but "pull" has its models
     bounds = [(sum(sizes[:i]), sum(sizes[:i + 1])) for i in range(len(sizes))]
     rows = None if ask.rows is None else torch.cat([a.rows for a in asks])
     value = _evaluate(problem, ask, torch.cat([a.params for a in asks]), rows, generator)
@@ -419,10 +423,11 @@ def _drive_batch(jobs: list[tuple[Problem, Generator[_Ask, tuple, Result], torch
     while asks:
         groups: dict[tuple, list[int]] = {}
         for i, ask in asks.items():
+            key: tuple
             if ask.kind == "pull":
                 key = ("pull", id(ask.pullback))
             else:
-                params = ask.params
+                params = cast(Tensor, ask.params)  # every ask but "pull" has its models
                 key = (ask.kind, ask.first, _objectives_key(jobs[i][0], jobs[i][2]), params.dtype, params.device,
                        None if ask.rows is None else int(ask.rows.shape[1]))
             groups.setdefault(key, []).append(i)
@@ -539,7 +544,7 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
     work = sum(method.n_models for method in methods) * problem.n_objectives * problem.dim
     with threads_for(work):
         prepared: list[tuple] = []  # (extension, mixtures, problem) made so far, to share equal ones
-        jobs = []
+        jobs: list[_Job | None] = []
         bar = tqdm(total=sum(method.rounds for method in methods), desc="fit_batch", disable=not progress,
                    leave=False)
         for k, method in enumerate(methods):
@@ -552,18 +557,19 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
                 job = None
             jobs.append(job)
         live = [k for k, job in enumerate(jobs) if job is not None]
-        bar.update(sum(jobs[k].first_round for k in live))  # the rounds resumed runs had made
-        results = _drive_batch([(jobs[k].problem, jobs[k].steps(on_round=bar.update), jobs[k].generator)
-                                for k in live],
+        running = [job for job in jobs if job is not None]  # the jobs of `live`, in its order
+        bar.update(sum(job.first_round for job in running))  # the rounds resumed runs had made
+        results = _drive_batch([(job.problem, job.steps(on_round=bar.update), job.generator)
+                                for job in running],
                                on_error=None if errors == "raise" else
                                lambda i, exc: failures.__setitem__(live[i], exc))
         bar.close()
-    out: list[Result | Exception] = [None] * len(methods)
+    out: list[Result | Exception | None] = [None] * len(methods)
     for i, k in enumerate(live):
         out[k] = results[i]
-    for k, exc in failures.items():
-        out[k] = exc
-    return out
+    for k, error in failures.items():
+        out[k] = error
+    return cast("list[Result | Exception]", out)  # a run without a result failed: its error is there
 
 
 @dataclass
@@ -625,7 +631,7 @@ class _Job:
         for t in bar:
             record = yield from loop.round_steps(t, first=t == self.first_round)
             if self.progress:
-                sparsity = float((record.plan <= 1e-12).float().mean())
+                sparsity = float((cast(Tensor, record.plan) <= 1e-12).float().mean())  # a new record's plan
                 bar.set_postfix(best_loss=f"{record.mean_best_loss:.4g}", gamma_zeros=f"{sparsity:.0%}", refresh=False)
             if self.callback is not None:
                 self.callback(record, loop.params)
@@ -635,7 +641,8 @@ class _Job:
                 on_round()
         final, _ = yield _Ask("losses", loop.params, exact=True)
         _check_finite(final, None, problem, rounds, None)
-        return Result(params=loop.params.detach(), assignment=loop.plan.detach(), losses=final, history=loop.history,
+        plan = cast(Tensor, loop.plan)  # set by a round, or restored with the rounds made (rounds >= 1)
+        return Result(params=loop.params.detach(), assignment=plan.detach(), losses=final, history=loop.history,
                       problem=problem, statistics=loop.statistics)
 
 
@@ -659,8 +666,9 @@ class _Loop:
     plan: Tensor | None = None
     history: list[RoundRecord] = field(default_factory=list)
     keep_every: int = 1  # rounds whose record keeps its tensors (HISTORY_NUMBERS)
-    # a linear combiner's reverse pass from the round's loss matrix, used by its first step (then dropped)
-    pullback: Callable[[Tensor], Tensor] | None = field(default=None, repr=False)
+    # a linear combiner's reverse pass from the round's loss matrix, used by its first step (then dropped);
+    # in a batch (fit_batch), the pass it shares with other runs
+    pullback: Callable[[Tensor], Tensor] | _SharedPullback | None = field(default=None, repr=False)
     # the models' running statistics of batch normalisation (Problem.statistics), or None
     statistics: dict[str, Tensor] | None = None
 
@@ -670,7 +678,8 @@ class _Loop:
 
     def state(self, round: int) -> dict:
         """What a checkpoint holds after ``round`` rounds."""
-        state = dict(round=round, params=self.params.detach(), opt_state=self.opt_state, plan=self.plan.detach(),
+        plan = cast(Tensor, self.plan)  # saved after a round
+        state = dict(round=round, params=self.params.detach(), opt_state=self.opt_state, plan=plan.detach(),
                      history=[vars(r) for r in self.history], **self.components)
         if self.statistics is not None:
             state["statistics"] = self.statistics
@@ -730,7 +739,8 @@ class _Loop:
 
         lam, min_norm_s, step_grad_s = yield from self._steps(t, losses, jac, weights)
         if self.statistics is not None:  # the forward passes of the round's models over the objectives they serve
-            self.statistics = self.problem.statistics.update(start, self.statistics, weights > 0)
+            keeper = cast("RunningStatistics", self.problem.statistics)  # the problem whose statistics these are
+            self.statistics = keeper.update(start, self.statistics, weights > 0)
         moved = None
         if self.reseed is not None and self.reseed.due(t, self.rounds):
             # the plan and the round, for Reseed's spread over an extended problem's original objectives
@@ -741,7 +751,8 @@ class _Loop:
             if moved is not None:
                 self.opt_state = self.optimizer.restart(self.opt_state, moved)
                 if self.statistics is not None:
-                    self.statistics = self.problem.statistics.reset(self.statistics, moved)
+                    keeper = cast("RunningStatistics", self.problem.statistics)
+                    self.statistics = keeper.reset(self.statistics, moved)
         record = RoundRecord(round=t, plan=self.plan.detach().cpu(), losses=losses.detach().cpu(),
                              weights=lam.detach().cpu(), transport_seconds=transport_s, min_norm_seconds=min_norm_s,
                              gradient_seconds=grad_s + step_grad_s, moved=moved)
@@ -777,7 +788,7 @@ class _Loop:
             direction = problem.tangent_jacobian(self.params, direction.detach()[:, None])[:, 0]
             self.params, self.opt_state = self.optimizer.step(self.params.detach(), direction, self.opt_state, self.lr)
             self.params = problem.apply_projection(self.params)
-        return lam.to(self.params.dtype), 0.0, grad_s
+        return cast(Tensor, lam).to(self.params.dtype), 0.0, grad_s  # inner_steps >= 1: lam is set
 
     def _steps(self, t: int, losses: Tensor, jac: Tensor | None, weights: Tensor):
         """The K inner steps under one plan; returns the last combiner weights ``[m, n]`` and the
@@ -839,7 +850,8 @@ def transport_assignment(method) -> Assignment:
         raise TypeError(f"`assignment` must be a most.methods.Assignment (e.g. "
                         f"most.methods.CappedTransportAssignment(shares=2)); got {method.assignment!r}.")
     changed = [k for k, v in _TRANSPORT_DEFAULTS.items() if getattr(method, k) != v]
-    default = next(f for f in fields(method) if f.name == "marginals").default_factory()
+    marginals = next(f for f in fields(method) if f.name == "marginals")
+    default = cast("Callable[[], Marginals]", marginals.default_factory)()  # the field has a default_factory
     changed += [] if method.marginals == default else ["marginals"]
     if changed:
         raise ValueError(f"`assignment` replaces the transport fields, so {', '.join(changed)} must keep their "

@@ -159,18 +159,18 @@ def cached_features(files: Sequence[str | os.PathLike], *, root: str | os.PathLi
         FileNotFoundError: an image file does not exist.
         ImportError: the features must be computed and the weights' package is not installed.
     """
-    files = [Path(f) for f in files]
-    key = feature_key(files, root=root, preprocess=preprocess)
+    paths = [Path(f) for f in files]
+    key = feature_key(paths, root=root, preprocess=preprocess)
     path = cache_dir(cache) / _BACKBONE / f"{key}.pt"
     if path.is_file():
         try:
             stored = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # a damaged or foreign file: computed again below and replaced
             stored = None
-        if isinstance(stored, dict) and stored.get("key") == key and stored["features"].shape[0] == len(files):
+        if isinstance(stored, dict) and stored.get("key") == key and stored["features"].shape[0] == len(paths):
             return stored["features"]
-    features = compute_features(files, preprocess=preprocess, batch_size=batch_size, progress=progress,
+    features = compute_features(paths, preprocess=preprocess, batch_size=batch_size, progress=progress,
                                 description=description)
-    _save_atomic({"key": key, "names": _names(files, None if root is None else Path(root)),
+    _save_atomic({"key": key, "names": _names(paths, None if root is None else Path(root)),
                   "preprocess": preprocess.key(), "weights_sha256": WEIGHTS_SHA256, "features": features}, path)
     return features

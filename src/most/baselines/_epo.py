@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import ClassVar, Sequence
+from typing import ClassVar, Sequence, cast
 
 import numpy as np
 import torch
@@ -176,7 +176,7 @@ class PreferenceAssignment(Assignment):
             return self.preferences is None and other.preferences is None
         return torch.equal(self.preferences, other.preferences)
 
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable (it defines __eq__); typeshed types it a method
 
 
 def _non_uniformity(r: np.ndarray, l: np.ndarray) -> tuple[np.ndarray, float, np.ndarray]:
@@ -253,7 +253,7 @@ def _solve(programs: list[_Program]) -> list[np.ndarray | None]:
     from scipy import sparse  # imported when EPO first solves: `import most` stays light
     from scipy.optimize import linprog
 
-    sizes = [len(p.objective) for p in programs]
+    sizes = [len(cast(np.ndarray, p.objective)) for p in programs]  # a program without beta has its LP
     c = -np.concatenate([p.objective for p in programs])
     A_ub = -sparse.block_diag([sparse.csr_matrix(p.A) for p in programs], format="csr")
     b_ub = -np.concatenate([p.b for p in programs])
@@ -276,7 +276,7 @@ def _finish(programs: list[_Program]) -> list[tuple[np.ndarray, str]]:
         if beta is None:  # both programs are feasible in exact arithmetic; guard round-off
             p.mode, beta = "fallback", min_norm(torch.as_tensor(p.C)).weights.numpy()
         p.beta = beta
-    return [(p.beta, p.mode) for p in programs]
+    return [(cast(np.ndarray, p.beta), p.mode) for p in programs]  # every beta is set now
 
 
 def epo_coefficients(G: np.ndarray, l: np.ndarray, r: np.ndarray, eps: float = 1e-4) -> tuple[np.ndarray, str]:

@@ -19,7 +19,7 @@ rows (the datasets padded to the longest, with a mask).
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from typing import Callable, Sequence, cast
 
 import torch
 from torch import Tensor
@@ -82,7 +82,8 @@ class DatasetsEvaluator(Evaluator):
         # one affine map of each row's (flattened) inputs: plain nn.Linear on [rows, in], or Flatten + Linear
         affine = layout.affine
         plain = data[0].ndim == 2 or isinstance(layout.template, torch.nn.Sequential)
-        self._affine = affine if affine is not None and plain and self._input_values == affine[1] else None
+        self._affine: tuple[int, int] | None = (
+            affine if affine is not None and plain and self._input_values == affine[1] else None)
         counts = torch.bincount(owner, minlength=n_objectives)
         starts = torch.cumsum(counts, 0) - counts
         rows = torch.arange(len(owner), device=device)
@@ -93,7 +94,7 @@ class DatasetsEvaluator(Evaluator):
         self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask, width)
         self._keys_mask = mask.cpu()
         self._slots_cpu = self.all.slots.cpu()
-        self._per_row = None  # values a row makes in a forward pass, counted when first needed
+        self._per_row: int | None = None  # values a row makes in a forward pass, counted when first needed
 
     # ------------------------------------------------------------------ the rows of an evaluation
     def draw(self, generator: torch.Generator | None) -> _Draw:
@@ -168,7 +169,7 @@ class DatasetsEvaluator(Evaluator):
         from one matrix product of the shared inputs with the models' stacked weights (vmap's
         form of the layer, a batched product with the inputs repeated per model, and m separate
         products both cost more), then the loss of each model's outputs."""
-        out_features, in_features = self._affine
+        out_features, in_features = cast("tuple[int, int]", self._affine)  # called only when it is set
         m, split = params.shape[0], out_features * in_features
         x = rows[0].reshape(len(rows[0]), in_features)
         weight = params[:, :split].reshape(m * out_features, in_features)

@@ -103,7 +103,7 @@ def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
     var = np.arange(n * m)
     A = sparse.csr_array((np.ones(2 * n * m), (np.concatenate([var // m, n + var % m]), np.tile(var, 2))),
                          shape=(n + m, n * m))[:-1]
-    upper = np.repeat(a64 * max_share, m)
+    upper: np.ndarray = np.repeat(a64 * max_share, m)
     res = linprog(scaled.ravel(), A_eq=A, b_eq=np.concatenate([a64, b64])[:-1],
                   bounds=np.stack([np.zeros(n * m), upper], 1), method="highs-ds")
     if res.status != 0:  # cannot happen for a feasible cap; kept as a guard with a clear message

@@ -19,6 +19,8 @@ soft version (method ``"sinkhorn"``) is the solution of the entropic problem
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import Tensor
 
@@ -39,7 +41,7 @@ def solve_relaxed(
             [0.2500, 0.0000]], dtype=torch.float64)
     """
     dim = 1 if b is None else 0  # the axis along which each constrained line spreads its mass
-    mass = a[:, None] if b is None else b[None, :]
+    mass = cast(Tensor, a)[:, None] if b is None else b[None, :]  # b is None: a is given
     if soft:
         weights = torch.softmax(-cost / eps, dim=dim)
     else:
