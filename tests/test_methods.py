@@ -398,3 +398,11 @@ def test_worst_variant_serves_each_group_at_its_minimax_point():
     assert torch.allclose(worst_fit, torch.tensor([2.5, 105.0]), atol=0.05)
     worst = lambda p: most.metrics.worst_objective(problem.loss_matrix(p[:, None]))
     assert worst(worst_fit) < 0.9 * worst(mean_fit)
+
+
+def test_the_variants_page_lists_every_variant_of_the_registry():
+    import most.variants
+    from most import registry
+
+    listed = [line.split("``")[1] for line in most.variants.__doc__.splitlines() if line.startswith("* ``")]
+    assert listed == list(registry.VARIANTS)

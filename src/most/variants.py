@@ -11,20 +11,22 @@ loop. The table itself lives in the one registry (:data:`most.registry.VARIANTS`
     >>> type(most.variants.apply("L", base).combiner).__name__
     'WeightedSum'
 
-=============== ===========================================================================
-name            what changes
-=============== ===========================================================================
-``paper``       the algorithm as written: Gamma-weighted MGDA (GammaWeights, MinNorm) and
-                the curriculum of Section 3.3 (federated: no warm-up)
-``no-R``        tau = 0 (no diversity regulariser)
-``no-curriculum`` uniform marginals throughout
-``curriculum``  the alpha/beta curriculum of Section 3.3
-``O``           "objectives select models": the beta constraint dropped
-``M``           "models select objectives": the alpha constraint dropped
-``L``           Gamma-weighted mean of gradients instead of the min-norm direction
-``literal``     Gamma-weighted min-norm (GammaWeights), everything else unchanged
-``E``           MosT-E: 20 Dirichlet(1) mixtures of the objectives added (centralised)
-=============== ===========================================================================
+* ``paper`` -- the algorithm as written: Gamma-weighted MGDA (GammaWeights, MinNorm) and the
+  curriculum of Section 3.3 (federated: no warm-up).
+* ``min-norm`` -- the min-norm (MGDA) direction of the served objectives: a Pareto-stationary
+  point of each group instead of its optimum.
+* ``balanced`` -- the balanced transport: every model serves n/m objectives.
+* ``no-seeding`` -- the problem's own starts, and no model moved between rounds (centralised).
+* ``no-R`` -- tau = 0 (no diversity regulariser).
+* ``no-curriculum`` -- uniform marginals throughout.
+* ``curriculum`` -- the alpha/beta curriculum of Section 3.3.
+* ``O`` -- "objectives select models": the beta constraint dropped.
+* ``M`` -- "models select objectives": the alpha constraint dropped.
+* ``worst`` -- each model descends a smooth maximum of its objectives' losses: the few-for-many
+  worst objective instead of the average (centralised).
+* ``L`` -- Gamma-weighted mean of gradients (or updates) instead of the min-norm direction.
+* ``literal`` -- Gamma-weighted min-norm (GammaWeights), everything else unchanged.
+* ``E`` -- MosT-E: 20 Dirichlet(1) mixtures of the objectives added (centralised only).
 
 w-MGDA, linear scalarisation and MGDA are separate methods:
 :class:`~most.WeightedMGDA`, :class:`~most.Linearization`, :class:`~most.MGDA`.

@@ -200,7 +200,7 @@ def test_unknown_task_and_bad_arguments_before_any_work(tmp_path):
         with pytest.raises(ValueError, match=r"`n_train` must be an int >= 1"):
             load_superglue("wic", missing, n_train=bad)
     for bad in (-1, 1.0, None):
-        with pytest.raises(ValueError, match=r"`seed` must be a non-negative int"):
+        with pytest.raises(ValueError, match=r"`seed` must be an int in \[0, 2\*\*64\)"):
             load_superglue("wic", missing, seed=bad)
 
 

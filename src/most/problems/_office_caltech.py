@@ -50,7 +50,7 @@ from .._validation import check_positive_int
 from .._paths import resolve_dir
 from .._random import stratified_split as _stratified_split
 from .._validation import did_you_mean
-from ._common import check_seed as _check_seed
+from .._validation import check_seed as _check_seed
 
 __all__ = [
     "OFFICE_CALTECH10_CLASSES",

@@ -82,7 +82,7 @@ from torch import Tensor
 from .._validation import check_positive_int
 from .._paths import resolve_dir
 from .._validation import did_you_mean
-from ._common import check_seed as _check_seed
+from .._validation import check_seed as _check_seed
 
 __all__ = ["TextTask", "load_superglue", "SUPERGLUE_ENV"]
 
