@@ -1,6 +1,6 @@
 """Resuming an interrupted `most bench` call: the run store (``OUT/runs``, the results store of
 `most run`), and resumed results equal to an uninterrupted call's (few-objective, mtl; the
-federated table's test is in test_bench_federated.py, the prompts' in test_prompts.py)."""
+federated table's test is in tests/bench/test_federated.py, the prompts' in tests/prompts/test_prompts.py)."""
 
 from __future__ import annotations
 

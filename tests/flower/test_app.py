@@ -1,6 +1,6 @@
 """MosT on a real multi-process Flower deployment: a SuperLink and three SuperNodes on 127.0.0.1.
 
-The deployment (``_flower_deploy.Deployment``) runs with TLS (a CA and a server certificate
+The deployment (``tests/flower/_deploy.py``: ``Deployment``) runs with TLS (a CA and a server certificate
 made in the test) and SuperNode authentication (each SuperNode's public key registered with
 the SuperLink); the app is ``examples/flower`` (``most.flower.app``). The tests share one
 deployment, in this order: the transport checks (only TLS is spoken; clients that lack our CA,

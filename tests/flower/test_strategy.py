@@ -1,8 +1,8 @@
 """MosT on Flower: the strategy and client app against the in-process runtime.
 
-Fast tests deliver messages in this process (``_flower_grid.LocalGrid``); the simulation test
+Fast tests deliver messages in this process (``tests/flower/_grid.py``: ``LocalGrid``); the simulation test
 runs Flower's Ray engine with 30 virtual clients. The multi-process deployment (TLS, SuperNode
-authentication, a killed SuperNode) is in ``test_flower_deployment.py``.
+authentication, a killed SuperNode) is in ``tests/flower/test_app.py``.
 """
 
 from __future__ import annotations
