@@ -147,3 +147,15 @@ def test_the_checks_find_what_they_look_for():
     assert "most.solver" in GRAPH["most.baselines"]
     assert "most.flower" in GRAPH["most.experiments.runner"]  # imported inside a function
     assert _layer("most.federated.runtime") == 5 and _layer("most.cli") == 8
+
+
+def test_docstrings_are_in_one_dialect():
+    """Google sections (``Args:``), never NumPy's underlined headers."""
+    numpy_sections = []
+    for name, (path, _) in MODULES.items():
+        lines = path.read_text("utf-8").splitlines()
+        for k, (header, rule) in enumerate(zip(lines, lines[1:])):
+            if header.strip() in {"Parameters", "Returns", "Raises", "Attributes", "Examples", "Notes", "Yields"} \
+                    and set(rule.strip()) == {"-"}:
+                numpy_sections.append(f"{name}:{k + 1} {header.strip()}")
+    assert not numpy_sections, f"NumPy-style sections (write them as Google's `Args:` etc.): {numpy_sections}"

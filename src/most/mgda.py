@@ -125,19 +125,14 @@ _SYM_RTOL_FLOAT64 = 1e-6
 class MinNormResult:
     """Result of :func:`min_norm`.
 
-    Attributes
-    ----------
-    weights:
-        ``λ``, a point of the simplex, shape ``[n]`` (or ``[B, n]`` for a batch),
-        in ``gram``'s dtype and device. Masked-out objectives have weight exactly
-        0; a problem whose mask is all False has all-zero weights.
-    norm_sq:
-        ``λᵀ G λ`` (the squared norm of the min-norm element ``u = Jᵀλ``), a
-        0-d tensor (or shape ``[B]``); 0 for an all-False mask.
-    n_iter:
-        Number of Frank-Wolfe iterations taken (the maximum over the batch).
-    converged:
-        Whether every problem met the tolerance before ``max_iter``.
+    Attributes:
+        weights: ``λ``, a point of the simplex, shape ``[n]`` (or ``[B, n]`` for a batch),
+            in ``gram``'s dtype and device. Masked-out objectives have weight exactly
+            0; a problem whose mask is all False has all-zero weights.
+        norm_sq: ``λᵀ G λ`` (the squared norm of the min-norm element ``u = Jᵀλ``), a
+            0-d tensor (or shape ``[B]``); 0 for an all-False mask.
+        n_iter: Number of Frank-Wolfe iterations taken (the maximum over the batch).
+        converged: Whether every problem met the tolerance before ``max_iter``.
     """
 
     weights: Tensor
@@ -536,59 +531,50 @@ def _solve(G64: Tensor, mask: Tensor, *, max_iter: int, tol: float, repair_dtype
 def min_norm(gram, *, mask=None, max_iter: int | None = None, tol: float | None = None) -> MinNormResult:
     r"""Solves the min-norm problem :math:`\min_{\lambda \in \Delta^n} \lambda^\top G \lambda` (Eqs. 7-8).
 
-    Parameters
-    ----------
-    gram:
-        The Gramian :math:`G = J J^\top` of ``n`` gradients, shape ``[n, n]``, or a
-        batch of ``B`` independent problems, shape ``[B, n, n]``. Must be finite and
-        symmetric (up to round-off; it is symmetrised internally). Positive
-        semi-definiteness is not checked strictly: negative eigenvalues at the
-        level of the input's round-off are fine (if they exceed float64 round-off,
-        e.g. for a float32 Gramian, the matrix is first projected onto the PSD
-        cone, see the module docstring); a grossly indefinite matrix (smallest
-        eigenvalue of ``D G D`` below -1e-2, ``D = diag(G)^-1/2``) raises
-        ``ValueError``.
-    mask:
-        Optional boolean tensor, shape ``[n]`` (shared by the batch) or ``[B, n]``.
-        Objectives with ``mask == False`` are excluded: their weight is exactly 0
-        and they are never selected. A problem whose mask is all False gets
-        all-zero weights and ``norm_sq == 0`` (there is nothing to descend on).
-    max_iter:
-        Iteration cap, default :data:`DEFAULT_MAX_ITER` (10 000). Reaching it
-        raises a :class:`~most.ConvergenceWarning` and sets ``converged=False``.
-    tol:
-        Stopping tolerance on the Frank-Wolfe and away duality gaps, *relative*
-        to :math:`\max_i G_{ii}` (the largest squared gradient norm), so results do
-        not depend on the scale of the gradients. Default :data:`DEFAULT_TOL`
-        (1e-10). On return :math:`\lambda^\top G\lambda - \min_\Delta \le`
-        ``tol * max_i G_ii / 2`` and :math:`|(G\lambda)_i - \lambda^\top G\lambda| \le`
-        ``tol * max_i G_ii / 2`` for every ``i`` with :math:`\lambda_i > 0`.
+    Args:
+        gram: The Gramian :math:`G = J J^\top` of ``n`` gradients, shape ``[n, n]``, or a
+            batch of ``B`` independent problems, shape ``[B, n, n]``. Must be finite and
+            symmetric (up to round-off; it is symmetrised internally). Positive
+            semi-definiteness is not checked strictly: negative eigenvalues at the
+            level of the input's round-off are fine (if they exceed float64 round-off,
+            e.g. for a float32 Gramian, the matrix is first projected onto the PSD
+            cone, see the module docstring); a grossly indefinite matrix (smallest
+            eigenvalue of ``D G D`` below -1e-2, ``D = diag(G)^-1/2``) raises
+            ``ValueError``.
+        mask: Optional boolean tensor, shape ``[n]`` (shared by the batch) or ``[B, n]``.
+            Objectives with ``mask == False`` are excluded: their weight is exactly 0
+            and they are never selected. A problem whose mask is all False gets
+            all-zero weights and ``norm_sq == 0`` (there is nothing to descend on).
+        max_iter: Iteration cap, default :data:`DEFAULT_MAX_ITER` (10 000). Reaching it
+            raises a :class:`~most.ConvergenceWarning` and sets ``converged=False``.
+        tol: Stopping tolerance on the Frank-Wolfe and away duality gaps, *relative*
+            to :math:`\max_i G_{ii}` (the largest squared gradient norm), so results do
+            not depend on the scale of the gradients. Default :data:`DEFAULT_TOL`
+            (1e-10). On return :math:`\lambda^\top G\lambda - \min_\Delta \le`
+            ``tol * max_i G_ii / 2`` and :math:`|(G\lambda)_i - \lambda^\top G\lambda| \le`
+            ``tol * max_i G_ii / 2`` for every ``i`` with :math:`\lambda_i > 0`.
 
-    Returns
-    -------
-    MinNormResult
-        ``weights`` (``[n]`` or ``[B, n]``, gram's dtype and device),
-        ``norm_sq`` (0-d or ``[B]``), ``n_iter`` (max over the batch) and
-        ``converged`` (all problems).
+    Returns:
+        MinNormResult: ``weights`` (``[n]`` or ``[B, n]``, gram's dtype and device),
+            ``norm_sq`` (0-d or ``[B]``), ``n_iter`` (max over the batch) and
+            ``converged`` (all problems).
 
-    Notes
-    -----
-    Away-step Frank-Wolfe with exact line search (plus a face correction every
-    few iterations), computed in float64 on detached inputs (not differentiable);
-    see the module docstring. On MPS, which has no float64, the solve runs on the
-    CPU and the result is moved back. The optimal ``λ`` need not be unique when ``G`` is
-    singular (e.g. duplicated gradients); the optimal value always is.
+    Notes:
+        Away-step Frank-Wolfe with exact line search (plus a face correction every
+        few iterations), computed in float64 on detached inputs (not differentiable);
+        see the module docstring. On MPS, which has no float64, the solve runs on the
+        CPU and the result is moved back. The optimal ``λ`` need not be unique when ``G`` is
+        singular (e.g. duplicated gradients); the optimal value always is.
 
-    Examples
-    --------
-    Two orthogonal unit gradients: the min-norm point is their midpoint.
+    Examples:
+        Two orthogonal unit gradients: the min-norm point is their midpoint.
 
-    >>> import torch
-    >>> r = min_norm(torch.eye(2, dtype=torch.float64))
-    >>> r.weights
-    tensor([0.5000, 0.5000], dtype=torch.float64)
-    >>> float(r.norm_sq)
-    0.5
+        >>> import torch
+        >>> r = min_norm(torch.eye(2, dtype=torch.float64))
+        >>> r.weights
+        tensor([0.5000, 0.5000], dtype=torch.float64)
+        >>> float(r.norm_sq)
+        0.5
     """
     g = _real_tensor(gram, name="gram", real="a real matrix",
                      shape="[n, n] (one problem) or [B, n, n] (a batch of B problems)")
@@ -647,44 +633,35 @@ def min_norm_direction(
     satisfies :math:`w_i \langle J_i, -u\rangle \le -\|u\|^2` for every kept row,
     so it decreases every weighted objective whenever :math:`u \ne 0`.
 
-    Parameters
-    ----------
-    jacobian:
-        ``[n, d]`` (``n`` gradients of dimension ``d``) or ``[B, n, d]`` (a batch
-        of ``B`` independent problems, e.g. one per model).
-    weights:
-        Optional non-negative weights, ``[n]`` (shared by the batch) or
-        ``[B, n]``; default all ones. If all weights of a problem are zero its
-        direction is the zero vector.
-    coordinates:
-        ``(start, stop)``: solve for the weights on the Gram matrix of those coordinates of
-        the gradients only (the paper's "MGDA on a subset of model parameters like the final
-        layer's bias", Section 6) and combine the full gradients with them. The direction is
-        then a common descent direction for those coordinates, not necessarily for all.
-    max_iter, tol:
-        Passed to :func:`min_norm`. ``tol=None`` matches the tolerance to the gradients'
-        precision: :data:`FLOAT32_TOL` for float32 (or lower) Jacobians, :data:`DEFAULT_TOL`
-        otherwise.
-    return_weights:
-        Also return :math:`\lambda^\star` (``[n]`` or ``[B, n]``, the Jacobian's dtype).
+    Args:
+        jacobian: ``[n, d]`` (``n`` gradients of dimension ``d``) or ``[B, n, d]`` (a batch
+            of ``B`` independent problems, e.g. one per model).
+        weights: Optional non-negative weights, ``[n]`` (shared by the batch) or
+            ``[B, n]``; default all ones. If all weights of a problem are zero its
+            direction is the zero vector.
+        coordinates: ``(start, stop)``: solve for the weights on the Gram matrix of those coordinates of
+            the gradients only (the paper's "MGDA on a subset of model parameters like the final
+            layer's bias", Section 6) and combine the full gradients with them. The direction is
+            then a common descent direction for those coordinates, not necessarily for all.
+        max_iter, tol: Passed to :func:`min_norm`. ``tol=None`` matches the tolerance to the gradients'
+            precision: :data:`FLOAT32_TOL` for float32 (or lower) Jacobians, :data:`DEFAULT_TOL`
+            otherwise.
+        return_weights: Also return :math:`\lambda^\star` (``[n]`` or ``[B, n]``, the Jacobian's dtype).
 
-    Returns
-    -------
-    Tensor
-        ``u`` of shape ``[d]`` (or ``[B, d]``), in the Jacobian's dtype and device (and
-        ``lambda`` with ``return_weights=True``). It is computed in float64 from detached
-        inputs: no gradient flows through it (it is an update direction, to be applied under
-        ``torch.no_grad()``).
+    Returns:
+        Tensor: ``u`` of shape ``[d]`` (or ``[B, d]``), in the Jacobian's dtype and device (and
+            ``lambda`` with ``return_weights=True``). It is computed in float64 from detached
+            inputs: no gradient flows through it (it is an update direction, to be applied under
+            ``torch.no_grad()``).
 
-    Examples
-    --------
-    >>> import torch
-    >>> min_norm_direction(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
-    tensor([0.5000, 0.5000])
-    >>> min_norm_direction(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))  # Pareto-stationary
-    tensor([0., 0.])
-    >>> min_norm_direction(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))  # a zero row does not stop the other
-    tensor([1., 0.])
+    Examples:
+        >>> import torch
+        >>> min_norm_direction(torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
+        tensor([0.5000, 0.5000])
+        >>> min_norm_direction(torch.tensor([[1.0, 0.0], [-1.0, 0.0]]))  # Pareto-stationary
+        tensor([0., 0.])
+        >>> min_norm_direction(torch.tensor([[1.0, 0.0], [0.0, 0.0]]))  # a zero row does not stop the other
+        tensor([1., 0.])
     """
     J, w = _check_direction_args(jacobian, weights)
     batched = J.ndim == 3

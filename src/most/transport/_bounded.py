@@ -74,45 +74,35 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
                   reg: float | None = None) -> TransportResult:
     """The exact plan in which model ``j`` takes between ``lower[j]`` and ``upper[j]`` of the mass.
 
-    Parameters
-    ----------
-    cost:
-        ``C`` ``[n, m]`` (the plan has its dtype and device).
-    a:
-        The objective weights ``[n]``, on the simplex.
-    lower, upper:
-        Each model's least and largest mass: a number (the same for every model) or one value
-        per model. ``None``: 0 and 1 (no bound). Feasible when ``Σ lower ≤ 1 ≤ Σ upper`` and
-        ``lower ≤ upper``.
-    method, diversity, reg:
-        As for :func:`most.transport.solve`, which solves the split problem when ``method`` is
-        not ``"exact"`` or ``diversity > 0`` (the diversity term then acts on the split
-        columns, pushing each row onto one of them, and so onto one model).
+    Args:
+        cost: ``C`` ``[n, m]`` (the plan has its dtype and device).
+        a: The objective weights ``[n]``, on the simplex.
+        lower, upper: Each model's least and largest mass: a number (the same for every model) or one value
+            per model. ``None``: 0 and 1 (no bound). Feasible when ``Σ lower ≤ 1 ≤ Σ upper`` and
+            ``lower ≤ upper``.
+        method, diversity, reg: As for :func:`most.transport.solve`, which solves the split problem when ``method`` is
+            not ``"exact"`` or ``diversity > 0`` (the diversity term then acts on the split
+            columns, pushing each row onto one of them, and so onto one model).
 
-    Returns
-    -------
-    TransportResult
-        ``plan`` with rows ``a`` and column sums within the bounds (to float error),
-        ``cost = <C, plan>``, ``n_iter = 1``, ``converged`` (otherwise a
-        :class:`~most.ConvergenceWarning` is raised and the plan rounded onto the feasible set).
+    Returns:
+        TransportResult: ``plan`` with rows ``a`` and column sums within the bounds (to float error),
+            ``cost = <C, plan>``, ``n_iter = 1``, ``converged`` (otherwise a
+            :class:`~most.ConvergenceWarning` is raised and the plan rounded onto the feasible set).
 
-    Raises
-    ------
-    ValueError
-        On a malformed cost or ``a``, or bounds that no plan can meet (the message says which).
+    Raises:
+        ValueError: On a malformed cost or ``a``, or bounds that no plan can meet (the message says which).
 
-    Examples
-    --------
-    Model 0 is the cheaper for all four objectives; when each model must keep at least a
-    quarter, model 1 takes the objective it costs least extra to move:
+    Examples:
+        Model 0 is the cheaper for all four objectives; when each model must keep at least a
+        quarter, model 1 takes the objective it costs least extra to move:
 
-    >>> import torch
-    >>> C = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
-    >>> a = torch.full((4,), 0.25)
-    >>> (solve_bounded(C, a, lower=0.25).plan * 4).round().int().tolist()
-    [[0, 1], [1, 0], [1, 0], [1, 0]]
-    >>> (solve_bounded(C, a).plan * 4).round().int().tolist()
-    [[1, 0], [1, 0], [1, 0], [1, 0]]
+        >>> import torch
+        >>> C = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
+        >>> a = torch.full((4,), 0.25)
+        >>> (solve_bounded(C, a, lower=0.25).plan * 4).round().int().tolist()
+        [[0, 1], [1, 0], [1, 0], [1, 0]]
+        >>> (solve_bounded(C, a).plan * 4).round().int().tolist()
+        [[1, 0], [1, 0], [1, 0], [1, 0]]
     """
     c_in = as_tensor(cost, name="cost").detach()
     lo, hi = matrix_range(c_in, name="cost")

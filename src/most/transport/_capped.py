@@ -41,41 +41,32 @@ from ._result import TransportResult
 def solve_capped(cost, a, b, *, max_share: float) -> TransportResult:
     """The exact transport plan under the cap ``Γ_ij ≤ max_share · a_i``.
 
-    Parameters
-    ----------
-    cost:
-        ``C`` ``[n, m]``, finite (tensor or array-like). The plan has its dtype and device.
-    a, b:
-        Objective weights ``[n]`` and model weights ``[m]``, each on the simplex.
-    max_share:
-        ``s`` in ``(0, 1]``: the largest share of an objective one model may hold. The problem
-        is feasible exactly when ``s ≥ max_j b_j`` (a model can hold at most ``s`` in all;
-        for uniform ``b``, ``s ≥ 1/m``).
+    Args:
+        cost: ``C`` ``[n, m]``, finite (tensor or array-like). The plan has its dtype and device.
+        a, b: Objective weights ``[n]`` and model weights ``[m]``, each on the simplex.
+        max_share: ``s`` in ``(0, 1]``: the largest share of an objective one model may hold. The problem
+            is feasible exactly when ``s ≥ max_j b_j`` (a model can hold at most ``s`` in all;
+            for uniform ``b``, ``s ≥ 1/m``).
 
-    Returns
-    -------
-    TransportResult
-        ``plan`` (marginals ``a``, ``b`` and the cap hold to float error), ``cost = <C, plan>``,
-        ``n_iter`` (simplex iterations), ``converged``.
+    Returns:
+        TransportResult: ``plan`` (marginals ``a``, ``b`` and the cap hold to float error), ``cost = <C, plan>``,
+            ``n_iter`` (simplex iterations), ``converged``.
 
-    Raises
-    ------
-    ValueError
-        On a malformed cost, marginals off the simplex or of the wrong length, or a cap
-        outside ``(0, 1]`` or below ``max(b)`` (infeasible).
+    Raises:
+        ValueError: On a malformed cost, marginals off the simplex or of the wrong length, or a cap
+            outside ``(0, 1]`` or below ``max(b)`` (infeasible).
 
-    Examples
-    --------
-    Three objectives on two models each of the three, every model serving two of them
-    (each objective's two cheapest models):
+    Examples:
+        Three objectives on two models each of the three, every model serving two of them
+        (each objective's two cheapest models):
 
-    >>> import torch
-    >>> C = torch.tensor([[0.0, 1.0, 2.0], [0.0, 2.0, 1.0], [2.0, 0.0, 1.0]])
-    >>> res = solve_capped(C, torch.full((3,), 1 / 3), torch.full((3,), 1 / 3), max_share=0.5)
-    >>> (res.plan * 6).round().int().tolist()   # in units of a_i / 2
-    [[1, 1, 0], [1, 0, 1], [0, 1, 1]]
-    >>> round(res.cost, 6)
-    0.5
+        >>> import torch
+        >>> C = torch.tensor([[0.0, 1.0, 2.0], [0.0, 2.0, 1.0], [2.0, 0.0, 1.0]])
+        >>> res = solve_capped(C, torch.full((3,), 1 / 3), torch.full((3,), 1 / 3), max_share=0.5)
+        >>> (res.plan * 6).round().int().tolist()   # in units of a_i / 2
+        [[1, 1, 0], [1, 0, 1], [0, 1, 1]]
+        >>> round(res.cost, 6)
+        0.5
     """
     from scipy import sparse  # local imports, as POT's
     from scipy.optimize import linprog
@@ -128,41 +119,33 @@ def solve_capacity(cost, a, b, *, capacity: float) -> TransportResult:
     columns ``b``; the network simplex (POT's ``ot.emd``) gives an exact vertex, and the plan is
     its first ``n`` rows times ``capacity``.
 
-    Parameters
-    ----------
-    cost, a, b:
-        As for :func:`solve_capped`: ``C`` ``[n, m]`` (the plan has its dtype and device), the
-        objective weights ``[n]`` and the model weights ``[m]``, each on the simplex.
-    capacity:
-        ``c ≥ 1``, finite: how many times its weight ``b_j`` model ``j`` may take. Values past
-        ``1 / min_j b_j`` (over ``b_j > 0``) constrain nothing more and are solved as that value.
+    Args:
+        cost, a, b: As for :func:`solve_capped`: ``C`` ``[n, m]`` (the plan has its dtype and device), the
+            objective weights ``[n]`` and the model weights ``[m]``, each on the simplex.
+        capacity: ``c ≥ 1``, finite: how many times its weight ``b_j`` model ``j`` may take. Values past
+            ``1 / min_j b_j`` (over ``b_j > 0``) constrain nothing more and are solved as that value.
 
-    Returns
-    -------
-    TransportResult
-        ``plan`` (rows ``a``, columns at most ``capacity · b``, to float error),
-        ``cost = <C, plan>``, ``n_iter = 1`` (one network-simplex call), ``converged`` (the
-        simplex reached optimality; otherwise a :class:`~most.ConvergenceWarning` is raised and
-        the plan is rounded onto the feasible set).
+    Returns:
+        TransportResult: ``plan`` (rows ``a``, columns at most ``capacity · b``, to float error),
+            ``cost = <C, plan>``, ``n_iter = 1`` (one network-simplex call), ``converged`` (the
+            simplex reached optimality; otherwise a :class:`~most.ConvergenceWarning` is raised and
+            the plan is rounded onto the feasible set).
 
-    Raises
-    ------
-    ValueError
-        On a malformed cost, marginals off the simplex or of the wrong length, or a capacity
-        that is not a finite number ``≥ 1``.
+    Raises:
+        ValueError: On a malformed cost, marginals off the simplex or of the wrong length, or a capacity
+            that is not a finite number ``≥ 1``.
 
-    Examples
-    --------
-    Four objectives, two models; model 0 is the cheaper for all of them. Balanced, each model
-    takes two; with capacity 1.5, model 0 takes three:
+    Examples:
+        Four objectives, two models; model 0 is the cheaper for all of them. Balanced, each model
+        takes two; with capacity 1.5, model 0 takes three:
 
-    >>> import torch
-    >>> C = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
-    >>> a, b = torch.full((4,), 0.25), torch.full((2,), 0.5)
-    >>> (solve_capacity(C, a, b, capacity=1.0).plan * 4).round().int().tolist()
-    [[0, 1], [0, 1], [1, 0], [1, 0]]
-    >>> (solve_capacity(C, a, b, capacity=1.5).plan * 4).round().int().tolist()
-    [[0, 1], [1, 0], [1, 0], [1, 0]]
+        >>> import torch
+        >>> C = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]])
+        >>> a, b = torch.full((4,), 0.25), torch.full((2,), 0.5)
+        >>> (solve_capacity(C, a, b, capacity=1.0).plan * 4).round().int().tolist()
+        [[0, 1], [0, 1], [1, 0], [1, 0]]
+        >>> (solve_capacity(C, a, b, capacity=1.5).plan * 4).round().int().tolist()
+        [[0, 1], [1, 0], [1, 0], [1, 0]]
     """
     c_in = as_tensor(cost, name="cost")
     c = c_in.detach().to("cpu", torch.float64).numpy()
