@@ -16,9 +16,9 @@ from torch import Tensor
 
 #: The largest dense problem (numbers in its matrix) solved on the host when the inputs live on
 #: an accelerator: a batch of five 228 x 228 Gram matrices, a plan of 52 000 clients x 5 models.
-#: Larger problems stay on the device, where they pay for their launches. Measured on an H100
-#: with 16 cores (min-norm, ms on the host vs on the device): 5 x 100^2 55 vs 133, 5 x 200^2 101
-#: vs 207, 50 x 100^2 95 vs 98, 20 x 200^2 168 vs 142, 50 x 200^2 380 vs 164.
+#: A smaller solve costs fewer host cycles than the device's launches of its iterations; larger
+#: problems stay on the device, where their work pays for the launches (the timings that set the
+#: bound: docs/development.md, "Speed, threads and GPUs").
 HOST_SOLVE_MAX = 2 ** 18
 
 

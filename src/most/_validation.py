@@ -85,7 +85,7 @@ def matrix_range(x: Tensor | np.ndarray, *, name: str) -> tuple[float, float]:
         lo, hi = float(x.min()), float(x.max())
     else:
         # the extremes do not depend on the layout: a column-major matrix (the loss matrix, a
-        # transposed view) is reduced as its contiguous transpose, several times faster
+        # transposed view) is reduced as its contiguous transpose, which reads memory in order
         flat = x.T if not x.is_contiguous() and x.T.is_contiguous() else x
         lo, hi = (float(v) for v in torch.stack(torch.aminmax(flat)).tolist())
     if not (math.isfinite(lo) and math.isfinite(hi)):

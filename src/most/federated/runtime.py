@@ -375,16 +375,15 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
 
 
 #: the pairs a batch of runs trains at a time: thousands of small models' parameters and batches
-#: at once leave the cache (measured on Syn's logistic model, 5400 pairs: a round 16 % faster in
-#: chunks of 1024 than of 4096, the same numbers); a single run keeps local_train's 4096
+#: at once leave the cache, so a batch trains in cache-sized chunks (the same numbers in any
+#: chunking; the timing: docs/development.md); a single run keeps local_train's 4096
 _BATCH_PAIRS = 1024
 
 
 def _batch_pairs(device: torch.device, runs: int) -> int:
     """The pairs trained together: on the CPU a single run's 4096 and a batch's
     :data:`_BATCH_PAIRS` (cache-sized chunks); on an accelerator as many as memory allows
-    (:data:`~most.federated.clients.CHUNK_VALUES`), since each chunk repeats every step's launches (on an H100 a
-    seed's batch of the Syn table trained in chunks of 1024 pairs is launch-bound)."""
+    (:data:`~most.federated.clients.CHUNK_VALUES`), since each chunk repeats every step's launches."""
     if device.type != "cpu":
         return 1 << 20
     return 4096 if runs == 1 else _BATCH_PAIRS

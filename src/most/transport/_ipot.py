@@ -22,18 +22,12 @@ which is strictly positive (where ``a_i b_j > 0``) yet still biased towards ``in
 The final plan is rounded onto ``U(a, b)`` (Altschuler et al. 2017), so its marginals are
 exact even when the iterations stop early.
 
-Defaults and their behaviour (measured on random problems, n ≤ 1000, m ≤ 30):
-
-* ``β = 0.3`` times the cost range. With ``L = 1`` a small ``β`` (≤ 0.02) can stall at a
-  plan 1e-3 to 0.6 (relative) above the optimum: entries pushed to ``exp(-80)`` during
-  the transient take practically forever to come back. ``β ≥ 1`` is accurate but slow.
-  ``β = 0.3`` gave the smallest worst-case error after 2000 steps (~1e-4 relative to the
-  optimal cost, median ~1e-6).
-* ``L = 1`` inner step, ``tol = 1e-6`` on the L1 change of the plan, ``max_iter = 5000``.
-  Measured on random uniform costs: 40x4 converges in ~800 steps, 200x10 in ~1000,
-  1000x8 in ~3000, each within ~2e-6 (relative) of the exact optimal cost. A tighter
-  ``tol`` (1e-9) is rarely reachable within a few thousand steps for n >= 30, because the
-  linear rate is set by the smallest reduced cost over ``β``.
+Defaults: ``β = 0.3`` times the cost range (a small ``β`` can stall: entries pushed to
+``exp(-80)`` during the transient take practically forever to come back; a large one is
+accurate but slow), ``L = 1`` inner step, ``tol = 1e-6`` on the L1 change of the plan,
+``max_iter = 5000``. A tighter ``tol`` is rarely reachable within a few thousand steps, because
+the linear rate is set by the smallest reduced cost over ``β``. How they were chosen, and the
+accuracy they give: docs/solvers/transport.md.
 """
 
 from __future__ import annotations
