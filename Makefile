@@ -1,6 +1,6 @@
 # Two commands set everything up on a fresh machine with Python >= 3.10:
 #   make demo   create .venv, install, run the demo (about a minute)
-#   make test   create .venv, install, lint (ruff), run the test suite
+#   make test   create .venv, install, lint (ruff), type-check (mypy), run the test suite
 #
 # torch is installed first and pinned (constraints.txt) so that resolving the other
 # dependencies can never replace it with a different build. `make test` adds the Flower,
@@ -45,6 +45,7 @@ test: $(EXTRAS)
 		if [ -d "$(FASHION_LOCAL)" ]; then export MOST_FASHION_MNIST="$(FASHION_LOCAL)"; fi; \
 	fi; \
 	$(VENV)/bin/ruff check src tests benchmarks examples && \
+	$(PY) -m mypy && \
 	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # The documentation site (mkdocs + mkdocstrings, from the docstrings) into site/; offline:

@@ -24,7 +24,7 @@ import functools
 import json
 import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Literal, Optional, cast
 
 import click
 import typer
@@ -92,14 +92,15 @@ def _os_error(exc: OSError) -> str:
     import errno
 
     path = exc.filename if exc.filename is not None else "a file or folder"
-    hint = {errno.ENOSPC: "free some space or write to another --out",
-            errno.EROFS: "the file system is read-only: write to another --out",
-            errno.ENAMETOOLONG: "a name in the path is too long for the file system: shorten the experiment "
-                                "name, the method labels or --out",
-            errno.EACCES: "this user may not write there: write to another --out or change the permissions",
-            errno.EPERM: "this user may not write there: write to another --out or change the permissions",
-            errno.EDQUOT: "the disk quota is used up: free some space or write to another --out"}.get(exc.errno,
-                                                                                                 "check the path")
+    hints: dict[int | None, str] = {  # exc.errno may be None: no hint then
+        errno.ENOSPC: "free some space or write to another --out",
+        errno.EROFS: "the file system is read-only: write to another --out",
+        errno.ENAMETOOLONG: "a name in the path is too long for the file system: shorten the experiment "
+                            "name, the method labels or --out",
+        errno.EACCES: "this user may not write there: write to another --out or change the permissions",
+        errno.EPERM: "this user may not write there: write to another --out or change the permissions",
+        errno.EDQUOT: "the disk quota is used up: free some space or write to another --out"}
+    hint = hints.get(exc.errno, "check the path")
     return f"{exc.strerror}: {path} ({hint})."
 
 
@@ -243,13 +244,14 @@ def demo(
     _out_folder(out)
     data = mixed_regression(n_objectives=n_objectives, n_groups=n_models, seed=seed)
     train = data.problem("train")
-    common = dict(n_models=n_models, rounds=rounds, lr=0.05, seed=seed, progress=not quiet)
+    common: dict[str, Any] = dict(n_models=n_models, rounds=rounds, lr=0.05, seed=seed, progress=not quiet)
     methods = {
         "MosT": MosT(**common),
         "Linearization": Linearization(**common),
         "MGDA": MGDA(**common),
     }
-    rows, curves, per_objective, results = [], {}, {}, {}
+    rows: list[tuple[str, float, float, float, float]] = []
+    curves, per_objective, results = {}, {}, {}
     for name, method in methods.items():
         tic = time.perf_counter()
         result = method.fit(train)
@@ -263,8 +265,11 @@ def demo(
             "max_recovery_error": float(recovery.max()),
             "seconds": seconds,
         }
-        rows.append((name, *results[name].values()))
-        curves[name] = [r.mean_best_loss for r in result.history]
+        stats = results[name]
+        rows.append((name, stats["mean_test_mse"], stats["worst20_test_mse"], stats["max_recovery_error"],
+                     stats["seconds"]))
+        # the loop records every round's mean_best_loss (None only in records of older checkpoints)
+        curves[name] = cast(list[float], [r.mean_best_loss for r in result.history])
         per_objective[name] = test_loss.tolist()
         if name == "MosT":
             plots.assignment_heatmap(result.assignment, title="MosT: final assignment Γ",
@@ -744,11 +749,13 @@ def bench_federated(
     from .federated import FederatedConfig
 
     _run_suite(suite, list_methods, threads, out, lambda: suite.FederatedBenchConfig(
-        dataset=dataset, rho=tuple(rho), sizes=sizes, methods=tuple(methods or suite.DEFAULT_METHODS), seeds=tuple(seeds),
+        dataset=dataset, rho=cast(tuple[float, float], tuple(rho)), sizes=sizes,
+        methods=tuple(methods or suite.DEFAULT_METHODS), seeds=tuple(seeds),
         n_models=n_models, protocol=FederatedConfig(
             rounds=rounds, local_epochs=local_epochs, batch_size=batch_size, lr=lr, participation=participation,
             eval_every=5, loss_samples=loss_samples, device=device),
-        server_lrs=tuple(server_lrs), data_path=data_path, model=model, cnn_channels=tuple(cnn_channels), rotations=rotations,
+        server_lrs=tuple(server_lrs), data_path=data_path, model=model,
+        cnn_channels=cast(tuple[int, int], tuple(cnn_channels)), rotations=rotations,
         rotation_groups=tuple(rotation_groups), label_groups=tuple(label_groups), concentration=concentration,
         samples_per_client=samples_per_client,
         out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs, batch=batch)
@@ -834,8 +841,9 @@ def choose_m_cmd(
     if not splits:
         typer.echo(f"Note: the problem {run.config['problem'].get('name')!r} has no validation split; the "
                    "training losses score the fits (they tend to fall as m grows: read the elbow).")
-    selection = choose_n_models(run.build_without_data()["method"], train, validation, n_models=counts, rule=rule,
-                                tolerance=tolerance, progress=not quiet)
+    checked_rule = cast(Literal["elbow", "best"], rule)  # one of RULES: checked above
+    selection = choose_n_models(run.build_without_data()["method"], train, validation, n_models=counts,
+                                rule=checked_rule, tolerance=tolerance, progress=not quiet)
     table = selection.table()
     header = f"# Choosing m: {exp.name}, {run.group} (seed {run.seed})\n\n"
     out.mkdir(parents=True, exist_ok=True)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping, Sequence, Union
 
 import matplotlib
 
@@ -24,6 +24,12 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+
+#: the values of one method's line: a sequence of numbers, a NumPy array or a 1-D tensor
+Series = Union[Sequence[float], np.ndarray, torch.Tensor]
+#: one bar of a grouped bar chart: a value, the values of several seeds (the bar their mean, the
+#: error bar their standard deviation), or ``{"mean": ..., "std": ...}``
+BarValue = Union[float, Sequence[float], Mapping[str, float]]
 
 
 def save_figure(fig, path: str | Path | None):
@@ -110,9 +116,9 @@ def check_nonempty(mapping: Mapping, name: str) -> None:
         raise ValueError(f"`{name}` must map at least one method name to its values; got an empty mapping.")
 
 
-def curves(series: Mapping[str, Sequence[float]], *, ylabel: str = "accuracy", title: str = "",
-           std: Mapping[str, Sequence[float]] | None = None,
-           x: Sequence[float] | Mapping[str, Sequence[float]] | None = None,
+def curves(series: Mapping[str, Series], *, ylabel: str = "accuracy", title: str = "",
+           std: Mapping[str, Series] | None = None,
+           x: Series | Mapping[str, Series] | None = None,
            xlabel: str = "round", log: bool = False, path=None):
     """A metric (accuracy or loss) per round, one line per method, with optional ± std bands.
 
@@ -305,7 +311,7 @@ def _mean_std(v, where: str) -> tuple[float, float]:
     return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
 
 
-def grouped_bars(table: Mapping[str, Mapping[str, float]], keys: Sequence[str], *, labels: Sequence[str] | None = None,
+def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str], *, labels: Sequence[str] | None = None,
                  ylabel: str = "", title: str = "", annotate: bool = False, percent: bool = False, path=None):
     """Grouped bars: one group per key (a domain, a task, a worst-k share), one bar per method,
     with error bars (± one standard deviation over seeds) where the table gives several seeds.

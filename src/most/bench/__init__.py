@@ -18,11 +18,15 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar, Mapping
+from typing import TYPE_CHECKING, ClassVar, Mapping, TypedDict
 
 import numpy as np
 
 from ..checkpoint import atomic_write_text
+
+if TYPE_CHECKING:
+    from ..methods import Combiner, Marginals
+    from ..seeding import KMeansSeeding, Reseed
 
 #: the folder of a suite's run folders, in its output folder (:mod:`most.bench._runs`)
 RUNS_DIR = "runs"
@@ -67,6 +71,15 @@ class SuiteConfig:
     def settings(self, **extra) -> dict:
         """What the runs depend on (the fields but those a resumed call may change), with ``extra``."""
         return {**{k: v for k, v in self.plain().items() if k not in self.resume_free}, **extra}
+
+
+class StoredMosT(TypedDict):
+    """The keyword arguments of :class:`most.MosT` that a suite's stored rows fix (``STORED_MOST``)."""
+
+    marginals: Marginals
+    combiner: Combiner
+    seeding: KMeansSeeding | None
+    reseed: Reseed | None
 
 
 def mean_std(values, scale: float = 1.0) -> str:

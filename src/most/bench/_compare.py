@@ -125,13 +125,14 @@ def recovered(owner, r: int, sizes: tuple[int, ...] | None = None) -> float:
     if owner.ndim != 1 or not len(owner):
         raise ValueError(f"`owner` must be a non-empty list of model indices; got shape {owner.shape}.")
     m = int(owner.max()) + 1
+    group: np.ndarray
     if sizes is None:
         group = np.arange(len(owner)) % r
     else:
         if sum(sizes) != len(owner) or len(sizes) != r:
             raise ValueError(f"The group sizes {tuple(sizes)} do not describe {len(owner)} clients in {r} groups.")
         group = np.repeat(np.arange(r), sizes)
-    counts = np.zeros((r, max(m, r)), dtype=int)
+    counts: np.ndarray = np.zeros((r, max(m, r)), dtype=int)
     np.add.at(counts, (group, owner), 1)
     best = max(sum(counts[g, j] for g, j in enumerate(match)) for match in itertools.permutations(range(counts.shape[1]), r))
     return best / len(owner)

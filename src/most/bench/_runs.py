@@ -19,7 +19,7 @@ import json
 import shutil
 import weakref
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
 
 from .._env import environ
 from ..checkpoint import differing_paths, fingerprint
@@ -113,10 +113,10 @@ class RunStore:
     def _stored(self) -> list[tuple[RunFolder, dict]]:
         """Every run folder below the root, with its ``config.json``; refuses folders that are
         not runs of this suite."""
-        out = []
+        out: list[tuple[RunFolder, dict]] = []
         for config_file in sorted(self.root.rglob("config.json")) if self.root.is_dir() else ():
             folder = RunFolder(config_file.parent)
-            config = folder.stored_config()
+            config = cast(dict, folder.stored_config())  # a dict: rglob found its config.json
             if config.get("suite") != self.suite or not isinstance(config.get("settings"), dict):
                 what = f"`most bench {config['suite']}`" if isinstance(config.get("suite"), str) else "another command"
                 raise ValueError(f"{folder.path} is not a run of `most bench {self.suite}` (it is one of {what}); "
@@ -221,7 +221,7 @@ class RunStore:
         folder.path.mkdir(parents=True, exist_ok=True)
         folder.write_config({"suite": self.suite, "key": list(key), "settings": self.settings})
         folder.write_result(run, keep_nonfinite=True)
-        return self.get(key)
+        return cast(dict, self.get(key))  # a dict: both files were just written
 
 
 #: environment variables that set the thread pools of the BLAS and OpenMP libraries a process loads

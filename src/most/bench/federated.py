@@ -28,7 +28,7 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -264,7 +264,8 @@ class FederatedBenchConfig(SuiteConfig):
 
 def _data(config: FederatedBenchConfig, seed: int):
     if config.dataset == "synthetic":
-        sizes = dict(size_distribution="power_law", samples_per_client=50) if config.sizes == "power_law" else {}
+        sizes: dict[str, Any] = (dict(size_distribution="power_law", samples_per_client=50)
+                                 if config.sizes == "power_law" else {})
         data = fedprox_synthetic(config.rho[0], config.rho[1], seed=seed, **sizes)
         return data, logistic_regression(int(data.input_shape[0]), data.n_classes)
     if config.dataset.startswith("mixture"):
@@ -282,7 +283,7 @@ def _data(config: FederatedBenchConfig, seed: int):
     if config.model == "linear":
         return data, FlatModel(lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(
             int(np.prod(data.input_shape)), data.n_classes)), name="logreg")
-    return data, cnn(data.n_classes, channels=tuple(config.cnn_channels))
+    return data, cnn(data.n_classes, channels=cast(tuple[int, int], tuple(config.cnn_channels)))  # two: checked
 
 
 def _device_name(device: str | None) -> str:
@@ -436,8 +437,8 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
                   desc=f"federated {config.label}", postfix=lambda task: {"method": task[1], "seed": task[0]})
     for seed in config.seeds:
         for name in config.methods:
-            candidates = [runs.get((seed, name, eta, extra)) for eta in _steps(config, name)
-                          for extra in METHODS[name][1]]
+            candidates = [cast(dict, runs.get((seed, name, eta, extra)))  # a dict: every run was made
+                          for eta in _steps(config, name) for extra in METHODS[name][1]]
             best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
             best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
             results["methods"][name]["runs"].append(best)
@@ -701,7 +702,8 @@ def draw_figures(results: dict, out: Path) -> list[str]:
         start = {n: max(0, rounds - len(r["plans"])) for n, r in gamma.items()} if isinstance(rounds, int) else None
         save(figures.sparsity_drift({n: r["sparsity"] for n, r in gamma.items()},
                                     {n: r["drift"] for n, r in gamma.items()}, cumulative=True,
-                                    switches={n: figures.switch_share(r["plans"]) for n, r in gamma.items()},
+                                    switches={n: figures.switch_share(r["plans"])
+                                              for n, r in gamma.items()},
                                     start=start, title=f"{label}: Γ over the rounds (seed {_seed(first)})"),
              "gamma.png")
     return written

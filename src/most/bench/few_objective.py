@@ -38,14 +38,14 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import torch
 
 from .. import plots
 from .._validation import check_positive_int
-from . import SuiteConfig, write_results
+from . import StoredMosT, SuiteConfig, write_results
 from ._runs import RunStore, folder_name
 from ..baselines import EPO, MOOSVGD
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment, Uniform
@@ -53,7 +53,7 @@ from ..metrics import best_hypervolume_2d, hypervolume
 from ..optim import Adam
 from ..problem import Problem
 from ..problems import load_german_credit, zafar_synthetic, zdt
-from ..solver import MGDA, Linearization, MosT, Method, fit_batch
+from ..solver import MGDA, Linearization, MosT, Method, Result, fit_batch
 
 __all__ = ["FewObjectiveConfig", "METHODS", "run_benchmark", "ZDT_PROBLEMS", "FAIRNESS_PROBLEMS"]
 
@@ -85,7 +85,7 @@ def _most_tch_grid(n_models, rounds, lr, seed, ideal, variant):
 #: min-norm combiner from the problem's own starts (the library default until the structure-finding
 #: default, which these rows have not been re-run with). With n' = m rays (the first row) the two agree:
 #: every model serves one ray, and seeding and re-seeding wait for two objectives per model.
-STORED_MOST = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
+STORED_MOST: StoredMosT = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
 
 
 def _most_tch_dirichlet(n_models, rounds, lr, seed, ideal, variant):
@@ -235,7 +235,7 @@ def _fairness_record(data, method: str, seed: int, lr: float, variant, params: t
 def _tasks(config: FewObjectiveConfig) -> list[tuple]:
     """Every run of the call, as its key in the run store: ``(problem, method, seed)`` on ZDT,
     ``(problem, method, seed, lr, variant)`` for each candidate of the fairness search."""
-    tasks = []
+    tasks: list[tuple] = []
     for name in config.problems:
         if name in ZDT_PROBLEMS:
             tasks += [(name, method, seed) for method in config.methods for seed in config.seeds]
@@ -263,11 +263,13 @@ def _make_batch(config: FewObjectiveConfig, tasks: list[tuple], data: dict) -> l
         problem = data[name][1]
         methods = [_fairness_method(config, *task) for task in tasks]
     tic = time.perf_counter()
-    results = fit_batch(problem, methods)
+    results = cast(list[Result], fit_batch(problem, methods))  # errors="raise": no exception is returned
     seconds = (time.perf_counter() - tic) / len(tasks)
     if name in ZDT_PROBLEMS:
         return [_zdt_record(problem, task[2], result.params, seconds) for task, result in zip(tasks, results)]
-    return [_fairness_record(data[name], *task[1:], result.params, seconds) for task, result in zip(tasks, results)]
+    # mypy counts a *args of unknown length as filling every parameter, the arguments after it as too many
+    return [_fairness_record(data[name], *task[1:], result.params, seconds)  # type: ignore[call-arg]
+            for task, result in zip(tasks, results)]
 
 
 #: a worker process's fairness data, by problem
@@ -311,7 +313,7 @@ def _fairness_results(name: str, config: FewObjectiveConfig, runs: RunStore) -> 
     # 4) the test reference point is shared by all kept runs of all methods (the paper's rule).
     candidates = []
     for task in (t for t in _tasks(config) if t[0] == name):
-        candidate = dict(runs.get(task))
+        candidate = dict(cast(dict, runs.get(task)))  # a dict: every run was made
         candidate.update(variant=task[4], val=np.asarray(candidate["val"]), test=np.asarray(candidate["test"]))
         candidates.append(candidate)
     val_ref = np.max([c["val"].max(0) for c in candidates], 0)

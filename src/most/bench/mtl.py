@@ -36,7 +36,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
 import numpy as np
 import torch
@@ -44,7 +44,7 @@ from torch import nn
 
 from .._random import seeded
 from .._validation import check_positive, check_positive_int
-from . import SuiteConfig, mean_std, write_results
+from . import StoredMosT, SuiteConfig, mean_std, write_results
 from ._runs import RunStore, folder_name
 from ..baselines import EPO
 from ..optim import Adam
@@ -58,7 +58,7 @@ __all__ = ["FEATURES", "MTLConfig", "METHODS", "run_benchmark", "table_markdown"
 #: The row "MosT" is the configuration of the first stored table: the balanced transport with the
 #: min-norm combiner from the problem's own starts (the library default before the structure-finding
 #: one); "MosT (default)" is today's ``most.MosT`` with the same budget.
-STORED_MOST = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
+STORED_MOST: StoredMosT = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
 
 class _OwnObjective(Assignment):
     """Objective i to model i in every round, ``Gamma = I / n`` (needs as many models as
@@ -183,7 +183,7 @@ def _model(config: "MTLConfig", data) -> Callable[[], nn.Module]:
         return lambda: nn.Sequential(nn.Linear(dim, 256), nn.ReLU(), nn.Linear(256, data.n_classes))
     if config.features == "efficientnet":  # a linear probe of the frozen features
         return lambda: nn.Linear(int(data.input_shape[0]), data.n_classes)
-    return lambda: CNN(data.n_classes, tuple(config.channels))
+    return lambda: CNN(data.n_classes, cast(tuple[int, int, int], tuple(config.channels)))  # three: checked
 
 
 def _problem(data, factory, batch_size: int, seed: int) -> Problem:

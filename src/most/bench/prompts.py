@@ -41,7 +41,7 @@ import torch
 from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
-from . import SuiteConfig, mean_std, write_results
+from . import StoredMosT, SuiteConfig, mean_std, write_results
 from ._runs import RunStore, folder_name
 from ..optim import Adam
 from ..methods import MinNorm, Uniform
@@ -52,7 +52,7 @@ __all__ = ["PromptsConfig", "METHODS", "TASKS", "PAPER", "run_benchmark", "table
 #: The row "MosT" is the configuration of the first stored table: the balanced transport with the
 #: min-norm combiner from the problem's own starts (the library default before the structure-finding
 #: one); "MosT (default)" is today's ``most.MosT`` with the same budget.
-STORED_MOST = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
+STORED_MOST: StoredMosT = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
 
 #: name -> builder(n_models, rounds, lr, seed) -> method with .fit(problem)
 METHODS: dict[str, Callable] = {

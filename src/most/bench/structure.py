@@ -37,7 +37,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, cast
 
 import numpy as np
 import torch
@@ -106,16 +106,18 @@ class Structured:
         theta = params.detach().to("cpu", torch.float64)
         if self.kind == "quadratic":
             return torch.cdist(self.centres, theta) ** 2
-        residual = self.X @ theta.T - self.y[..., None]  # [n, samples, m]
+        X, y = cast(Tensor, self.X), cast(Tensor, self.y)  # a regression's samples
+        residual = X @ theta.T - y[..., None]  # [n, samples, m]
         return (residual ** 2).mean(1)
 
     def pooled_optimum(self, objectives) -> Tensor:
         """The minimiser of the mean loss of ``objectives`` (indices or a mask), ``[dim]`` (float64):
         the centroid of their centres, or the least-squares fit of their pooled samples."""
         if self.kind == "quadratic":
-            return self.centres[objectives].mean(0)
-        X = self.X[objectives].reshape(-1, self.X.shape[-1])
-        y = self.y[objectives].reshape(-1)
+            return cast(Tensor, self.centres)[objectives].mean(0)  # a quadratic's centres
+        samples, targets = cast(Tensor, self.X), cast(Tensor, self.y)  # a regression's samples
+        X = samples[objectives].reshape(-1, samples.shape[-1])
+        y = targets[objectives].reshape(-1)
         return torch.linalg.lstsq(X, y[:, None]).solution[:, 0]
 
 
@@ -253,7 +255,7 @@ def oracle(structured: Structured, n_models: int) -> Oracle:
             for u, mask in enumerate(members):
                 units[mask] = u
             best = Oracle(partition=tuple(tuple(b) for b in partition), params=params, losses=losses, units=units)
-    return best
+    return cast(Oracle, best)  # k >= 1 groups: at least one partition was tried
 
 
 def recovered(best_model: Tensor, units: Tensor) -> int:
@@ -500,12 +502,13 @@ def run_benchmark(config: StructureConfig, *, resume: bool = False, restart: boo
               desc="structure", postfix=lambda task: {"setting": task[0], "method": task[1]})
     for name in config.cases:
         kind, sizes, m = SETTINGS[name]
+        methods: dict[str, dict] = {}
         block = {"kind": kind, "sizes": list(sizes), "m": m, "k": len(sizes), "units": min(m, len(sizes)),
-                 "methods": {}}
+                 "methods": methods}
         for method in config.methods:
             entry = {"runs": [runs.get((name, method, seed)) for seed in config.seeds]}
             _summarise(entry)
-            block["methods"][method] = entry
+            methods[method] = entry
         results["settings"][name] = block
     return write_results(results, config.out, _figures, table_markdown, json_default=_json_default)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 import torch
@@ -60,8 +61,8 @@ def _file_names(groups: list[str]) -> dict[str, str]:
     return names
 
 
-def _stack(series: list[list[float]]) -> tuple[np.ndarray, np.ndarray]:
-    """Mean and std over seeds of per-round series (cut to the shortest)."""
+def _stack(series: Sequence[Sequence[float | None]]) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and std over seeds of per-round series (cut to the shortest; None: NaN)."""
     k = min(len(s) for s in series)
     a = np.asarray([s[:k] for s in series], dtype=float)
     return np.nanmean(a, 0), (np.nanstd(a, 0, ddof=1) if len(a) > 1 else np.zeros(k))
@@ -138,7 +139,8 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
     loss = {g: _stack([[m.get("train_loss") for m in ms] for ms in per_seed]) for g, per_seed in metrics.items()
             if all(per_seed)}
     if loss:
-        fig = plots.curves({g: v[0] for g, v in loss.items()}, std={g: v[1] for g, v in loss.items()},
+        fig = plots.curves({g: v[0] for g, v in loss.items()},
+                           std={g: v[1] for g, v in loss.items()},
                            ylabel="mean best-model training loss", title=f"{root.name}: training", log=True)
         _save(fig, out / "training_loss", formats, written)
 
@@ -150,7 +152,8 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
             mean, std = _stack([[100 * v for _, v in p] for p in points])
             val[g] = (mean, std, [r + 1 for r, _ in points[0][: len(mean)]])
     if val:
-        fig = plots.curves({g: v[0] for g, v in val.items()}, std={g: v[1] for g, v in val.items()},
+        fig = plots.curves({g: v[0] for g, v in val.items()},
+                           std={g: v[1] for g, v in val.items()},
                            x={g: v[2] for g, v in val.items()},  # each group's own rounds
                            ylabel="validation accuracy (%), best model per client", title=f"{root.name}")
         _save(fig, out / "val_accuracy", formats, written)
@@ -173,11 +176,15 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
              for g, rs in by_group.items() if all(r["metrics"].get(k) is not None for _, _, r in rs
                                                   for k in figures.WORST_KEYS)}
     if kind == FEDERATED and table:
-        fig = figures.worst_k_bars(table, title=f"{root.name}: worst-k % clients", annotate=len(table) <= 4)
+        fig = figures.worst_k_bars(table, title=f"{root.name}: worst-k % clients",
+                                   annotate=len(table) <= 4)
         _save(fig, out / "worst_k", formats, written)
 
     files = _file_names(list(by_group))
-    sparsity, drift, switches, start = {}, {}, {}, {}
+    sparsity: dict[str, list[float]] = {}
+    drift: dict[str, list[float]] = {}
+    switches: dict[str, np.ndarray | list[float]] = {}
+    start: dict[str, int] = {}
     for g, rs in by_group.items():
         folder = rs[shown[g]][0]
         history = metrics[g][shown[g]]
@@ -204,9 +211,9 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
                                      title=f"{root.name}: Γ over the rounds ({which})")
         _save(fig, out / "sparsity_drift", formats, written)
 
-    points = {g: rs[shown[g]][2]["points"] for g, rs in by_group.items() if "points" in rs[shown[g]][2]}
-    if points:
+    fronts = {g: rs[shown[g]][2]["points"] for g, rs in by_group.items() if "points" in rs[shown[g]][2]}
+    if fronts:
         ref = next((rs[shown[g]][2].get("reference_point") for g, rs in by_group.items()), None)
-        fig = plots.pareto_fronts(points, reference=ref, title=f"{root.name}: final models ({which})")
+        fig = plots.pareto_fronts(fronts, reference=ref, title=f"{root.name}: final models ({which})")
         _save(fig, out / "pareto", formats, written)
     return written

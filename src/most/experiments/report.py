@@ -167,7 +167,7 @@ def _summary(root: Path, runs: list[Run]) -> dict:
             if key not in metrics:
                 metrics.append(key)
             row.setdefault(key, []).append(math.nan if value is None else float(value))
-    groups = {}
+    groups: dict[str, dict[str, tuple[float, float, int]]] = {}
     for group in group_order(root, list(values)):
         groups[group] = {}
         for key in metrics:

@@ -9,7 +9,7 @@ import os
 import platform
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable, Sequence, cast
 
 import numpy as np
 import torch
@@ -19,6 +19,10 @@ from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
 from .._json import dumps
 from .store import RunFolder, WriterLock, check_no_links, check_not_linked, remove_leftovers, seedless
+
+if TYPE_CHECKING:
+    from ..federated import FederatedResult
+    from ..solver import Result
 
 __all__ = ["run_experiment", "execute", "execute_batch", "batch_groups", "fingerprint", "InterruptedRunsError"]
 
@@ -79,6 +83,7 @@ def execute_batch(items: list[tuple[RunSpec, RunFolder]], *, checkpoint_every: i
     states = [_clock({"previous": previous}, folder, start, share=len(items))
               for (_, folder), (_, _, start, previous) in zip(items, prepared)]
     checkpoints = [c for _, c, _, _ in prepared]
+    results: Sequence[FederatedResult | Result | Exception]
     if items[0][0].kind == FEDERATED:
         from ..federated.runtime import run_batch
 
@@ -134,7 +139,7 @@ def _prepare(run: RunSpec, folder: RunFolder, checkpoint_every: int, data_cache:
     checkpoint = folder.checkpoint(checkpoint_every, fingerprint=fingerprint(run))
     start, previous = 0, None
     if checkpoint.exists():  # checked against this run's configuration and seed before anything is loaded
-        saved = checkpoint.load(torch.Generator())
+        saved = cast(dict, checkpoint.load(torch.Generator()))  # a dict: the file exists
         start, history = int(saved["round"]), saved["history"]
         previous = history[-1]["plan"] if history else None  # for the first resumed round's gamma_drift
         folder.keep_metrics_before(start)
@@ -205,6 +210,7 @@ def _federated(run, objects, folder, checkpoint, progress, state: dict) -> dict:
 
     data, model = objects["data"], objects["model"]
     description = f"{run.group} seed {run.seed}"
+    result: FederatedResult
     if run.config.get("engine") == "flower":  # Flower runs are not checkpointed: an interrupted one starts again
         from ..flower import run_simulation
 

@@ -119,9 +119,11 @@ class RunSpec:
         """The typed objects that need no data: ``method``, and ``config`` (federated). Built once,
         when the experiment is read: the checks and the run use the same objects (a method's
         state is reset by the loop at the start of every run)."""
-        if self._objects is None:
-            object.__setattr__(self, "_objects", _build(self))
-        return self._objects
+        objects = self._objects
+        if objects is None:
+            objects = _build(self)
+            object.__setattr__(self, "_objects", objects)
+        return objects
 
     def load_data(self) -> dict[str, Any]:
         """``data`` and ``model`` (federated) or ``problem`` (centralised)."""

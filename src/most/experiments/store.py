@@ -124,7 +124,7 @@ class RunFolder:
             lines = self.metrics_file.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError as exc:
             raise CorruptFileError(self.metrics_file, f"not UTF-8 text at byte {exc.start}") from None
-        out = []
+        out: list[dict] = []
         for k, line in enumerate(lines):
             try:
                 entry = json.loads(line)
@@ -278,11 +278,12 @@ except ImportError:  # Windows
     import msvcrt
 
     def _lock(fd: int) -> None:
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)
+        # typeshed declares msvcrt's functions for win32 only, and mypy checks for this (POSIX) platform
+        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
 
     def _unlock(fd: int) -> None:
         os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # as in _lock
 
 
 def check_not_linked(base: Path, path: Path) -> None:

@@ -40,7 +40,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from ..plots import (  # noqa: E402
-    PALETTE, as_series, check_nonempty, curves, grouped_bars, legend_outside, line_order, mark_positions, method_style,
+    PALETTE, BarValue, Series, as_series, check_nonempty, curves, grouped_bars, legend_outside, line_order, mark_positions, method_style,
     profile, save_figure)
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
     return save_figure(fig, path)
 
 
-def worst_k_bars(table: Mapping[str, Mapping[str, float]], *, title: str = "", keys: Sequence[str] = WORST_KEYS,
+def worst_k_bars(table: Mapping[str, Mapping[str, BarValue]], *, title: str = "", keys: Sequence[str] = WORST_KEYS,
                  ylabel: str | None = None, annotate: bool = False, percent: bool = True, path=None):
     """Grouped bars (:func:`most.plots.grouped_bars`): one group per k (``worst20`` .. ``worst80``),
     one bar per method, with error bars (± one standard deviation over seeds) where the table gives
@@ -220,7 +220,7 @@ def switch_share(plans) -> np.ndarray:
 
 def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, Sequence[float]], *,
                    title: str = "", log_drift: bool = False, cumulative: bool = False,
-                   switches: Mapping[str, Sequence[float]] | None = None, start: Mapping[str, int] | None = None,
+                   switches: Mapping[str, Series] | None = None, start: Mapping[str, int] | None = None,
                    path=None):
     r"""Panels per round: Gamma sparsity (in %) and successive-Gamma symmetric KL (MosT, Figure 2),
     and, with ``switches``, the share of clients changing largest-share model (in %).

@@ -274,7 +274,7 @@ class MostStrategy(Strategy):
         if state.skipped:
             state.seconds.update(local_training=0.0, aggregate=0.0)
             return None, None
-        good: dict[int, object] = {}
+        good = {}  # client -> its reply's content
         for reply in replies:
             if reply.has_error():
                 log.warning("Training on node %s failed: %s", reply.metadata.src_node_id, reply.error.reason)

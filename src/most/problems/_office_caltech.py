@@ -197,7 +197,7 @@ def _check_split(split) -> tuple[float, float, float]:
             f"`split` must sum to 1; {split!r} sums to {sum(fractions):.8g}. "
             "Divide by the sum, or use e.g. (0.6, 0.2, 0.2)."
         )
-    return fractions  # type: ignore[return-value]
+    return fractions
 
 
 def _check_domains(domains) -> tuple[str, ...]:
@@ -504,7 +504,7 @@ def _normalised(raw: dict, parts: dict[str, list[np.ndarray]], labels: dict[str,
     for d in raw:
         if features == "surf":
             fts = raw[d]
-            sums = fts.sum(axis=1, keepdims=True)  # type: ignore[union-attr]
+            sums = fts.sum(axis=1, keepdims=True)
             x_all = fts / np.where(sums > 0, sums, 1.0)
             xs = [x_all[i] for i in parts[d]]
             mean, std = _train_stats(xs[0], axis=(0,))
@@ -516,7 +516,7 @@ def _normalised(raw: dict, parts: dict[str, list[np.ndarray]], labels: dict[str,
         else:
             files = raw[d]
             xs = [
-                np.stack([_read_image(files[j], image_size) for j in i]).transpose(0, 3, 1, 2)  # type: ignore[index]
+                np.stack([_read_image(files[j], image_size) for j in i]).transpose(0, 3, 1, 2)
                 .astype(np.float32) / 255.0
                 for i in parts[d]
             ]

@@ -395,7 +395,7 @@ def check_split(split: Sequence[float]) -> tuple[float, float, float]:
             "chosen on its validation samples and scored on its test samples; give both a positive fraction, "
             "e.g. split = (0.6, 0.2, 0.2)."
         )
-    return f  # type: ignore[return-value]
+    return f
 
 
 def check_splits_filled(data: "FederatedDataset", split: Sequence[float], sizes: str) -> "FederatedDataset":
