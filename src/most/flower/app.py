@@ -1,4 +1,5 @@
-"""A ready-made Flower app: MosT (or a baseline) on FedProx's synthetic data.
+"""A ready-made Flower app: MosT (or a baseline) on FedProx's synthetic data, FEMNIST or
+Fashion-MNIST, with logistic regression or the paper's CNN.
 
 Reference it from a Flower app's ``pyproject.toml`` (``examples/flower/pyproject.toml``)::
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,13 +36,22 @@ from ..config import build, did_you_mean
 from .._json import dumps
 from .. import registry
 from ..federated import methods as _methods
-from ..federated.data import fedprox_synthetic
-from ..federated.models import logistic_regression
 from ..federated.config import FederatedConfig
+from ..federated.data import FederatedDataset
 from .client import ClientSpec, make_client_app
 from .strategy import MostStrategy
 
-__all__ = ["AppSettings", "server_app", "client_app", "METHODS"]
+__all__ = ["AppSettings", "server_app", "client_app", "METHODS", "SAMPLES"]
+
+#: Each data set the app can run (``dataset`` in the run config, a name of the registry): the shape
+#: of its samples and its number of classes, from which the server builds the model without
+#: reading the data (the SuperLink's machine need not hold it). A test checks them against the
+#: loaders.
+SAMPLES: dict[str, tuple[tuple[int, ...], int]] = {
+    "fedprox_synthetic": ((60,), 10),
+    "femnist": ((1, 28, 28), 62),
+    "fashion_mnist": ((1, 28, 28), 10),
+}
 
 #: Methods the app can run, by name (``method`` in the run config): the registry's federated
 #: methods built from ``(n_models, server_lr)`` alone (not SetScalarization, which needs a
@@ -61,7 +72,15 @@ class AppSettings:
         warmup_rounds: MosT's shared warm-up rounds (ignored by the other methods).
         rounds, local_epochs, batch_size, lr, eval_every, seed: the protocol
             (:class:`~most.federated.FederatedConfig`).
-        num_clients, rho1, rho2, samples_per_client, data_seed: FedProx synthetic(rho1, rho2).
+        dataset: a name from :data:`SAMPLES`: ``fedprox_synthetic`` (FedProx's synthetic(rho1,
+            rho2)), ``femnist`` (LEAF FEMNIST, one client per writer) or ``fashion_mnist``
+            (Fashion-MNIST with a Dirichlet label skew).
+        data_path: the folder of FEMNIST or Fashion-MNIST on each SuperNode ("": the loader's
+            environment variable or default folder).
+        model: ``logistic_regression`` or ``cnn`` (the paper's), sized from the data set.
+        num_clients: the clients (one per SuperNode); for FEMNIST, its number of writers.
+        rho1, rho2, samples_per_client, data_seed: the data: synthetic(rho1, rho2)'s parameters;
+            samples per client (synthetic and Fashion-MNIST); the seed of the data's draws.
         timeout: seconds to wait for one step's replies; clients that have not answered by
             then are left out of that round.
         wait_for_clients: seconds to wait at the start for all clients to connect.
@@ -78,6 +97,9 @@ class AppSettings:
     lr: float = 0.05
     eval_every: int = 5
     seed: int = 0
+    dataset: str = "fedprox_synthetic"
+    data_path: str = ""
+    model: str = "logistic_regression"
     num_clients: int = 30
     rho1: float = 0.0
     rho2: float = 0.0
@@ -93,21 +115,47 @@ class AppSettings:
         file's are (:func:`most.config.build`: unknown keys with a suggestion, wrong types)."""
         values = {str(key).replace("-", "_"): value for key, value in dict(run_config).items()}
         settings = build(cls, values, path="run-config")
-        if settings.method not in METHODS:
-            raise ValueError(f"Unknown method {settings.method!r}{did_you_mean(settings.method, METHODS)}; "
-                             f"choose from {', '.join(METHODS)}.")
+        for key, value, known in (("method", settings.method, METHODS), ("dataset", settings.dataset, SAMPLES),
+                                  ("model", settings.model, registry.models())):
+            if value not in known:
+                raise ValueError(f"Unknown {key} {value!r}{did_you_mean(value, known)}; choose from "
+                                 f"{', '.join(known)}.")
         return settings
 
     def build(self):
-        """``(method, model, FederatedConfig)``: the protocol fields are FederatedConfig's own."""
+        """``(method, model, FederatedConfig)``: the protocol fields are FederatedConfig's own; the
+        model is sized from :data:`SAMPLES`, so the server builds it without the data."""
         extra = {"warmup": _methods.WarmUp(self.warmup_rounds)} if self.method == "MosT" else {}
         method = METHODS[self.method](self.n_models, server_lr=self.server_lr, **extra)
         protocol = {f.name: getattr(self, f.name) for f in dataclasses.fields(FederatedConfig) if hasattr(self, f.name)}
-        return method, logistic_regression(60, 10), FederatedConfig(**protocol, pair_seeds=True)
+        return method, self._model(), FederatedConfig(**protocol, pair_seeds=True)
 
-    def data(self):
-        return fedprox_synthetic(self.rho1, self.rho2, n_clients=self.num_clients,
-                                 samples_per_client=self.samples_per_client, seed=self.data_seed)
+    def _model(self):
+        shape, n_classes = SAMPLES[self.dataset]
+        if self.model == "cnn":
+            if len(shape) != 3:
+                raise ValueError(f"model = 'cnn' takes images; the {self.dataset} data set has samples of shape "
+                                 f"{shape}: use model = 'logistic_regression'.")
+            return registry.models()["cnn"](n_classes, in_channels=shape[0], side=shape[1])
+        return registry.models()["logistic_regression"](math.prod(shape), n_classes)
+
+    def data(self) -> FederatedDataset:
+        """The federation's data, the same on every node (from ``data_seed``); a FEMNIST folder
+        whose writers are not ``num_clients`` is refused."""
+        load = registry.datasets()[self.dataset]
+        path = self.data_path or None
+        if self.dataset == "fedprox_synthetic":
+            data = load(self.rho1, self.rho2, n_clients=self.num_clients, samples_per_client=self.samples_per_client,
+                        seed=self.data_seed)
+        elif self.dataset == "fashion_mnist":
+            data = load(path, n_clients=self.num_clients, samples_per_client=self.samples_per_client,
+                        seed=self.data_seed)
+        else:
+            data = load(path, seed=self.data_seed)
+        if data.n_clients != self.num_clients:
+            raise ValueError(f"The {self.dataset} data has {data.n_clients} clients, but num-clients is "
+                             f"{self.num_clients}: set num-clients = {data.n_clients} and start that many SuperNodes.")
+        return data
 
 
 def _load(context) -> ClientSpec:

@@ -1,0 +1,59 @@
+"""most.flower.app's settings: every data set and model of the ready-made Flower app, built as
+the server and the clients build them (no Flower process: the app's objects alone)."""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+pytest.importorskip("flwr", reason="needs the flower extra: pip install 'most-transport[flower]'")
+
+from most.flower.app import SAMPLES, AppSettings  # noqa: E402
+from tests._shared import SHARED_DATA  # noqa: E402
+
+FEMNIST = SHARED_DATA / "femnist_leaf_sf005"
+FASHION = os.environ.get("MOST_FASHION_MNIST", "/usr/share/datasets/fashion-mnist")
+
+
+def _settings(**values) -> AppSettings:
+    return AppSettings.from_run_config({k.replace("_", "-"): v for k, v in values.items()})
+
+
+def test_the_synthetic_default_matches_the_model_the_server_builds():
+    settings = _settings(num_clients=5, samples_per_client=20)
+    data = settings.data()
+    _, model, _ = settings.build()
+    assert (data.input_shape, data.n_classes) == SAMPLES["fedprox_synthetic"]
+    assert model.dim == math.prod(data.input_shape) * data.n_classes + data.n_classes
+    assert data.n_clients == 5
+
+
+@pytest.mark.skipif(not (FEMNIST / "train").is_dir(), reason=f"needs the LEAF FEMNIST subset at {FEMNIST}")
+def test_femnist_with_the_cnn_and_its_number_of_writers():
+    from most.federated import load_femnist
+
+    writers = load_femnist(FEMNIST).n_clients
+    with pytest.raises(ValueError, match=rf"The femnist data has {writers} clients, but num-clients is {writers + 1}"):
+        _settings(dataset="femnist", data_path=str(FEMNIST), num_clients=writers + 1).data()
+    settings = _settings(dataset="femnist", data_path=str(FEMNIST), model="cnn", num_clients=writers)
+    data = settings.data()
+    _, model, _ = settings.build()
+    assert (data.input_shape, data.n_classes) == SAMPLES["femnist"]
+    assert model.template_logits(data.clients[0].x_train[:2]).shape == (2, 62)  # the CNN takes its images
+
+
+@pytest.mark.skipif(not os.path.isdir(FASHION), reason=f"needs Fashion-MNIST at {FASHION} (make data)")
+def test_fashion_mnist_matches_its_table_entry():
+    data = _settings(dataset="fashion_mnist", data_path=FASHION, num_clients=4, samples_per_client=30).data()
+    assert (data.input_shape, data.n_classes) == SAMPLES["fashion_mnist"] and data.n_clients == 4
+
+
+def test_unknown_names_and_a_cnn_on_vectors_are_refused_with_the_choices():
+    with pytest.raises(ValueError, match=r"Unknown dataset 'femnst' \(did you mean 'femnist'\?\)"):
+        _settings(dataset="femnst")
+    with pytest.raises(ValueError, match=r"Unknown model 'cnnn'.*choose from logistic_regression, cnn"):
+        _settings(model="cnnn")
+    with pytest.raises(ValueError, match=r"model = 'cnn' takes images.*use model = 'logistic_regression'"):
+        _settings(model="cnn").build()
