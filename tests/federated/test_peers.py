@@ -115,19 +115,28 @@ def test_cfl_recovers_planted_concept_groups_and_scores_each_client_on_its_clust
     assert result.mean_accuracy > fedavg.mean_accuracy + 0.1
 
 
-def test_a_stopped_cfl_run_resumes_to_the_same_clusters_and_models(data, tmp_path):
-    model = fl.logistic_regression(20, 10)
-    whole = fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG)
+def _cfl():
+    return F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5)
+
+
+def _whole_and_stopped_cfl(data, model, folder, stop_round: int):
+    """A whole CFL run, and the checkpoint of the same run stopped after ``stop_round``."""
+    whole = fl.run_federated(data, model, _cfl(), CONFIG)
 
     def stop(log, params):
-        if log.round == 12:
+        if log.round == stop_round:
             raise KeyboardInterrupt
 
-    ckpt = Checkpoint(tmp_path / "cfl", every=3)
+    ckpt = Checkpoint(folder / "cfl", every=3)
     with pytest.raises(KeyboardInterrupt):
-        fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG, checkpoint=ckpt,
-                         callback=stop)
-    method = F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5)
+        fl.run_federated(data, model, _cfl(), CONFIG, checkpoint=ckpt, callback=stop)
+    return whole, ckpt
+
+
+def test_a_stopped_cfl_run_resumes_to_the_same_clusters_and_models(data, tmp_path):
+    model = fl.logistic_regression(20, 10)
+    whole, ckpt = _whole_and_stopped_cfl(data, model, tmp_path, 12)
+    method = _cfl()
     resumed = fl.run_federated(data, model, method, CONFIG, checkpoint=ckpt)
     assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.choice, whole.choice)
     assert method.clusters.tolist() == whole.choice.tolist()
@@ -138,16 +147,7 @@ def test_a_checkpoint_naming_the_methods_old_modules_still_resumes(data, tmp_pat
     and .mixture into the package most.federated.methods; a checkpoint written before names its
     objects by the old modules and resumes to the same run."""
     model = fl.logistic_regression(20, 10)
-    whole = fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG)
-
-    def stop(log, params):
-        if log.round == 9:
-            raise KeyboardInterrupt
-
-    ckpt = Checkpoint(tmp_path / "cfl", every=3)
-    with pytest.raises(KeyboardInterrupt):
-        fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG, checkpoint=ckpt,
-                         callback=stop)
+    whole, ckpt = _whole_and_stopped_cfl(data, model, tmp_path, 9)
     payload = torch.load(ckpt.path, weights_only=True)
     renamed = []
 
@@ -167,7 +167,7 @@ def test_a_checkpoint_naming_the_methods_old_modules_still_resumes(data, tmp_pat
     rename(payload["state"])
     assert {"most.federated.clustered.CFL", "most.federated.clustered.ClusterAssignment"} <= set(renamed)
     torch.save(payload, ckpt.path)
-    resumed = fl.run_federated(data, model, F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5), CONFIG, checkpoint=ckpt)
+    resumed = fl.run_federated(data, model, _cfl(), CONFIG, checkpoint=ckpt)
     assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.choice, whole.choice)
 
 
