@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, ClassVar, Mapping, TypedDict
 import numpy as np
 
 from ..checkpoint import atomic_write_text
+from ..methods import Combiner, Marginals, MinNorm, Uniform
 
 if TYPE_CHECKING:
-    from ..methods import Combiner, Marginals
     from ..seeding import KMeansSeeding, Reseed
 
 #: the folder of a suite's run folders, in its output folder (:mod:`most.bench._runs`)
@@ -80,6 +80,12 @@ class StoredMosT(TypedDict):
     combiner: Combiner
     seeding: KMeansSeeding | None
     reseed: Reseed | None
+
+
+#: The MosT configuration of the suites' first stored tables (few-objective, mtl, prompts): the
+#: balanced transport with the min-norm combiner from the problem's own starts, the library
+#: default before the structure-finding one (their rows have not been re-run with it).
+STORED_MOST = StoredMosT(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
 
 
 def mean_std(values, scale: float = 1.0) -> str:

@@ -45,10 +45,10 @@ import torch
 
 from .. import plots
 from .._validation import check_positive_int
-from . import StoredMosT, SuiteConfig, write_results
+from . import STORED_MOST, SuiteConfig, write_results
 from ._runs import RunStore, folder_name
 from ..baselines import EPO, MOOSVGD
-from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment, Uniform
+from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
 from ..optim import Adam
 from ..problem import Problem
@@ -81,11 +81,8 @@ def _most_tch_grid(n_models, rounds, lr, seed, ideal, variant):
                 extension=ext)
 
 
-#: The MosT configuration of the stored rows with n' > m objectives: the balanced transport with the
-#: min-norm combiner from the problem's own starts (the library default until the structure-finding
-#: default, which these rows have not been re-run with). With n' = m rays (the first row) the two agree:
-#: every model serves one ray, and seeding and re-seeding wait for two objectives per model.
-STORED_MOST: StoredMosT = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
+# The stored rows with n' > m objectives use STORED_MOST; with n' = m rays (the first row) it and the
+# default agree: every model serves one ray, and seeding and re-seeding wait for two objectives per model.
 
 
 def _most_tch_dirichlet(n_models, rounds, lr, seed, ideal, variant):

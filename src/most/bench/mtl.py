@@ -44,21 +44,19 @@ from torch import nn
 
 from .._random import seeded
 from .._validation import check_positive, check_positive_int
-from . import StoredMosT, SuiteConfig, mean_std, write_results
+from . import STORED_MOST, SuiteConfig, mean_std, write_results
 from ._runs import RunStore, folder_name
 from ..baselines import EPO
 from ..optim import Adam
 from ..problem import Problem
 from ..problems import load_office_caltech10
-from ..methods import Assignment, EqualAssignment, GammaWeights, MinNorm, Uniform, WeightedSum
+from ..methods import Assignment, EqualAssignment, GammaWeights, WeightedSum
 from ..solver import MGDA, Linearization, MosT, Result, run
 
 __all__ = ["FEATURES", "MTLConfig", "METHODS", "run_benchmark", "table_markdown", "PAPER"]
 
-#: The row "MosT" is the configuration of the first stored table: the balanced transport with the
-#: min-norm combiner from the problem's own starts (the library default before the structure-finding
-#: one); "MosT (default)" is today's ``most.MosT`` with the same budget.
-STORED_MOST: StoredMosT = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
+# The row "MosT" is STORED_MOST (the first stored table's); "MosT (default)" is today's most.MosT with
+# the same budget.
 
 class _OwnObjective(Assignment):
     """Objective i to model i in every round, ``Gamma = I / n`` (needs as many models as

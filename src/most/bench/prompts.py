@@ -41,18 +41,15 @@ import torch
 from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
-from . import StoredMosT, SuiteConfig, mean_std, write_results
+from . import STORED_MOST, SuiteConfig, mean_std, write_results
 from ._runs import RunStore, folder_name
 from ..optim import Adam
-from ..methods import MinNorm, Uniform
 from ..solver import MGDA, Linearization, MosT
 
 __all__ = ["PromptsConfig", "METHODS", "TASKS", "PAPER", "run_benchmark", "table_markdown"]
 
-#: The row "MosT" is the configuration of the first stored table: the balanced transport with the
-#: min-norm combiner from the problem's own starts (the library default before the structure-finding
-#: one); "MosT (default)" is today's ``most.MosT`` with the same budget.
-STORED_MOST: StoredMosT = dict(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
+# The row "MosT" is STORED_MOST (the first stored table's); "MosT (default)" is today's most.MosT with
+# the same budget.
 
 #: name -> builder(n_models, rounds, lr, seed) -> method with .fit(problem)
 METHODS: dict[str, Callable] = {
