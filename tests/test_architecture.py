@@ -19,7 +19,7 @@ LAYERS = {
     **dict.fromkeys(["transport", "mgda"], 1),
     **dict.fromkeys(["evaluators", "problem", "optim", "checkpoint", "metrics", "plots"], 2),
     **dict.fromkeys(["methods", "seeding"], 3),
-    **dict.fromkeys(["solver", "baselines", "selection", "sklearn", "problems", "backbones", "prompts"], 4),
+    **dict.fromkeys(["engine", "solver", "baselines", "selection", "sklearn", "problems", "backbones", "prompts"], 4),
     "federated": 5,
     **dict.fromkeys(["registry", "config", "variants"], 6),
     "__init__": 6.5,  # `import most`: the names of layers 0-6

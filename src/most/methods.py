@@ -526,6 +526,14 @@ class Combiner(ABC):
         self, jacobian: Tensor, weights: Tensor, *, losses: Tensor | None = None, params: Tensor | None = None
     ) -> tuple[Tensor, Tensor]: ...
 
+    @property
+    def reads(self) -> Literal["linear", "served", "all"]:
+        """What the centralised loop gives this combiner, from the flags above: ``"linear"``
+        (coefficients; the direction by one reverse pass), ``"served"`` (the served objectives'
+        rows, packed) or ``"all"`` (every objective's row). The loop chooses its gradient path by
+        it, once per run (:mod:`most.engine.paths`)."""
+        return "linear" if self.linear else "served" if self.active_only else "all"
+
     def linear_coefficients(self, weights: Tensor, losses: Tensor) -> Tensor:
         """The coefficients ``c [m, n]`` of a linear combiner (see the class docstring)."""
         raise NotImplementedError(f"{type(self).__name__} is not linear in the gradients.")
