@@ -648,6 +648,7 @@ def test_many_rows_in_few_coordinates_are_solved_without_the_gramian_to_the_same
     import scipy.optimize
 
     from most import mgda
+    from most.mgda import _direction, _nnls
 
     if solver == "working sets":  # what answers when NNLS stops
         def stops(*args, **kwargs):
@@ -665,8 +666,9 @@ def test_many_rows_in_few_coordinates_are_solved_without_the_gramian_to_the_same
             return mu, res
 
         monkeypatch.setattr(scipy.optimize, "nnls", off)
-        fallback = mgda._working_set_min_norm
-        monkeypatch.setattr(mgda, "_working_set_min_norm", lambda *a, **k: fallbacks.append(1) or fallback(*a, **k))
+        fallback = _nnls.working_set_min_norm
+        monkeypatch.setattr(_direction, "working_set_min_norm",  # where combine_min_norm's host path reads it
+                            lambda *a, **k: fallbacks.append(1) or fallback(*a, **k))
 
     g = torch.Generator().manual_seed(seed)
     B, k, d = 3, 600, 6
@@ -676,7 +678,7 @@ def test_many_rows_in_few_coordinates_are_solved_without_the_gramian_to_the_same
     w[:, ::5] = 0
     w[2] = 0  # a problem without rows
     rows = w[..., None] * J
-    assert mgda._low_rank(rows)
+    assert _nnls.low_rank(rows)
     u, lam = mgda.combine_min_norm(J, w)
     gram = rows @ rows.transpose(1, 2)
     full = min_norm(gram, mask=w > 0).weights  # the full-Gramian solver
@@ -699,6 +701,7 @@ def test_many_rows_in_few_coordinates_are_solved_without_the_gramian_to_the_same
 @pytest.mark.parametrize("d", [60, 150])  # more coordinates than a quarter of the rows, fewer than them
 def test_many_rows_in_fewer_coordinates_are_solved_by_nnls_to_the_same_point_and_kkt(seed, offset, d):
     from most import mgda
+    from most.mgda import _nnls
 
     g = torch.Generator().manual_seed(seed)
     B, k = 3, 200
@@ -707,7 +710,7 @@ def test_many_rows_in_fewer_coordinates_are_solved_by_nnls_to_the_same_point_and
     w[:, ::7] = 0
     w[2, 150:] = 0  # at d = 150, fewer live rows than coordinates in this problem
     rows = w[..., None] * J
-    assert mgda._low_rank(rows)
+    assert _nnls.low_rank(rows)
     u, lam = mgda.combine_min_norm(J, w)
     full = min_norm(rows @ rows.transpose(1, 2), mask=w > 0).weights  # Frank-Wolfe on the Gramian
     torch.testing.assert_close(u, torch.einsum("bk,bkd->bd", full * w, J), atol=1e-7, rtol=1e-7)
@@ -720,21 +723,21 @@ def test_many_rows_in_fewer_coordinates_are_solved_by_nnls_to_the_same_point_and
 
 
 def test_the_power_of_two_rescaling_is_ldexp_bit_for_bit_and_the_finiteness_test_sees_nan_and_inf():
-    from most import mgda
+    from most.mgda import _scaling
 
     x = torch.randn(5, 40, 30, dtype=F64) * torch.logspace(-300, 300, 5, dtype=F64)[:, None, None]
     for e in (torch.tensor([-900, -600, 0, 600, 1000]), torch.tensor([-1073, -600, 0, 600, 1024])):
-        assert torch.equal(mgda._divide_pow2(x, e), torch.ldexp(x, -e[:, None, None]))
-    assert mgda._all_finite(x) and mgda._all_finite(torch.zeros(0, 3))
+        assert torch.equal(_scaling.divide_pow2(x, e), torch.ldexp(x, -e[:, None, None]))
+    assert _scaling.all_finite(x) and _scaling.all_finite(torch.zeros(0, 3))
     # the host path's NumPy rescaling gives the same numbers (a zero problem stays zero; no problem at all)
     for y in (x, torch.cat([x, torch.zeros(1, 40, 30, dtype=F64)]), x * 2.0 ** -60):
-        assert torch.equal(torch.from_numpy(mgda._host_divide_pow2(y.numpy())),
-                           mgda._divide_pow2(y, mgda._pow2_scale(y, (-2, -1))))
-    assert mgda._host_divide_pow2(np.zeros((0, 4, 3))).shape == (0, 4, 3)
+        assert torch.equal(torch.from_numpy(_scaling.host_divide_pow2(y.numpy())),
+                           _scaling.divide_pow2(y, _scaling.pow2_scale(y, (-2, -1))))
+    assert _scaling.host_divide_pow2(np.zeros((0, 4, 3))).shape == (0, 4, 3)
     for bad in (float("nan"), float("inf"), -float("inf")):
         y = x.clone()
         y[3, 7, 2] = bad
-        assert not mgda._all_finite(y)
+        assert not _scaling.all_finite(y)
 
 
 @pytest.mark.parametrize("scale", [1e-200, 1e200])
@@ -761,7 +764,7 @@ def test_many_rows_in_fewer_coordinates_of_any_scale_get_the_weights_of_the_unsc
 
 def test_the_smallest_scores_come_in_the_order_of_a_stable_sort():
     # the working sets grow by the rows a stable argsort would pick: ties (by index), inf and NaN included
-    from most import mgda
+    from most.mgda import _nnls
 
     rng = np.random.default_rng(0)
     for trial in range(400):
@@ -774,7 +777,7 @@ def test_the_smallest_scores_come_in_the_order_of_a_stable_sort():
         elif trial % 4 == 3:
             v = rng.integers(0, 3, size=n).astype(float)
             v[rng.integers(0, n, size=max(1, n // 2))] = np.nan
-        assert np.array_equal(mgda._smallest(v, count), np.argsort(v, kind="stable")[:count])
+        assert np.array_equal(_nnls._smallest(v, count), np.argsort(v, kind="stable")[:count])
 
 
 def test_many_float32_rows_near_the_origin_get_the_exact_direction():
@@ -811,10 +814,12 @@ def _kkt_holds(rows: torch.Tensor, w: torch.Tensor, u: torch.Tensor, lam: torch.
 def test_many_rows_in_as_many_coordinates_are_solved_by_nnls_on_the_gramian_to_the_same_point_and_kkt(
         seed, offset, d, monkeypatch):
     from most import mgda
+    from most.mgda import _direction, _nnls
 
     fallbacks = []
     full_solver = mgda.min_norm
-    monkeypatch.setattr(mgda, "min_norm", lambda *a, **k: fallbacks.append(1) or full_solver(*a, **k))
+    for module in (_direction, _nnls):  # where combine_min_norm and the NNLS solvers read it
+        monkeypatch.setattr(module, "min_norm", lambda *a, **k: fallbacks.append(1) or full_solver(*a, **k))
     g = torch.Generator().manual_seed(seed)
     B, k = 3, 200
     J = torch.randn(B, k, d, generator=g, dtype=F64) + offset * torch.randn(B, 1, d, generator=g, dtype=F64)
@@ -822,7 +827,7 @@ def test_many_rows_in_as_many_coordinates_are_solved_by_nnls_on_the_gramian_to_t
     w[:, ::7] = 0
     w[2] = 0  # a problem without rows
     rows = w[..., None] * J
-    assert not mgda._low_rank(rows) and k > mgda._GRAM_NNLS_MIN_ROWS
+    assert not _nnls.low_rank(rows) and k > _nnls.GRAM_NNLS_MIN_ROWS
     u, lam = mgda.combine_min_norm(J, w)
     assert not fallbacks  # every problem answered by NNLS and certified by its check
     exact = full_solver(rows @ rows.transpose(1, 2), mask=w > 0, tol=1e-14, max_iter=100_000).weights
@@ -842,6 +847,7 @@ def test_the_gramian_nnls_hands_what_it_cannot_certify_to_frank_wolfe(case, monk
     import scipy.optimize
 
     from most import mgda
+    from most.mgda import _direction, _nnls
 
     if case == "nnls stops":
         def stops(*args, **kwargs):
@@ -860,7 +866,9 @@ def test_the_gramian_nnls_hands_what_it_cannot_certify_to_frank_wolfe(case, monk
         monkeypatch.setattr(scipy.optimize, "nnls", off)
     fallbacks = []
     full_solver = mgda.min_norm
-    monkeypatch.setattr(mgda, "min_norm", lambda *a, **k: fallbacks.append(a[0].shape[0]) or full_solver(*a, **k))
+    for module in (_direction, _nnls):  # where combine_min_norm and the NNLS solvers read it
+        monkeypatch.setattr(module, "min_norm",
+                            lambda *a, **k: fallbacks.append(a[0].shape[0]) or full_solver(*a, **k))
     g = torch.Generator().manual_seed(0)
     B, k, d = 2, 160, 400
     J = torch.randn(B, k, d, generator=g, dtype=F64) + 2.0 * torch.randn(B, 1, d, generator=g, dtype=F64)
