@@ -189,17 +189,16 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch):
 def test_checkpoint_restores_generator_and_shared_references(tmp_path):
     gen = torch.Generator().manual_seed(3)
     method = fl.methods.Linearization(n_models=2)
-    method.reset(5, 2, gen)
+    run = method.start(5, 2, gen)
     ckpt = Checkpoint(tmp_path / "c", every=1)
-    ckpt.save({"method": method}, gen)
+    ckpt.save({"method_state": run}, gen)
     expected = torch.rand(4, generator=gen)
     other = torch.Generator().manual_seed(99)
     state = ckpt.load(other)
     assert torch.equal(torch.rand(4, generator=other), expected)
-    resumed = fl.methods.Linearization(n_models=2)
-    resumed.reset(5, 2, torch.Generator().manual_seed(7))  # another draw: the restore must replace it
-    restore_into(resumed, state["method"], other)
-    assert torch.equal(resumed._parts[0]._plan, method._parts[0]._plan)
+    resumed = method.start(5, 2, torch.Generator().manual_seed(7))  # another draw: the restore must replace it
+    restore_into(resumed, state["method_state"], other)
+    assert torch.equal(resumed.components[0]._plan, run.components[0]._plan)
 
     class Holder:  # an object that keeps a reference to the run's generator
         def __init__(self, generator):

@@ -127,5 +127,5 @@ def test_fedem_with_partial_participation_updates_only_the_weights_of_the_client
     train = pad_split(data, "train")
     (log,) = _round([server], 0, server.model, train, train, pad_split(data, "val"), data.client_ids, None, train.w)
     assert len(log.clients) == 3
-    changed = (method.mixture(12) != 0.5).any(1)
+    changed = (server.mixture() != 0.5).any(1)
     assert changed.nonzero().squeeze(1).tolist() == log.clients.tolist()

@@ -56,13 +56,14 @@ def test_bipartition_separates_two_directions_and_keeps_row_0_in_group_0():
 
 
 def _cfl_step(eps1, eps2, deltas, counts, *, min_rounds=0, n_models=2):
+    """One aggregation of a new CFL run; returns its clusters and the new models."""
     method = F.CFL(n_models, eps1=eps1, eps2=eps2, min_rounds=min_rounds)
-    method.reset(len(counts), n_models, torch.Generator().manual_seed(0))
+    state = method.start(len(counts), n_models, torch.Generator().manual_seed(0))
     params = torch.zeros(n_models, deltas.shape[1])
     pair_model = torch.zeros(len(counts), dtype=torch.long)
-    new = method.aggregate(params, deltas, pair_model, counts.double(), round=min_rounds,
+    new = method.aggregate(state, params, deltas, pair_model, counts.double(), round=min_rounds,
                            clients=torch.arange(len(counts)))
-    return method, new
+    return method.assigned(state, len(counts)), new
 
 
 def test_cfl_splits_a_cluster_exactly_when_its_updates_cancel_but_a_client_still_moves():
@@ -70,47 +71,46 @@ def test_cfl_splits_a_cluster_exactly_when_its_updates_cancel_but_a_client_still
     w = torch.tensor([0.0, 1.0, 0.0])
     deltas = torch.stack([v, v, -v + 0.1 * w, -v - 0.1 * w])  # mean 0, each of norm about 1
     counts = torch.tensor([10, 10, 10, 10])
-    method, new = _cfl_step(0.1, 0.5, deltas, counts)
-    assert method.clusters.tolist() == [0, 0, 1, 1]
+    clusters, new = _cfl_step(0.1, 0.5, deltas, counts)
+    assert clusters.tolist() == [0, 0, 1, 1]
     # each new cluster takes its own clients' mean step from the parent's model (here 0)
     torch.testing.assert_close(new[0], -v)
     torch.testing.assert_close(new[1], v)
     # the mean is too large (the clients still agree): no split, FedAvg's step
-    method, new = _cfl_step(0.1, 0.5, deltas + v, counts)
-    assert method.clusters.tolist() == [0, 0, 0, 0]
+    clusters, new = _cfl_step(0.1, 0.5, deltas + v, counts)
+    assert clusters.tolist() == [0, 0, 0, 0]
     torch.testing.assert_close(new[0], -(deltas + v).mean(0))
     # every update small (a stationary point of every client): no split
-    method, _ = _cfl_step(0.1, 2.0, deltas, counts)
-    assert method.clusters.tolist() == [0, 0, 0, 0]
+    clusters, _ = _cfl_step(0.1, 2.0, deltas, counts)
+    assert clusters.tolist() == [0, 0, 0, 0]
     # before min_rounds, or for a cluster of min_size clients or fewer: no split
     method = F.CFL(2, eps1=0.1, eps2=0.5, min_rounds=5)
-    method.reset(4, 2, torch.Generator())
-    method.aggregate(torch.zeros(2, 3), deltas, torch.zeros(4, dtype=torch.long), counts.double(), round=4,
+    state = method.start(4, 2, torch.Generator())
+    method.aggregate(state, torch.zeros(2, 3), deltas, torch.zeros(4, dtype=torch.long), counts.double(), round=4,
                      clients=torch.arange(4))
-    assert method.clusters.tolist() == [0, 0, 0, 0]
+    assert method.assigned(state, 4).tolist() == [0, 0, 0, 0]
     method = F.CFL(2, eps1=0.1, eps2=0.5, min_rounds=0, min_size=4)
-    method.reset(4, 2, torch.Generator())
-    method.aggregate(torch.zeros(2, 3), deltas, torch.zeros(4, dtype=torch.long), counts.double(), round=0,
+    state = method.start(4, 2, torch.Generator())
+    method.aggregate(state, torch.zeros(2, 3), deltas, torch.zeros(4, dtype=torch.long), counts.double(), round=0,
                      clients=torch.arange(4))
-    assert method.clusters.tolist() == [0, 0, 0, 0]
+    assert method.assigned(state, 4).tolist() == [0, 0, 0, 0]
 
 
 def test_cfl_never_makes_more_clusters_than_models():
     g = torch.Generator().manual_seed(1)
     deltas = torch.randn(12, 5, generator=g)
     deltas -= deltas.mean(0)
-    method, _ = _cfl_step(10.0, 0.01, deltas, torch.ones(12, dtype=torch.long), n_models=3)
-    assert method.clusters.max() <= 2
-    method, _ = _cfl_step(10.0, 0.01, deltas, torch.ones(12, dtype=torch.long), n_models=1)
-    assert method.clusters.tolist() == [0] * 12
+    clusters, _ = _cfl_step(10.0, 0.01, deltas, torch.ones(12, dtype=torch.long), n_models=3)
+    assert clusters.max() <= 2
+    clusters, _ = _cfl_step(10.0, 0.01, deltas, torch.ones(12, dtype=torch.long), n_models=1)
+    assert clusters.tolist() == [0] * 12
 
 
 def test_cfl_recovers_planted_concept_groups_and_scores_each_client_on_its_cluster(data):
     model = fl.logistic_regression(20, 10)
     method = F.CFL(2, eps1=0.5, eps2=1.0, min_rounds=5)
     result = fl.run_federated(data, model, method, CONFIG)
-    assert adjusted_rand_index(method.clusters, data.groups) == 1.0
-    assert torch.equal(result.choice, method.clusters)
+    assert adjusted_rand_index(result.choice, data.groups) == 1.0  # each client is scored on its cluster's model
     fedavg = fl.run_federated(data, model, F.FedAvg(1), CONFIG)
     assert result.mean_accuracy > fedavg.mean_accuracy + 0.1
 
@@ -139,36 +139,21 @@ def test_a_stopped_cfl_run_resumes_to_the_same_clusters_and_models(data, tmp_pat
     method = _cfl()
     resumed = fl.run_federated(data, model, method, CONFIG, checkpoint=ckpt)
     assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.choice, whole.choice)
-    assert method.clusters.tolist() == whole.choice.tolist()
 
 
-def test_a_checkpoint_naming_the_methods_old_modules_still_resumes(data, tmp_path):
-    """The federated methods moved from the modules most.federated.methods, .clustered, .personal
-    and .mixture into the package most.federated.methods; a checkpoint written before names its
-    objects by the old modules and resumes to the same run."""
+def test_a_checkpoint_whose_method_held_its_run_state_is_refused_saying_to_start_over(data, tmp_path):
+    """Checkpoints of the layout in which the method object held its run state (saved under
+    ``method``) cannot be resumed into a run whose server holds it (``method_state``): the run
+    refuses them with a message before any round."""
+    from most.checkpoint import CheckpointError
+
     model = fl.logistic_regression(20, 10)
-    whole, ckpt = _whole_and_stopped_cfl(data, model, tmp_path, 9)
+    _, ckpt = _whole_and_stopped_cfl(data, model, tmp_path, 9)
     payload = torch.load(ckpt.path, weights_only=True)
-    renamed = []
-
-    def rename(value):  # the names a checkpoint of the old layout held
-        if isinstance(value, dict):
-            if isinstance(value.get("type"), str) and value["type"].startswith("most.federated.methods."):
-                module, name = value["type"].rsplit(".", 1)
-                old = {"most.federated.methods.clustered": "most.federated.clustered"}.get(module, "most.federated.methods")
-                value["type"] = f"{old}.{name}"
-                renamed.append(value["type"])
-            for v in value.values():
-                rename(v)
-        elif isinstance(value, (list, tuple)):
-            for v in value:
-                rename(v)
-
-    rename(payload["state"])
-    assert {"most.federated.clustered.CFL", "most.federated.clustered.ClusterAssignment"} <= set(renamed)
+    payload["state"]["method"] = payload["state"].pop("method_state")
     torch.save(payload, ckpt.path)
-    resumed = fl.run_federated(data, model, _cfl(), CONFIG, checkpoint=ckpt)
-    assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.choice, whole.choice)
+    with pytest.raises(CheckpointError, match="earlier version.*--restart"):
+        fl.run_federated(data, model, _cfl(), CONFIG, checkpoint=ckpt)
 
 
 def test_cfl_refuses_thresholds_outside_their_range():
@@ -189,7 +174,7 @@ def test_oracle_trains_fedavg_within_the_true_groups(data):
         assert log.plan is None
     # the plan sends each client, whole, to its group's model
     server = fl.server.Server(F.Oracle(data.groups), model, CONFIG, pad_split(data, "train").counts)
-    _, w = server.method.plan(torch.zeros(data.n_clients, 2), 0, 1)
+    _, w = server.method.plan(server.method_state, torch.zeros(data.n_clients, 2), 0, 1)
     assert w.T.argmax(1).tolist() == list(data.groups)
     assert torch.equal(w.sum(0), torch.ones(data.n_clients, dtype=w.dtype))
     # model 0 is FedAvg over group 0 alone: relabelling a client of group 1 leaves it bit for bit
@@ -216,7 +201,7 @@ def test_a_local_model_depends_on_its_own_client_alone(data):
     model = fl.logistic_regression(20, 10)
     method = F.LocalOnly()
     result = fl.run_federated(data, model, method, CONFIG)
-    assert method.n_models == data.n_clients and result.params.shape[0] == data.n_clients
+    assert result.params.shape[0] == data.n_clients  # one model per client (models_for)
     assert result.choice.tolist() == list(range(data.n_clients))
     # relabel client 5: its model changes, every other model stays bit for bit
     c = data.clients[5]
@@ -306,10 +291,10 @@ def test_resplit_moves_the_redundant_model_to_the_half_that_pulls_away():
     assert (split, moved) == (0, 1) and sorted(pairs.tolist()) == [2, 3]
     # applied in a round: model 1 restarts from model 0 and takes the second half's mean step
     method = F.MosT(2, server_lr=1.0, warmup=None, resplit=F.Resplit(every=1, min_clients=4))
-    method.reset(6, 2, torch.Generator())
-    method.plan(losses, 0, 10)
+    state = method.start(6, 2, torch.Generator())
+    method.plan(state, losses, 0, 10)
     params = torch.stack([torch.ones(6), torch.full((6,), 5.0)])
-    new = method.aggregate(params, deltas, pair_model, torch.ones(6, dtype=torch.float64), round=0)
+    new = method.aggregate(state, params, deltas, pair_model, torch.ones(6, dtype=torch.float64), round=0)
     torch.testing.assert_close(new[0], torch.ones(6) - deltas[:2].mean(0))
     torch.testing.assert_close(new[1], torch.ones(6) - deltas[2:4].mean(0))
 
@@ -327,10 +312,10 @@ def test_resplit_leaves_models_alone_when_nothing_pulls_apart_or_the_move_costs_
     assert F.Resplit(every=1, min_clients=4, until=0.5).propose(6, 10, deltas, pair_model, losses) is None
     # with sampled clients the method has no full loss matrix: nothing moves
     method = F.MosT(2, server_lr=1.0, warmup=None, resplit=rule)
-    method.reset(6, 2, torch.Generator())
-    method.plan(losses[:5], 0, 10, clients=torch.arange(5))
+    state = method.start(6, 2, torch.Generator())
+    method.plan(state, losses[:5], 0, 10, clients=torch.arange(5))
     params = torch.stack([torch.ones(6), torch.full((6,), 5.0)])
-    new = method.aggregate(params, deltas[:4], pair_model[:4], torch.ones(4, dtype=torch.float64), round=0)
+    new = method.aggregate(state, params, deltas[:4], pair_model[:4], torch.ones(4, dtype=torch.float64), round=0)
     torch.testing.assert_close(new[1], params[1])
 
 

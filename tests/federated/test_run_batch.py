@@ -140,16 +140,28 @@ def test_a_stopped_batch_continues_each_run_from_its_own_checkpoint(uneven, tmp_
     assert all(_same(a, b) for a, b in zip(whole, resumed))
 
 
+def test_runs_may_share_one_method_object_which_holds_no_run_state(uneven):
+    # a method is configuration: two runs of one MosT object (with a grouped warm-up, CFL's
+    # clusters and FedEM's weights alike) end as two runs of two equal objects, and as each run alone
+    model = fl.logistic_regression(60, 10)
+    for make in (lambda: F.MosT(3, warmup=F.GroupedWarmUp(2)), lambda: F.CFL(3, eps1=10.0, eps2=0.01, min_rounds=2),
+                 lambda: F.FedEM(2)):
+        method = make()
+        configs = [fl.FederatedConfig(rounds=4, seed=s) for s in (0, 1)]
+        shared = fl.run_batch(uneven, model, [(method, c) for c in configs])
+        apart = fl.run_batch(uneven, model, [(make(), c) for c in configs])
+        alone = fl.run_federated(uneven, model, method, configs[1])
+        assert all(_same(a, b) for a, b in zip(shared, apart)) and _same(shared[1], alone)
+        assert method == make()  # the runs left the configuration as it was
+
+
 def test_bad_batches_are_refused_saying_how_to_fix_them(uneven):
     model = fl.logistic_regression(60, 10)
     config = fl.FederatedConfig(rounds=3)
-    method = F.FedAvg(2)
     with pytest.raises(ValueError, match="empty"):
         fl.run_batch(uneven, model, [])
     with pytest.raises(TypeError, match="wrap it in a list"):
         fl.run_batch(uneven, model, (F.FedAvg(2), config))
-    with pytest.raises(ValueError, match="share one method object"):
-        fl.run_batch(uneven, model, [(method, config), (method, config)])
     with pytest.raises(ValueError, match=r"differs from run 0 in rounds.*batch_groups"):
         fl.run_batch(uneven, model, [(F.FedAvg(2), config), (F.FedAvg(2), fl.FederatedConfig(rounds=4))])
     with pytest.raises(TypeError, match="not a dict"):  # each run's own checks come first

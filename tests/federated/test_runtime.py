@@ -13,6 +13,7 @@ from most.baselines import STCHSetCombiner, SumOfMinimumCombiner, TCHSetCombiner
 from most.methods import CappedTransportAssignment, Curriculum, MinNorm, ObjectivesSelectModels, Shares, Uniform, WeightedSum
 from most.federated import methods as F
 from most.federated.methods import GroupedWarmUp, WarmUp, balanced_update_groups, combine_updates, min_norm_box
+from most.federated.methods.most import WarmUpPhase
 from most.federated.clients import Padded, local_train
 
 
@@ -291,14 +292,15 @@ def test_balanced_update_groups_edge_cases_and_bad_input():
 def test_update_split_gives_each_model_its_groups_mean_step():
     x, truth = _planted([5, 5, 5], d=12, seed=7)
     method = F.MosT(3, server_lr=2.0, warmup=GroupedWarmUp(4))
-    method.reset(15, 3, torch.Generator().manual_seed(0))
+    state = method.start(15, 3, torch.Generator().manual_seed(0))
     theta = torch.randn(12)
     params = theta.repeat(3, 1)
     counts = torch.arange(1, 16)
     pair_model = torch.zeros(15, dtype=torch.long)  # warm-up: every client trains model 0
-    not_last = method.aggregate(params, x, pair_model, counts.double(), round=2)
+    assert isinstance(method.phase(3), WarmUpPhase) and method.phase(4) is method
+    not_last = method.phase(2).aggregate(state, params, x, pair_model, counts.double(), round=2)
     assert (not_last == not_last[0]).all()  # before the last warm-up round: one shared step
-    new = method.aggregate(params, x, pair_model, counts.double(), round=3)
+    new = method.phase(3).aggregate(state, params, x, pair_model, counts.double(), round=3)
     for j in range(3):
         rows = [i for i in range(15) if truth[i] == j]
         w = counts[rows].double()
@@ -307,24 +309,23 @@ def test_update_split_gives_each_model_its_groups_mean_step():
     assert len({tuple(r.tolist()) for r in new}) == 3
 
 
-def test_update_split_is_fixed_at_reset_so_a_restored_method_splits_the_same_way():
+def test_update_split_is_fixed_at_start_so_a_restored_run_splits_the_same_way():
     import pickle
 
     x = torch.randn(20, 6, generator=torch.Generator().manual_seed(0))  # no structure: the seeding decides
     args = (torch.zeros(4, 6), x, torch.zeros(20, dtype=torch.long), torch.ones(20, dtype=torch.float64))
+    method = F.MosT(4, warmup=GroupedWarmUp(1))
 
-    def split(method):
-        return method.aggregate(*args, round=0)
+    def split(state):
+        return method.phase(0).aggregate(state, *args, round=0)
 
     gen = torch.Generator().manual_seed(0)
-    method = F.MosT(4, warmup=GroupedWarmUp(1))
-    method.reset(20, 4, gen)
-    restored = pickle.loads(pickle.dumps(method))  # as a checkpoint stores it
+    state = method.start(20, 4, gen)
+    restored = pickle.loads(pickle.dumps(state))  # a copy of the run's state, as a checkpoint keeps it
     torch.rand(100, generator=gen)  # the run's generator moves on (local training) before the split
-    assert torch.equal(split(method), split(restored))
-    other = F.MosT(4, warmup=GroupedWarmUp(1))
-    other.reset(20, 4, torch.Generator().manual_seed(1))
-    assert not torch.equal(split(other), split(method))  # the seed does decide here
+    assert torch.equal(split(state), split(restored))
+    other = method.start(20, 4, torch.Generator().manual_seed(1))
+    assert not torch.equal(split(other), split(state))  # the seed does decide here
 
 
 def test_update_split_in_a_run_starts_the_models_apart(small):
@@ -339,9 +340,8 @@ def test_update_split_in_a_run_starts_the_models_apart(small):
         F.MosT(2, warmup="kmeans")
     with pytest.raises(ValueError, match="rounds >= 1"):
         F.MosT(2, warmup=GroupedWarmUp(0))
-    with pytest.raises(RuntimeError, match="reset"):
-        F.MosT(2, warmup=GroupedWarmUp(1)).aggregate(
-            torch.zeros(2, 3), torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.ones(4), round=0)
+    with pytest.raises(RuntimeError, match="seed"):  # the grouped step needs the seed the run drew at its start
+        GroupedWarmUp(1).direction(torch.randn(4, 3), torch.zeros(4, dtype=torch.long), torch.ones(4), 2, round=0)
 
 
 def test_shares_train_each_client_on_its_k_best_models_under_the_balance(small):
@@ -357,22 +357,20 @@ def test_shares_train_each_client_on_its_k_best_models_under_the_balance(small):
     assert res.mean_accuracy > 0.3
     # the plan is the capped transport of the round's losses; each pair is weighted by its share
     method = F.MosT(n_models=4, warmup=WarmUp(0), assignment=CappedTransportAssignment(2), weighting=Shares())
-    method.reset(8, 4, torch.Generator().manual_seed(0))
+    state = method.start(8, 4, torch.Generator().manual_seed(0))
     losses = torch.rand(8, 4, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
-    gamma, w = method.plan(losses, 0, 10, None)
+    gamma, w = method.plan(state, losses, 0, 10, None)
     expected = transport.solve_capped(losses, torch.full((8,), 1 / 8), torch.full((4,), 1 / 4), max_share=0.5)
     torch.testing.assert_close(gamma, expected.plan)
     torch.testing.assert_close(w, (gamma * 8).T)
     # one share is the default method; shares = m gives every client every model equally
     one = F.MosT(n_models=4, warmup=WarmUp(0), assignment=CappedTransportAssignment(1), weighting=Shares())
-    one.reset(8, 4, torch.Generator().manual_seed(0))
     plain = F.MosT(n_models=4, warmup=None, marginals=Uniform())  # the capped transport's balance
-    plain.reset(8, 4, torch.Generator().manual_seed(0))
-    for x, y in zip(one.plan(losses, 0, 10, None), plain.plan(losses, 0, 10, None)):
+    for x, y in zip(one.plan(one.start(8, 4, torch.Generator().manual_seed(0)), losses, 0, 10, None),
+                    plain.plan(plain.start(8, 4, torch.Generator().manual_seed(0)), losses, 0, 10, None)):
         torch.testing.assert_close(x, y)
     every = F.MosT(n_models=4, warmup=WarmUp(0), assignment=CappedTransportAssignment(4), weighting=Shares())
-    every.reset(8, 4, torch.Generator().manual_seed(0))
-    torch.testing.assert_close(every.plan(losses, 0, 10, None)[1],
+    torch.testing.assert_close(every.plan(every.start(8, 4, torch.Generator().manual_seed(0)), losses, 0, 10, None)[1],
                                torch.full((4, 8), 0.25, dtype=torch.float64))
 
 

@@ -190,3 +190,12 @@ def test_round_state_reports_the_pairs_clients_among_all_n():
     state = RoundState(round=0, sampled=torch.arange(5), clients=torch.tensor([1, 3, 4]),
                        weights=torch.ones(1, 3), pair_model=torch.tensor([0, 0]), pair_client=torch.tensor([0, 2]))
     assert state.pair_clients.tolist() == [1, 4] and state.models_of(4) == [0] and state.models_of(3) == []
+
+
+def test_a_method_assigns_a_model_to_each_client_exactly_when_it_declares_so():
+    counts = torch.full((6,), 10)
+    groups = (0, 0, 1, 1, 2, 2)
+    for method in (F.FedAvg(2), F.MosT(2, warmup=None), F.IFCA(2), F.FedEM(2), F.CFL(2), F.Oracle(groups),
+                   F.LocalOnly(), F.FineTuning(1)):
+        server = Server(method, fl.logistic_regression(4, 3), fl.FederatedConfig(rounds=2), counts)
+        assert (server.assigned() is not None) == type(method).assigns, type(method).__name__

@@ -107,7 +107,7 @@ def test_cfl_splits_on_flower_as_in_process(data, model):
     strategy = MostStrategy(BUILDERS["CFL"](), model, _config(), n_clients=N)
     result = strategy.run(LocalGrid(_app(data, model), N))
     assert len(set(result.choice.tolist())) == 3  # it split twice: three clusters, each client scored on its own
-    assert torch.equal(result.choice, strategy.method.clusters)
+    assert torch.equal(result.choice, strategy.server.assigned())
 
 
 def test_fine_tuning_is_refused_by_the_strategy_saying_where_it_runs(model):

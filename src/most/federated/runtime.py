@@ -184,12 +184,6 @@ def _check_batch_runs(runs) -> list[tuple]:
 
 
 def _check_batch_shares(runs: list[tuple]) -> None:
-    seen: dict[int, int] = {}
-    for r, (method, _) in enumerate(runs):
-        other = seen.setdefault(id(method), r)
-        if other != r:
-            raise ValueError(f"Runs {other} and {r} share one method object, which holds its run's state (models' "
-                             "plans, warm starts): build one method per run.")
     base = runs[0][1]
     for r, (_, config) in enumerate(runs[1:], 1):
         differ = [k for k in BATCH_SHARED if getattr(config, k) != getattr(base, k)]
@@ -327,7 +321,7 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
         state = states[r]
         if state is not None and not state.skipped:
             clients = to_device(state.clients, device)
-            q = servers[r].method.weigh_samples(per_sample[r][1], train.w[clients], state.clients)
+            q = servers[r].weigh_samples(per_sample[r][1], train.w[clients], state.clients)
             weights[r] = q[to_device(state.pair_client, device), to_device(state.pair_model, device)]
     planned = [(r, server, state) for r, (server, state) in enumerate(zip(servers, states))
                if state is not None and not state.skipped]
@@ -428,8 +422,8 @@ def _final_mixture(server: Server, model: FlatModel, train: Padded, val: Padded,
     params, n = server.params, server.n
     clients = torch.arange(n)
     _, per_sample = sample_losses(model, params, train, None)
-    server.method.weigh_samples(per_sample, train.w, clients)
-    pi = server.method.mixture(n).to(params.device)
+    server.weigh_samples(per_sample, train.w, clients)
+    pi = cast(Tensor, server.mixture()).to(params.device)
     train_loss, _, _ = mixture_scores(model, params, pi, train)
     val_loss, val_acc, _ = mixture_scores(model, params, pi, val)
     test_loss, test_acc, probs = mixture_scores(model, params, pi, test)

@@ -103,7 +103,8 @@ class Server:
         self.counts = counts.clone()
         self.generator = seeded(config.seed)
         self.params = method.initial_params(model, self.m, self.generator).to(device or "cpu")
-        method.reset(self.n, self.m, self.generator, model)
+        #: the run's state of its method (the method itself is configuration), saved by checkpoints
+        self.method_state = method.start(self.n, self.m, self.generator, model)
         self.previous: Tensor | None = None
         self.history: list[RoundLog] = []
 
@@ -129,8 +130,8 @@ class Server:
         tic = time.perf_counter()
         full = len(clients) == self.n
         previous = self.previous if full else None  # a warm start needs the same clients
-        plan, weights = self.method.plan(losses, t, self.config.rounds, previous,
-                                         clients=None if full else clients.to(losses.device))
+        plan, weights = self.method.phase(t).plan(self.method_state, losses, t, self.config.rounds, previous,
+                                                  clients=None if full else clients.to(losses.device))
         self.previous = plan if full else None
         state.losses, state.plan, state.weights = losses, plan, weights
         state.pair_model, state.pair_client = weights.nonzero(as_tuple=True)  # by model, then client
@@ -156,12 +157,13 @@ class Server:
         if len(pair_model):
             cidx = state.clients[pair_client.cpu()]
             weights = cast(Tensor, state.weights)
-            weight = self.method.pair_weights(weights[pair_model, pair_client],
-                                              self.counts[cidx].to(weights.device), state.round)
+            phase = self.method.phase(state.round)
+            weight = phase.pair_weights(weights[pair_model, pair_client], self.counts[cidx].to(weights.device),
+                                        state.round)
             # the pairs' models and weights stay where the plan was made (the host, for a small
             # plan): the combination moves what it needs to the device in one go
-            params = self.method.aggregate(self.params, deltas.to(self.params), pair_model, weight, round=state.round,
-                                           clients=cidx)
+            params = phase.aggregate(self.method_state, self.params, deltas.to(self.params), pair_model, weight,
+                                     round=state.round, clients=cidx)
             self.params = params.to(self.params.dtype)
         state.seconds["aggregate"] = time.perf_counter() - tic
         return self.params
@@ -186,22 +188,39 @@ class Server:
         """Each client's final model: the one the method assigns it
         (:meth:`~most.federated.methods.FederatedMethod.assigned`), else :func:`choose_models`.
         Returns ``(choice [n], chosen_by_loss [n] bool)``."""
-        assigned = self.method.assigned(self.n)
+        assigned = self.assigned()
         if assigned is not None:
             return assigned.cpu().long(), torch.zeros(self.n, dtype=torch.bool)
         return choose_models(val_accuracy, selection_loss)
+
+    def assigned(self) -> Tensor | None:
+        """``[n]`` the model the method assigns each client so far (a cluster, a group, its own
+        model), or ``None`` when each client picks its best on validation."""
+        return self.method.assigned(self.method_state, self.n)
+
+    # ------------------------------------------------------------------ a mixture method's weights
+    def weigh_samples(self, losses: Tensor, mask: Tensor, clients: Tensor) -> Tensor:
+        """The method's weights of each training sample in each model's local loss
+        (:meth:`~most.federated.methods.FederatedMethod.weigh_samples`, with the run's state)."""
+        return self.method.weigh_samples(self.method_state, losses, mask, clients)
+
+    def update_mixture(self, clients: Tensor, weights: Tensor) -> None:
+        """Records mixture weights ``[k, m]`` the ``clients`` computed themselves (on Flower)."""
+        self.method.update_mixture(self.method_state, clients, weights)
+
+    def mixture(self) -> Tensor | None:
+        """``[n, m]`` each client's weights of the models' predictions (a mixture method), else ``None``."""
+        return self.method.mixture(self.method_state, self.n)
 
     # ------------------------------------------------------------------ checkpoints
     def state(self, round: int) -> dict:
         """What a checkpoint holds after ``round`` rounds (tensors on the CPU)."""
         return dict(round=round, params=self.params.cpu(), previous=None if self.previous is None else self.previous.cpu(),
-                    history=[vars(log) for log in self.history], method=self.method)
+                    history=[vars(log) for log in self.history], method_state=self.method_state)
 
     def restore(self, state: dict) -> int:
         """Continues from a checkpoint's state; returns the round to start from."""
-        from ..checkpoint import restore_into
-
-        from ..checkpoint import CheckpointError
+        from ..checkpoint import CheckpointError, restore_into
 
         device = self.params.device
         params, previous = state.get("params"), state.get("previous")
@@ -218,7 +237,11 @@ class Server:
         except TypeError as exc:
             raise CheckpointError(f"The checkpoint is damaged: a round of its history cannot be read ({exc}). Delete "
                                   "it (or use --restart) to start the run over.") from None
-        restore_into(self.method, state["method"], self.generator)
+        if "method_state" not in state:
+            raise CheckpointError("The checkpoint holds the method's run state in the form of an earlier version of "
+                                  "the library, which this one does not read. Start the run over (--restart, or "
+                                  "delete the checkpoint).")
+        restore_into(self.method_state, state["method_state"], self.generator)
         return int(state["round"])
 
 

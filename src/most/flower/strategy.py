@@ -155,7 +155,7 @@ class MostStrategy(Strategy):
         got = {c: list(r[P.METRICS][P.MIXTURE]) for c, r in replies.items() if P.MIXTURE in r[P.METRICS]}
         if got:
             clients = sorted(got)
-            self.method.update_mixture(torch.tensor(clients), torch.tensor([got[c] for c in clients]))
+            self.server.update_mixture(torch.tensor(clients), torch.tensor([got[c] for c in clients]))
 
     def _message(self, kind: str, node: int, content: dict):
         content = dict(content)
@@ -254,7 +254,7 @@ class MostStrategy(Strategy):
         self._sent = {}
         msgs = []
         # a mixing method's weights, read once: each client's E-step needs its row
-        mixture = self.method.mixture(self.n) if self.method.sample_weights else None
+        mixture = self.server.mixture() if self.method.sample_weights else None
         for c in clients.tolist():
             models = state.models_of(c)
             if not models:
@@ -300,7 +300,7 @@ class MostStrategy(Strategy):
         msgs = []
         final = t + 1 == self.config.rounds
         # a mixing client scores its mixture at the end, with its weights fitted to the final models
-        mixture = self.method.mixture(self.n) if final and self.method.sample_weights else None
+        mixture = self.server.mixture() if final and self.method.sample_weights else None
         for c, node in sorted(self._node_of.items()):
             models = self._asked_models(c)
             cfg = {P.ROUND: t, P.FINAL: final}
@@ -345,7 +345,7 @@ class MostStrategy(Strategy):
                 self._record_mixtures({int(reply.content[P.METRICS][P.CLIENT]): reply.content for reply in replies
                                        if not reply.has_error()})
             self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
-                           "mixture": self.method.mixture(self.n) if mixes else None,
+                           "mixture": self.server.mixture() if mixes else None,
                            "missing": sorted(set(range(self.n)) - answered),
                            "prediction_kl": div_sum / div_count if div_count else nan}
             val_acc = float(val.nan_to_num(-1.0).max(1).values[~val.isnan().all(1)].mean())

@@ -35,6 +35,10 @@ models split. The round itself (sample, plan, pairs, combine, update, log) is
 * :class:`FedEM` -- Marfoq et al. 2021: m shared models, each client's mixture weights learned
   by EM; a client predicts with its mixture (:mod:`most.federated.methods.mixture`).
 
+A method is frozen configuration: the state a run changes (the components' state, the server
+optimiser's, CFL's clusters, FedEM's mixture weights) is a :class:`MethodState` made by
+``method.start`` and held by the server, so one method object serves any number of runs.
+
 The package's modules: :mod:`~most.federated.methods.base` (the base class and its hooks),
 :mod:`~most.federated.methods.updates` (combining the clients' updates),
 :mod:`~most.federated.methods.baselines`, :mod:`~most.federated.methods.most`,
@@ -44,7 +48,7 @@ The package's modules: :mod:`~most.federated.methods.base` (the base class and i
 
 from __future__ import annotations
 
-from .base import FederatedMethod
+from .base import FederatedMethod, MethodState
 from .baselines import IFCA, MGDA, FedAvg, FedMGDAPlus, FedProx, Linearization, SetScalarization, WeightedMGDA
 from .clustered import CFL, Oracle
 from .mixture import FedEM
@@ -53,6 +57,6 @@ from .personal import FineTuning, LocalOnly
 from .updates import (BoxMinNorm, balanced_update_groups, combine_updates, min_norm_box, min_norm_combination,
                       update_groups, weighted_mean)
 
-__all__ = ["FederatedMethod", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
+__all__ = ["FederatedMethod", "MethodState", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
            "IFCA", "SetScalarization", "Resplit", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
            "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from typing import Self
 
 
-@dataclass
+@dataclass(frozen=True)
 class _EveryPair(FederatedMethod):
     """Every client trains every model (:class:`~most.methods.EqualAssignment`, weight 1 each);
     a subclass names the combination of the updates."""
@@ -39,7 +39,7 @@ class _EveryPair(FederatedMethod):
         return EqualAssignment(), Support(), self.combination()
 
 
-@dataclass
+@dataclass(frozen=True)
 class FedAvg(_EveryPair):
     """m independent FedAvg runs: every client trains every model; sample-size-weighted mean."""
 
@@ -47,18 +47,18 @@ class FedAvg(_EveryPair):
     combination = lambda self: WeightedSum()  # noqa: E731
 
 
-@dataclass
+@dataclass(frozen=True)
 class FedProx(FedAvg):
     """FedAvg with the local proximal term ``mu / 2 ||w - w_t||^2`` (Li et al. 2020)."""
 
     mu: float = field(default=0.01, metadata={"check": check_non_negative})
 
-    def __post_init__(self):
-        super().__post_init__()
-        self.prox_mu = self.mu
+    @property
+    def prox_mu(self) -> float:
+        return self.mu
 
 
-@dataclass
+@dataclass(frozen=True)
 class MGDA(_EveryPair):
     """m independent runs of federated MGDA: the min-norm element of the hull of all client
     updates (:class:`~most.methods.MinNorm`, unit weights)."""
@@ -66,7 +66,7 @@ class MGDA(_EveryPair):
     combination = lambda self: MinNorm()  # noqa: E731
 
 
-@dataclass
+@dataclass(frozen=True)
 class FedMGDAPlus(_EveryPair):
     """FedMGDA+ (Hu et al. 2022): normalised client updates, min-norm within ``|lambda_i - 1/n| <= eps``."""
 
@@ -74,7 +74,7 @@ class FedMGDAPlus(_EveryPair):
     combination = lambda self: BoxMinNorm(self.eps)  # noqa: E731
 
 
-@dataclass
+@dataclass(frozen=True)
 class Linearization(FederatedMethod):
     """Model j minimises a fixed random convex combination of the client losses
     (:class:`~most.methods.RandomAssignment`, the weighted mean of the updates)."""
@@ -85,7 +85,7 @@ class Linearization(FederatedMethod):
         return RandomAssignment(self.concentration), GammaWeights(), WeightedSum()
 
 
-@dataclass
+@dataclass(frozen=True)
 class WeightedMGDA(Linearization):
     """w-MGDA (Appendix E): MGDA on client updates reweighted by a fixed random plan (the largest
     weight scaled to 1)."""
@@ -94,7 +94,7 @@ class WeightedMGDA(Linearization):
         return RandomAssignment(self.concentration), RelativeWeights(), MinNorm()
 
 
-@dataclass
+@dataclass(frozen=True)
 class IFCA(FederatedMethod):
     """IFCA (Ghosh et al. 2020): each client trains its lowest-loss model; each model averages
     its clients' updates (sample-size weighted)."""
@@ -117,7 +117,7 @@ class _CoefficientPlan(Assignment):
         return self.scalarization.coefficients(losses.T.double()).double().T
 
 
-@dataclass
+@dataclass(frozen=True)
 class SetScalarization(FederatedMethod):
     """Few-for-many set scalarisations on clients: TCH-Set, STCH-Set, sum-of-minimum.
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import numpy as np
 import torch
@@ -26,7 +26,7 @@ from ..._validation import check_positive, check_positive_int
 from ...methods import Assignment, Support, WeightedSum
 from ...optim import SGD, UpdateRule
 from ..data import check_groups
-from .base import FederatedMethod
+from .base import FederatedMethod, MethodState
 
 __all__ = ["CFL", "Oracle", "GroupAssignment", "ClusterAssignment", "bipartition"]
 
@@ -55,7 +55,7 @@ class GroupAssignment(Assignment):
         return f"GroupAssignment(groups=<{len(self.groups)} clients, {len(set(self.groups))} groups>)"
 
 
-@dataclass(init=False)
+@dataclass(frozen=True, init=False)
 class Oracle(FederatedMethod):
     """The clients' true groups known: model g is FedAvg over the clients of group g (sample-size
     weighted), and each client is scored on its group's model.
@@ -75,13 +75,14 @@ class Oracle(FederatedMethod):
     by_samples: ClassVar[bool] = True
     logs_plan: ClassVar[bool] = False
     pick: ClassVar[str] = "its group's model"
+    assigns: ClassVar[bool] = True
 
     def __init__(self, groups, server_lr: float = 1.0, optimizer: UpdateRule | None = None):
-        self.groups = check_groups(groups, None, "GroupAssignment")
-        self.n_models = max(self.groups) + 1
-        self.server_lr = server_lr
-        self.optimizer = SGD() if optimizer is None else optimizer
-        self.prox_mu = 0.0
+        checked = check_groups(groups, None, "GroupAssignment")
+        object.__setattr__(self, "groups", checked)
+        object.__setattr__(self, "n_models", max(checked) + 1)
+        object.__setattr__(self, "server_lr", server_lr)
+        object.__setattr__(self, "optimizer", SGD() if optimizer is None else optimizer)
         self.__post_init__()
 
     def components(self):
@@ -92,7 +93,7 @@ class Oracle(FederatedMethod):
             raise ValueError(f"Oracle has groups for {len(self.groups)} clients, but the data has {n_clients}: "
                              "give one group per client (dataset.groups).")
 
-    def assigned(self, n_clients):
+    def assigned(self, state, n_clients):
         return torch.tensor(self.groups)
 
 
@@ -145,7 +146,7 @@ def bipartition(updates: Tensor) -> Tensor:
     return torch.as_tensor(labels, dtype=torch.long)
 
 
-@dataclass
+@dataclass(frozen=True)
 class CFL(FederatedMethod):
     r"""Clustered Federated Learning (Sattler, Müller and Samek, IEEE TNNLS 2020).
 
@@ -189,15 +190,15 @@ class CFL(FederatedMethod):
     by_samples: ClassVar[bool] = True
     logs_plan: ClassVar[bool] = False
     pick: ClassVar[str] = "its cluster's model"
+    assigns: ClassVar[bool] = True
 
     def __post_init__(self):
         super().__post_init__()
         for name in ("eps1", "eps2"):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"`{name}` must be a finite positive number; got {getattr(self, name)!r}.")
-        self.min_rounds = check_positive_int(self.min_rounds, name="min_rounds", minimum=0)
-        self.min_size = check_positive_int(self.min_size, name="min_size", minimum=1)
-        self._clusters = 1
+        object.__setattr__(self, "min_rounds", check_positive_int(self.min_rounds, name="min_rounds", minimum=0))
+        object.__setattr__(self, "min_size", check_positive_int(self.min_size, name="min_size", minimum=1))
 
     def components(self):
         return ClusterAssignment(), Support(), WeightedSum()
@@ -205,35 +206,30 @@ class CFL(FederatedMethod):
     def initial_params(self, model, m, generator):
         return model.init(1, generator).repeat(m, 1)  # one cluster, one model, at the start
 
-    def reset(self, n, m, generator, model=None):
-        super().reset(n, m, generator, model)
-        self._clusters = 1
+    def start(self, n, m, generator, model=None):
+        base = super().start(n, m, generator, model)
+        return CFLState(base.components)
 
-    @property
-    def clusters(self) -> Tensor:
-        """``[n]`` each client's cluster (its model) so far."""
-        return self._components()[0].labels.clone()
+    def assigned(self, state, n_clients):
+        return cast(CFLState, state).labels.clone()
 
-    def assigned(self, n_clients):
-        return self.clusters
-
-    def aggregate(self, params, deltas, pair_model, pair_weight, *, round, clients=None):
+    def aggregate(self, state, params, deltas, pair_model, pair_weight, *, round, clients=None):
         if clients is None:
             raise ValueError("CFL needs the client of each update (Server.update passes it).")
-        if round >= self.min_rounds and self._clusters < self.n_models:
-            params = self._split(params, deltas, pair_model.cpu(), pair_weight.cpu(), clients.cpu())
-        labels = self._components()[0].labels
-        return super().aggregate(params, deltas, labels[clients.cpu()].to(pair_model.device), pair_weight,
+        state = cast(CFLState, state)
+        if round >= self.min_rounds and state.clusters < self.n_models:
+            params = self._split(state, params, deltas, pair_model.cpu(), pair_weight.cpu(), clients.cpu())
+        return super().aggregate(state, params, deltas, state.labels[clients.cpu()].to(pair_model.device), pair_weight,
                                  round=round)
 
-    def _split(self, params: Tensor, deltas: Tensor, pair_model: Tensor, pair_weight: Tensor,
+    def _split(self, state: "CFLState", params: Tensor, deltas: Tensor, pair_model: Tensor, pair_weight: Tensor,
                clients: Tensor) -> Tensor:
         """Splits every cluster that meets the criterion (while models are left); returns the
         models with each new cluster's model a copy of its parent's."""
         norms = deltas.double().norm(dim=1).cpu()
         params = params.clone()
-        for c in range(self._clusters):
-            if self._clusters >= self.n_models:
+        for c in range(state.clusters):
+            if state.clusters >= self.n_models:
                 break
             mine = (pair_model == c).nonzero().squeeze(1)
             if len(mine) <= self.min_size:
@@ -245,8 +241,22 @@ class CFL(FederatedMethod):
             halves = bipartition(deltas[to_device(mine, deltas.device)])
             if bool(halves.all()) or not bool(halves.any()):
                 continue
-            new = self._clusters
-            self._components()[0].labels[clients[mine[halves == 1]]] = new
+            new = state.clusters
+            state.labels[clients[mine[halves == 1]]] = new
             params[new] = params[c]
-            self._clusters += 1
+            state.clusters += 1
         return params
+
+
+class CFLState(MethodState):
+    """A CFL run's state: the base's (the cluster assignment holds each client's cluster) and
+    the number of clusters made so far."""
+
+    def __init__(self, components):
+        super().__init__(components)
+        self.clusters = 1
+
+    @property
+    def labels(self) -> Tensor:
+        """``[n]`` each client's cluster (its model) so far."""
+        return cast(Tensor, cast(ClusterAssignment, self.components[0]).labels)

@@ -11,13 +11,13 @@ r"""Federated mixtures: each client predicts with its own mixture of the m model
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor
 
 from ...methods import EqualAssignment, Support, WeightedSum
-from .base import FederatedMethod
+from .base import FederatedMethod, MethodState
 
 __all__ = ["FedEM", "responsibilities"]
 
@@ -51,7 +51,7 @@ def responsibilities(losses: Tensor, mixture: Tensor, mask: Tensor) -> tuple[Ten
     return q, new
 
 
-@dataclass
+@dataclass(frozen=True)
 class FedEM(FederatedMethod):
     r"""FedEM (Marfoq et al., NeurIPS 2021): m shared component models, each client's mixture
     weights ``pi_t`` learned by EM; client t predicts with ``sum_j pi_tj p_j(y | x)``.
@@ -86,10 +86,6 @@ class FedEM(FederatedMethod):
     sample_weights: ClassVar[bool] = True
     pick: ClassVar[str] = "its mixture of the models (weights by EM)"
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        self._mixture: Tensor | None = None
-
     def components(self):
         return EqualAssignment(), Support(), WeightedSum()
 
@@ -99,29 +95,32 @@ class FedEM(FederatedMethod):
                              "component is a distribution some clients are drawn from, so use at most as many "
                              f"components as clients (n_models <= {n_clients}).")
 
-    def reset(self, n, m, generator, model=None):
-        super().reset(n, m, generator, model)
-        self._mixture = torch.full((n, m), 1.0 / m, dtype=torch.float64)
+    def start(self, n, m, generator, model=None):
+        base = super().start(n, m, generator, model)
+        return FedEMState(base.components, torch.full((n, m), 1.0 / m, dtype=torch.float64))
 
-    def weigh_samples(self, losses, mask, clients):
-        if self._mixture is None:
-            raise RuntimeError("FedEM.reset(n, m, generator) must be called before the first round; "
-                               "run_federated does so.")
+    def weigh_samples(self, state, losses, mask, clients):
         at = clients.cpu().long()
-        q, new = responsibilities(losses.double(), self._mixture[at].to(losses.device), mask.double())
-        self.update_mixture(at, new)
+        mixture = cast(FedEMState, state).mixture
+        q, new = responsibilities(losses.double(), mixture[at].to(losses.device), mask.double())
+        self.update_mixture(state, at, new)
         return q
 
-    def update_mixture(self, clients, weights):
-        if self._mixture is None:
-            raise RuntimeError("FedEM.reset(n, m, generator) must be called before the first round.")
+    def update_mixture(self, state, clients, weights):
+        mixture = cast(FedEMState, state).mixture
         weights = torch.as_tensor(weights, dtype=torch.float64).cpu()
-        if weights.shape != (len(clients), self._mixture.shape[1]) or not torch.isfinite(weights).all():
+        if weights.shape != (len(clients), mixture.shape[1]) or not torch.isfinite(weights).all():
             raise ValueError(f"FedEM got mixture weights of shape {tuple(weights.shape)} for {len(clients)} clients "
-                             f"and {self._mixture.shape[1]} models (finite, one row per client expected).")
-        self._mixture[torch.as_tensor(clients).cpu().long()] = weights
+                             f"and {mixture.shape[1]} models (finite, one row per client expected).")
+        mixture[torch.as_tensor(clients).cpu().long()] = weights
 
-    def mixture(self, n_clients):
-        if self._mixture is None:
-            raise RuntimeError("FedEM has no mixture weights before its run starts.")
-        return self._mixture.clone()
+    def mixture(self, state, n_clients):
+        return cast(FedEMState, state).mixture.clone()
+
+
+class FedEMState(MethodState):
+    """A FedEM run's state: the base's and each client's mixture weights ``[n, m]``."""
+
+    def __init__(self, components, mixture: Tensor):
+        super().__init__(components)
+        self.mixture = mixture

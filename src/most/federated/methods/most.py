@@ -7,7 +7,7 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal, cast
 
 import torch
 from torch import Tensor
@@ -27,13 +27,13 @@ from ...methods import (
     WeightedSum,
     Weighting,
 )
-from .base import FederatedMethod
+from .base import FederatedMethod, MethodState
 from .clustered import bipartition
 from .updates import combine_updates, update_groups
 
 
 # ----------------------------------------------------------------------------- warm-up
-@dataclass
+@dataclass(frozen=True)
 class WarmUp:
     """``rounds`` rounds of FedAvg on one shared model before the m models part.
 
@@ -45,21 +45,24 @@ class WarmUp:
     rounds: int = 5
 
     def __post_init__(self):
-        self.rounds = check_positive_int(self.rounds, name="rounds", minimum=0)
+        object.__setattr__(self, "rounds", check_positive_int(self.rounds, name="rounds", minimum=0))
 
     def active(self, round: int) -> bool:
         return round < self.rounds
 
-    def reset(self, generator: torch.Generator) -> None:
-        """Called once before the first round."""
+    def seed(self, generator: torch.Generator) -> int | None:
+        """What the warm-up draws from the run's generator before the first round (kept in the
+        run's state, so a resumed run splits the same way); ``None``: nothing."""
+        return None
 
-    def direction(self, deltas: Tensor, pair_model: Tensor, counts: Tensor, m: int, round: int) -> Tensor:
+    def direction(self, deltas: Tensor, pair_model: Tensor, counts: Tensor, m: int, round: int,
+                  seed: int | None = None) -> Tensor:
         """The warm-up step of the m models ``[m, d]``: the shared sample-weighted mean."""
         shared = combine_updates(WeightedSum(), 1, deltas, torch.zeros_like(pair_model), counts)
         return shared.expand(m, -1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class GroupedWarmUp(WarmUp):
     """A :class:`WarmUp` whose last round splits the models by groups of client updates.
 
@@ -75,24 +78,22 @@ class GroupedWarmUp(WarmUp):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.balanced = check_bool(self.balanced, name="balanced")
+        object.__setattr__(self, "balanced", check_bool(self.balanced, name="balanced"))
         if not self.rounds:
             raise ValueError("GroupedWarmUp groups the clients' updates of the last warm-up round: it needs "
                              "rounds >= 1.")
-        self._seed: int | None = None
 
-    def reset(self, generator):
-        # drawn now, kept with the method, so a run resumed from a checkpoint splits the same way
-        self._seed = derive_seed(generator)
+    def seed(self, generator):
+        return derive_seed(generator)
 
-    def direction(self, deltas, pair_model, counts, m, round):
+    def direction(self, deltas, pair_model, counts, m, round, seed=None):
         shared = super().direction(deltas, pair_model, counts, m, round)
         if round != self.rounds - 1:
             return shared
-        if self._seed is None:
-            raise RuntimeError("GroupedWarmUp draws its seed in reset(generator), which the federated server calls "
-                               "before the first round.")
-        group = update_groups(deltas, m, torch.Generator().manual_seed(self._seed), balanced=self.balanced)
+        if seed is None:
+            raise RuntimeError("GroupedWarmUp groups the updates with the seed it draws before the first round "
+                               "(MosT.start); pass it.")
+        group = update_groups(deltas, m, torch.Generator().manual_seed(seed), balanced=self.balanced)
         split = combine_updates(WeightedSum(), m, deltas, group, counts)
         has = torch.zeros(m, dtype=torch.bool, device=deltas.device)
         has[group] = True
@@ -178,7 +179,7 @@ class Resplit:
 
 
 
-@dataclass
+@dataclass(frozen=True)
 class MosT(FederatedMethod):
     """MosT on clients: Gamma from the clients' losses, per-model combination of the
     Gamma-weighted client updates; the same components as :class:`most.MosT`.
@@ -235,11 +236,9 @@ class MosT(FederatedMethod):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        from ...solver import transport_assignment
-
         check_component(self.marginals, name="marginals", example="most.methods.Uniform()", base=Marginals)
         check_component(self.weighting, name="weighting", example="most.methods.MajorityShare()", base=Weighting)
-        self.warm_start = check_bool(self.warm_start, name="warm_start")
+        object.__setattr__(self, "warm_start", check_bool(self.warm_start, name="warm_start"))
         check_component(self.combiner, name="combiner", example="most.MinNorm()", base=Combiner)
         if self.combiner.centralised_only:
             raise ValueError(f"`combiner={type(self.combiner).__name__}(...)` reads the losses or parameters at the "
@@ -250,9 +249,7 @@ class MosT(FederatedMethod):
             check_component(self.warmup, name="warmup", example="most.federated.methods.WarmUp(rounds=5)", base=WarmUp)
         if self.resplit is not None:
             check_component(self.resplit, name="resplit", example="most.federated.methods.Resplit()", base=Resplit)
-        self._assignment = transport_assignment(self)
-        self._round_losses: Tensor | None = None
-        self._total = 0
+        self.components()  # the transport assignment validates its fields
 
     @property
     def warmup_rounds(self) -> int:
@@ -264,7 +261,9 @@ class MosT(FederatedMethod):
         return self.n_models
 
     def components(self):
-        return self._assignment, self.weighting, self.combiner
+        from ...solver import transport_assignment
+
+        return transport_assignment(self), self.weighting, self.combiner
 
     def check(self, n_clients):
         if n_clients < self.n_models:
@@ -272,41 +271,36 @@ class MosT(FederatedMethod):
                 f"MosT needs at least as many clients as models: {n_clients} clients < {self.n_models} models. "
                 "Use fewer models (n_models) or more clients."
             )
-        self._assignment.check_models(self.n_models)  # e.g. a capped transport's shares against m
+        self.components()[0].check_models(self.n_models)  # e.g. a capped transport's shares against m
 
     def initial_params(self, model, m, generator):
         if self.warmup_rounds:
             return model.init(1, generator).repeat(m, 1)  # one shared start, split after the warm-up
         return model.init(m, generator)
 
-    def reset(self, n, m, generator, model=None):
-        super().reset(n, m, generator, model)
-        if self.warmup is not None:
-            self.warmup.reset(generator)
+    def start(self, n, m, generator, model=None):
+        base = super().start(n, m, generator, model)
+        warmup_seed = None if self.warmup is None else self.warmup.seed(generator)
+        return MosTState(base.components, warmup_seed)
 
-    def plan(self, losses, round, total, previous=None, *, clients=None):
+    def phase(self, round):
+        if round < self.warmup_rounds:
+            return WarmUpPhase(self.n_models, self.server_lr, self.optimizer, cast(WarmUp, self.warmup))
+        return self
+
+    def plan(self, state, losses, round, total, previous=None, *, clients=None):
+        state = cast(MosTState, state)
         w0 = self.warmup_rounds
         # the round's losses of every client, for a re-split in this round's aggregation
-        self._round_losses = losses if clients is None else None
-        self._total = total
-        if round < w0:
-            w = torch.zeros(self.n_models, losses.shape[0], dtype=torch.float64, device=losses.device)
-            w[0] = 1.0
-            return None, w
-        return super().plan(losses, round - w0, total - w0, previous, clients=clients)
+        state.round_losses = losses if clients is None else None
+        state.total = total
+        return super().plan(state, losses, round - w0, total - w0, previous, clients=clients)
 
-    def pair_weights(self, weights, counts, round):
-        return counts.double() if round < self.warmup_rounds else weights.double()
-
-    def direction(self, deltas, pair_model, pair_weight, m, round):
-        if round < self.warmup_rounds:
-            return self.warmup.direction(deltas, pair_model, pair_weight, m, round)
-        return super().direction(deltas, pair_model, pair_weight, m, round)
-
-    def aggregate(self, params, deltas, pair_model, pair_weight, *, round, clients=None):
+    def aggregate(self, state, params, deltas, pair_model, pair_weight, *, round, clients=None):
+        state = cast(MosTState, state)
         w0 = self.warmup_rounds
-        if self.resplit is not None and round >= w0 and self._round_losses is not None:
-            move = self.resplit.propose(round - w0, self._total - w0, deltas, pair_model, self._round_losses)
+        if self.resplit is not None and state.round_losses is not None:
+            move = self.resplit.propose(round - w0, state.total - w0, deltas, pair_model, state.round_losses)
             if move is not None:
                 split, moved, pairs = move
                 params = params.clone()
@@ -318,14 +312,46 @@ class MosT(FederatedMethod):
                 deltas, pair_model, pair_weight = deltas[to_device(keep, deltas.device)], pair_model[keep], \
                     pair_weight[to_device(keep, pair_weight.device)]
                 clients = None if clients is None else clients[keep.to(clients.device)]
-                if self._opt_state is not None:  # the moved model restarts its optimiser state
-                    self._opt_state = self.optimizer.restart(self._opt_state, moved)
-        return super().aggregate(params, deltas, pair_model, pair_weight, round=round, clients=clients)
+                if state.opt_state is not None:  # the moved model restarts its optimiser state
+                    state.opt_state = self.optimizer.restart(state.opt_state, moved)
+        return super().aggregate(state, params, deltas, pair_model, pair_weight, round=round, clients=clients)
+
+
+class MosTState(MethodState):
+    """A federated MosT run's state: the base's, the warm-up's seed, and the round's losses of
+    every client (for a re-split in the round's aggregation; ``None`` in a round with sampled
+    clients) with the run's rounds."""
+
+    def __init__(self, components, warmup_seed: int | None):
+        super().__init__(components)
+        self.warmup_seed = warmup_seed
+        self.round_losses: Tensor | None = None
+        self.total = 0
+
+
+@dataclass(frozen=True)
+class WarmUpPhase(FederatedMethod):
+    """The rounds of MosT's warm-up: every client trains model 0, and all m models take the
+    warm-up's step (the shared sample-weighted mean, or for :class:`GroupedWarmUp` its groups'
+    means in the last round). It shares the MosT run's state (the server optimiser's state)."""
+
+    warmup: WarmUp = field(default_factory=WarmUp)
+    logs_plan: ClassVar[bool] = False
+
+    def plan(self, state, losses, round, total, previous=None, *, clients=None):
+        w = torch.zeros(self.n_models, losses.shape[0], dtype=torch.float64, device=losses.device)
+        w[0] = 1.0
+        return None, w
+
+    def pair_weights(self, weights, counts, round):
+        return counts.double()
+
+    def direction(self, state, deltas, pair_model, pair_weight, m, round):
+        return self.warmup.direction(deltas, pair_model, pair_weight, m, round,
+                                     seed=cast(MosTState, state).warmup_seed)
 
     def moved(self, pair_model, m, round):
-        if round < self.warmup_rounds:  # every model takes the shared (or its group's) step
-            return torch.ones(m, dtype=torch.bool, device=pair_model.device)
-        return super().moved(pair_model, m, round)
+        return torch.ones(m, dtype=torch.bool, device=pair_model.device)
 
 
 # ----------------------------------------------------------------------------- deprecated spellings

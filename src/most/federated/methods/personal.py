@@ -53,7 +53,7 @@ class OwnModelAssignment(Assignment):
         return "OwnModelAssignment()"
 
 
-@dataclass(init=False)
+@dataclass(frozen=True, init=False)
 class LocalOnly(FederatedMethod):
     """Local training only: client i trains model i on its own data, and nothing is shared.
 
@@ -69,6 +69,7 @@ class LocalOnly(FederatedMethod):
 
     logs_plan: ClassVar[bool] = False
     pick: ClassVar[str] = "its own model"
+    assigns: ClassVar[bool] = True
     personal: ClassVar[bool] = True
     own_model_losses: ClassVar[bool] = True
     # set by the method, not by its caller (an experiment file names no n_models or server step)
@@ -76,10 +77,9 @@ class LocalOnly(FederatedMethod):
     server_lr: float = field(default=1.0, init=False)
 
     def __init__(self, optimizer: UpdateRule | None = None):
-        self.n_models = 1  # the number of clients, once the server resets the method
-        self.server_lr = 1.0
-        self.optimizer = SGD() if optimizer is None else optimizer
-        self.prox_mu = 0.0
+        object.__setattr__(self, "n_models", 1)  # the server holds one model per client (models_for)
+        object.__setattr__(self, "server_lr", 1.0)
+        object.__setattr__(self, "optimizer", SGD() if optimizer is None else optimizer)
         self.__post_init__()
 
     def components(self):
@@ -88,15 +88,11 @@ class LocalOnly(FederatedMethod):
     def models_for(self, n_clients):
         return n_clients
 
-    def reset(self, n, m, generator, model=None):
-        self.n_models = n
-        super().reset(n, m, generator, model)
-
-    def assigned(self, n_clients):
+    def assigned(self, state, n_clients):
         return torch.arange(n_clients)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FineTuning(FedAvg):
     """FedAvg, then local fine-tuning: after the last round each client takes its best model on
     validation and trains it for ``epochs`` local epochs (the protocol's batch size and
@@ -113,11 +109,12 @@ class FineTuning(FedAvg):
     epochs: int = field(default=5, metadata={"check": lambda v, name: check_positive_int(v, name=name)})
 
     pick: ClassVar[str] = "its own model, fine-tuned from its best on validation"
+    assigns: ClassVar[bool] = True
     personal: ClassVar[bool] = True
 
     @property
     def fine_tune_epochs(self) -> int:
         return self.epochs
 
-    def assigned(self, n_clients):
+    def assigned(self, state, n_clients):
         return torch.arange(n_clients)  # the fine-tuned models are one per client
