@@ -408,7 +408,7 @@ def test_a_client_that_connects_late_joins_the_next_round(data, model):
     grid.nodes[4] = 2000
     grid.contexts[2000] = grid.contexts.pop(late)
     strategy.configure_train(5, None, None, grid)
-    assert strategy._node_of[4] == 2000 and late not in strategy._client_at
+    assert strategy.nodes.node_of[4] == 2000 and late not in strategy.nodes.client_at
 
 
 def test_credentials_command_reports_a_bad_host_without_a_traceback(tmp_path):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
 import torch
-from flwr.app import ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import MessageType, MetricRecord
 from flwr.serverapp.strategy import Strategy
 from torch import Tensor
 
@@ -42,6 +42,7 @@ from ..federated.models import FlatModel
 from ..federated.config import FederatedConfig, FederatedResult, RoundLog
 from ..federated.server import RoundState, Server
 from . import protocol as P
+from .nodes import ClientNodes, message
 
 __all__ = ["MostStrategy", "FlowerResult"]
 
@@ -117,8 +118,7 @@ class MostStrategy(Strategy):
         self.server.params = self.server.params.float()
         self.missing: dict = {}
         self.messages: list = []  # (round, kind, client, model indices sent) for audits
-        self._node_of: dict[int, int] = {}  # client -> node id
-        self._client_at: dict[int, int] = {}  # node id -> client
+        self.nodes = ClientNodes(n_clients, model.dim, timeout, wait_for_clients)
         self._round: RoundState | None = None
         self._sent: dict[int, list[int]] = {}  # client -> models sent to train this round
         self._tic = 0.0
@@ -157,66 +157,15 @@ class MostStrategy(Strategy):
             clients = sorted(got)
             self.server.update_mixture(torch.tensor(clients), torch.tensor([got[c] for c in clients]))
 
-    def _message(self, kind: str, node: int, content: dict):
-        content = dict(content)
-        content[P.CONFIG] = ConfigRecord(content[P.CONFIG])
-        return Message(content=RecordDict(content), message_type=kind, dst_node_id=node)
-
-    def _send(self, grid, messages) -> dict[int, object]:
-        """Sends, then returns {client: reply content} of the good replies."""
-        messages = list(messages)
-        wanted = {msg.metadata.dst_node_id: self._client_at.get(msg.metadata.dst_node_id) for msg in messages}
-        replies = grid.send_and_receive(messages, timeout=self.timeout) if messages else []
-        good: dict[int, object] = {}
-        for reply in replies:
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                log.warning("Client on node %s failed: %s", node, reply.error.reason)
-                continue
-            client = int(reply.content[P.METRICS][P.CLIENT])
-            if wanted.get(node) not in (None, client):
-                raise RuntimeError(f"Node {node} answered as client {client}, but it was client {wanted[node]}.")
-            good[client] = reply.content
-        return good
-
-    def _describe(self, grid, nodes: list[int]) -> None:
-        """Asks ``nodes`` which client each holds (and how many samples) and maps them."""
-        msgs = [self._message(P.DESCRIBE, node, {P.CONFIG: {}}) for node in nodes]
-        replies = grid.send_and_receive(msgs, timeout=self.timeout) if msgs else []
-        connected = set(grid.get_node_ids())
-        for reply in replies:
-            node = reply.metadata.src_node_id
-            if reply.has_error():
-                log.warning("Node %s did not describe itself: %s", node, reply.error.reason)
-                continue
-            metrics = reply.content[P.METRICS]
-            client, dim = int(metrics[P.CLIENT]), int(metrics[P.DIM])
-            if not 0 <= client < self.n:
-                raise ValueError(f"Node {node} holds client {client}, outside 0..{self.n - 1}: "
-                                 f"give every node a distinct partition-id below n_clients={self.n}.")
-            old = self._node_of.get(client)
-            if old is not None and old != node and old in connected:
-                raise ValueError(f"Two nodes hold client {client}: give every node a distinct partition-id.")
-            if dim != self.model.dim:
-                raise ValueError(f"Client {client} has a model of {dim} parameters; the server's has {self.model.dim}.")
-            if old is not None:  # the client's node left and came back under a new id
-                self._client_at.pop(old, None)
-            self._node_of[client] = node
-            self._client_at[node] = client
-            self.server.counts[client] = int(metrics[P.NUM_EXAMPLES])
-
-    def _discover(self, grid) -> None:
-        """At the start: waits up to ``wait_for_clients`` for the n clients, then maps them."""
-        deadline = time.monotonic() + self.wait_for_clients
-        while len(list(grid.get_node_ids())) < self.n and time.monotonic() < deadline:
-            time.sleep(0.5)
-        nodes = list(grid.get_node_ids())
-        self._describe(grid, nodes)
-        if not self._node_of:
-            raise RuntimeError(f"No client answered within {self.wait_for_clients:g} s (connected nodes: {len(nodes)}).")
-        if len(self._node_of) < self.n:
-            absent = [self.client_ids[c] for c in range(self.n) if c not in self._node_of]
-            log.warning("Starting with %d of %d clients; missing: %s", len(self._node_of), self.n, absent)
+    def _update_nodes(self, grid) -> None:
+        """Maps new nodes to their clients (:meth:`ClientNodes.update`) and records their sample
+        counts; at the start, reports the clients that did not connect."""
+        first = not self.nodes.node_of
+        for client, count in self.nodes.update(grid).items():
+            self.server.counts[client] = count
+        if first and len(self.nodes.node_of) < self.n:
+            absent = [self.client_ids[c] for c in range(self.n) if c not in self.nodes.node_of]
+            log.warning("Starting with %d of %d clients; missing: %s", len(self.nodes.node_of), self.n, absent)
             self.missing["start"] = absent
 
     # ------------------------------------------------------------------ the Strategy API
@@ -226,21 +175,18 @@ class MostStrategy(Strategy):
 
     def configure_train(self, server_round, arrays, config, grid):
         t = server_round - 1
-        if not self._node_of:
-            self._discover(grid)
-        elif new := [node for node in grid.get_node_ids() if node not in self._client_at]:
-            self._describe(grid, new)  # clients that connected late, or came back under a new node id
+        self._update_nodes(grid)
         tic = time.perf_counter()
         sampled = self.server.sample(t)
-        asked = [int(c) for c in sampled if int(c) in self._node_of]
+        asked = [int(c) for c in sampled if int(c) in self.nodes.node_of]
         probe = {P.LOSS_SAMPLES: self.config.loss_samples or 0, P.ROUND: t}
         msgs = []
         for c in asked:
             models = self._asked_models(c)
-            msgs.append(self._message(P.LOSSES, self._node_of[c],
+            msgs.append(message(P.LOSSES, self.nodes.node_of[c],
                                       {P.CONFIG: probe, P.MODELS: self._models_record(self.params[models])}))
             self._record(t, "query", c, models)
-        good = self._send(grid, msgs)
+        good = self.nodes.send(grid, msgs)
         clients = torch.tensor(sorted(good), dtype=torch.long)
         losses = (torch.tensor([list(good[int(c)][P.METRICS][P.LOSS]) for c in clients], dtype=torch.float32)
                   if len(clients) else None)
@@ -264,7 +210,7 @@ class MostStrategy(Strategy):
                    P.BATCH_SIZE: self.config.batch_size, P.LR: self.config.lr, P.PROX_MU: float(self.method.prox_mu)}
             if mixture is not None:
                 cfg[P.MIXTURE] = mixture[c].tolist()
-            msgs.append(self._message(MessageType.TRAIN, self._node_of[c], {P.CONFIG: cfg, P.MODELS: record}))
+            msgs.append(message(MessageType.TRAIN, self.nodes.node_of[c], {P.CONFIG: cfg, P.MODELS: record}))
             self._sent[c] = models
             self._record(t, "train", c, models)
         return msgs
@@ -301,12 +247,12 @@ class MostStrategy(Strategy):
         final = t + 1 == self.config.rounds
         # a mixing client scores its mixture at the end, with its weights fitted to the final models
         mixture = self.server.mixture() if final and self.method.sample_weights else None
-        for c, node in sorted(self._node_of.items()):
+        for c, node in sorted(self.nodes.node_of.items()):
             models = self._asked_models(c)
             cfg = {P.ROUND: t, P.FINAL: final}
             if mixture is not None:
                 cfg[P.MIXTURE] = mixture[c].tolist()
-            msgs.append(self._message(MessageType.EVALUATE, node, {P.CONFIG: cfg,
+            msgs.append(message(MessageType.EVALUATE, node, {P.CONFIG: cfg,
                                                                   P.MODELS: self._models_record(self.params[models])}))
             self._record(t, "evaluate", c, models)
         return msgs
