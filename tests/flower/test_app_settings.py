@@ -57,3 +57,25 @@ def test_unknown_names_and_a_cnn_on_vectors_are_refused_with_the_choices():
         _settings(model="cnnn")
     with pytest.raises(ValueError, match=r"model = 'cnn' takes images.*use model = 'logistic_regression'"):
         _settings(model="cnn").build()
+
+
+def test_the_apps_defaults_are_the_librarys_where_the_library_has_one():
+    # one default per value: a run config that omits a key gets what the library would use
+    import dataclasses
+
+    import most.federated as fl
+
+    settings = AppSettings()
+    method, _, config = settings.build()
+    library = fl.FederatedConfig()
+    for name in ("rounds", "local_epochs", "batch_size", "lr", "eval_every", "seed"):
+        assert getattr(config, name) == getattr(library, name), name
+    assert method.server_lr == fl.methods.MosT(2).server_lr
+    assert method.warmup == fl.methods.MosT(2).warmup
+    # the example's config sets every key the app reads
+    import tomllib
+    from pathlib import Path
+
+    example = tomllib.loads((Path(__file__).parents[2] / "examples/flower/pyproject.toml").read_text())
+    keys = {k.replace("-", "_") for k in example["tool"]["flwr"]["app"]["config"]}
+    assert keys == {f.name for f in dataclasses.fields(AppSettings)}

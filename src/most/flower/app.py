@@ -61,6 +61,12 @@ METHODS = {name: cls for name, cls in registry.methods(registry.FEDERATED).items
            if name not in ("SetScalarization", "Oracle", "LocalOnly", "FineTuning")}
 
 
+def _library_default(cls, name: str):
+    """The default of field ``name`` of the library's dataclass ``cls``: the app's settings that
+    the library also has default to the library's value, so the two cannot disagree."""
+    return next(f.default for f in dataclasses.fields(cls) if f.name == name)
+
+
 @dataclass(frozen=True)
 class AppSettings:
     """The run config of the app (Flower's keys use dashes: ``num-clients``, ``server-lr``...).
@@ -72,6 +78,10 @@ class AppSettings:
         warmup_rounds: MosT's shared warm-up rounds (ignored by the other methods).
         rounds, local_epochs, batch_size, lr, eval_every, seed: the protocol
             (:class:`~most.federated.FederatedConfig`).
+
+    The settings the library also has (``server_lr``, ``warmup_rounds`` and the protocol's)
+    default to the library's values; ``examples/flower/pyproject.toml`` sets every key, with
+    the server step and rounds of the synthetic table.
         dataset: a name from :data:`SAMPLES`: ``fedprox_synthetic`` (FedProx's synthetic(rho1,
             rho2)), ``femnist`` (LEAF FEMNIST, one client per writer) or ``fashion_mnist``
             (Fashion-MNIST with a Dirichlet label skew).
@@ -89,14 +99,14 @@ class AppSettings:
 
     method: str = "MosT"
     n_models: int = 3
-    server_lr: float = 5.0
-    warmup_rounds: int = 5
-    rounds: int = 20
-    local_epochs: int = 1
-    batch_size: int = 10
-    lr: float = 0.05
-    eval_every: int = 5
-    seed: int = 0
+    server_lr: float = _library_default(_methods.FederatedMethod, "server_lr")
+    warmup_rounds: int = _library_default(_methods.WarmUp, "rounds")
+    rounds: int = _library_default(FederatedConfig, "rounds")
+    local_epochs: int = _library_default(FederatedConfig, "local_epochs")
+    batch_size: int = _library_default(FederatedConfig, "batch_size")
+    lr: float = _library_default(FederatedConfig, "lr")
+    eval_every: int = _library_default(FederatedConfig, "eval_every")
+    seed: int = _library_default(FederatedConfig, "seed")
     dataset: str = "fedprox_synthetic"
     data_path: str = ""
     model: str = "logistic_regression"
