@@ -81,6 +81,29 @@ def test_the_file_holds_only_tensors_and_plain_values(tmp_path):
     walk(plain)
 
 
+def test_a_component_saved_under_its_package_name_restores_into_todays_class(tmp_path):
+    """A component named by its package (``most.methods.TransportAssignment`` and its marginals
+    ``most.methods.LoadBounds``, as checkpoints of earlier versions name them) restores into the
+    classes of those names in the package's modules; another module's name is refused."""
+    from most.checkpoint import restore_into
+    from most.methods import LoadBounds, TransportAssignment
+
+    ckpt = Checkpoint(tmp_path / "c")
+    ckpt.save({"assignment": TransportAssignment(diversity=0.5, marginals=LoadBounds(min_objectives=2.0))})
+    saved = ckpt.load()["assignment"]
+    assert saved["type"] == "most.methods.assignments.TransportAssignment"
+    assert saved["state"]["marginals"]["type"] == "most.methods.marginals.LoadBounds"
+    saved["type"], saved["state"]["marginals"]["type"] = "most.methods.TransportAssignment", "most.methods.LoadBounds"
+
+    restored = TransportAssignment(marginals=LoadBounds())  # the run's settings, then the saved state
+    restore_into(restored, saved)
+    assert restored == TransportAssignment(diversity=0.5, marginals=LoadBounds(min_objectives=2.0))
+    saved["type"] = "most.solver.TransportAssignment"
+    with pytest.raises(ValueError, match="holds a TransportAssignment at TransportAssignment where this run has a "
+                                         "TransportAssignment"):
+        restore_into(TransportAssignment(marginals=LoadBounds()), saved)
+
+
 # ----------------------------------------------------------------------------- same run only
 def test_python_api_resume_with_other_settings_is_refused_naming_them(tmp_path):
     problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import sys
 
 import numpy as np
 import torch
@@ -222,15 +223,27 @@ def check_bool(value, *, name: str) -> bool:
     return bool(value)
 
 
+def public_path(cls: type) -> str:
+    """The shortest dotted path below the top package under which ``cls`` is importable
+    (``most.methods.Assignment`` for a class defined in ``most.methods.assignments``), for
+    messages that tell users what to pass; the defining module when no package exports it."""
+    parts = cls.__module__.split(".")
+    for end in range(2, len(parts)):
+        module = sys.modules.get(".".join(parts[:end]))
+        if module is not None and getattr(module, cls.__name__, None) is cls:
+            return f"{module.__name__}.{cls.__qualname__}"
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
 def check_component(value, *, name: str, example: str, base: type | None = None) -> None:
     """Refuses a component given as a class instead of an instance (``combiner=STCHSetCombiner``,
     ``weighting=MajorityShare``): the class would be called in place of the instance's method and
     fail in the middle of a run."""
     if isinstance(value, type):
-        raise TypeError(f"`{name}` must be an instance, not the class {value.__module__}.{value.__qualname__}: "
+        raise TypeError(f"`{name}` must be an instance, not the class {public_path(value)}: "
                         f"pass an instance, e.g. {value.__name__}().")
     if base is not None and not isinstance(value, base):
-        raise TypeError(f"`{name}` must be a {base.__module__}.{base.__qualname__} (e.g. {example}); got {value!r}.")
+        raise TypeError(f"`{name}` must be a {public_path(base)} (e.g. {example}); got {value!r}.")
 
 
 def did_you_mean(word, choices) -> str:

@@ -138,19 +138,30 @@ def _qualname(obj) -> str:
     return f"{type(obj).__module__}.{type(obj).__qualname__}"
 
 
-#: modules whose classes moved into the package ``most.federated.methods``: a checkpoint written
-#: before the move names an object by its old module, which still means the same class
-_MOVED_TO_FEDERATED_METHODS = ("most.federated.methods", "most.federated.clustered", "most.federated.personal",
-                               "most.federated.mixture")
+#: the module a checkpoint may name for a class of one of the library's packages -> that package.
+#: ``most.methods`` and ``most.federated.methods`` were single modules and the old federated
+#: modules' classes are now in ``most.federated.methods``, so a checkpoint of an earlier version
+#: names e.g. ``most.methods.TransportAssignment``: the class of that name in a module of the
+#: package (``most.methods.assignments.TransportAssignment``)
+_MOVED_INTO_PACKAGE = {
+    "most.methods": "most.methods",
+    "most.federated.methods": "most.federated.methods",
+    "most.federated.clustered": "most.federated.methods",
+    "most.federated.personal": "most.federated.methods",
+    "most.federated.mixture": "most.federated.methods",
+}
 
 
 def _same_type(current, stored: str) -> bool:
-    """Whether ``current`` is of the class a checkpoint stored as ``stored`` (module.qualname)."""
+    """Whether ``current`` is of the class a checkpoint stored as ``stored`` (module.qualname):
+    the same module and name, or a module of ``_MOVED_INTO_PACKAGE`` and a class of that name in
+    a module of the package it maps to."""
     if _qualname(current) == stored:
         return True
     module, _, name = stored.rpartition(".")
-    return (module in _MOVED_TO_FEDERATED_METHODS and type(current).__qualname__ == name
-            and type(current).__module__.startswith("most.federated.methods."))
+    package = _MOVED_INTO_PACKAGE.get(module)
+    return (package is not None and type(current).__qualname__ == name
+            and type(current).__module__.startswith(package + "."))
 
 
 def _decode(value, generator, current=None, where="state"):

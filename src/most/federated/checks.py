@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from .._validation import public_path
 from .data import FederatedDataset
 from .config import FederatedConfig
 from .models import FlatModel
@@ -20,8 +21,7 @@ if TYPE_CHECKING:
 
 
 def _describe_type(obj) -> str:
-    cls = obj if isinstance(obj, type) else type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}"
+    return public_path(obj if isinstance(obj, type) else type(obj))
 
 
 def _check_method(method) -> None:
