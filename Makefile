@@ -57,15 +57,15 @@ docs: $(STAMP)
 # The performance suite (about 20 minutes; run it on an idle machine):
 # writes benchmarks/results/performance.md and .json.
 perf: $(STAMP)
-	$(PY) benchmarks/performance.py
+	$(PY) -m benchmarks.performance
 
 # Growth of a round's cost with n and d against TCH-Set, SoM and MGDA (about 20 minutes):
 # the section "Growth with n and d" of benchmarks/results/performance.md.
 growth: $(STAMP)
-	$(PY) benchmarks/growth.py --timeout 200 --rounds 10
+	$(PY) -m benchmarks.performance growth --timeout 200 --rounds 10
 
 run-axis: $(STAMP)
-	$(PY) benchmarks/run_axis.py --table
+	$(PY) -m benchmarks.performance run-axis --table
 
 # The package as a user gets it: the wheel and sdist into dist/ (checked: no test files, the
 # py.typed marker, the LICENSE), the wheel installed in a fresh virtual environment (torch

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # FEMNIST with the paper's CNN (32, 64 channels) on a GPU: one `most bench federated` call per
 # (method, seed), so that a run cut short by a time limit keeps every finished seed; join the
-# folders afterwards with benchmarks/merge_federated.py.
+# folders afterwards with benchmarks/federated_tools.py merge.
 #
 #   benchmarks/femnist_cnn.sh DATA_DIR OUT_DIR "METHOD" ["METHOD" ...]
 #

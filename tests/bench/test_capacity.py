@@ -1,6 +1,6 @@
 """The capacity probe of the federated tables: :mod:`most.bench._capacity` (MosT whose models serve
 at most c n / m clients each, :func:`most.transport.solve_capacity`) and its command line,
-``benchmarks/federated_probes.py capacity``, run as a script."""
+``benchmarks/federated_tools.py capacity``, run as a script."""
 
 import json
 import re
@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _probe(*args):
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "federated_probes.py"), "capacity", *map(str, args)],
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "federated_tools.py"), "capacity", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 

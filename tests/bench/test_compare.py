@@ -1,5 +1,5 @@
 """A variant run alone, compared seed by seed with a main table: :func:`most.bench._compare.compare`
-and its command line, ``benchmarks/compare_federated.py``, run as a script."""
+and its command line, ``benchmarks/federated_tools.py compare``, run as a script."""
 
 import json
 import re
@@ -20,7 +20,7 @@ NAME = "MosT (update split)"
 
 
 def _script(*args):
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare_federated.py"), *map(str, args)],
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "federated_tools.py"), "compare", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=600)
 
 

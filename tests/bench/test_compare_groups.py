@@ -1,6 +1,6 @@
 """The share of clients a plan puts on their rotation group's model: :func:`most.bench._compare.recovered`
 and ``groups.md`` (:func:`~most.bench._compare.groups_report`), written by
-``benchmarks/compare_federated.py groups FOLDER``, run as a script."""
+``benchmarks/federated_tools.py groups FOLDER``, run as a script."""
 
 import json
 import shutil
@@ -62,7 +62,7 @@ def test_the_command_writes_groups_md_and_it_is_the_stored_report(tmp_path):
     folder = tmp_path / "fashion_4"
     folder.mkdir()
     shutil.copy(STORED / "results.json", folder)
-    script = [sys.executable, str(ROOT / "benchmarks" / "compare_federated.py"), "groups"]
+    script = [sys.executable, str(ROOT / "benchmarks" / "federated_tools.py"), "groups"]
     res = subprocess.run([*script, str(folder)], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert res.returncode == 0, res.stderr
     assert (folder / "groups.md").read_text() == (STORED / "groups.md").read_text()  # the table, reproduced

@@ -177,14 +177,14 @@ def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):
 
 
 def test_methods_run_later_merge_into_a_results_folder(tmp_path):
-    """most.bench._merge, and its command line benchmarks/merge_federated.py run as a script."""
+    """most.bench._merge, and its command line benchmarks/federated_tools.py merge run as a script."""
     import subprocess
     import sys
     from pathlib import Path
 
     from most.bench import _merge
 
-    script = [sys.executable, str(Path(__file__).resolve().parents[2] / "benchmarks" / "merge_federated.py")]
+    script = [sys.executable, str(Path(__file__).resolve().parents[2] / "benchmarks" / "federated_tools.py"), "merge"]
 
     def bench(out, *args):
         res = runner.invoke(app, ["bench", "federated", "--rounds", "6", "--server-lr", "3", "--out", str(out),

@@ -1,5 +1,5 @@
-"""``benchmarks/growth.py`` measures what it reports, and its report follows its numbers.
-The script runs on a tiny grid (two n, one d, two methods, two rounds); the renderer gets
+"""``python -m benchmarks.performance growth`` measures what it reports, and its report follows its numbers.
+The part runs on a tiny grid (two n, one d, two methods, two rounds); the renderer gets
 synthetic results. Timings are not asserted (they are the script's output, not a property)."""
 
 from __future__ import annotations
@@ -13,18 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import script_module
+from benchmarks.performance import growth, render
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "benchmarks" / "growth.py"
-
-
-growth = script_module("growth")
 
 
 def _run(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], capture_output=True, text=True, cwd=ROOT,
-                          timeout=300)
+    return subprocess.run([sys.executable, "-m", "benchmarks.performance", "growth", *map(str, args)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=300)
 
 
 def _section(text: str) -> str:
@@ -34,7 +30,7 @@ def _section(text: str) -> str:
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    """One run of the script on the tiny grid, into a markdown file that has other content."""
+    """One run of the part on the tiny grid, into a markdown file that has other content."""
     tmp = tmp_path_factory.mktemp("growth")
     md = tmp / "performance.md"
     md.write_text("# Performance\n\nBody of the report.\n")
@@ -215,9 +211,8 @@ def test_the_per_instance_problem_has_its_own_section_and_the_same_objectives(tm
 
 
 def test_performance_re_renders_keep_every_growth_section():
-    # benchmarks/performance.py rewrites performance.md and keeps the sections between these marks
-    performance = script_module("performance")
-    assert set(performance.GROWTH_MARKS) == {(growth.START_MARK, growth.END_MARK),
+    # the suite's report rewrites performance.md and keeps the sections between these marks
+    assert set(render.GROWTH_MARKS) == {(growth.START_MARK, growth.END_MARK),
                                              (growth.GPU_START_MARK, growth.GPU_END_MARK),
                                              (growth.INSTANCES_START_MARK, growth.INSTANCES_END_MARK)}
 

@@ -1,6 +1,6 @@
 """The performance suite's pieces run and report what they measure (timings are not asserted:
 speed targets live in benchmarks/results/performance.md, measured by `make perf`).
-``benchmarks/performance.py`` is run as a script, on small inputs."""
+``python -m benchmarks.performance`` is run on small inputs."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 
 
 def _perf(*args, env=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "performance.py"), *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "benchmarks.performance", *map(str, args)],
                           capture_output=True, text=True, cwd=ROOT, timeout=600, env=env)
 
 
@@ -48,7 +48,7 @@ def test_report_is_the_stored_one_and_marks_met_and_unmet_targets(tmp_path):
     stored = json.loads((RESULTS / "performance.json").read_text())
     (tmp_path / "performance.json").write_text(json.dumps(stored))
     stored_md = (RESULTS / "performance.md").read_text()
-    (tmp_path / "performance.md").write_text(stored_md)  # a re-render keeps benchmarks/growth.py's section
+    (tmp_path / "performance.md").write_text(stored_md)  # a re-render keeps the growth part's sections
     assert _perf("--render", "--out-dir", tmp_path).returncode == 0
     assert (tmp_path / "performance.md").read_text() == stored_md
 

@@ -1,4 +1,4 @@
-"""``benchmarks/run_axis.py`` measures what it reports: the run axis and the faster local
+"""``python -m benchmarks.performance run-axis`` measures what it reports: the run axis and the faster local
 training end where the baseline revision and the one-by-one runs end (bit for bit), on a few
 rounds. Timings are not asserted (they are the script's output, not a property)."""
 
@@ -9,11 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.benchmarks import script_module
+from benchmarks.performance import run_axis
 
 ROOT = Path(__file__).resolve().parents[2]
-
-run_axis = script_module("run_axis")
 
 
 def _has_baseline() -> bool:
@@ -39,7 +37,7 @@ def test_one_seeds_sweep_as_a_batch_ends_where_its_runs_end_one_by_one():
 
 
 def test_the_report_states_each_number_and_whether_the_runs_agree():
-    results = {"command": "python benchmarks/run_axis.py --table", "baseline": "abc1234",
+    results = {"command": "python -m benchmarks.performance run-axis --table", "baseline": "abc1234",
                "machine": {"cores": 2, "torch": "2", "numpy": "2", "scipy": "1", "pot": "0.9", "python": "3.11",
                            "measured": "now"},
                "loop": {"rounds": 100, "repeats": 2, "seconds": 0.5, "baseline_seconds": 1.0, "speedup": 2.0,
@@ -64,7 +62,7 @@ def test_seeds_of_a_centralised_fit_as_one_batch_end_where_their_fits_end():
 
 
 def test_the_report_states_the_centralised_numbers_and_a_disagreement():
-    results = {"command": "python benchmarks/run_axis.py --table", "baseline": "abc1234",
+    results = {"command": "python -m benchmarks.performance run-axis --table", "baseline": "abc1234",
                "machine": {"cores": 2, "torch": "2", "numpy": "2", "scipy": "1", "pot": "0.9", "python": "3.11",
                            "measured": "now"},
                "loop": {"rounds": 100, "repeats": 1, "seconds": 0.5, "baseline_seconds": 1.0, "speedup": 2.0,

@@ -1,4 +1,4 @@
-"""``benchmarks/tasks.py`` measures what it reports: the builders it times compute the same
+"""``python -m benchmarks.performance tasks`` measures what it reports: the builders it times compute the same
 problem, and its report holds every section. Runs its tiny ``--quick`` sizes; timings are not
 asserted (they are the script's output, not a property)."""
 
@@ -11,10 +11,9 @@ from pathlib import Path
 
 import torch
 
-from tests.benchmarks import script_module
+from benchmarks.performance import tasks
 
 ROOT = Path(__file__).resolve().parents[2]
-tasks = script_module("tasks")
 
 
 def test_the_three_builds_are_one_problem():
@@ -30,7 +29,7 @@ def test_the_three_builds_are_one_problem():
 
 def test_the_quick_run_writes_every_section(tmp_path):
     out = tmp_path / "tasks.json"
-    res = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "tasks.py"), "--quick", "--out", str(out)],
+    res = subprocess.run([sys.executable, "-m", "benchmarks.performance", "tasks", "--quick", "--out", str(out)],
                          capture_output=True, text=True, cwd=ROOT, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     result = json.loads(out.read_text())

@@ -1,16 +1,17 @@
-"""benchmarks/threads.py: the stored report is its JSON's rendering and meets its targets."""
+"""``python -m benchmarks.performance threads``: the stored report is its JSON's rendering and meets its targets."""
 
 from __future__ import annotations
 
 import json
 
-from . import ROOT, script_module
+from benchmarks.performance import threads
+
+from . import ROOT
 
 RESULTS = ROOT / "benchmarks" / "results"
 
 
 def test_the_stored_report_renders_from_its_json_and_meets_the_targets():
-    threads = script_module("threads")
     results = json.loads((RESULTS / "threads.json").read_text())
     assert threads.markdown(results) == (RESULTS / "threads.md").read_text()
     busy = results["cases"]["README federated example, beside one busy process"]
@@ -21,6 +22,5 @@ def test_the_stored_report_renders_from_its_json_and_meets_the_targets():
 
 
 def test_the_child_runs_the_setting_before_the_code():
-    threads = script_module("threads")
     assert threads._child("one thread", "assert torch.get_num_threads() == 1") > 0
     assert threads._child("auto", "assert most.get_threads() == 'auto'") > 0

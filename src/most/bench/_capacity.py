@@ -1,4 +1,4 @@
-"""The capacity probe of the federated tables (``benchmarks/federated_probes.py capacity``).
+"""The capacity probe of the federated tables (``benchmarks/federated_tools.py capacity``).
 
 MosT's uniform beta makes every model serve exactly n/m clients; IFCA sends every client to its
 best model, however many that gives a model. A capacity c >= 1 lies between them: each model

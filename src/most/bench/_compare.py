@@ -1,4 +1,4 @@
-"""Reports on results folders of ``most bench federated`` (``benchmarks/compare_federated.py``).
+"""Reports on results folders of ``most bench federated`` (``benchmarks/federated_tools.py compare``).
 
 * :func:`compare`: one method (a variant of MosT, say), run alone with the settings and seeds
   of a main table, against every method of that table, seed by seed: its validation accuracy

@@ -115,7 +115,7 @@ def table_markdown(results: dict) -> str:
 def method_grids(results: dict) -> dict[str, list[float]]:
     """The server steps each method's runs were chosen from: the table's grid
     (``config["server_lrs"]``), unless a later extension covered only some methods
-    (``benchmarks/merge_federated.py``), which records each method's grid in
+    (``benchmarks/federated_tools.py merge``), which records each method's grid in
     ``config["server_lrs_by_method"]``."""
     config = results["config"]
     by_method = config.get("server_lrs_by_method") or {}
@@ -125,7 +125,7 @@ def method_grids(results: dict) -> dict[str, list[float]]:
 def grid_edge_note(results: dict) -> list[str]:
     """A note when the server step chosen on validation is the largest of its method's grid in half
     the runs or more, or in every run of a method: the best step may lie beyond the grid (extend
-    it; ``benchmarks/merge_federated.py`` joins a later run). Where the methods' grids differ, a
+    it; ``benchmarks/federated_tools.py merge`` joins a later run). Where the methods' grids differ, a
     line first says which method was tuned over which steps."""
     grids = method_grids(results)
     lines = []
@@ -134,7 +134,7 @@ def grid_edge_note(results: dict) -> list[str]:
         for name, grid in grids.items():
             groups.setdefault(tuple(grid), []).append(name)
         lines += ["", "The server-step grids differ by method (joined later over other steps: "
-                  "benchmarks/merge_federated.py): "
+                  "benchmarks/federated_tools.py merge): "
                   + "; ".join(f"{', '.join(names)} over {', '.join(f'{v:g}' for v in grid)}"
                               for grid, names in groups.items()) + "."]
     chosen = {name: [r["server_lr"] for r in e["runs"] if "failed" not in r] for name, e in results["methods"].items()}
@@ -155,7 +155,7 @@ def grid_edge_note(results: dict) -> list[str]:
     return lines + ["", f"The server step chosen on validation is {where} in {at_edge} of {runs} runs"
                     + (f" (every run of {', '.join(methods)})" if methods else "")
                     + ": the best step may lie beyond the grid. Extend it with `--server-lr`; "
-                    "`benchmarks/merge_federated.py` joins a run over the new steps to these results."]
+                    "`benchmarks/federated_tools.py merge` joins a run over the new steps to these results."]
 
 
 def paired_cell(p: dict | None) -> str:

@@ -1,4 +1,4 @@
-"""Joins results folders of ``most bench federated`` run separately (``benchmarks/merge_federated.py``).
+"""Joins results folders of ``most bench federated`` run separately (``benchmarks/federated_tools.py merge``).
 
 A method missing from a table is run later with the same settings, possibly split over seeds
 into several folders to use several cores, and joined here; a whole table split over seeds is

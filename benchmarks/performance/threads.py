@@ -19,7 +19,7 @@ Cases:
 
 Writes ``benchmarks/results/threads.md`` and ``threads.json``::
 
-    python benchmarks/threads.py --femnist ../shared/data/femnist_leaf_sf005
+    python -m benchmarks.performance threads --femnist ../shared/data/femnist_leaf_sf005
 """
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .harness import respell
+
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 
 TORCH = "torch's count"
@@ -105,7 +107,7 @@ def busy_case(repeats: int) -> dict:
 def markdown(results: dict) -> str:
     m = results["machine"]
     lines = ["# Torch threads by default", "",
-             f"Produced by `{results['command']}` on {m['cores']} cores ({m['processor']}; torch {m['torch']}, "
+             f"Produced by `{respell(results['command'])}` on {m['cores']} cores ({m['processor']}; torch {m['torch']}, "
              f"Python {m['python']}), {results['date']}. Each number is the median of {results['repeats']} fresh "
              "interpreters (import and run), the settings alternating.", "",
              "Settings: **auto** is the library's default (`most.set_threads('auto')`: one torch thread when a "
@@ -137,7 +139,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="threads.py", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.performance threads", description=__doc__.split("\n\n")[0])
     parser.add_argument("--femnist", type=Path, help="FEMNIST LEAF directory (the CNN case; skipped without)")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
@@ -152,7 +154,7 @@ def main(argv=None) -> int:
         measure(CNN.format(path=str(args.femnist)), large, args.repeats) if args.femnist else None)
     print(json.dumps(cases), flush=True)
     cases["MosT m = 50 on 10^5 objectives (d = 10), 3 rounds, idle"] = measure(TRANSPORT, large, args.repeats)
-    command = "python benchmarks/threads.py" + (" --femnist ../shared/data/femnist_leaf_sf005" if args.femnist
+    command = "python -m benchmarks.performance threads" + (" --femnist ../shared/data/femnist_leaf_sf005" if args.femnist
                                                 else "")
     results = {"command": command, "date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "repeats": args.repeats,
                "machine": {"cores": os.cpu_count(), "processor": platform.processor() or platform.machine(),
@@ -163,7 +165,3 @@ def main(argv=None) -> int:
     (args.out / "threads.md").write_text(markdown(results))
     print(markdown(results))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

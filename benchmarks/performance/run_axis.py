@@ -22,8 +22,8 @@ Three measurements, each on the CPU with one torch thread per process:
 
 Writes ``benchmarks/results/run_axis.md`` and ``run_axis.json``::
 
-    python benchmarks/run_axis.py --table          # make run-axis
-    python benchmarks/run_axis.py --quick          # a smoke run (a few rounds), to a scratch folder
+    python -m benchmarks.performance run-axis --table          # make run-axis
+    python -m benchmarks.performance run-axis --quick          # a smoke run (a few rounds), to a scratch folder
 """
 
 from __future__ import annotations
@@ -41,7 +41,9 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from .harness import respell
+
+ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
 DEFAULT_BASELINE = "7da3973"  # the commit before the run axis and the faster local training
 
@@ -255,7 +257,7 @@ def markdown(results: dict) -> str:
              f"Machine: {m['cores']} cores, torch {m['torch']}, NumPy {m['numpy']}, SciPy {m['scipy']}, POT {m['pot']}, "
              f"Python {m['python']}; measured {m['measured']}"
              + "".join(f" ({k} measured again at {v}, `--only {k}`)" for k, v in results.get("remeasured", {}).items())
-             + f". Command: `{results['command']}`. One torch thread per "
+             + f". Command: `{respell(results['command'])}`. One torch thread per "
              "process; the baseline is the revision `" + results["baseline"] + "` (before the run axis and the "
              "faster local training), in a git worktree of this repository.", "",
              "## A single run's loop", "",
@@ -333,7 +335,8 @@ def markdown(results: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.performance run-axis",
+                                     description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", default=DEFAULT_BASELINE, help="git revision to measure against")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--table", action="store_true", help="also time the whole Syn(0.5,0.5) table (minutes)")
@@ -351,7 +354,7 @@ def main(argv=None) -> int:
                 results = json.loads((out / "run_axis.json").read_text())
                 results.setdefault("remeasured", {})[args.only] = _machine()["measured"]
             else:
-                results = {"command": "python benchmarks/run_axis.py" + (" --table" if args.table else ""),
+                results = {"command": "python -m benchmarks.performance run-axis" + (" --table" if args.table else ""),
                            "baseline": args.baseline, "machine": _machine()}
             if args.only in (None, "loop"):
                 results["loop"] = measure_loop(baseline / "src", 1 if args.quick else args.repeats, rounds)
@@ -376,7 +379,3 @@ def main(argv=None) -> int:
     print(markdown(results))
     print(f"Wrote {out / 'run_axis.md'} and run_axis.json.")
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -50,17 +50,17 @@ log-log), and the section "Growth with n and d" of ``benchmarks/results/performa
 between the lines ``<!-- growth:start -->`` and ``<!-- growth:end -->`` (appended if absent;
 only what lies between them is replaced). Usage, from the repository root::
 
-    .venv/bin/python benchmarks/growth.py                 # the full grid (long: run on an idle machine)
-    .venv/bin/python benchmarks/growth.py --quick --out /tmp/growth_quick.json --no-markdown
-    .venv/bin/python benchmarks/growth.py --render        # growth.png and the section again from the JSON
+    .venv/bin/python -m benchmarks.performance growth                 # the full grid (long: run on an idle machine)
+    .venv/bin/python -m benchmarks.performance growth --quick --out /tmp/growth_quick.json --no-markdown
+    .venv/bin/python -m benchmarks.performance growth --render        # growth.png and the section again from the JSON
 
 ``--device cuda`` puts each case's problem and models on the GPU (round times synchronised, peak
 memory the GPU's) and writes the section "Growth with n and d on a GPU" between
 ``<!-- growth-cuda:start -->`` and ``<!-- growth-cuda:end -->`` instead::
 
-    python benchmarks/growth.py --device cuda --rounds 5 --timeout 25 --import-repeats 0 \
+    python -m benchmarks.performance growth --device cuda --rounds 5 --timeout 25 --import-repeats 0 \
         --out benchmarks/results/performance/growth_cuda.json --no-markdown
-    python benchmarks/growth.py --render --out benchmarks/results/performance/growth_cuda.json
+    python -m benchmarks.performance growth --render --out benchmarks/results/performance/growth_cuda.json
 
 ``--problem instances`` builds the same objectives with ``most.Problem.from_instances`` (one loss
 per instance, so a min-norm combiner's rows are single instances' gradients) and writes the section
@@ -75,7 +75,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import importlib.util
 import json
 import math
 import os
@@ -92,16 +91,23 @@ if TYPE_CHECKING:
     from multiprocessing.connection import Connection
     from multiprocessing.context import ForkServerContext
 
-ROOT = Path(__file__).resolve().parents[1]
-COMMAND = ".venv/bin/python benchmarks/growth.py"
+from . import harness
+from .harness import (
+    END_MARK,
+    GPU_END_MARK,
+    GPU_START_MARK,
+    INSTANCES_END_MARK,
+    INSTANCES_START_MARK,
+    ROOT,
+    START_MARK,
+    finish_child,
+    machine_info,
+    respell,
+)
+
+COMMAND = ".venv/bin/python -m benchmarks.performance growth"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "performance" / "growth.json"
 DEFAULT_MARKDOWN = ROOT / "benchmarks" / "results" / "performance.md"
-START_MARK = "<!-- growth:start -->"
-END_MARK = "<!-- growth:end -->"
-GPU_START_MARK = "<!-- growth-cuda:start -->"
-GPU_END_MARK = "<!-- growth-cuda:end -->"
-INSTANCES_START_MARK = "<!-- growth-instances:start -->"
-INSTANCES_END_MARK = "<!-- growth-instances:end -->"
 
 #: Short keys (for ``--methods``) -> the names in the tables.
 METHODS = {
@@ -139,17 +145,6 @@ IMPORTS = {
 #: child): the target's gap without the run-to-run noise of two separate interpreters' start-up.
 AFTER_TORCH = "import time, torch; tic = time.perf_counter(); import most; print(time.perf_counter() - tic)"
 WARMUP_ROUNDS = 2
-
-
-def _performance_module():
-    """``benchmarks/performance.py`` loaded by its path (for ``machine_info`` and the RSS helpers)."""
-    name = "_most_benchmarks_performance"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "performance.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
 
 
 # --------------------------------------------------------------------------- one case (child process)
@@ -211,14 +206,13 @@ def growth_case(case: dict[str, Any], report=None) -> dict[str, Any]:
     timed run has fewer rounds (at least :data:`MIN_ROUNDS`). ``report(dict)``, if given, gets
     the progress so far (``reached``, ``build_s``, ``warmup_s``): what a timeout row keeps.
     """
-    perf = _performance_module()
     import torch
 
     import most
 
     torch.set_num_threads(1)
-    perf.reset_peak_rss()
-    rss_start = perf._current_rss_mib()
+    harness.reset_peak_rss()
+    rss_start = harness._current_rss_mib()
     n, d, m, name = int(case["n"]), int(case["d"]), int(case["m"]), str(case["method"])
     seed, rounds, deadline = int(case.get("seed", 0)), int(case["rounds"]), float(case["deadline"])
     caught: list[str] = []
@@ -260,7 +254,7 @@ def growth_case(case: dict[str, Any], report=None) -> dict[str, Any]:
         end = time.perf_counter()
         caught = sorted({f"{w.category.__name__}: {str(w.message)[:160]}" for w in seen})
     row = round_stats(start, ends, result.history, end)
-    peak_mib = perf._maxrss_kib() / 1024
+    peak_mib = harness._maxrss_kib() / 1024
     row.update(
         status="ok",
         rounds=used,
@@ -332,7 +326,7 @@ def run_case(case: dict[str, Any], timeout: float) -> dict[str, Any]:
             progress = msg["progress"]
         else:
             out = msg
-    return _performance_module().finish_child(proc, recv, out, start, timeout, **progress)
+    return finish_child(proc, recv, out, start, timeout, **progress)
 
 
 # --------------------------------------------------------------------------- the grid
@@ -620,7 +614,7 @@ def render_section(results: dict[str, Any]) -> str:
     per_instance = _instances(results)
     out = ["## Growth with n and d" + (" on a GPU" if gpu else "") + (", one loss per instance" if per_instance else ""),
            "",
-           f"Command: `{results.get('command', COMMAND)}`" + (" (quick mode: a smoke test)" if s.get("quick") else ""),
+           f"Command: `{respell(results.get('command', COMMAND))}`" + (" (quick mode: a smoke test)" if s.get("quick") else ""),
            "", machine_line(results.get("machine", {})), "",
            "Quadratic objectives ‖θ − c_i‖², c_i ~ N(0, 3²) in R^d, from "
            + ("`most.Problem.from_instances(lambda t, c: ((t - c) ** 2).sum(), C, dim=d)` (the same objectives as "
@@ -827,7 +821,7 @@ def _extra(text: str) -> tuple[int, int, int] | str | None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = argparse.ArgumentParser(prog="growth.py", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.performance growth", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter,
                                      epilog="See the module docstring for what is measured and written.")
     parser.add_argument("--quick", action="store_true",
@@ -900,13 +894,12 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     tic = time.perf_counter()
-    perf = _performance_module()
     out = args.out.resolve()
     results: dict[str, Any] = {
         "command": " ".join([COMMAND, *argv]),
         "out": str(out.relative_to(ROOT)) if out.is_relative_to(ROOT) else str(out),
         "date": _dt.datetime.now().isoformat(timespec="seconds"),
-        "machine": perf.machine_info(1),
+        "machine": machine_info(1),
         "settings": {"quick": q, "ns": ns, "ds": ds, "base_n": args.base_n, "base_d": args.base_d, "m": args.m,
                      "lr": LR, "seed": args.seed, "rounds": rounds, "warmup_rounds": WARMUP_ROUNDS,
                      "min_rounds": MIN_ROUNDS, "timeout_s": timeout, "methods": methods, "extra": extra,
@@ -938,6 +931,3 @@ def main(argv: list[str] | None = None) -> int:
         + f" in {results['seconds']:.1f} s")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,8 +19,8 @@ Three measurements, each in one process with the contenders alternating (one tor
 A round's time is the median of the gaps between the round callbacks of a fit (rounds where
 the default re-seeds a model are the slow tail, not the median).
 
-    python benchmarks/tasks.py                      # about 10 minutes on 2 cores
-    python benchmarks/tasks.py --quick              # tiny sizes, a smoke test (about 20 s)
+    python -m benchmarks.performance tasks                      # about 10 minutes on 2 cores
+    python -m benchmarks.performance tasks --quick              # tiny sizes, a smoke test (about 20 s)
 
 writes ``benchmarks/results/tasks.json`` and ``benchmarks/results/tasks.md``.
 """
@@ -45,7 +45,9 @@ import most
 from most.bench.mtl import CNN
 from most.optim import Adam
 
-RESULTS = Path(__file__).resolve().parent / "results"
+from .harness import respell
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
 # ----------------------------------------------------------------------------- the problems
@@ -300,7 +302,7 @@ def markdown(out: dict) -> str:
     lines += [
         "# Many tasks with their own data: builders against plain PyTorch",
         "",
-        f"Command: `{out['command']}` ({out['date']}, {out['machine']}, one torch thread; "
+        f"Command: `{respell(out['command'])}` ({out['date']}, {out['machine']}, one torch thread; "
         f"{out['seconds']:.0f} s). Each ratio is taken within this one run, the contenders alternating.",
         "",
         "## 225 tasks, a 100-round default MosT fit (m = 8)",
@@ -362,7 +364,8 @@ def write_atomic(path: Path, text: str) -> None:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.performance tasks",
+                                     description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="small sizes, for a smoke test")
     parser.add_argument("--out", type=Path, default=RESULTS / "tasks.json")
     args = parser.parse_args(argv)
@@ -372,7 +375,7 @@ def main(argv=None) -> int:
         sizes, fits, rounds, per_domain = [10, 40], 1, 3, 40
     else:
         sizes, fits, rounds, per_domain = [10, 100, 1000, 10000], 3, 10, 300
-    out = {"command": "python benchmarks/tasks.py" + (" --quick" if args.quick else ""),
+    out = {"command": "python -m benchmarks.performance tasks" + (" --quick" if args.quick else ""),
            "date": time.strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, {os.cpu_count()} cores",
            "torch": torch.__version__}
     out["225 tasks"] = many_tasks(fits, 3 if args.quick else 100)
@@ -386,7 +389,3 @@ def main(argv=None) -> int:
     write_atomic(args.out.with_suffix(".md"), markdown(out))
     print(markdown(out))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
