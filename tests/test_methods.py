@@ -406,3 +406,26 @@ def test_the_variants_page_lists_every_variant_of_the_registry():
 
     listed = [line.split("``")[1] for line in most.variants.__doc__.splitlines() if line.startswith("* ``")]
     assert listed == list(registry.VARIANTS)
+
+
+def test_both_most_configurations_share_one_transport_configuration():
+    # the centralised and the federated MosT declare the transport fields once (TransportConfig):
+    # the same names, checks and assignment; only the default marginals differ
+    import dataclasses
+
+    import most.federated as fl
+
+    shared = [f.name for f in dataclasses.fields(most.methods.TransportConfig)]
+    assert len(shared) == 8
+    for cls in (most.MosT, fl.methods.MosT):
+        assert issubclass(cls, most.methods.TransportConfig)
+        names = [f.name for f in dataclasses.fields(cls)]
+        assert [n for n in names if n in shared] == shared
+        with pytest.raises(TypeError, match=r"`weighting` must be a most\.methods\.Weighting"):
+            cls(n_models=2, weighting="majority")
+        with pytest.raises(ValueError, match="assignment` replaces the transport fields, so diversity"):
+            cls(n_models=2, diversity=0.5, assignment=most.methods.CappedTransportAssignment(2))
+        plan = cls(n_models=2, transport="sinkhorn", diversity=0.1).transport_assignment()
+        assert isinstance(plan, most.methods.TransportAssignment) and plan.method == "sinkhorn"
+    assert isinstance(most.MosT(2).marginals, most.methods.LoadBounds)
+    assert isinstance(fl.methods.MosT(2).marginals, most.methods.ShareBounds)

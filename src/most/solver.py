@@ -19,7 +19,7 @@ Examples:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Sequence, cast
 
 import torch
@@ -37,13 +37,10 @@ from .methods import (
     DirichletExtension,
     EqualAssignment,
     GammaWeights,
-    LoadBounds,
-    MajorityShare,
-    Marginals,
     MinNorm,
     RandomAssignment,
     TchebycheffExtension,
-    TransportAssignment,
+    TransportConfig,
     WeightedSum,
     Weighting,
 )
@@ -157,28 +154,6 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
     return cast("list[Result | Exception]", out)  # a run without a result failed: its error is there
 
 
-_TRANSPORT_DEFAULTS = dict(transport="exact", diversity=0.0, reg=None, warm_start=False)
-
-
-def transport_assignment(method) -> Assignment:
-    """The assignment of a MosT configuration (centralised or federated): its ``assignment`` if
-    given, else the :class:`~most.methods.TransportAssignment` of its transport fields."""
-    if method.assignment is None:
-        return TransportAssignment(method=method.transport, diversity=method.diversity, marginals=method.marginals,
-                                   reg=method.reg, warm_start=method.warm_start)
-    if not isinstance(method.assignment, Assignment):
-        raise TypeError(f"`assignment` must be a most.methods.Assignment (e.g. "
-                        f"most.methods.CappedTransportAssignment(shares=2)); got {method.assignment!r}.")
-    changed = [k for k, v in _TRANSPORT_DEFAULTS.items() if getattr(method, k) != v]
-    marginals = next(f for f in fields(method) if f.name == "marginals")
-    default = cast("Callable[[], Marginals]", marginals.default_factory)()  # the field has a default_factory
-    changed += [] if method.marginals == default else ["marginals"]
-    if changed:
-        raise ValueError(f"`assignment` replaces the transport fields, so {', '.join(changed)} must keep their "
-                         "defaults; set them on the assignment itself.")
-    return method.assignment
-
-
 @dataclass(frozen=True)
 class Method:
     """The base of the centralised methods: the fields every method shares; ``fit`` runs :func:`run`.
@@ -260,7 +235,7 @@ class Method:
 
 
 @dataclass(frozen=True)
-class MosT(Method):
+class MosT(TransportConfig, Method):
     """Many-Objective Multi-Solution Transport (Algorithm 1).
 
     Args:
@@ -302,28 +277,19 @@ class MosT(Method):
     departure of the defaults is measured in ``docs/methods/departures.md``.
     """
 
-    diversity: float = 0.0
-    transport: Literal["exact", "sinkhorn", "newton", "ipot"] = "exact"
-    marginals: Marginals = field(default_factory=LoadBounds)
-    weighting: Weighting = field(default_factory=MajorityShare)
-    combiner: Combiner = field(default_factory=WeightedSum)
     extension: DirichletExtension | TchebycheffExtension | None = None
-    reg: float | None = None
-    warm_start: bool = False
-    assignment: Assignment | None = None
     seeding: KMeansSeeding | None = field(default_factory=KMeansSeeding)
     reseed: Reseed | None = field(default_factory=Reseed)
 
     def __post_init__(self):
-        super().__post_init__()
-        self.components()  # the transport assignment validates `transport` and `diversity`
+        super().__post_init__()  # Method's checks, then the transport configuration's
         for name, kind in (("seeding", KMeansSeeding), ("reseed", Reseed)):
             value = getattr(self, name)
             if value is not None and not callable(value):
                 raise TypeError(f"`{name}` must be a most.seeding.{kind.__name__} (or None); got {value!r}.")
 
     def components(self):
-        return transport_assignment(self), self.weighting, self.combiner
+        return self.transport_assignment(), self.weighting, self.combiner
 
     def placement(self):
         return self.seeding, self.reseed

@@ -54,9 +54,11 @@ from .combiners import Combiner, MinNorm, SmoothMax, WeightedSum
 from .extensions import DirichletExtension, TchebycheffExtension
 from .marginals import (Bounds, Curriculum, LoadBounds, Marginals, ModelsSelectObjectives, ObjectivesSelectModels,
                         ShareBounds, Uniform)
+from .transport_config import TransportConfig
 from .weightings import GammaWeights, MajorityShare, RelativeWeights, Shares, Support, Weighting
 
 __all__ = [
+    "TransportConfig",
     "Assignment",
     "TransportAssignment",
     "CappedTransportAssignment",

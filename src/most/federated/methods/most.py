@@ -7,7 +7,7 @@ import functools
 import math
 import warnings
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal, cast
+from typing import ClassVar, cast
 
 import torch
 from torch import Tensor
@@ -16,16 +16,13 @@ from ..._host import to_device
 from ..._random import derive_seed
 from ..._validation import check_bool, check_component, check_positive_int
 from ...methods import (
-    Assignment,
     CappedTransportAssignment,
-    Combiner,
-    MajorityShare,
     Marginals,
     MinNorm,
     ShareBounds,
     Shares,
+    TransportConfig,
     WeightedSum,
-    Weighting,
 )
 from .base import FederatedMethod, MethodState
 from .clustered import bipartition
@@ -180,7 +177,7 @@ class Resplit:
 
 
 @dataclass(frozen=True)
-class MosT(FederatedMethod):
+class MosT(TransportConfig, FederatedMethod):
     """MosT on clients: Gamma from the clients' losses, per-model combination of the
     Gamma-weighted client updates; the same components as :class:`most.MosT`.
 
@@ -223,23 +220,12 @@ class MosT(FederatedMethod):
     ``warmup=None`` when runs must match across engines.
     """
 
-    diversity: float = 0.0
-    transport: Literal["exact", "sinkhorn", "newton", "ipot"] = "exact"
-    marginals: Marginals = field(default_factory=ShareBounds)
-    weighting: Weighting = field(default_factory=MajorityShare)
-    combiner: Combiner = field(default_factory=WeightedSum)
+    marginals: Marginals = field(default_factory=ShareBounds)  # TransportConfig's field, the federated default
     warmup: WarmUp | None = field(default_factory=WarmUp)
-    reg: float | None = None
-    warm_start: bool = False
-    assignment: Assignment | None = None
     resplit: Resplit | None = field(default_factory=Resplit)
 
     def __post_init__(self) -> None:
-        super().__post_init__()
-        check_component(self.marginals, name="marginals", example="most.methods.Uniform()", base=Marginals)
-        check_component(self.weighting, name="weighting", example="most.methods.MajorityShare()", base=Weighting)
-        object.__setattr__(self, "warm_start", check_bool(self.warm_start, name="warm_start"))
-        check_component(self.combiner, name="combiner", example="most.MinNorm()", base=Combiner)
+        super().__post_init__()  # FederatedMethod's checks, then the transport configuration's
         if self.combiner.centralised_only:
             raise ValueError(f"`combiner={type(self.combiner).__name__}(...)` reads the losses or parameters at the "
                              "models, which the federated runtime does not have (it combines the clients' updates); "
@@ -249,7 +235,6 @@ class MosT(FederatedMethod):
             check_component(self.warmup, name="warmup", example="most.federated.methods.WarmUp(rounds=5)", base=WarmUp)
         if self.resplit is not None:
             check_component(self.resplit, name="resplit", example="most.federated.methods.Resplit()", base=Resplit)
-        self.components()  # the transport assignment validates its fields
 
     @property
     def warmup_rounds(self) -> int:
@@ -261,9 +246,7 @@ class MosT(FederatedMethod):
         return self.n_models
 
     def components(self):
-        from ...solver import transport_assignment
-
-        return transport_assignment(self), self.weighting, self.combiner
+        return self.transport_assignment(), self.weighting, self.combiner
 
     def check(self, n_clients):
         if n_clients < self.n_models:
