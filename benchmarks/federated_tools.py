@@ -388,7 +388,7 @@ def pick_rule_run(dataset: str, methods: list[str], seeds: list[int], server_lr:
         a, b = _halves(val)
         for name in methods:
             tic = time.perf_counter()
-            method = METHODS[name][0](bench.n_models, server_lr, None)
+            method = METHODS[name].build(n_models=bench.n_models, server_lr=server_lr)
             res = run_federated(data, model, method, dataclasses.replace(protocol, seed=seed))
             tr_loss, tr_acc, _ = evaluate(model, res.params, train)
             (a_loss, a_acc, _), (b_loss, b_acc, _) = evaluate(model, res.params, a), evaluate(model, res.params, b)

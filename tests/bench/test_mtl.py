@@ -63,13 +63,13 @@ def _quadratics():
 
 def test_one_shared_model_minimises_the_mean_of_the_losses():
     centres, problem = _quadratics()
-    result = mtl.METHODS["Shared"](4, 400, 0.1, 0).fit(problem)
+    result = mtl.METHODS["Shared"].build(n_models=4, rounds=400, lr=0.1, seed=0).fit(problem)
     assert result.params.shape == (1, 2)
     torch.testing.assert_close(result.params[0], centres.mean(0), atol=1e-2, rtol=0)
 
 
 def test_separate_models_each_minimise_their_own_loss_alone():
     centres, problem = _quadratics()
-    result = mtl.METHODS["Separate"](4, 400, 0.1, 0).fit(problem)
+    result = mtl.METHODS["Separate"].build(n_models=4, rounds=400, lr=0.1, seed=0).fit(problem)
     torch.testing.assert_close(result.params, centres, atol=1e-2, rtol=0)  # model i at objective i's optimum
     assert torch.equal(result.assignment.argmax(1), torch.arange(4))

@@ -84,7 +84,10 @@ class StoredMosT(TypedDict):
 
 #: The MosT configuration of the suites' first stored tables (few-objective, mtl, prompts): the
 #: balanced transport with the min-norm combiner from the problem's own starts, the library
-#: default before the structure-finding one (their rows have not been re-run with it).
+#: default before the structure-finding one (their rows have not been re-run with it); as the
+#: settings of a method table (:class:`most.bench.rows.MethodRow`) and as ``most.MosT``'s arguments.
+STORED_MOST_SETTINGS: Mapping[str, object] = {"marginals": {"type": "Uniform"}, "combiner": {"type": "MinNorm"},
+                                              "seeding": "none", "reseed": "none"}
 STORED_MOST = StoredMosT(marginals=Uniform(), combiner=MinNorm(), seeding=None, reseed=None)
 
 

@@ -25,6 +25,7 @@ from ..federated import methods as F
 from ..methods import Assignment, Marginals, Uniform
 from . import federated as fb
 from ._compare import paired_rows
+from .rows import BuiltRow
 
 __all__ = ["CAPACITIES", "NAME", "CapacityAssignment", "against", "check_capacity", "per_capacity", "register",
            "write_report"]
@@ -76,8 +77,8 @@ def register(capacities=CAPACITIES) -> tuple[float, ...]:
     :class:`CapacityAssignment`, the capacity one more setting chosen on validation over
     ``capacities`` (each checked first). Methods added at run time run in one process only."""
     caps = tuple(check_capacity(c) for c in capacities)
-    fb.METHODS[NAME] = (lambda m, eta, c: F.MosT(m, server_lr=eta, assignment=CapacityAssignment(c), resplit=None),
-                        caps)
+    fb.METHODS[NAME] = BuiltRow(lambda n_models, server_lr, extra: F.MosT(
+        n_models, server_lr=server_lr, assignment=CapacityAssignment(extra), resplit=None), caps)
     return caps
 
 

@@ -31,24 +31,21 @@ import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, cast
+from typing import Any, cast
 
 import numpy as np
 import torch
 
-from .. import baselines as _b
 from .._validation import check_positive_int
 from . import SuiteConfig, write_results
 from ._curves import split_curves
 from ._runs import RunStore, folder_name
+from .rows import BuiltRow, MethodRow
 from ..federated import evaluation as ev
-from ..federated import methods as F
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist, mixture_synthetic
 from ..federated.models import FlatModel, cnn, logistic_regression
 from ..federated.config import FederatedConfig
 from ..federated.runtime import run_batch, run_federated
-from ..methods import CappedTransportAssignment, LoadBounds, MinNorm, Shares, Uniform
-from ..registry import variant
 from ._federated_report import GROUP_KEYS as _GROUP_KEYS, KEYS as _KEYS, LOSS_PICK_KEYS as _LOSS_PICK_KEYS
 from ._federated_report import POOLED_KEYS as _POOLED_KEYS
 from ._federated_report import add_summaries, draw_figures, method_grids, paired_cell, table_markdown
@@ -60,73 +57,61 @@ __all__ = ["FederatedBenchConfig", "METHODS", "add_summaries", "draw_figures", "
 
 #: tau of R(Gamma) in the paper-style variants (losses are cross-entropies of order 1).
 _TAU = 0.1
+#: the balanced transport and no re-split (the federated default before the share bounds): the
+#: base of the ablation rows of the stored tables, which were made with it
+_BALANCED = {"marginals": {"type": "Uniform"}, "resplit": "none"}
+_PAPER = {"diversity": _TAU}  # then the registry's variant "paper", and the ablations after it
 
 
-def _paper(m, eta, *more):
-    """The paper's MosT (:data:`most.registry.VARIANTS` ``"paper"``), then the ablations ``more``."""
-    return variant("paper", F.MosT(m, server_lr=eta, diversity=_TAU), *more)
+def _balanced(**changes) -> MethodRow:
+    return MethodRow("MosT", {**_BALANCED, **changes})
 
 
-def _balanced(m, eta, **changes):
-    """MosT with the balanced transport and no re-split (the federated default before the share
-    bounds): the base of the ablation rows of the stored tables, which were made with it."""
-    return F.MosT(m, server_lr=eta, **{"marginals": Uniform(), "resplit": None, **changes})
-
-
-def _capped(m, eta):
-    return F.MosT(m, server_lr=eta, assignment=CappedTransportAssignment(2), weighting=Shares(), resplit=None)
-
-
-#: name -> (builder(n_models, server_lr, extra) -> method, extra values searched on validation)
-METHODS: dict[str, tuple[Callable, tuple]] = {
-    "MosT": (lambda m, eta, x: F.MosT(m, server_lr=eta), (None,)),
-    "MosT (balanced)": (lambda m, eta, x: _balanced(m, eta), (None,)),
-    "MosT (min-norm)": (lambda m, eta, x: _balanced(m, eta, combiner=MinNorm()), (None,)),
-    "MosT (min-norm, last-layer bias)": (
-        lambda m, eta, x: _balanced(m, eta, combiner=MinNorm(coordinates="last")), (None,)),
-    "MosT (update split)": (lambda m, eta, x: _balanced(m, eta, warmup=F.GroupedWarmUp(5)), (None,)),
-    "MosT (2 shares)": (lambda m, eta, x: _capped(m, eta), (None,)),
+#: label -> the method it builds (a registry name and its settings; the values searched on validation)
+METHODS: dict[str, MethodRow | BuiltRow] = {
+    "MosT": MethodRow("MosT"),
+    "MosT (balanced)": _balanced(),
+    "MosT (min-norm)": _balanced(combiner={"type": "MinNorm"}),
+    "MosT (min-norm, last-layer bias)": _balanced(combiner={"type": "MinNorm", "coordinates": "last"}),
+    "MosT (update split)": _balanced(warmup={"type": "GroupedWarmUp", "rounds": 5}),
+    "MosT (2 shares)": MethodRow("MosT", {"assignment": {"type": "CappedTransportAssignment", "shares": 2},
+                                          "weighting": {"type": "Shares"}, "resplit": "none"}),
     # the centralised default's marginals: each model serves at least one client, otherwise its closest
-    "MosT (load bounds)": (lambda m, eta, x: _balanced(m, eta, marginals=LoadBounds()), (None,)),
+    "MosT (load bounds)": _balanced(marginals={"type": "LoadBounds"}),
     # a redundant model moved to split a model whose clients' updates pull apart (Resplit)
-    "MosT (balanced, resplit)": (lambda m, eta, x: _balanced(m, eta, resplit=F.Resplit()), (None,)),
-    "MosT (load bounds, resplit)": (
-        lambda m, eta, x: _balanced(m, eta, marginals=LoadBounds(), resplit=F.Resplit()), (None,)),
-    "MosT (share bounds, no resplit)": (lambda m, eta, x: F.MosT(m, server_lr=eta, resplit=None), (None,)),
+    "MosT (balanced, resplit)": MethodRow("MosT", {"marginals": {"type": "Uniform"}}),
+    "MosT (load bounds, resplit)": MethodRow("MosT", {"marginals": {"type": "LoadBounds"}}),
+    "MosT (share bounds, no resplit)": MethodRow("MosT", {"resplit": "none"}),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
-    "MosT (warm-up 15)": (lambda m, eta, x: _balanced(m, eta, warmup=F.WarmUp(15)), (None,)),
-    "MosT (warm-up 30)": (lambda m, eta, x: _balanced(m, eta, warmup=F.WarmUp(30)), (None,)),
-    "MosT + R": (lambda m, eta, x: _balanced(m, eta, diversity=_TAU), (None,)),
-    "MosT (paper)": (lambda m, eta, x: _paper(m, eta), (None,)),
-    "MosT w/o R": (lambda m, eta, x: _paper(m, eta, "no-R"), (None,)),
-    "MosT w/o curriculum": (lambda m, eta, x: _paper(m, eta, "no-curriculum"), (None,)),
-    "MosT(O)": (lambda m, eta, x: _paper(m, eta, "O"), (None,)),
-    "MosT(M)": (lambda m, eta, x: _paper(m, eta, "M"), (None,)),
-    "MosT(L)": (lambda m, eta, x: _paper(m, eta, "L"), (None,)),
-    "IFCA": (lambda m, eta, x: F.IFCA(m, server_lr=eta), (None,)),
-    "FedAvg": (lambda m, eta, x: F.FedAvg(m, server_lr=eta), (None,)),
-    "FedProx": (lambda m, eta, x: F.FedProx(m, server_lr=eta, mu=x), (0.001, 0.01, 0.1, 1.0)),
-    "FedMGDA+": (lambda m, eta, x: F.FedMGDAPlus(m, server_lr=eta, eps=0.05), (None,)),
-    "MGDA": (lambda m, eta, x: F.MGDA(m, server_lr=eta), (None,)),
-    "w-MGDA": (lambda m, eta, x: F.WeightedMGDA(m, server_lr=eta), (None,)),
-    "Linearization": (lambda m, eta, x: F.Linearization(m, server_lr=eta), (None,)),
-    "TCH-Set": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.TCHSetCombiner()), (None,)),
-    "STCH-Set": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.STCHSetCombiner()), (None,)),
-    "SoM (gradient)": (lambda m, eta, x: F.SetScalarization(m, server_lr=eta, combiner=_b.SumOfMinimumCombiner()),
-                       (None,)),
+    "MosT (warm-up 15)": _balanced(warmup={"type": "WarmUp", "rounds": 15}),
+    "MosT (warm-up 30)": _balanced(warmup={"type": "WarmUp", "rounds": 30}),
+    "MosT + R": _balanced(diversity=_TAU),
+    "MosT (paper)": MethodRow("MosT", _PAPER, variants=("paper",)),
+    "MosT w/o R": MethodRow("MosT", _PAPER, variants=("paper", "no-R")),
+    "MosT w/o curriculum": MethodRow("MosT", _PAPER, variants=("paper", "no-curriculum")),
+    "MosT(O)": MethodRow("MosT", _PAPER, variants=("paper", "O")),
+    "MosT(M)": MethodRow("MosT", _PAPER, variants=("paper", "M")),
+    "MosT(L)": MethodRow("MosT", _PAPER, variants=("paper", "L")),
+    "IFCA": MethodRow("IFCA"),
+    "FedAvg": MethodRow("FedAvg"),
+    "FedProx": MethodRow("FedProx", extras=(0.001, 0.01, 0.1, 1.0), extra={"mu": 1.0}),
+    "FedMGDA+": MethodRow("FedMGDAPlus", {"eps": 0.05}),
+    "MGDA": MethodRow("MGDA"),
+    "w-MGDA": MethodRow("WeightedMGDA"),
+    "Linearization": MethodRow("Linearization"),
+    "TCH-Set": MethodRow("SetScalarization", {"combiner": {"type": "TCHSetCombiner"}}),
+    "STCH-Set": MethodRow("SetScalarization", {"combiner": {"type": "STCHSetCombiner"}}),
+    "SoM (gradient)": MethodRow("SetScalarization", {"combiner": {"type": "SumOfMinimumCombiner"}}),
     # the clustered-FL and personalisation references; CFL's extra scales its thresholds (eps1, eps2) =
     # x * (0.4, 1.6), the reference code's, since update norms depend on the problem
-    "CFL": (lambda m, eta, x: F.CFL(m, server_lr=eta, eps1=0.4 * x, eps2=1.6 * x), (0.25, 0.5, 1.0)),
-    "FedAvg + fine-tuning": (lambda m, eta, x: F.FineTuning(1, server_lr=eta, epochs=int(x)), (1, 5)),
-    "Local only": (lambda m, eta, x: F.LocalOnly(), (None,)),
+    "CFL": MethodRow("CFL", extras=(0.25, 0.5, 1.0), extra={"eps1": 0.4, "eps2": 1.6}),
+    "FedAvg + fine-tuning": MethodRow("FineTuning", {"n_models": 1}, extras=(1, 5), extra={"epochs": 1}),
+    "Local only": MethodRow("LocalOnly"),
     # m shared models, each client's mixture of them learned by EM
-    "FedEM": (lambda m, eta, x: F.FedEM(m, server_lr=eta), (None,)),
+    "FedEM": MethodRow("FedEM"),
+    # the clients' true groups, from the data
+    "Oracle": MethodRow("Oracle", groups=True),
 }
-#: methods built from the data set as well: ``builder(n_models, server_lr, extra, data)``
-DATA_METHODS: dict[str, tuple[Callable, tuple]] = {
-    "Oracle": (lambda m, eta, x, data: F.Oracle(_groups(data), server_lr=eta), (None,)),
-}
-METHODS.update(DATA_METHODS)
 #: the data sets of ``--dataset``
 DATASETS = ("synthetic", "femnist", "fashion", "mixture", "mixture-reference")
 #: methods without a server step: one run per seed (at step 1), not one per step of the grid
@@ -138,11 +123,10 @@ def _groups(data) -> tuple[int, ...]:
         raise ValueError(f"The Oracle needs the clients' planted groups, which {data.name} does not have; use a data "
                          "set with groups (--label-group or --rotation-group / --rotations).")
     return data.groups
+
+
 DEFAULT_METHODS = ("MosT", "MosT (min-norm)", "MosT (paper)", "IFCA", "FedAvg", "FedProx", "FedMGDA+", "MGDA",
                    "w-MGDA", "Linearization")
-
-
-#: the folder of the run folders in ``OUT`` (``most.cli`` names it when a call is stopped)
 
 
 @dataclass(frozen=True)
@@ -314,10 +298,8 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
 
 
 def _method(config, name, eta, extra, data):
-    build, _ = METHODS[name]
-    if name in DATA_METHODS:
-        return build(config.n_models, eta, extra, data)
-    return build(config.n_models, eta, extra)
+    row = METHODS[name]
+    return row.build(extra, _groups(data) if row.groups else None, n_models=config.n_models, server_lr=eta)
 
 
 def _steps(config, name) -> tuple[float, ...]:
@@ -429,12 +411,12 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     loaded = [config.seeds[0], _data(config, config.seeds[0])]  # fail before any work if the data is missing
     results = {"config": config.plain(), "label": config.label, "torch": torch.__version__,
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
-    results["picks"] = {name: type(_method(config, name, 1.0, METHODS[name][1][0], loaded[1][0])).pick
+    results["picks"] = {name: type(_method(config, name, 1.0, METHODS[name].extras[0], loaded[1][0])).pick
                         for name in config.methods}
     runs = RunStore(config.out, config.settings(torch=results["torch"], device_name=results["device_name"]),
                     suite="federated", folder=_folder, resume=resume, restart=restart)  # checked before any work
     tasks = [(seed, name, eta, extra) for seed in config.seeds for name in config.methods
-             for eta in _steps(config, name) for extra in METHODS[name][1]]
+             for eta in _steps(config, name) for extra in METHODS[name].extras]
     if batch:
         by_seed = [[task for task in tasks if task[0] == seed] for seed in config.seeds]
         parts = [part[i::jobs] for part in by_seed for i in range(jobs) if part[i::jobs]]  # methods mixed
@@ -446,7 +428,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     for seed in config.seeds:
         for name in config.methods:
             candidates = [cast(dict, runs.get((seed, name, eta, extra)))  # a dict: every run was made
-                          for eta in _steps(config, name) for extra in METHODS[name][1]]
+                          for eta in _steps(config, name) for extra in METHODS[name].extras]
             best = dict(max(candidates, key=lambda r: r["val_accuracy"]))  # chosen on validation only
             best["candidates_val"] = [(c["server_lr"], c["extra"], c["val_accuracy"]) for c in candidates]
             results["methods"][name]["runs"].append(best)

@@ -44,14 +44,15 @@ from torch import nn
 
 from .._random import seeded
 from .._validation import check_positive, check_positive_int
-from . import STORED_MOST, SuiteConfig, mean_std, write_results
+from . import STORED_MOST_SETTINGS, SuiteConfig, mean_std, write_results
 from ._runs import RunStore, folder_name
-from ..baselines import EPO
+from .rows import BuiltRow, MethodRow
+from ..registry import CENTRALISED
 from ..optim import Adam
 from ..problem import Problem
 from ..problems import load_office_caltech10
 from ..methods import Assignment, EqualAssignment, GammaWeights, WeightedSum
-from ..solver import MGDA, Linearization, MosT, Result, run
+from ..solver import Result, run
 
 __all__ = ["FEATURES", "MTLConfig", "METHODS", "run_benchmark", "table_markdown", "PAPER"]
 
@@ -92,17 +93,15 @@ class _FixedPlan:
 
 
 #: name -> builder(n_models, rounds, lr, seed) -> method with .fit(problem)
-METHODS: dict[str, Callable] = {
-    "MosT": lambda m, rounds, lr, seed: MosT(n_models=m, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(),
-                                             **STORED_MOST),
-    "MosT (default)": lambda m, rounds, lr, seed: MosT(n_models=m, rounds=rounds, lr=lr, seed=seed,
-                                                       optimizer=Adam()),
-    "MGDA": lambda m, rounds, lr, seed: MGDA(n_models=m, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()),
-    "Linearization": lambda m, rounds, lr, seed: Linearization(n_models=m, rounds=rounds, lr=lr, seed=seed,
-                                                               optimizer=Adam()),
-    "EPO": lambda m, rounds, lr, seed: EPO(n_models=m, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()),
-    "Shared": lambda m, rounds, lr, seed: _FixedPlan("shared", rounds, lr, seed),
-    "Separate": lambda m, rounds, lr, seed: _FixedPlan("separate", rounds, lr, seed),
+#: label -> the method it builds (a registry name and its settings, every one with Adam)
+METHODS: dict[str, MethodRow | BuiltRow] = {
+    "MosT": MethodRow("MosT", {**STORED_MOST_SETTINGS, "optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "MosT (default)": MethodRow("MosT", {"optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "MGDA": MethodRow("MGDA", {"optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "Linearization": MethodRow("Linearization", {"optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "EPO": MethodRow("EPO", {"optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "Shared": BuiltRow(lambda n_models, rounds, lr, seed: _FixedPlan("shared", rounds, lr, seed)),
+    "Separate": BuiltRow(lambda n_models, rounds, lr, seed: _FixedPlan("separate", rounds, lr, seed)),
 }
 
 #: The paper's Table 3 (Office-Caltech10, ImageNet-pretrained ResNet-18): mean test accuracy (%).
@@ -215,7 +214,7 @@ def _accuracy(problem: Problem, params: torch.Tensor, data, split: str) -> np.nd
 def _run_one(config: MTLConfig, data, name: str, seed: int) -> dict:
     factory = _model(config, data)
     problem = _problem(data, factory, config.batch_size, seed)
-    method = METHODS[name](config.n_models, config.rounds, config.lr, seed)
+    method = METHODS[name].build(n_models=config.n_models, rounds=config.rounds, lr=config.lr, seed=seed)
     tic = time.perf_counter()
     result = method.fit(problem)
     seconds = time.perf_counter() - tic

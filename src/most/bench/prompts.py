@@ -34,17 +34,16 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
-from . import STORED_MOST, SuiteConfig, mean_std, write_results
+from . import STORED_MOST_SETTINGS, SuiteConfig, mean_std, write_results
 from ._runs import RunStore, folder_name
-from ..optim import Adam
-from ..solver import MGDA, Linearization, MosT
+from .rows import BuiltRow, MethodRow
+from ..registry import CENTRALISED
 
 __all__ = ["PromptsConfig", "METHODS", "TASKS", "PAPER", "run_benchmark", "table_markdown"]
 
@@ -52,14 +51,12 @@ __all__ = ["PromptsConfig", "METHODS", "TASKS", "PAPER", "run_benchmark", "table
 # the same budget.
 
 #: name -> builder(n_models, rounds, lr, seed) -> method with .fit(problem)
-METHODS: dict[str, Callable] = {
-    "MosT": lambda m, rounds, lr, seed: MosT(n_models=m, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(),
-                                             **STORED_MOST),
-    "MosT (default)": lambda m, rounds, lr, seed: MosT(n_models=m, rounds=rounds, lr=lr, seed=seed,
-                                                       optimizer=Adam()),
-    "MGDA": lambda m, rounds, lr, seed: MGDA(n_models=m, rounds=rounds, lr=lr, seed=seed, optimizer=Adam()),
-    "Linearization": lambda m, rounds, lr, seed: Linearization(n_models=m, rounds=rounds, lr=lr, seed=seed,
-                                                               optimizer=Adam()),
+#: label -> the method it builds (a registry name and its settings, every one with Adam)
+METHODS: dict[str, MethodRow | BuiltRow] = {
+    "MosT": MethodRow("MosT", {**STORED_MOST_SETTINGS, "optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "MosT (default)": MethodRow("MosT", {"optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "MGDA": MethodRow("MGDA", {"optimizer": {"type": "Adam"}}, kind=CENTRALISED),
+    "Linearization": MethodRow("Linearization", {"optimizer": {"type": "Adam"}}, kind=CENTRALISED),
 }
 
 TASKS = ("boolq", "multirc", "wic")
@@ -140,7 +137,7 @@ def _run_one(config: PromptsConfig, model, task, encoded, index, name: str, seed
         texts, labels[s] = task.split(s)
         splits[s] = encoded.subset([index[p] for p in texts])
     problem = prompt_problem(model, splits["train"], labels["train"])
-    method = METHODS[name](config.n_models, config.rounds, config.lr, seed)
+    method = METHODS[name].build(n_models=config.n_models, rounds=config.rounds, lr=config.lr, seed=seed)
     tic = time.perf_counter()
     result = method.fit(problem)
     seconds = time.perf_counter() - tic
