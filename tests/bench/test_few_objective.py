@@ -115,7 +115,7 @@ def test_recommended_most_e_reaches_99_percent_of_the_five_point_limit(name):
     problem = zdt(name)
     ref = problem.metadata["reference_point"]
     limit = best_hypervolume_2d(problem.metadata["front"], ref, 5)
-    method = METHODS["MosT-E (Tchebycheff)"].build(5, 1000, 5e-3, 0, (0.0, 0.0), None)
+    method = METHODS["MosT-E (Tchebycheff)"].build(n_models=5, rounds=1000, lr=5e-3, seed=0, ideal=(0.0, 0.0))
     F = problem.loss_matrix(method.fit(problem).params).T
     assert float(hypervolume(F, ref)) >= 0.99 * limit
     # spread along the whole front: both ends and the middle are covered

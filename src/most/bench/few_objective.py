@@ -38,7 +38,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, cast
+from typing import cast
 
 import numpy as np
 import torch
@@ -47,13 +47,14 @@ from .. import plots
 from .._validation import check_positive_int
 from . import STORED_MOST, SuiteConfig, write_results
 from ._runs import RunStore, folder_name
-from ..baselines import EPO, MOOSVGD
+from .rows import BuiltRow, MethodRow
+from ..registry import CENTRALISED
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
 from ..optim import Adam
 from ..problem import Problem
 from ..problems import load_german_credit, zafar_synthetic, zdt
-from ..solver import MGDA, Linearization, MosT, Method, Result, fit_batch
+from ..solver import MosT, Method, Result, fit_batch
 
 __all__ = ["FewObjectiveConfig", "METHODS", "run_benchmark", "ZDT_PROBLEMS", "FAIRNESS_PROBLEMS"]
 
@@ -65,16 +66,7 @@ FAIRNESS_PROBLEMS = ("synthetic", "german")
 _IDEAL = {"zdt1": (0.0, 0.0), "zdt2": (0.0, 0.0), "zdt3": (0.0, -0.8), "synthetic": (0.0, 0.0), "german": (0.0, 0.0)}
 
 
-@dataclass(frozen=True)
-class _Spec:
-    """How to build one method: ``build(n_models, rounds, lr, seed, ideal, variant) -> method`` (a
-    centralised method: ``method.fit(problem)``, or with others in :func:`~most.fit_batch`)."""
-
-    build: Callable[..., Method]
-    variants: tuple = (None,)  # extra hyper-parameter choices searched on validation (fairness)
-
-
-def _most_tch_grid(n_models, rounds, lr, seed, ideal, variant):
+def _most_tch_grid(n_models, rounds, lr, seed, ideal, extra=None):
     ext = TchebycheffExtension(n_extra=n_models, spread="grid", smoothing=0.05, augment=0.01, ideal=ideal,
                                include_original=False)
     return MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(clip=3.0, beta2=0.99),
@@ -85,13 +77,13 @@ def _most_tch_grid(n_models, rounds, lr, seed, ideal, variant):
 # default agree: every model serves one ray, and seeding and re-seeding wait for two objectives per model.
 
 
-def _most_tch_dirichlet(n_models, rounds, lr, seed, ideal, variant):
+def _most_tch_dirichlet(n_models, rounds, lr, seed, ideal, extra=None):
     ext = TchebycheffExtension(n_extra=20, augment=0.05, ideal=ideal)
     return MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext, **STORED_MOST)
 
 
-def _most_paper(n_models, rounds, lr, seed, ideal, variant):
-    n_extra, concentration = variant or (20, 1.0)
+def _most_paper(n_models, rounds, lr, seed, ideal, extra=None):
+    n_extra, concentration = extra or (20, 1.0)
     ext = DirichletExtension(n_extra=n_extra, concentration=concentration)
     return MosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam(), extension=ext, **STORED_MOST)
 
@@ -105,36 +97,23 @@ class _PlainMosT(Method):
         return TransportAssignment(), MajorityShare(), MinNorm()
 
 
-def _most_plain(n_models, rounds, lr, seed, ideal, variant):
+def _most_plain(n_models, rounds, lr, seed, ideal, extra=None):
     return _PlainMosT(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
 
 
-def _linearization(n_models, rounds, lr, seed, ideal, variant):
-    return Linearization(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
+_ADAM = {"optimizer": {"type": "Adam"}}
 
-
-def _mgda(n_models, rounds, lr, seed, ideal, variant):
-    return MGDA(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
-
-
-def _epo(n_models, rounds, lr, seed, ideal, variant):
-    return EPO(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
-
-
-def _svgd(n_models, rounds, lr, seed, ideal, variant):
-    return MOOSVGD(n_models=n_models, rounds=rounds, lr=lr, seed=seed, optimizer=Adam())
-
-
-#: name -> how to build it. The fairness search also tries each spec's ``variants``.
-METHODS: dict[str, _Spec] = {
-    "MosT-E (Tchebycheff)": _Spec(_most_tch_grid),
-    "MosT-E (Tchebycheff, n'=20)": _Spec(_most_tch_dirichlet),
-    "MosT-E (paper)": _Spec(_most_paper, variants=((10, 1.0), (20, 1.0), (20, 0.1))),
-    "MosT (n=2)": _Spec(_most_plain),
-    "Linearization": _Spec(_linearization),
-    "MGDA": _Spec(_mgda),
-    "EPO": _Spec(_epo),
-    "MOO-SVGD": _Spec(_svgd),
+#: label -> the method it builds (a registry name and its settings, or code for the MosT-E rows,
+#: whose extension takes the problem's ideal point); the fairness search also tries each row's ``extras``
+METHODS: dict[str, MethodRow | BuiltRow] = {
+    "MosT-E (Tchebycheff)": BuiltRow(_most_tch_grid),
+    "MosT-E (Tchebycheff, n'=20)": BuiltRow(_most_tch_dirichlet),
+    "MosT-E (paper)": BuiltRow(_most_paper, extras=((10, 1.0), (20, 1.0), (20, 0.1))),
+    "MosT (n=2)": BuiltRow(_most_plain),
+    "Linearization": MethodRow("Linearization", _ADAM, kind=CENTRALISED),
+    "MGDA": MethodRow("MGDA", _ADAM, kind=CENTRALISED),
+    "EPO": MethodRow("EPO", _ADAM, kind=CENTRALISED),
+    "MOO-SVGD": MethodRow("MOOSVGD", _ADAM, kind=CENTRALISED),
 }
 
 
@@ -196,7 +175,8 @@ def _hv(points: np.ndarray, ref) -> tuple[float, int]:
 
 
 def _zdt_method(config: FewObjectiveConfig, name: str, method: str, seed: int) -> Method:
-    return METHODS[method].build(config.n_models, config.zdt_rounds, config.zdt_lr, seed, _IDEAL[name], None)
+    return METHODS[method].build(None, n_models=config.n_models, rounds=config.zdt_rounds, lr=config.zdt_lr,
+                                 seed=seed, ideal=_IDEAL[name])
 
 
 def _zdt_record(problem: Problem, seed: int, params: torch.Tensor, seconds: float) -> dict:
@@ -216,7 +196,8 @@ def _fairness_data(name: str, config: FewObjectiveConfig):
 
 
 def _fairness_method(config: FewObjectiveConfig, name: str, method: str, seed: int, lr: float, variant) -> Method:
-    return METHODS[method].build(config.n_models, config.fairness_rounds, lr, seed, _IDEAL[name], variant)
+    return METHODS[method].build(variant, n_models=config.n_models, rounds=config.fairness_rounds, lr=lr, seed=seed,
+                                 ideal=_IDEAL[name])
 
 
 def _fairness_record(data, method: str, seed: int, lr: float, variant, params: torch.Tensor, seconds: float) -> dict:
@@ -238,7 +219,7 @@ def _tasks(config: FewObjectiveConfig) -> list[tuple]:
             tasks += [(name, method, seed) for method in config.methods for seed in config.seeds]
         else:
             tasks += [(name, method, seed, float(lr), variant) for seed in config.seeds for method in config.methods
-                      for lr in config.fairness_lrs for variant in METHODS[method].variants]
+                      for lr in config.fairness_lrs for variant in METHODS[method].extras]
     return tasks
 
 

@@ -46,13 +46,14 @@ from torch import Tensor
 from .. import plots
 from .._random import seeded
 from .._validation import check_non_negative, check_positive, check_positive_int
-from ..baselines import BestModelAssignment, STCHSet, SumOfMinimum, TCHSet
+from ..baselines import BestModelAssignment, SumOfMinimum
 from ..methods import Support, WeightedSum
 from ..problem import Problem
-from ..solver import MosT, Result, run
-from ..variants import apply as variant
+from ..registry import CENTRALISED
+from ..solver import Method
 from . import SuiteConfig, mean_std, write_results
 from ._runs import RunStore, folder_name
+from .rows import BuiltRow, MethodRow
 
 __all__ = ["StructureConfig", "METHODS", "SETTINGS", "THRESHOLD", "Structured", "Oracle", "clustered_quadratics",
            "clustered_regressions", "oracle", "score", "run_benchmark", "table_markdown"]
@@ -291,32 +292,29 @@ def score(structured: Structured, reference: Oracle, params: Tensor) -> dict:
 
 # ---------------------------------------------------------------------------------- methods
 
-Fit = Callable[[Problem], Result]
+@dataclass(frozen=True)
+class HardAssignment(Method):
+    """IFCA-style hard assignment: each objective to its best model, each model a step on the
+    mean loss of its objectives, from the problem's random starts."""
+
+    def components(self):
+        return BestModelAssignment(), Support(), WeightedSum()
 
 
-def _default(m: int, rounds: int, lr: float, seed: int) -> MosT:
-    return MosT(n_models=m, rounds=rounds, lr=lr, seed=seed)
-
-
-def _ifca(m: int, rounds: int, lr: float, seed: int) -> Fit:
-    def fit(problem: Problem) -> Result:
-        return run(problem, n_models=m, rounds=rounds, inner_steps=1, lr=lr, assignment=BestModelAssignment(),
-                   weighting=Support(), combiner=WeightedSum(), seed=seed, description="IFCA (hard assignment)")
-    return fit
-
-
-#: name -> ``build(m, rounds, lr, seed) -> fit(problem) -> Result``
-METHODS: dict[str, Callable[[int, int, float, int], Fit]] = {
-    "MosT (default)": lambda m, rounds, lr, seed: _default(m, rounds, lr, seed).fit,
-    "MosT (paper)": lambda m, rounds, lr, seed: variant("paper", _default(m, rounds, lr, seed)).fit,
-    "MosT (min-norm)": lambda m, rounds, lr, seed: variant("min-norm", _default(m, rounds, lr, seed)).fit,
-    "SoM (Lloyd)": lambda m, rounds, lr, seed: SumOfMinimum(
-        n_models=m, rounds=max(1, rounds // 10), inner_steps=10, lr=lr, seed=seed).fit,
-    "SoM (gradient)": lambda m, rounds, lr, seed: SumOfMinimum(
-        n_models=m, algorithm="gradient", rounds=rounds, lr=lr, seed=seed).fit,
-    "TCH-Set": lambda m, rounds, lr, seed: TCHSet(n_models=m, rounds=rounds, lr=lr, seed=seed).fit,
-    "STCH-Set": lambda m, rounds, lr, seed: STCHSet(n_models=m, rounds=rounds, lr=lr, seed=seed).fit,
-    "IFCA (hard assignment)": _ifca,
+#: label -> the method it builds (a registry name and its settings, or code); each is fitted
+#: with ``n_models`` (the setting's m), ``rounds``, ``lr`` and ``seed``
+METHODS: dict[str, MethodRow | BuiltRow] = {
+    "MosT (default)": MethodRow("MosT", kind=CENTRALISED),
+    "MosT (paper)": MethodRow("MosT", variants=("paper",), kind=CENTRALISED),
+    "MosT (min-norm)": MethodRow("MosT", variants=("min-norm",), kind=CENTRALISED),
+    # Lloyd's algorithm: rounds / 10 rounds of 10 steps
+    "SoM (Lloyd)": BuiltRow(lambda n_models, rounds, lr, seed: SumOfMinimum(
+        n_models=n_models, rounds=max(1, rounds // 10), inner_steps=10, lr=lr, seed=seed)),
+    "SoM (gradient)": MethodRow("SumOfMinimum", {"algorithm": "gradient"}, kind=CENTRALISED),
+    "TCH-Set": MethodRow("TCHSet", kind=CENTRALISED),
+    "STCH-Set": MethodRow("STCHSet", kind=CENTRALISED),
+    "IFCA (hard assignment)": BuiltRow(lambda n_models, rounds, lr, seed: HardAssignment(
+        n_models=n_models, rounds=rounds, lr=lr, seed=seed)),
 }
 
 
@@ -370,9 +368,9 @@ def _run(config: StructureConfig, task: tuple, cache: dict) -> dict:
         structured = make_problem(name, seed)
         cache[(name, seed)] = structured, oracle(structured, SETTINGS[name][2])
     structured, reference = cache[(name, seed)]
-    fit = METHODS[method](SETTINGS[name][2], config.rounds, config.lr, seed)
+    fitted = METHODS[method].build(n_models=SETTINGS[name][2], rounds=config.rounds, lr=config.lr, seed=seed)
     tic = time.perf_counter()
-    result = fit(structured.problem)
+    result = fitted.fit(structured.problem)
     seconds = time.perf_counter() - tic
     return {"seed": seed, **score(structured, reference, result.params), "seconds": seconds,
             "params": result.params.detach().double().tolist()}
