@@ -31,6 +31,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root: the benchmarks package
+from benchmarks.performance import harness
+
 import most
 import most.federated as fl
 from most.bench import _capacity as cap
@@ -197,18 +200,9 @@ RESPELLED = (
 
 
 def respell(command: str) -> str:
-    """``command`` as it is spelled now: a results JSON keeps the command that made it, and its
-    report shows how to run that command today (the same options and outputs).
-
-    Args:
-        command: a command line recorded in a results file.
-
-    Returns:
-        The command with each folded script's path replaced by its sub-command here.
-    """
-    for old, new in RESPELLED:
-        command = command.replace(old, new)
-    return command
+    """``command`` as it is spelled now (:func:`benchmarks.performance.harness.respell` with the
+    scripts folded into this one)."""
+    return harness.respell(command, RESPELLED)
 
 
 # ----------------------------------------------------------------------------- compare, groups

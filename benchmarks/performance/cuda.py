@@ -79,11 +79,11 @@ def cuda_syn_batch() -> list[dict]:
 
     config = FederatedBenchConfig()
     data, model = _data(config, 0)
-    names = [(n, eta, x) for n in DEFAULT_METHODS for eta in config.server_lrs for x in METHODS[n][1]]
+    names = [(n, eta, x) for n in DEFAULT_METHODS for eta in config.server_lrs for x in METHODS[n].extras]
     rows = []
     for device in ("cpu", "cuda"):
         def runs(rounds):
-            return [(METHODS[n][0](config.n_models, eta, x),
+            return [(METHODS[n].build(x, n_models=config.n_models, server_lr=eta),
                      dataclasses.replace(config.protocol, seed=0, rounds=rounds, device=device))
                     for n, eta, x in names]
         seconds, results = _timed(lambda: run_batch(data, model, runs(100)), 1, device, warm=lambda: run_batch(

@@ -34,17 +34,18 @@ RESPELLED = (
 )
 
 
-def respell(command: str) -> str:
+def respell(command: str, table: tuple[tuple[str, str], ...] = RESPELLED) -> str:
     """``command`` as it is spelled now: a results JSON keeps the command that made it, and its
     report shows how to run that command today (the same options and outputs).
 
     Args:
         command: a command line recorded in a results file.
+        table: ``(old, new)`` spellings, replaced in order (default: this package's scripts).
 
     Returns:
         The command with each folded script's path replaced by its current entry point.
     """
-    for old, new in RESPELLED:
+    for old, new in table:
         command = command.replace(old, new)
     return command
 

@@ -114,8 +114,8 @@ def measure_batch(rounds: int, seed: int = 0) -> dict:
 
     config = FederatedBenchConfig()
     data, model = _data(config, seed)
-    names = [(n, eta, x) for n in DEFAULT_METHODS for eta in config.server_lrs for x in METHODS[n][1]]
-    runs = lambda: [(METHODS[n][0](config.n_models, eta, x),  # noqa: E731
+    names = [(n, eta, x) for n in DEFAULT_METHODS for eta in config.server_lrs for x in METHODS[n].extras]
+    runs = lambda: [(METHODS[n].build(x, n_models=config.n_models, server_lr=eta),  # noqa: E731
                      dataclasses.replace(config.protocol, seed=seed, rounds=rounds)) for n, eta, x in names]
     tic = time.perf_counter()
     batched = fl.run_batch(data, model, runs())
@@ -165,7 +165,8 @@ def measure_centralised(rounds: int, repeats: int, seeds: int = 5) -> dict:
             runs = [most.MosT(n_models=6, rounds=rounds, lr=0.05, seed=s) for s in range(seeds)]
         else:
             problem = zdt(name)
-            runs = [METHODS[method].build(5, rounds, 5e-3, s, _IDEAL[name], None) for s in range(seeds)]
+            runs = [METHODS[method].build(n_models=5, rounds=rounds, lr=5e-3, seed=s, ideal=_IDEAL[name])
+                    for s in range(seeds)]
         most.fit_batch(problem, runs[:2])  # the one-off costs (imports, first calls) before timing
         alone_s, batch_s = [], []
         for _ in range(repeats):
