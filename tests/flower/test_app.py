@@ -156,8 +156,12 @@ def test_a_certificate_for_another_host_is_refused():
 def test_most_runs_on_an_authenticated_tls_deployment(dep, tmp_path):
     run_config, out = _run(dep, tmp_path)
     assert out["rounds"] == 2 and out["missing"] == {}
-    # the same run in process (pair_seeds: each client's batches from its own seed)
-    settings = AppSettings.from_run_config({k: v for k, v in run_config.items() if k != "out"})
+    # the same run in process (pair_seeds: each client's batches from its own seed), with the
+    # app's config (examples/flower/pyproject.toml) under the run's overrides, as `flwr run` merges them
+    import tomllib
+
+    app_config = tomllib.loads((APP / "pyproject.toml").read_text())["tool"]["flwr"]["app"]["config"]
+    settings = AppSettings.from_run_config({k: v for k, v in {**app_config, **run_config}.items() if k != "out"})
     method, model, config = settings.build()
     reference = fl.run_federated(settings.data(), model, method, config)
     assert out["mean_accuracy"] == pytest.approx(reference.mean_accuracy, abs=1e-6)
