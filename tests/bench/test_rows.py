@@ -75,3 +75,10 @@ def test_the_centralised_tables_rows_name_registry_methods_or_say_they_are_built
             assert isinstance(method.optimizer, most.optim.SGD if suite == "structure" else most.optim.Adam), label
         else:
             assert isinstance(row, BuiltRow), label
+
+
+def test_a_row_naming_no_registry_method_is_refused_when_the_table_is_made():
+    with pytest.raises(ValueError, match="Unknown federated method 'FedAvgg'.*did you mean 'FedAvg'"):
+        MethodRow("FedAvgg")
+    with pytest.raises(ValueError, match="`kind` must be 'federated' or 'centralised'"):
+        MethodRow("FedAvg", kind="central")

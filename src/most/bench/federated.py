@@ -49,7 +49,7 @@ from ..federated.runtime import run_batch, run_federated
 from ._federated_report import GROUP_KEYS as _GROUP_KEYS, KEYS as _KEYS, LOSS_PICK_KEYS as _LOSS_PICK_KEYS
 from ._federated_report import POOLED_KEYS as _POOLED_KEYS
 from ._federated_report import add_summaries, draw_figures, method_grids, paired_cell, table_markdown
-# the report's helpers, also under the names they have always had here (the tests call them so)
+# the report's helpers, also under the private names the tests import from this module
 from ._federated_report import grid_edge_note as _grid_edge_note, main_methods as _main_methods  # noqa: F401
 
 __all__ = ["FederatedBenchConfig", "METHODS", "add_summaries", "draw_figures", "method_grids", "paired_cell",

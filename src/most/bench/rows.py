@@ -17,6 +17,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from .._validation import did_you_mean
 from ..config import build
 from ..registry import CENTRALISED, FEDERATED, methods, variant
 
@@ -45,13 +46,19 @@ class MethodRow:
     groups: bool = False
     kind: str = FEDERATED
 
+    def __post_init__(self) -> None:  # a table's typo fails when the table is made, not at its first run
+        if self.kind not in (FEDERATED, CENTRALISED):
+            raise ValueError(f"`kind` must be {FEDERATED!r} or {CENTRALISED!r}; got {self.kind!r}.")
+        known = methods(self.kind)
+        if self.method not in known:
+            raise ValueError(f"Unknown {self.kind} method {self.method!r}{did_you_mean(self.method, known)}; "
+                             f"choose from {', '.join(known)}.")
+
     def build(self, extra: Any = None, groups: Any = None, **run: Any) -> Any:
         """The method with the suite's settings of the run ``run`` (``n_models``, ``server_lr``;
         ``rounds``, ``lr``, ``seed``: each for a method that has the field, and a row's setting
         overrides it), the searched value ``extra`` and, for a row with :attr:`groups`, the
         data's ``groups``."""
-        if self.kind not in (FEDERATED, CENTRALISED):
-            raise ValueError(f"`kind` must be {FEDERATED!r} or {CENTRALISED!r}; got {self.kind!r}.")
         cls = methods(self.kind)[self.method]
         init = {f.name for f in dataclasses.fields(cls) if f.init}
         table: dict[str, Any] = {k: v for k, v in run.items() if k in init}

@@ -87,8 +87,8 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
     :class:`FederatedResult` per run, in order.
 
     The runs must share the settings of :data:`BATCH_SHARED` (rounds, local epochs, batch size,
-    loss probe, device); :func:`batch_groups` splits a list of runs into such groups. Each run
-    needs its own method object (a method holds its run's state).
+    loss probe, device); :func:`batch_groups` splits a list of runs into such groups. Runs may
+    share one method object: a method is configuration, and each run's state is its server's.
 
     ``callback(r, log, params)`` is called after every round for run ``r``. ``checkpoints``
     gives each run its own :class:`~most.checkpoint.Checkpoint` (or None): a stopped batch
