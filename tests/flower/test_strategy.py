@@ -110,9 +110,35 @@ def test_cfl_splits_on_flower_as_in_process(data, model):
     assert torch.equal(result.choice, strategy.server.assigned())
 
 
-def test_fine_tuning_is_refused_by_the_strategy_saying_where_it_runs(model):
-    with pytest.raises(ValueError, match="run_federated"):
-        MostStrategy(F.FineTuning(1), model, _config(), n_clients=N)
+def test_fine_tuning_on_flower_scores_what_the_in_process_runtime_scores(data, model):
+    """Each client fine-tunes its best model itself: the same accuracies and losses as the
+    in-process runtime's fine-tuned models (its diagonal), the FedAvg models left on the server."""
+    config = _config()
+    strategy = MostStrategy(F.FineTuning(2, server_lr=1.0, epochs=3), model, config, n_clients=N)
+    result = strategy.run(LocalGrid(_app(data, model), N))
+    reference = fl.run_federated(data, model, F.FineTuning(2, server_lr=1.0, epochs=3), config)
+    fedavg = fl.run_federated(data, model, F.FedAvg(2, server_lr=1.0), config)
+    torch.testing.assert_close(result.params, fedavg.params, rtol=0, atol=1e-6)  # the fine-tuned stay on the clients
+    assert result.test_accuracy.shape == (N, 1) and torch.equal(result.choice, torch.zeros(N, dtype=torch.long))
+    torch.testing.assert_close(result.client_accuracy, reference.client_accuracy)
+    torch.testing.assert_close(result.selection_loss[:, 0], reference.selection_loss.diagonal())
+    torch.testing.assert_close(result.test_loss[:, 0], reference.test_loss.diagonal())
+    assert torch.equal(result.fine_tuned_from, fedavg.choice)  # each started from its best FedAvg model
+    assert len(set(fedavg.choice.tolist())) == 2  # the two FedAvg models are both someone's best
+    assert result.mean_accuracy != pytest.approx(fedavg.mean_accuracy)  # the fine-tuning changed the scores
+    evaluations = [cfg for _, kind, _, cfg in strategy.messages if kind == "evaluate"]
+    assert evaluations and all(models == (0, 1) for models in evaluations)  # every client is sent both models
+
+
+def test_fine_tuning_batches_come_from_the_pair_seed_without_pair_seeds_the_run_generator(data, model):
+    """Under pair_seeds the fine-tuning draws from pair_seed(seed, rounds, client, j); without,
+    from the run's generator: the two differ, and each repeats."""
+    method = F.FineTuning(1, epochs=2)
+    paired = fl.run_federated(data, model, method, _config())
+    unpaired = fl.run_federated(data, model, method, _config(pair_seeds=False))
+    again = fl.run_federated(data, model, method, _config())
+    assert torch.equal(paired.params, again.params)
+    assert not torch.equal(paired.params, unpaired.params)
 
 
 def test_pair_seeds_make_batches_independent_of_the_other_pairs(data, model):

@@ -41,7 +41,7 @@ from .checks import check_inputs
 from .clients import (CHUNK_VALUES, Padded, batch_orders, chunk_slices, evaluate, evaluate_unchecked, mixture_scores,
                       pad_split, sample_losses, train_pairs)
 from .config import FederatedConfig, FederatedResult
-from .server import RoundLog, RoundState, Server, choose_models
+from .server import RoundLog, RoundState, Server, choose_models, pair_seed
 
 __all__ = ["run_federated", "run_batch", "batch_groups", "batch_key", "BATCH_SHARED"]
 
@@ -446,11 +446,15 @@ def _fine_tune(server: Server, model: FlatModel, train: Padded, val: Padded) -> 
     """``[n, d]``: each client's best model on validation (by training loss where it has no
     validation sample), trained for the method's ``fine_tune_epochs`` local epochs on the
     client's training data with the protocol's batch size and learning rate. The batch orders
-    come from the run's generator after the last round, so a resumed run fine-tunes alike."""
+    come from the run's generator after the last round, so a resumed run fine-tunes alike, or,
+    under ``pair_seeds``, from :func:`pair_seed` ``(seed, rounds, client, j)``, which a Flower
+    client draws alone."""
     params, config = server.params, server.config
     choice, _ = choose_models(*_selection(model, params, train, val))
     host_w = train.w.cpu()
-    keys = batch_orders(host_w, server.method.fine_tune_epochs, generator=server.generator)
+    seeds = ([pair_seed(config.seed, config.rounds, i, int(j)) for i, j in enumerate(choice.tolist())]
+             if config.pair_seeds else None)
+    keys = batch_orders(host_w, server.method.fine_tune_epochs, generator=server.generator, seeds=seeds)
     device = params.device
     return train_pairs(model, params[to_device(choice, device)], train.x, train.y, train.w, [to_device(k, device) for k in keys],
                 batch_size=config.batch_size, lr=config.lr, prox_mu=0.0, max_pairs=_batch_pairs(device, 1),

@@ -54,11 +54,11 @@ SAMPLES: dict[str, tuple[tuple[int, ...], int]] = {
 }
 
 #: Methods the app can run, by name (``method`` in the run config): the registry's federated
-#: methods built from ``(n_models, server_lr)`` alone (not SetScalarization, which needs a
-#: combiner; the Oracle, which needs the groups; local training, which has no models to choose;
-#: fine-tuning, which runs in the in-process runtime).
+#: methods built from ``(n_models, server_lr)`` (and MosT's warm-up, FineTuning's epochs); not
+#: SetScalarization, which needs a combiner, the Oracle, which needs the groups, or local
+#: training, which has no models to choose.
 METHODS = {name: cls for name, cls in registry.methods(registry.FEDERATED).items()
-           if name not in ("SetScalarization", "Oracle", "LocalOnly", "FineTuning")}
+           if name not in ("SetScalarization", "Oracle", "LocalOnly")}
 
 
 def _library_default(cls, name: str):
@@ -76,6 +76,7 @@ class AppSettings:
         n_models: m.
         server_lr: the server step eta_s.
         warmup_rounds: MosT's shared warm-up rounds (ignored by the other methods).
+        fine_tune_epochs: FineTuning's local epochs after the last round (ignored by the others).
         rounds, local_epochs, batch_size, lr, eval_every, seed: the protocol
             (:class:`~most.federated.FederatedConfig`).
 
@@ -101,6 +102,7 @@ class AppSettings:
     n_models: int = 3
     server_lr: float = _library_default(_methods.FederatedMethod, "server_lr")
     warmup_rounds: int = _library_default(_methods.WarmUp, "rounds")
+    fine_tune_epochs: int = _library_default(_methods.FineTuning, "epochs")
     rounds: int = _library_default(FederatedConfig, "rounds")
     local_epochs: int = _library_default(FederatedConfig, "local_epochs")
     batch_size: int = _library_default(FederatedConfig, "batch_size")
@@ -135,7 +137,8 @@ class AppSettings:
     def build(self):
         """``(method, model, FederatedConfig)``: the protocol fields are FederatedConfig's own; the
         model is sized from :data:`SAMPLES`, so the server builds it without the data."""
-        extra = {"warmup": _methods.WarmUp(self.warmup_rounds)} if self.method == "MosT" else {}
+        extra = ({"warmup": _methods.WarmUp(self.warmup_rounds)} if self.method == "MosT" else
+                 {"epochs": self.fine_tune_epochs} if self.method == "FineTuning" else {})
         method = METHODS[self.method](self.n_models, server_lr=self.server_lr, **extra)
         protocol = {f.name: getattr(self, f.name) for f in dataclasses.fields(FederatedConfig) if hasattr(self, f.name)}
         return method, self._model(), FederatedConfig(**protocol, pair_seeds=True)

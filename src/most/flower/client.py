@@ -14,7 +14,8 @@ A Flower client holds one objective (its own data) and answers three kinds of me
   diversity on its test inputs (as sums, so the server's average equals the pooled one); at the
   final evaluation also each model's loss on its training and validation data pooled (for
   ``FederatedResult.loss_choice``): :func:`client_evaluate`. A mixing client's final evaluation
-  first fits its weights to the final models and scores its mixture.
+  first fits its weights to the final models and scores its mixture; a fine-tuning client's
+  first fine-tunes its best model (:func:`client_fine_tune`) and scores that model alone.
 
 The steps call the in-process runtime's own :func:`~most.federated.evaluate` and
 :func:`~most.federated.local_train` on a one-client batch, so both runtimes compute the same
@@ -36,10 +37,11 @@ from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
 from ..federated.methods.mixture import responsibilities
 from ..federated.clients import Padded, evaluate, local_train, mixture_scores, sample_losses
-from ..federated.server import pair_seed
+from ..federated.server import choose_models, pair_seed
 from . import protocol as P
 
-__all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app"]
+__all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "client_fine_tune",
+           "make_client_app"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -146,6 +148,26 @@ def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selec
             **out}
 
 
+def client_fine_tune(model: FlatModel, params: Tensor, data: ClientData, *, seed: int, round: int, client: int,
+                     epochs: int, batch_size: int, lr: float) -> tuple[int, Tensor]:
+    """Local fine-tuning after the last round (:class:`~most.federated.methods.FineTuning`):
+    ``(j, theta [1, d])``, the client's best of the m models ``params`` on validation (by its
+    lowest loss on training and validation data pooled when it has no validation sample, as
+    :func:`~most.federated.server.choose_models`), trained for ``epochs`` local epochs on its
+    training data with batches from :func:`~most.federated.server.pair_seed` ``(seed, round,
+    client, j)``, as the in-process runtime fine-tunes under ``pair_seeds``."""
+    params = _check_params(model, params)
+    val, train = _split(data, "val"), _split(data, "train")
+    val_loss, val_acc, _ = evaluate(model, params, val)
+    train_loss, _, _ = evaluate(model, params, train)
+    selection = pooled_loss(train_loss, val_loss, train.counts, val.counts)
+    j = int(choose_models(val_acc, selection)[0][0])
+    x, y = data.x_train, data.y_train
+    tuned = local_train(model, params[j][None], x[None], y[None], torch.ones(1, len(y)), epochs=epochs,
+                        batch_size=batch_size, lr=lr, seeds=[pair_seed(seed, round, client, j)])
+    return j, tuned
+
+
 def _diversity_sum(probs: Tensor, count: int) -> float:
     """The sum over the client's ``count`` test inputs of the mean pairwise symmetric KL between
     the m models' predictions ``probs [m, 1, N, C]`` (0 for one model or no input)."""
@@ -232,12 +254,19 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
         s = spec(context)
         params = P.read_models(message.content[P.MODELS])
         cfg = message.content[P.CONFIG]
-        mixture = None
+        mixture, tuned_from = None, None
         if P.MIXTURE in cfg:  # a mixing client's final evaluation: its weights fitted to the final models
             _, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg[P.MIXTURE])))
+        if P.FINE_TUNE_EPOCHS in cfg:  # a fine-tuning client's final evaluation: its own model, fine-tuned
+            tuned_from, params = client_fine_tune(s.model, params, s.data, seed=int(cfg[P.SEED]),
+                                                  round=int(cfg[P.ROUND]) + 1, client=s.client,
+                                                  epochs=int(cfg[P.FINE_TUNE_EPOCHS]),
+                                                  batch_size=int(cfg[P.BATCH_SIZE]), lr=float(cfg[P.LR]))
         out = client_evaluate(s.model, params, s.data, selection=bool(cfg.get(P.FINAL, False)), mixture=mixture)
         if mixture is not None:
             out["mixture"] = mixture.tolist()
+        if tuned_from is not None:
+            out["fine_tuned_from"] = tuned_from
         metrics = {key: out[name] for name, key in P.EVALUATION_METRICS.items()}
         metrics.update({key: out[name] for name, key in P.OPTIONAL_EVALUATION_METRICS.items() if name in out})
         return _reply(message, s, metrics)

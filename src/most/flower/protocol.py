@@ -59,6 +59,9 @@ FINAL = "final"
 #: a mixing client's weights of the models (FedEM), sent with train and the final evaluation
 #: and returned, updated, in its reply's metrics
 MIXTURE = "mixture"
+#: a fine-tuning method's local epochs after the last round, sent with the final evaluation: the
+#: client fine-tunes its best model on validation and is scored on that model alone
+FINE_TUNE_EPOCHS = "fine-tune-epochs"
 
 # ----------------------------------------------------------------------------- keys of ``metrics``
 CLIENT = "client"
@@ -71,11 +74,14 @@ TEST_LOSS = "test-loss"
 TEST_COUNT = "test-count"
 DIVERSITY_SUM = "diversity-sum"
 SELECTION_LOSS = "selection-loss"
+#: the model a fine-tuning client started its fine-tuning from (its best on validation)
+FINE_TUNED_FROM = "fine-tuned-from"
 #: :func:`most.flower.client_evaluate`'s result keys and the metric each travels as
 EVALUATION_METRICS = {"val_accuracy": VAL_ACCURACY, "test_accuracy": TEST_ACCURACY, "test_loss": TEST_LOSS,
                       "test_count": TEST_COUNT, "diversity_sum": DIVERSITY_SUM}
-#: the keys an evaluation reply carries only sometimes (the final one, a mixing client)
-OPTIONAL_EVALUATION_METRICS = {"selection_loss": SELECTION_LOSS, "mixture": MIXTURE}
+#: the keys an evaluation reply carries only sometimes (the final one, a mixing or fine-tuning client)
+OPTIONAL_EVALUATION_METRICS = {"selection_loss": SELECTION_LOSS, "mixture": MIXTURE,
+                               "fine_tuned_from": FINE_TUNED_FROM}
 
 
 # ----------------------------------------------------------------------------- packing

@@ -62,10 +62,17 @@ class FlowerResult(FederatedResult):
     final evaluation: NaN rows for the missing ones, who then get model 0, as with ``choice``.
     A client that answered but has no validation sample is chosen by its lowest training loss,
     as in :func:`~most.federated.run_federated`.
+
+    A fine-tuning method's clients (:class:`~most.federated.methods.FineTuning`) keep their
+    fine-tuned models: ``params`` are the m models they started from, the accuracies, losses and
+    ``selection_loss`` are ``[n, 1]`` (each client's fine-tuned model), ``choice`` is 0 for every
+    client, and ``fine_tuned_from [n]`` says which of the m models each client fine-tuned (-1: it
+    did not answer). ``None`` for other methods.
     """
 
     missing: dict = field(default_factory=dict)
     prediction_kl: float = float("nan")
+    fine_tuned_from: Tensor | None = None
 
     def prediction_diversity(self) -> float:
         return self.prediction_kl
@@ -105,10 +112,6 @@ class MostStrategy(Strategy):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"`timeout` must be positive seconds or None; got {timeout}.")
         method.check(n_clients)
-        if method.fine_tune_epochs:
-            raise ValueError(f"{type(method).__name__} fine-tunes each client's model after the last round, which "
-                             "the Flower strategy does not run yet; use most.federated.run_federated, or "
-                             "most.federated.methods.FedAvg on Flower and fine-tune on each client.")
         self.method, self.model, self.config, self.n = method, model, config, n_clients
         self.m = method.models_for(n_clients)
         self.client_ids = list(client_ids) if client_ids is not None else [str(i) for i in range(n_clients)]
@@ -247,9 +250,13 @@ class MostStrategy(Strategy):
         final = t + 1 == self.config.rounds
         # a mixing client scores its mixture at the end, with its weights fitted to the final models
         mixture = self.server.mixture() if final and self.method.sample_weights else None
+        # a fine-tuning client fine-tunes its best model at the end and scores it (the model stays with it)
+        fine_tune = ({P.FINE_TUNE_EPOCHS: self.method.fine_tune_epochs, P.SEED: self.config.seed,
+                      P.BATCH_SIZE: self.config.batch_size, P.LR: self.config.lr}
+                     if final and self.method.fine_tune_epochs else {})
         for c, node in sorted(self.nodes.node_of.items()):
             models = self._asked_models(c)
-            cfg = {P.ROUND: t, P.FINAL: final}
+            cfg = {P.ROUND: t, P.FINAL: final, **fine_tune}
             if mixture is not None:
                 cfg[P.MIXTURE] = mixture[c].tolist()
             msgs.append(message(MessageType.EVALUATE, node, {P.CONFIG: cfg,
@@ -264,14 +271,18 @@ class MostStrategy(Strategy):
         out = None
         if self.server.evaluate_due(t):
             nan = float("nan")
-            mixes = self.method.sample_weights and t + 1 == self.config.rounds  # one column: each client's mixture
-            width = 1 if mixes else self.m
+            final = t + 1 == self.config.rounds
+            mixes = self.method.sample_weights and final
+            # one column at the end: each client's mixture, or its fine-tuned model
+            one_column = final and (mixes or bool(self.method.fine_tune_epochs))
+            width = 1 if one_column else self.m
             val = torch.full((self.n, width), nan)
             test = torch.full((self.n, width), nan)
             test_loss = torch.full((self.n, width), nan)
             selection = torch.full((self.n, width), nan)
             div_sum, div_count = 0.0, 0
             answered = set()
+            tuned_from = torch.full((self.n,), -1, dtype=torch.long)
             for reply in replies:
                 if reply.has_error():
                     log.warning("Evaluation on node %s failed: %s", reply.metadata.src_node_id, reply.error.reason)
@@ -279,7 +290,7 @@ class MostStrategy(Strategy):
                 r = reply.content[P.METRICS]
                 c = int(r[P.CLIENT])
                 answered.add(c)
-                at = [0] if mixes else self._asked_models(c)  # the columns of the models the client was sent
+                at = [0] if one_column else self._asked_models(c)  # the columns of the models the client was sent
                 val[c, at] = torch.tensor(list(r[P.VAL_ACCURACY]))
                 test[c, at] = torch.tensor(list(r[P.TEST_ACCURACY]))
                 test_loss[c, at] = torch.tensor(list(r[P.TEST_LOSS]))
@@ -287,11 +298,14 @@ class MostStrategy(Strategy):
                     selection[c, at] = torch.tensor(list(r[P.SELECTION_LOSS]))
                 div_sum += float(r[P.DIVERSITY_SUM])
                 div_count += int(r[P.TEST_COUNT])
+                if P.FINE_TUNED_FROM in r:
+                    tuned_from[c] = int(r[P.FINE_TUNED_FROM])
             if mixes:
                 self._record_mixtures({int(reply.content[P.METRICS][P.CLIENT]): reply.content for reply in replies
                                        if not reply.has_error()})
             self._final = {"val": val, "test": test, "test_loss": test_loss, "selection": selection,
-                           "mixture": self.server.mixture() if mixes else None,
+                           "mixture": self.server.mixture() if mixes else None, "one_column": one_column,
+                           "fine_tuned_from": tuned_from if final and self.method.fine_tune_epochs else None,
                            "missing": sorted(set(range(self.n)) - answered),
                            "prediction_kl": div_sum / div_count if div_count else nan}
             val_acc = float(val.nan_to_num(-1.0).max(1).values[~val.isnan().all(1)].mean())
@@ -338,9 +352,13 @@ class MostStrategy(Strategy):
             self.missing["final"] = [self.client_ids[c] for c in f["missing"]]
         # a client that answered but has no validation sample: its lowest training loss chooses, as in
         # run_federated (a missing client has no loss either and keeps model 0)
-        choice, _ = self.server.choose(f["val"], f["selection"])
+        if f.get("one_column"):  # each client's mixture or fine-tuned model is its one column
+            choice = torch.zeros(self.n, dtype=torch.long)
+        else:
+            choice, _ = self.server.choose(f["val"], f["selection"])
         return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
                             selection_loss=f["selection"],
                             test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
-                            missing=dict(self.missing), prediction_kl=f["prediction_kl"], mixture=f.get("mixture"))
+                            missing=dict(self.missing), prediction_kl=f["prediction_kl"], mixture=f.get("mixture"),
+                            fine_tuned_from=f.get("fine_tuned_from"))

@@ -99,7 +99,9 @@ class FineTuning(FedAvg):
     learning rate) on its own training data; each client is scored on that model.
 
     With ``n_models`` > 1 the FedAvg runs are m independent ones, as for :class:`FedAvg`.
-    The fine-tuning runs in the in-process runtime (:func:`most.federated.run_federated`).
+    The in-process runtime (:func:`most.federated.run_federated`) fine-tunes on its copy of the
+    clients' data; on Flower (:class:`most.flower.MostStrategy`) each client fine-tunes and keeps
+    its model.
 
     Args:
         n_models, server_lr, optimizer: FedAvg's.
