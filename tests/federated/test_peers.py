@@ -55,6 +55,18 @@ def test_bipartition_separates_two_directions_and_keeps_row_0_in_group_0():
     assert bipartition(torch.randn(1, 4)).tolist() == [0]
 
 
+def test_bipartition_takes_a_zero_update_as_orthogonal_to_every_other():
+    """A client whose gradients vanish (a saturated model) sends a zero update: no NaN distance
+    (SciPy's linkage refuses one), the two directions are still split, and the zero row joins one."""
+    g = torch.Generator().manual_seed(1)
+    u, v = torch.randn(20, generator=g), torch.randn(20, generator=g)
+    rows = torch.stack([u, u * 2, -u, -u * 0.5, torch.zeros(20)])
+    labels = bipartition(rows).tolist()
+    assert labels[:2] == [0, 0] and labels[2:4] == [1, 1]
+    assert bipartition(torch.zeros(3, 5)).tolist() == [0, 0, 0]  # all zero: no direction to split by
+    assert len(bipartition(torch.stack([v, torch.zeros(20)])).unique()) == 2
+
+
 def _cfl_step(eps1, eps2, deltas, counts, *, min_rounds=0, n_models=2):
     """One aggregation of a new CFL run; returns its clusters and the new models."""
     method = F.CFL(n_models, eps1=eps1, eps2=eps2, min_rounds=min_rounds)

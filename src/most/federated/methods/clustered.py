@@ -131,7 +131,9 @@ def bipartition(updates: Tensor) -> Tensor:
     The two groups are those of complete-linkage agglomerative clustering on the cosine
     distance of the updates (SciPy's :func:`~scipy.cluster.hierarchy.linkage`), as in the
     paper's reference code: the split that keeps the largest similarity across the two groups
-    small. Row 0 is always in group 0."""
+    small. Row 0 is always in group 0. A zero update (a client whose model fits its data so well
+    that its gradients vanish) has no direction: its distance to every other update is 1, as for
+    an orthogonal one."""
     from scipy.cluster.hierarchy import fcluster, linkage
     from scipy.spatial.distance import pdist
 
@@ -140,7 +142,13 @@ def bipartition(updates: Tensor) -> Tensor:
     u = u / np.maximum(norms, 1e-300)
     if len(u) < 2:
         return torch.zeros(len(u), dtype=torch.long)
-    distance = np.clip(pdist(u, "cosine"), 0.0, 2.0)
+    zero = norms[:, 0] == 0
+    with np.errstate(invalid="ignore", divide="ignore"):
+        distance = pdist(u, "cosine")
+    if zero.any():  # pairs with a zero update: NaN from pdist, distance 1
+        i, j = np.triu_indices(len(u), 1)
+        distance[zero[i] | zero[j]] = 1.0
+    distance = np.clip(distance, 0.0, 2.0)
     labels = fcluster(linkage(distance, method="complete"), t=2, criterion="maxclust") - 1
     labels = labels if labels[0] == 0 else 1 - labels
     return torch.as_tensor(labels, dtype=torch.long)
