@@ -411,6 +411,8 @@ BOUNDED_MARGINALS = [
     # in shares of the fair load n/m: between low / M and high / M of the mass per model
     case(ShareBounds(), "ShareBounds", lower=lambda n: 0.5 / M, upper=lambda n: 2.0 / M),
     case(ShareBounds(0.0, None), "ShareBounds-free", lower=lambda n: 0.0, upper=None),
+    # a soft balance: the load above n/m costs 0.5 x the median lowest loss per unit
+    case(ShareBounds(price=0.5), "ShareBounds-priced", lower=lambda n: 0.5 / M, upper=lambda n: 2.0 / M),
 ]
 
 KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
@@ -484,7 +486,8 @@ def test_marginals_permutation_equivariance(marginals, traits, seed):
 @pytest.mark.parametrize("marginals, traits", BOUNDED_MARGINALS)
 def test_bounded_marginals_give_feasible_optimal_plans(marginals, traits, method, seed):
     # the plan places every objective, keeps each model's load within the documented bounds, and
-    # minimises <L, Gamma> over that set (linprog with the load bounds as inequalities)
+    # minimises <L, Gamma> over that set (linprog with the load bounds as inequalities), plus, for a
+    # priced balance, the price of each model's load above its target (an excess variable per model)
     n, m = 9, 3
     losses = _rand(n, m, seed=seed)
     alpha, bounds = marginals(losses, 0, 1)
@@ -497,11 +500,15 @@ def test_bounded_marginals_give_feasible_optimal_plans(marginals, traits, method
     _close(plan.sum(1), alpha, atol=tol)
     hi = 1.0 if upper is None else upper(n)
     assert bool((plan.sum(0) >= lower - tol).all()) and bool((plan.sum(0) <= hi + tol).all())
-    rows = np.kron(np.eye(n), np.ones(m))
-    cols = np.kron(np.ones(n), np.eye(m))
-    ref = linprog(losses.numpy().ravel(), A_eq=rows, b_eq=alpha.numpy(), A_ub=np.vstack([cols, -cols]),
-                  b_ub=np.concatenate([np.full(m, hi), np.full(m, -lower)]), bounds=(0, None), method="highs")
-    gap = float((plan * losses).sum()) - ref.fun
+    rows = np.hstack([np.kron(np.eye(n), np.ones(m)), np.zeros((n, m))])
+    cols = np.hstack([np.kron(np.ones(n), np.eye(m)), np.zeros((m, m))])
+    excess = cols - np.hstack([np.zeros((m, n * m)), np.eye(m)])  # load_j - e_j <= target_j
+    target = np.zeros(m) if bounds.target is None else bounds.target.numpy()
+    ref = linprog(np.concatenate([losses.numpy().ravel(), np.full(m, bounds.price)]), A_eq=rows, b_eq=alpha.numpy(),
+                  A_ub=np.vstack([cols, -cols, excess]),
+                  b_ub=np.concatenate([np.full(m, hi), np.full(m, -lower), target]), bounds=(0, None), method="highs")
+    value = float((plan * losses).sum()) + bounds.price * float((plan.sum(0).numpy() - target).clip(0).sum())
+    gap = value - ref.fun
     assert gap <= (1e-9 if method == "exact" else 5e-3), f"{method}: {gap}"
 
 

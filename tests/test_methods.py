@@ -101,6 +101,30 @@ def test_semi_relaxed_marginals():
     assert torch.equal(plan.argmax(1), losses.argmin(1))
 
 
+def test_share_bounds_price_is_relative_to_the_losses_and_keeps_the_balance_for_small_gaps():
+    from most.methods import ShareBounds
+
+    g = torch.Generator().manual_seed(3)
+    # two groups of 9 and 3 over 3 models: within a group the models differ by little, across by a lot
+    base = torch.tensor([[1.0, 1.05, 4.0]] * 9 + [[4.0, 4.0, 1.0]] * 3, dtype=torch.float64)
+    losses = base + 0.01 * torch.rand(12, 3, generator=g, dtype=torch.float64)
+    priced = TransportAssignment(marginals=ShareBounds(0.5, 2.0, price=0.5))
+    loads = (priced(losses, 0, 1) * 12).sum(0)
+    # the group of 9 fills models 0 and 1 (a gap of 0.05, below the price), the group of 3 keeps its own model
+    # (moving to it would cost 3, above the price) although the balance would give it 4
+    torch.testing.assert_close(loads, torch.tensor([5.0, 4.0, 3.0], dtype=torch.float64))
+    # without the price, model 0 takes all it can of the group of 9, down to model 1's floor of 2
+    free = TransportAssignment(marginals=ShareBounds(0.5, 2.0))
+    torch.testing.assert_close((free(losses, 0, 1) * 12).sum(0), torch.tensor([7.0, 2.0, 3.0], dtype=torch.float64))
+    # units do not matter: the price follows the losses' scale
+    torch.testing.assert_close(priced(10 * losses, 0, 1), priced(losses, 0, 1))
+    _, bounds = ShareBounds(price=0.5)(losses, 0, 1)
+    assert bounds.price == pytest.approx(0.5 * float(losses.min(1).values.median()))
+    assert ShareBounds()(losses, 0, 1)[1].price == 0.0 and ShareBounds()(losses, 0, 1)[1].target is None
+    with pytest.raises(ValueError, match="price"):
+        ShareBounds(price=-0.1)
+
+
 def test_curriculum_moves_from_models_select_to_objectives_select():
     g = torch.Generator().manual_seed(0)
     losses = torch.rand(10, 3, generator=g, dtype=torch.float64)

@@ -92,3 +92,72 @@ def test_the_shortcut_gives_ties_to_the_lowest_model_and_keeps_the_cost_s_layout
     assert torch.equal(res.plan.sum(1), a)
     assert res.cost == pytest.approx(float((C * res.plan).sum()), abs=1e-7)
 
+
+
+def _priced_linprog(C, a, lower, upper, target, price):
+    """min <C, G> + price * sum_j max(0, load_j - target_j), rows a, lower <= load <= upper, by linprog:
+    variables G (n m) then the excess e (m), e_j >= load_j - target_j, e >= 0."""
+    import numpy as np
+    from scipy.optimize import linprog
+
+    n, m = C.shape
+    c = np.concatenate([C.numpy().ravel(), np.full(m, price)])
+    rows = np.zeros((n, n * m + m))
+    for i in range(n):
+        rows[i, i * m:(i + 1) * m] = 1
+    load = np.zeros((m, n * m + m))
+    for j in range(m):
+        load[j, j:n * m:m] = 1
+    excess = load.copy()
+    excess[:, n * m:] = -np.eye(m)  # load_j - e_j <= target_j
+    A_ub = np.vstack([load, -load, excess])
+    b_ub = np.concatenate([upper, -lower, target])
+    res = linprog(c, A_ub=A_ub, b_ub=b_ub, A_eq=rows, b_eq=a.numpy(), bounds=(0, None), method="highs")
+    assert res.status == 0
+    return res.fun
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("price", [0.05, 0.3, 2.0])
+def test_a_priced_balance_is_optimal_for_the_tv_penalised_transport(seed, price):
+    """The plan minimises <C, G> + price * (load above the target) within the bounds (linprog)."""
+    import numpy as np
+
+    n, m = 14, 4
+    C = _cost(n, m, seed)
+    a = torch.full((n,), 1 / n, dtype=F64)
+    lower, upper, target = np.full(m, 0.5 / m), np.full(m, 2 / m), np.full(m, 1 / m)
+    res = solve_bounded(C, a, lower=0.5 / m, upper=2 / m, target=1 / m, price=price)
+    load = res.plan.sum(0).numpy()
+    torch.testing.assert_close(res.plan.sum(1), a, atol=1e-12, rtol=0)
+    assert (load >= lower - 1e-12).all() and (load <= upper + 1e-12).all()
+    value = res.cost + price * np.clip(load - target, 0, None).sum()
+    assert value == pytest.approx(_priced_linprog(C, a, lower, upper, target, price), abs=1e-9)
+    assert res.cost == pytest.approx(float((C * res.plan).sum()), abs=1e-12)  # the cost is <C, plan> alone
+
+
+def test_a_high_price_gives_the_balance_and_a_tiny_one_the_hard_bounds_plan():
+    C = _cost(12, 3, 7)
+    a = torch.full((12,), 1 / 12, dtype=F64)
+    b = torch.full((3,), 1 / 3, dtype=F64)
+    high = solve_bounded(C, a, lower=0.0, upper=1.0, target=b, price=10.0)
+    assert high.cost == pytest.approx(solve(C, a, b).cost, abs=1e-12)
+    tiny = solve_bounded(C, a, lower=0.0, upper=1.0, target=b, price=1e-9)
+    assert tiny.cost == pytest.approx(solve_bounded(C, a).cost, abs=1e-7)
+
+
+def test_an_objective_leaves_the_balance_only_for_a_gap_above_the_price():
+    C = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]], dtype=F64)  # model 0 is everyone's best
+    a = torch.full((4,), 0.25, dtype=F64)
+    moved = [(solve_bounded(C, a, target=0.5, price=p).plan * 4).round()[:, 1].tolist() for p in (0.5, 1.5, 2.5)]
+    assert moved == [[0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0]]  # gaps 1, 2, 3, 4 against the price
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(price=-1.0, target=0.5), "non-negative finite"),
+    (dict(price=float("nan"), target=0.5), "non-negative finite"),
+    (dict(price=1.0), "give `target` too"),
+])
+def test_a_bad_price_is_refused(kw, match):
+    with pytest.raises(ValueError, match=match):
+        solve_bounded(_cost(4, 2, 0), torch.full((4,), 0.25, dtype=F64), **kw)

@@ -82,7 +82,8 @@ class TransportAssignment(Assignment):
         a, b = self.marginals(losses, round, total)
         if isinstance(b, Bounds):
             return transport.solve_bounded(losses, a, lower=b.lower, upper=b.upper, method=self.method,
-                                           diversity=self.diversity, reg=self.reg).plan
+                                           diversity=self.diversity, reg=self.reg, target=b.target,
+                                           price=b.price).plan
         init = previous if (self.warm_start and a is not None and b is not None) else None
         if init is not None:
             # A previous plan is a valid warm start only for the same marginals.

@@ -48,10 +48,13 @@ class Uniform(Marginals):
 
 class Bounds(NamedTuple):
     """A model marginal given as bounds: model j takes between ``lower[j]`` and ``upper[j]`` of
-    the mass (``upper=None``: no upper bound)."""
+    the mass (``upper=None``: no upper bound); with ``price > 0``, each unit of mass above
+    ``target[j]`` costs ``price`` more (a soft balance, :func:`most.transport.solve_bounded`)."""
 
     lower: Tensor
     upper: Tensor | None = None
+    target: Tensor | None = None
+    price: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -112,17 +115,30 @@ class ShareBounds(Marginals):
     a group smaller or larger than ``n/m``, within a factor, so groups of unequal size are
     served whole or nearly, while with no groups in the data the loads stay close to even (a
     model does not collapse onto a few objectives, nor gather most of them). ``high=None``: no
-    upper bound. The federated MosT's default, with ``low = 0.5`` and ``high = 2``.
+    upper bound.
+
+    ``price`` makes the balance soft within the bounds: a model's load above ``n/m`` costs
+    ``price`` times the median, over objectives, of their lowest loss, per objective, so an
+    objective leaves its place in the balance only for a model on which its loss is lower by
+    that much (a fraction of the typical loss, so the rule does not depend on the loss's units).
+    Where the models are close for most objectives (no groups in the data) the loads stay near
+    ``n/m``; where groups differ by more than the price they are served whole within the bounds.
+    The federated MosT's default is ``ShareBounds(0.5, 2.0, price=0.5)`` (how the price was set:
+    ``docs/methods/departures.md``).
 
     >>> import torch
     >>> from most.methods import TransportAssignment
     >>> L = torch.tensor([[0.0, 5.0]] * 7 + [[5.0, 0.0]])  # groups of 7 and 1; the fair load is 4
     >>> (TransportAssignment(marginals=ShareBounds(0.5, 2.0))(L, 0, 1) * 8).sum(0).tolist()  # at least 2 each
     [6.0, 2.0]
+    >>> L = torch.tensor([[1.0, 1.1]] * 6 + [[1.1, 1.0]] * 2)  # small gaps: the price keeps the balance
+    >>> (TransportAssignment(marginals=ShareBounds(0.5, 2.0, price=0.5))(L, 0, 1) * 8).sum(0).tolist()
+    [4.0, 4.0]
     """
 
     low: float = 0.5
     high: float | None = 2.0
+    price: float = 0.0
 
     def __post_init__(self):
         check_non_negative(self.low, name="low")
@@ -134,12 +150,16 @@ class ShareBounds(Marginals):
             if self.high < 1:
                 raise ValueError(f"`high` must be at least 1 (a share of the fair load n/m that lets the models "
                                  f"serve all objectives), or None; got {self.high}.")
+        check_non_negative(self.price, name="price")
 
     def __call__(self, losses, round, total):
         n, m = losses.shape
         lower = torch.full((m,), self.low / m, dtype=losses.dtype, device=losses.device)
         upper = None if self.high is None else torch.full_like(lower, min(self.high / m, 1.0))
-        return _uniform(n, losses), Bounds(lower, upper)
+        if not self.price:
+            return _uniform(n, losses), Bounds(lower, upper)
+        scale = float(losses.detach().min(1).values.abs().median())
+        return _uniform(n, losses), Bounds(lower, upper, target=_uniform(m, losses), price=self.price * scale)
 
 
 @dataclass(frozen=True)

@@ -71,7 +71,7 @@ def _greedy(c: torch.Tensor, a: torch.Tensor, low: np.ndarray, up: np.ndarray) -
 
 
 def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", diversity: float = 0.0,
-                  reg: float | None = None) -> TransportResult:
+                  reg: float | None = None, target=None, price: float = 0.0) -> TransportResult:
     """The exact plan in which model ``j`` takes between ``lower[j]`` and ``upper[j]`` of the mass.
 
     Args:
@@ -83,6 +83,12 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
         method, diversity, reg: As for :func:`most.transport.solve`, which solves the split problem when ``method`` is
             not ``"exact"`` or ``diversity > 0`` (the diversity term then acts on the split
             columns, pushing each row onto one of them, and so onto one model).
+        target, price: A soft balance within the bounds: each unit of mass a model takes above its
+            ``target`` (a number or one per model, e.g. ``1/m``) costs ``price`` more (in the cost's
+            units), so an objective leaves its place in the balance only for a model that costs it
+            at least ``price`` less. With the loads summing to 1 this is the transport whose model
+            marginal is penalised by ``price / 2`` times its total-variation distance to ``target``
+            (unbalanced transport with a TV penalty). ``price = 0``: hard bounds alone.
 
     Returns:
         TransportResult: ``plan`` with rows ``a`` and column sums within the bounds (to float error),
@@ -119,24 +125,42 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
     if up.sum() < 1 - 1e-6:
         raise ValueError(f"The upper bounds leave room for only {up.sum():.6g} of the mass (< 1): raise them.")
     low = low * min(1.0, 1.0 / low.sum()) if low.sum() > 1 else low
-    if method == "exact" and diversity == 0:
+    price = float(price)
+    if not np.isfinite(price) or price < 0:
+        raise ValueError(f"`price` must be a non-negative finite number (the extra cost of a unit of load above the "
+                         f"target); got {price}.")
+    if price > 0 and target is None:
+        raise ValueError("`price` charges the load above `target`: give `target` too (e.g. 1/m for the balance).")
+    if method == "exact" and diversity == 0 and price == 0:
         greedy = _greedy(c_in, torch.from_numpy(a64).to(c_in.device), low, up)
         if greedy is not None:  # every objective at its cheapest model already meets the bounds
             return greedy
     c = c_in.to("cpu", torch.float64).numpy()
     spare = max(up.sum() - 1.0, 0.0)
-    # never worth entering: moving mass between real rows changes the cost by at most hi - lo per unit
-    big = hi + (hi - lo) + 1.0
-    cols = np.concatenate([low, up - low])
-    ext_c = np.vstack([np.hstack([c, c]), np.concatenate([np.full(m, big), np.full(m, lo)])[None]])
+    # never worth entering: moving mass between real rows changes the cost by at most hi - lo (+ price) per unit
+    big = hi + (hi - lo) + price + 1.0
+    if price > 0:  # a third block: the load above the target, at the price
+        cut = np.clip(_bound(target, name="target", m=m, default=0.0), low, up)
+        cols = np.concatenate([low, cut - low, up - cut])
+        offsets = np.concatenate([np.zeros(2 * m), np.full(m, price)])
+    else:
+        cols = np.concatenate([low, up - low])
+        offsets = np.zeros(2 * m)
+    blocks = len(cols) // m
+    dummy = np.concatenate([np.full(m, big), np.full(len(cols) - m, lo)])
+    ext_c = np.vstack([np.tile(c, blocks) + offsets, dummy[None]])
     ext_a = np.concatenate([a64, [spare]])
     total = ext_a.sum()
+
+    def fold(ext: np.ndarray) -> np.ndarray:  # the blocks of each model added
+        return ext[:n].reshape(n, blocks, m).sum(1) * total
+
     if method == "exact":
         def split_plan(costs: np.ndarray) -> tuple[np.ndarray, bool]:
-            ext_c[:n] = np.hstack([costs, costs])
+            ext_c[:n] = np.tile(costs, blocks) + offsets
             ext, ok = exact_transport(ext_c, ext_a / total, cols / cols.sum(), max_iter=DEFAULT_MAX_ITER,
                                       bounds=(min(lo, float(costs.min())), big))
-            return (ext[:n, :m] + ext[:n, m:]) * total, ok
+            return fold(ext), ok
 
         plan, converged = split_plan(c)
         # tau R(plan), R = -sum_i max_j plan_ij, is concave: minimise by linearising at the current plan (the
@@ -154,7 +178,7 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
 
         res = solve(torch.from_numpy(ext_c), torch.from_numpy(ext_a / total), torch.from_numpy(cols / cols.sum()),
                     method=method, diversity=diversity, reg=reg)
-        plan, converged = (res.plan.numpy()[:n, :m] + res.plan.numpy()[:n, m:]) * total, res.converged
+        plan, converged = fold(res.plan.numpy()), res.converged
     if not converged:
         warnings.warn(f"solve_bounded: the {method} transport solver did not converge; the plan is rounded onto "
                       "the feasible set but may be suboptimal.", ConvergenceWarning, stacklevel=2)
