@@ -81,7 +81,9 @@ METHODS: dict[str, MethodRow | BuiltRow] = {
     # a redundant model moved to split a model whose clients' updates pull apart (Resplit)
     "MosT (balanced, resplit)": MethodRow("MosT", {"marginals": {"type": "Uniform"}}),
     "MosT (load bounds, resplit)": MethodRow("MosT", {"marginals": {"type": "LoadBounds"}}),
-    "MosT (share bounds, no resplit)": MethodRow("MosT", {"resplit": "none"}),
+    # the share bounds without the price (the federated default before the price), with and without the re-split
+    "MosT (share bounds)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}}),
+    "MosT (share bounds, no resplit)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}, "resplit": "none"}),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
     "MosT (warm-up 15)": _balanced(warmup={"type": "WarmUp", "rounds": 15}),
     "MosT (warm-up 30)": _balanced(warmup={"type": "WarmUp", "rounds": 30}),

@@ -4,8 +4,8 @@
 weights each model's step (the transport, its diversity term and marginals, the weighting and
 the combiner, or an assignment of one's own), their checks, and the assignment they make. Both
 :class:`most.MosT` and :class:`most.federated.methods.MosT` inherit it; the federated one keeps
-its own default marginals (:class:`~most.methods.ShareBounds`, where the centralised default is
-:class:`~most.methods.LoadBounds`).
+its own default marginals (:class:`~most.methods.ShareBounds` with a price, where the centralised
+default is :class:`~most.methods.LoadBounds`).
 """
 
 from __future__ import annotations

@@ -186,9 +186,12 @@ class MosT(TransportConfig, FederatedMethod):
         server_lr: eta_s, the step of the update rule on the combined direction.
         diversity, transport, marginals, reg, warm_start: the transport
             (:class:`most.methods.TransportAssignment`). The default marginals are
-            :class:`most.methods.ShareBounds` ``(0.5, 2)``: each model serves between half and
-            twice the fair load n/m, so groups of clients of unequal size are served whole or
-            nearly; :class:`most.methods.Uniform` is the paper's balance (every model n/m).
+            :class:`most.methods.ShareBounds` ``(0.5, 2, price=0.5)``: each model serves between
+            half and twice the fair load n/m, and a client leaves its place in the balance only
+            for a model on which its loss is lower by half the median client's best loss, so
+            groups of clients of unequal size are served whole or nearly while clients without
+            groups keep even loads; :class:`most.methods.Uniform` is the paper's balance (every
+            model n/m), ``ShareBounds(0.5, 2)`` the bounds without the price.
         assignment: instead of those, any assignment, e.g.
             :class:`most.methods.CappedTransportAssignment` ``(shares=2)`` with
             ``weighting=most.methods.Shares()``: every client trains its 2 best models.
@@ -215,12 +218,13 @@ class MosT(TransportConfig, FederatedMethod):
     a shared warm-up gives the models a common start; and the paper's balance makes every
     model train on n/m clients, so a group of clients smaller than that is trained together
     with clients of another group and a larger one is split, which the share bounds and the
-    re-split avoid. Because the tie after the warm-up is decided by the last bits of the losses,
+    re-split avoid; the price keeps the loads even where the clients' losses show no groups
+    (uneven loads cost accuracy there). Because the tie after the warm-up is decided by the last bits of the losses,
     the same seed can split the clients differently on another engine or machine; use
     ``warmup=None`` when runs must match across engines.
     """
 
-    marginals: Marginals = field(default_factory=ShareBounds)  # TransportConfig's field, the federated default
+    marginals: Marginals = field(default_factory=lambda: ShareBounds(0.5, 2.0, price=0.5))  # the federated default
     warmup: WarmUp | None = field(default_factory=WarmUp)
     resplit: Resplit | None = field(default_factory=Resplit)
 
