@@ -196,7 +196,8 @@ def main(argv=None) -> None:
     results.update(machine=f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores",
                    torch=torch.__version__, flwr=flwr.__version__)
     if args.phase in ("table", "all"):
-        runs = []
+        # the stored runs of the methods not asked for are kept (a default that changed is re-run alone)
+        runs = [r for r in results.get("table", {}).get("runs", []) if r["method"] not in args.methods]
         for name in args.methods:
             for seed in args.seeds:
                 r = _one(name, seed, args.rounds)
@@ -205,7 +206,10 @@ def main(argv=None) -> None:
                       f"({r['flower']['seconds']:.1f} s); loss pick {100 * r['in_process']['accuracy_loss_pick']:.2f}, "
                       f"{100 * r['flower']['accuracy_loss_pick']:.2f}", flush=True)
                 runs.append(r)
-        results["table"] = {"command": cmd.strip(), "runs": runs}
+        runs.sort(key=lambda r: list(METHODS).index(r["method"]))
+        kept = sorted({r["method"] for r in runs} - set(args.methods))
+        results["table"] = {"command": cmd.strip() + (f" (the {', '.join(kept)} runs kept from the call before)"
+                                                       if kept else ""), "runs": runs}
     if args.phase in ("timing", "all"):
         timing = {"command": cmd.strip(), "run": _one("MosT", 0, args.timing_rounds)}
         if args.deployment:
