@@ -221,7 +221,7 @@ def main(argv=None):
         "backward passes per model and took ~1 s per Jacobian on the regression problem.",
         "",
         "The federated settings are in the section *Federated clients as objectives* below (`most bench "
-        "federated`); they use the federated `MosT`, whose default did not change (see "
+        "federated`); they use the federated `MosT` and its own default (share bounds with a price; see "
         "`docs/methods/departures.md`).",
         "",
     ]
