@@ -126,7 +126,7 @@ def plan_overhead(calls: int = 300) -> dict:
     from most.federated import methods as F
 
     method = F.MosT(5, server_lr=5.0)
-    method.reset(30, 5, torch.Generator().manual_seed(0))
+    state = method.start(30, 5, torch.Generator().manual_seed(0))
     losses = torch.rand(30, 5, generator=torch.Generator().manual_seed(1))
     big = torch.randn(2000, 2000)
     out = {}
@@ -136,7 +136,7 @@ def plan_overhead(calls: int = 300) -> dict:
             if between:
                 big @ big[:, :200]
             tic = time.perf_counter()
-            method.plan(losses, 10, 100, None)
+            method.plan(state, losses, 10, 100, None)
             times.append(time.perf_counter() - tic)
         out[label] = statistics.median(times)
     return out
@@ -159,11 +159,11 @@ def op_profile(calls: int = 200) -> dict:
     pair_model = torch.arange(n) % m
     weight = torch.ones(n, dtype=torch.float64)
     method = F.MosT(m, server_lr=5.0)
-    method.reset(n, m, torch.Generator().manual_seed(0))
+    state = method.start(n, m, torch.Generator().manual_seed(0))
     losses = torch.rand(n, m, generator=gen)
     cases = {
         "min-norm combination": lambda: params - F.combine_updates(MinNorm(), m, deltas, pair_model, weight),
-        "plan step (exact transport + majority share)": lambda: method.plan(losses, 10, 100, None),
+        "plan step (exact transport + majority share)": lambda: method.plan(state, losses, 10, 100, None),
     }
     out = {}
     for name, fn in cases.items():
