@@ -154,8 +154,10 @@ def test_an_objective_leaves_the_balance_only_for_a_gap_above_the_price():
 
 
 @pytest.mark.parametrize("kw, match", [
-    (dict(price=-1.0, target=0.5), "non-negative finite"),
+    (dict(price=-1.0, target=0.5), r"`price` must be a non-negative number; got -1\.0"),
     (dict(price=float("nan"), target=0.5), "non-negative finite"),
+    (dict(price=True, target=0.5), "non-negative finite number; got True"),
+    (dict(price="1", target=0.5), "pass a number, not a string"),
     (dict(price=1.0), "give `target` too"),
 ])
 def test_a_bad_price_is_refused(kw, match):

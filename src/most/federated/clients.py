@@ -17,6 +17,7 @@ from torch.nn.functional import cross_entropy
 from .._host import to_device
 from .._validation import check_bool, check_positive_int
 from .data import FederatedDataset
+from .evaluation import pooled_loss
 from .models import FlatModel
 
 
@@ -86,6 +87,16 @@ def evaluate(model: FlatModel, params: Tensor, data: Padded, *, clients: Tensor 
     """
     _check_evaluate_args(model, params, data, clients, max_samples, return_probs)
     return evaluate_unchecked(model, params, data, clients, max_samples, return_probs)
+
+
+def selection_scores(model: FlatModel, params: Tensor, train: Padded, val: Padded) -> tuple[Tensor, Tensor]:
+    """What each client's final model is picked by, on the host: ``val_accuracy [n, m]`` and the
+    selection loss ``[n, m]``, each model's loss on the client's training and validation data
+    pooled (:func:`~most.federated.evaluation.pooled_loss`); both feed
+    :func:`~most.federated.server.choose_models`."""
+    val_loss, val_acc, _ = evaluate(model, params, val)
+    train_loss, _, _ = evaluate(model, params, train)
+    return val_acc.cpu(), pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
 
 
 def evaluate_unchecked(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None, max_samples: int = 8192,

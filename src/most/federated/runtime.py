@@ -39,7 +39,7 @@ from .evaluation import pooled_loss
 from .models import FlatModel
 from .checks import check_inputs
 from .clients import (CHUNK_VALUES, Padded, batch_orders, chunk_slices, evaluate, evaluate_unchecked, mixture_scores,
-                      pad_split, sample_losses, train_pairs)
+                      pad_split, sample_losses, selection_scores, train_pairs)
 from .config import FederatedConfig, FederatedResult
 from .server import RoundLog, RoundState, Server, choose_models, pair_seed
 
@@ -400,7 +400,7 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
         return _final_mixture(server, model, train, val, test)
     if server.method.fine_tune_epochs:
         params = _fine_tune(server, model, train, val)
-    val_acc, selection = _selection(model, params, train, val)
+    val_acc, selection = selection_scores(model, params, train, val)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     choice, by_loss = server.choose(val_acc, selection)
     if by_loss.any():
@@ -434,14 +434,6 @@ def _final_mixture(server: Server, model: FlatModel, train: Padded, val: Padded,
                            mixture=pi.cpu())
 
 
-def _selection(model: FlatModel, params: Tensor, train: Padded, val: Padded) -> tuple[Tensor, Tensor]:
-    """What each client's model is picked by, on the host: ``val_accuracy [n, m]`` and the
-    selection loss ``[n, m]`` (training and validation data pooled, :func:`pooled_loss`)."""
-    val_loss, val_acc, _ = evaluate(model, params, val)
-    train_loss, _, _ = evaluate(model, params, train)
-    return val_acc.cpu(), pooled_loss(train_loss.cpu(), val_loss.cpu(), train.counts.cpu(), val.counts.cpu())
-
-
 def _fine_tune(server: Server, model: FlatModel, train: Padded, val: Padded) -> Tensor:
     """``[n, d]``: each client's best model on validation (by training loss where it has no
     validation sample), trained for the method's ``fine_tune_epochs`` local epochs on the
@@ -450,7 +442,7 @@ def _fine_tune(server: Server, model: FlatModel, train: Padded, val: Padded) -> 
     under ``pair_seeds``, from :func:`pair_seed` ``(seed, rounds, client, j)``, which a Flower
     client draws alone."""
     params, config = server.params, server.config
-    choice, _ = choose_models(*_selection(model, params, train, val))
+    choice, _ = choose_models(*selection_scores(model, params, train, val))
     host_w = train.w.cpu()
     seeds = ([pair_seed(config.seed, config.rounds, i, int(j)) for i, j in enumerate(choice.tolist())]
              if config.pair_seeds else None)

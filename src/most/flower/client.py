@@ -36,7 +36,7 @@ from ..federated.data import ClientData
 from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
 from ..federated.methods.mixture import responsibilities
-from ..federated.clients import Padded, evaluate, local_train, mixture_scores, sample_losses
+from ..federated.clients import Padded, evaluate, local_train, mixture_scores, sample_losses, selection_scores
 from ..federated.server import choose_models, pair_seed
 from . import protocol as P
 
@@ -157,11 +157,7 @@ def client_fine_tune(model: FlatModel, params: Tensor, data: ClientData, *, seed
     training data with batches from :func:`~most.federated.server.pair_seed` ``(seed, round,
     client, j)``, as the in-process runtime fine-tunes under ``pair_seeds``."""
     params = _check_params(model, params)
-    val, train = _split(data, "val"), _split(data, "train")
-    val_loss, val_acc, _ = evaluate(model, params, val)
-    train_loss, _, _ = evaluate(model, params, train)
-    selection = pooled_loss(train_loss, val_loss, train.counts, val.counts)
-    j = int(choose_models(val_acc, selection)[0][0])
+    j = int(choose_models(*selection_scores(model, params, _split(data, "train"), _split(data, "val")))[0][0])
     x, y = data.x_train, data.y_train
     tuned = local_train(model, params[j][None], x[None], y[None], torch.ones(1, len(y)), epochs=epochs,
                         batch_size=batch_size, lr=lr, seeds=[pair_seed(seed, round, client, j)])

@@ -24,7 +24,7 @@ import warnings
 import numpy as np
 import torch
 
-from .._validation import as_tensor, host_marginal, matrix_range
+from .._validation import as_tensor, check_non_negative, host_marginal, matrix_range
 from .._warnings import ConvergenceWarning
 from ._exact import DEFAULT_MAX_ITER, exact_transport
 from ._result import TransportResult
@@ -125,10 +125,7 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
     if up.sum() < 1 - 1e-6:
         raise ValueError(f"The upper bounds leave room for only {up.sum():.6g} of the mass (< 1): raise them.")
     low = low * min(1.0, 1.0 / low.sum()) if low.sum() > 1 else low
-    price = float(price)
-    if not np.isfinite(price) or price < 0:
-        raise ValueError(f"`price` must be a non-negative finite number (the extra cost of a unit of load above the "
-                         f"target); got {price}.")
+    price = check_non_negative(price, name="price")
     if price > 0 and target is None:
         raise ValueError("`price` charges the load above `target`: give `target` too (e.g. 1/m for the balance).")
     if method == "exact" and diversity == 0 and price == 0:
