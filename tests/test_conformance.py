@@ -65,7 +65,7 @@ from most.methods import (
     Weighting,
 )
 from most.federated.methods.clustered import ClusterAssignment
-from most.federated.methods import BoxMinNorm, min_norm_box
+from most.federated.methods import BoxMinNorm, SplitByLosses, SplitByUpdates, SplitSignal, min_norm_box
 from most.optim import SGD, Adam, UpdateRule
 from most.transport import diversity_regularizer
 
@@ -400,6 +400,15 @@ RESEEDS = [
     case(Reseed(), "Reseed"),
     case(Reseed(candidates=1, steps=5, min_gain=0.0), "Reseed-1-candidate-no-gain"),
 ]
+# ---------------------------------------------------------------------------- re-split signals
+# What tells federated MosT's re-split that a model serves two groups of clients:
+# find(deltas, pair_model, clients, losses, min_clients) -> (model, pairs of the leaving half) | None.
+SPLIT_SIGNALS = [
+    case(SplitByLosses(), "SplitByLosses"),
+    case(SplitByLosses(min_gap=0.1), "SplitByLosses-0.1"),
+    case(SplitByUpdates(), "SplitByUpdates"),
+    case(SplitByUpdates(max_similarity=0.0), "SplitByUpdates-0"),
+]
 # ---------------------------------------------------------------------------- bounded marginals
 # Marginals whose beta is a most.methods.Bounds (lower, upper) instead of a vector; traits:
 #   lower, upper: callables (n) -> the documented per-model bounds (upper None: unbounded).
@@ -415,7 +424,7 @@ BOUNDED_MARGINALS = [
     case(ShareBounds(price=0.5), "ShareBounds-priced", lower=lambda n: 0.5 / M, upper=lambda n: 2.0 / M),
 ]
 
-KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
+KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, SplitSignal: SPLIT_SIGNALS, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
          UpdateRule: UPDATE_RULES}
 
 
@@ -566,6 +575,62 @@ def test_reseed_moves_at_most_one_model_and_only_when_it_pays(reseed, traits, se
     # due: every `every` rounds, never after the `until` fraction or in the last round
     due = [t for t in range(100) if reseed.due(t, 100)]
     assert all((t + 1) % reseed.every == 0 and t + 1 <= reseed.until * 100 and t < 99 for t in due)
+
+
+# =============================================================================== re-split signals
+def _two_groups_on_one_model(seed, mixed=True):
+    """Three models. Model 0's first pairs are clients of group A (their updates point along +u,
+    model 1 serves them next best), its last ones of group B (along -u, model 2 next); models 1
+    and 2 serve one group each. Without ``mixed`` model 0's clients are all of group A. Client
+    difficulty (a per-client offset on every loss) and noise vary with the seed."""
+    g = _gen(seed)
+    d, sizes = 30, (7, 5, 6, 6)  # model 0: A (7) + B (5); models 1 and 2: 6 each
+    u = torch.randn(d, generator=g, dtype=F64)
+    u /= u.norm()
+    group = torch.tensor([0] * 7 + [1 if mixed else 0] * 5 + [0] * 6 + [1] * 6)
+    pair_model = torch.tensor([0] * 12 + [1] * 6 + [2] * 6)
+    direction = torch.where(group[:, None] == 0, u, -u)
+    deltas = direction + 0.05 * torch.randn(len(group), d, generator=g, dtype=F64)
+    own = torch.tensor([[1.0, 1.4, 3.0], [1.0, 3.0, 1.4]], dtype=F64)  # group A's row, group B's
+    losses = own[group] + 0.05 * torch.rand(len(group), 3, generator=g, dtype=F64)
+    losses[12:18, 1] -= 0.6  # models 1 and 2 serve their own clients best
+    losses[18:, 2] -= 0.6
+    losses += 2.0 * torch.rand(len(group), 1, generator=g, dtype=F64)  # difficulty: every model alike
+    clients = torch.randperm(len(group), generator=g)  # pairs are not in client order
+    full = torch.empty_like(losses)
+    full[clients] = losses
+    assert sum(sizes) == len(group)
+    return deltas, pair_model, clients, full, group
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("signal, traits", SPLIT_SIGNALS)
+def test_split_signal_finds_the_model_serving_two_groups_and_one_whole_half(signal, traits, seed):
+    deltas, pair_model, clients, losses, group = _two_groups_on_one_model(seed)
+    found = signal.find(deltas, pair_model, clients, losses, 4)
+    assert found is not None
+    model, pairs = found
+    assert model == 0 and pairs.dtype == torch.long
+    assert bool((pair_model[pairs] == 0).all())  # the leaving half is the split model's
+    leaving = group[pairs]
+    assert len(set(leaving.tolist())) == 1  # one whole group leaves, the other stays
+    assert len(pairs) == int((group[:12] == leaving[0]).sum())
+    # the same pairs listed in another order: the same model parts into the same two halves
+    # (which half leaves may follow the order, as the first pair's half stays for SplitByUpdates)
+    order = torch.randperm(len(pair_model), generator=_gen(seed + 1))
+    again = signal.find(deltas[order], pair_model[order], clients[order], losses, 4)
+    assert again is not None and again[0] == 0
+    halves = {frozenset(clients[pairs].tolist()), frozenset(clients[:12].tolist()) - set(clients[pairs].tolist())}
+    assert frozenset(clients[order][again[1]].tolist()) in halves
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("signal, traits", SPLIT_SIGNALS)
+def test_split_signal_leaves_single_groups_and_small_models_alone(signal, traits, seed):
+    deltas, pair_model, clients, losses, group = _two_groups_on_one_model(seed, mixed=False)
+    assert signal.find(deltas, pair_model, clients, losses, 4) is None  # every model serves one group
+    mixed = _two_groups_on_one_model(seed)
+    assert signal.find(*mixed[:4], 13) is None  # no model has 13 pairs
 
 
 # =============================================================================== assignments

@@ -297,38 +297,98 @@ def _resplit_case():
     return deltas, pair_model, losses
 
 
+BY_UPDATES = F.Resplit(every=1, min_clients=4, signal=F.SplitByUpdates())
+CLIENTS = torch.arange(6)  # the case's pair p is client p
+
+
 def test_resplit_moves_the_redundant_model_to_the_half_that_pulls_away():
     deltas, pair_model, losses = _resplit_case()
-    split, moved, pairs = F.Resplit(every=1, min_clients=4).propose(0, 10, deltas, pair_model, losses)
+    split, moved, pairs = BY_UPDATES.propose(0, 10, deltas, pair_model, losses, CLIENTS)
     assert (split, moved) == (0, 1) and sorted(pairs.tolist()) == [2, 3]
     # applied in a round: model 1 restarts from model 0 and takes the second half's mean step
-    method = F.MosT(2, server_lr=1.0, warmup=None, resplit=F.Resplit(every=1, min_clients=4))
+    method = F.MosT(2, server_lr=1.0, warmup=None, resplit=BY_UPDATES)
     state = method.start(6, 2, torch.Generator())
     method.plan(state, losses, 0, 10)
     params = torch.stack([torch.ones(6), torch.full((6,), 5.0)])
-    new = method.aggregate(state, params, deltas, pair_model, torch.ones(6, dtype=torch.float64), round=0)
+    new = method.aggregate(state, params, deltas, pair_model, torch.ones(6, dtype=torch.float64), round=0,
+                           clients=CLIENTS)
     torch.testing.assert_close(new[0], torch.ones(6) - deltas[:2].mean(0))
     torch.testing.assert_close(new[1], torch.ones(6) - deltas[2:4].mean(0))
 
 
 def test_resplit_leaves_models_alone_when_nothing_pulls_apart_or_the_move_costs_more():
     deltas, pair_model, losses = _resplit_case()
-    rule = F.Resplit(every=1, min_clients=4)
+    rule = BY_UPDATES
     aligned = deltas.abs()  # every client of model 0 pulls the same way
-    assert rule.propose(0, 10, aligned, pair_model, losses) is None
+    assert rule.propose(0, 10, aligned, pair_model, losses, CLIENTS) is None
     costly = losses.clone()
     costly[4:, 0] = 9.0  # model 1's clients would lose a lot on model 0: model 1 is not redundant
-    assert rule.propose(0, 10, deltas, pair_model, costly) is None
-    assert F.Resplit(every=1, min_clients=5).propose(0, 10, deltas, pair_model, losses) is None  # too few clients
-    assert F.Resplit(every=3, min_clients=4).propose(0, 10, deltas, pair_model, losses) is None  # not its round
-    assert F.Resplit(every=1, min_clients=4, until=0.5).propose(6, 10, deltas, pair_model, losses) is None
+    assert rule.propose(0, 10, deltas, pair_model, costly, CLIENTS) is None
+    by_updates = F.SplitByUpdates()
+    assert F.Resplit(every=1, min_clients=5, signal=by_updates).propose(0, 10, deltas, pair_model, losses,
+                                                                       CLIENTS) is None  # too few clients
+    assert F.Resplit(every=3, min_clients=4, signal=by_updates).propose(0, 10, deltas, pair_model, losses,
+                                                                       CLIENTS) is None  # not its round
+    assert F.Resplit(every=1, min_clients=4, until=0.5, signal=by_updates).propose(6, 10, deltas, pair_model,
+                                                                                  losses, CLIENTS) is None
     # with sampled clients the method has no full loss matrix: nothing moves
     method = F.MosT(2, server_lr=1.0, warmup=None, resplit=rule)
     state = method.start(6, 2, torch.Generator())
     method.plan(state, losses[:5], 0, 10, clients=torch.arange(5))
     params = torch.stack([torch.ones(6), torch.full((6,), 5.0)])
-    new = method.aggregate(state, params, deltas[:4], pair_model[:4], torch.ones(4, dtype=torch.float64), round=0)
+    new = method.aggregate(state, params, deltas[:4], pair_model[:4], torch.ones(4, dtype=torch.float64), round=0,
+                           clients=torch.arange(4))
     torch.testing.assert_close(new[1], params[1])
+
+
+def _loss_case():
+    """Three models: model 0 serves clients of two groups (rows 0-2 do better on model 1 than on
+    model 2, rows 3-4 the other way round), models 1 and 2 serve one group each, and model 2's
+    clients would lose little on model 1 (model 2 is the redundant one). The clients' updates all
+    point the same way: only their losses tell the groups apart."""
+    losses = torch.tensor([[1.0, 1.3, 3.0], [1.1, 1.4, 3.2], [0.9, 1.2, 2.9],   # model 0, group A
+                           [1.0, 3.1, 1.4], [1.2, 3.0, 1.5],                     # model 0, group B
+                           [0.8, 0.4, 0.45], [0.8, 0.4, 0.45],                  # model 1
+                           [0.8, 0.42, 0.4], [0.8, 0.42, 0.4]])                  # model 2
+    pair_model = torch.tensor([0, 0, 0, 0, 0, 1, 1, 2, 2])
+    deltas = torch.ones(9, 4)
+    return deltas, pair_model, losses, torch.arange(9)
+
+
+def test_split_by_losses_parts_the_clients_that_other_models_serve_differently():
+    deltas, pair_model, losses, clients = _loss_case()
+    rule = F.Resplit(every=1, min_clients=4)  # the default signal: the losses
+    assert rule.signal == F.SplitByLosses(min_gap=0.5)
+    split, moved, pairs = rule.propose(0, 10, deltas, pair_model, losses, clients)
+    assert (split, moved) == (0, 2) and sorted(pairs.tolist()) == [3, 4]  # the smaller half leaves
+    # the updates agree, so CFL's split finds nothing to part
+    assert F.Resplit(every=1, min_clients=4, signal=F.SplitByUpdates()).propose(
+        0, 10, deltas, pair_model, losses, clients) is None
+    # pairs are read through their clients: the same pairs listed in another order part the same way
+    order = torch.tensor([4, 0, 3, 1, 2, 5, 6, 7, 8])
+    split, moved, pairs = rule.propose(0, 10, deltas[order], pair_model[order], losses, clients[order])
+    assert (split, moved) == (0, 2) and sorted(clients[order][pairs].tolist()) == [3, 4]
+
+
+def test_split_by_losses_ignores_clients_that_differ_only_in_difficulty_or_by_less_than_the_gap():
+    deltas, pair_model, losses, clients = _loss_case()
+    rule = F.Resplit(every=1, min_clients=4)
+    harder = losses.clone()
+    harder[:5] = torch.tensor([1.0, 1.3, 3.0]) + torch.tensor([0.0, 0.1, -0.1, 1.5, 1.6])[:, None]
+    # the same relative losses, some clients 1.5 nats harder on every model: one group
+    assert rule.signal.find(deltas, pair_model, clients, harder, 4) is None
+    assert rule.propose(0, 10, deltas, pair_model, harder, clients) is None
+    # the halves' mean relative losses differ by 1.68 nats at most, the median best loss is 0.9:
+    # a gap of 1.87 median losses
+    assert F.SplitByLosses(min_gap=1.9).find(deltas, pair_model, clients, losses, 4) is None
+    assert F.SplitByLosses(min_gap=1.85).find(deltas, pair_model, clients, losses, 4) is not None
+    # the smaller half has 2 clients: not a group when a group needs 3
+    assert F.SplitByLosses(min_half=3).find(deltas, pair_model, clients, losses, 4) is None
+    lone = losses.clone()
+    lone[3] = lone[0]  # client 3 now of group A ...
+    lone[4] = torch.tensor([1.0, 3.1, 1.4])  # ... and one alone (client 4) whose losses differ
+    assert rule.signal.find(deltas, pair_model, clients, lone, 4) is None
+    assert F.SplitByLosses(min_half=1).find(deltas, pair_model, clients, lone, 4)[1].tolist() == [4]
 
 
 def test_resplit_recovers_groups_a_model_had_merged():
@@ -348,11 +408,18 @@ def test_resplit_recovers_groups_a_model_had_merged():
 
 
 def test_resplit_refuses_settings_outside_their_range():
-    for bad, match in ((dict(every=0), "every"), (dict(until=1.5), "until"), (dict(max_similarity=-2.0),
-                                                                             "max_similarity"),
-                       (dict(min_clients=1), "min_clients")):
+    for bad, match in ((dict(every=0), "every"), (dict(until=1.5), "until"), (dict(min_clients=1), "min_clients")):
         with pytest.raises(ValueError, match=match):
             F.Resplit(**bad)
+    for make, match in ((lambda: F.SplitByUpdates(max_similarity=-2.0), "max_similarity"),
+                        (lambda: F.SplitByLosses(min_gap=-0.1), "min_gap"),
+                        (lambda: F.SplitByLosses(min_gap=float("nan")), "min_gap"),
+                        (lambda: F.SplitByLosses(min_gap=True), "min_gap"),
+                        (lambda: F.SplitByLosses(min_half=0), "min_half")):
+        with pytest.raises(ValueError, match=match):
+            make()
+    with pytest.raises(TypeError, match="signal"):
+        F.Resplit(signal="losses")
     with pytest.raises(TypeError, match="resplit"):
         F.MosT(2, resplit="yes")
 

@@ -60,7 +60,9 @@ _TAU = 0.1
 #: the balanced transport and no re-split (the federated default before the share bounds): the
 #: base of the ablation rows of the stored tables, which were made with it
 _BALANCED = {"marginals": {"type": "Uniform"}, "resplit": "none"}
-_PAPER = {"diversity": _TAU}  # then the registry's variant "paper", and the ablations after it
+_PAPER = {"diversity": _TAU}
+#: the re-split judged by the clients' updates (the default's re-split before it read the losses)
+_BY_UPDATES = {"type": "Resplit", "signal": {"type": "SplitByUpdates"}}  # then the registry's variant "paper", and the ablations after it
 
 
 def _balanced(**changes) -> MethodRow:
@@ -78,11 +80,14 @@ METHODS: dict[str, MethodRow | BuiltRow] = {
                                           "weighting": {"type": "Shares"}, "resplit": "none"}),
     # the centralised default's marginals: each model serves at least one client, otherwise its closest
     "MosT (load bounds)": _balanced(marginals={"type": "LoadBounds"}),
-    # a redundant model moved to split a model whose clients' updates pull apart (Resplit)
-    "MosT (balanced, resplit)": MethodRow("MosT", {"marginals": {"type": "Uniform"}}),
-    "MosT (load bounds, resplit)": MethodRow("MosT", {"marginals": {"type": "LoadBounds"}}),
+    # a redundant model moved to split a model whose clients' updates pull apart (the re-split as the
+    # stored rows were made: split by the updates' directions)
+    "MosT (balanced, resplit)": MethodRow("MosT", {"marginals": {"type": "Uniform"}, "resplit": _BY_UPDATES}),
+    "MosT (load bounds, resplit)": MethodRow("MosT", {"marginals": {"type": "LoadBounds"}, "resplit": _BY_UPDATES}),
     # the share bounds without the price (the federated default before the price), with and without the re-split
-    "MosT (share bounds)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}}),
+    "MosT (share bounds)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}, "resplit": _BY_UPDATES}),
+    # the default's marginals with the re-split that splits by the updates (the default before the loss split)
+    "MosT (update re-split)": MethodRow("MosT", {"resplit": _BY_UPDATES}),
     "MosT (share bounds, no resplit)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}, "resplit": "none"}),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
     "MosT (warm-up 15)": _balanced(warmup={"type": "WarmUp", "rounds": 15}),

@@ -41,7 +41,8 @@ optimiser's, CFL's clusters, FedEM's mixture weights) is a :class:`MethodState` 
 
 The package's modules: :mod:`~most.federated.methods.base` (the base class and its hooks),
 :mod:`~most.federated.methods.updates` (combining the clients' updates),
-:mod:`~most.federated.methods.baselines`, :mod:`~most.federated.methods.most`,
+:mod:`~most.federated.methods.baselines`, :mod:`~most.federated.methods.most` (with
+:mod:`~most.federated.methods.resplit`),
 :mod:`~most.federated.methods.clustered`, :mod:`~most.federated.methods.personal` and
 :mod:`~most.federated.methods.mixture`; every method is importable from here.
 """
@@ -52,11 +53,12 @@ from .base import FederatedMethod, MethodState
 from .baselines import IFCA, MGDA, FedAvg, FedMGDAPlus, FedProx, Linearization, SetScalarization, WeightedMGDA
 from .clustered import CFL, Oracle
 from .mixture import FedEM
-from .most import GroupedWarmUp, MosT, Resplit, WarmUp
+from .most import GroupedWarmUp, MosT, WarmUp
 from .personal import FineTuning, LocalOnly
+from .resplit import Resplit, SplitByLosses, SplitByUpdates, SplitSignal
 from .updates import (BoxMinNorm, balanced_update_groups, combine_updates, min_norm_box, min_norm_combination,
                       update_groups, weighted_mean)
 
 __all__ = ["FederatedMethod", "MethodState", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
-           "IFCA", "SetScalarization", "Resplit", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
+           "IFCA", "SetScalarization", "Resplit", "SplitSignal", "SplitByLosses", "SplitByUpdates", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
            "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]

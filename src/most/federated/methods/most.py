@@ -1,10 +1,9 @@
-"""MosT on clients, with its warm-up (one shared model before the m models split) and the
-re-splitting of a model that serves no client."""
+"""MosT on clients, with its warm-up (one shared model before the m models split); the
+re-split of a model that serves two groups is :mod:`~most.federated.methods.resplit`."""
 
 from __future__ import annotations
 
 import functools
-import math
 import warnings
 from dataclasses import dataclass, field
 from typing import ClassVar, cast
@@ -25,7 +24,7 @@ from ...methods import (
     WeightedSum,
 )
 from .base import FederatedMethod, MethodState
-from .clustered import bipartition
+from .resplit import Resplit
 from .updates import combine_updates, update_groups
 
 
@@ -97,85 +96,6 @@ class GroupedWarmUp(WarmUp):
         return torch.where(has[:, None], split, shared)
 
 
-# ----------------------------------------------------------------------------- re-splitting
-@dataclass(frozen=True)
-class Resplit:
-    """Moves a redundant model to split a model whose clients pull apart: the federated
-    counterpart of the centralised default's re-seeding (:class:`most.seeding.Reseed`), judged
-    from the round's losses and the clients' updates instead of extra gradient steps.
-
-    Every ``every`` rounds (until the fraction ``until`` of the rounds after the warm-up), each
-    model with at least ``min_clients`` trained pairs has its pairs' updates split in two by
-    :func:`~most.federated.methods.clustered.bipartition` (CFL's split); the model whose two halves pull
-    most against each other, with a mean cosine similarity across the halves below
-    ``max_similarity``, is the one to split (a model serving two groups of clients: their updates
-    point apart). The model to move is the one whose removal raises the clients' summed best
-    loss the least (its clients' second-best loss minus their best, from the round's losses),
-    and it moves only when that cost is below the split model's excess loss (its clients' loss
-    above the mean best loss of the other clients). The moved model restarts as a copy of the
-    split one and takes the mean step of the second half's updates (its own clients' updates of
-    this round, made from the model it no longer is, are left out); the split model takes the
-    first half's. So a model that duplicates another one's group is freed for a group that
-    shares a model, the failure the balance and the load bounds alone cannot undo.
-
-    Deterministic (no draw). It needs the losses of every client (full participation): in a
-    round with sampled clients it does nothing.
-    """
-
-    every: int = 5
-    until: float = 0.6
-    min_clients: int = 4
-    max_similarity: float = -0.25
-
-    def __post_init__(self):
-        check_positive_int(self.every, name="every")
-        check_positive_int(self.min_clients, name="min_clients", minimum=2)
-        for name, low, high in (("until", 0.0, 1.0), ("max_similarity", -1.0, 1.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
-                raise ValueError(f"`{name}` must be a number in [{low:g}, {high:g}]; got {value!r}.")
-
-    def propose(self, round: int, total: int, deltas: Tensor, pair_model: Tensor, losses: Tensor
-                ) -> tuple[int, int, Tensor] | None:
-        """``(split, moved, pairs)``: the model to split, the model to move and the pairs (indices
-        into ``deltas``) of the half that goes to the moved model; ``None`` for no move.
-        ``round`` and ``total`` count after the warm-up; ``losses [n, m]`` are the round's."""
-        m = losses.shape[1]
-        if m < 2 or (round + 1) % self.every or round >= self.until * total:
-            return None
-        pair_model = pair_model.cpu()
-        best = None
-        for j in range(m):
-            mine = (pair_model == j).nonzero().squeeze(1)
-            if len(mine) < self.min_clients:
-                continue
-            rows = deltas[to_device(mine, deltas.device)].double()
-            half = bipartition(rows)
-            if bool(half.all()) or not bool(half.any()):
-                continue
-            u = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-300)
-            cross = float((u[to_device(half == 0, u.device)] @ u[to_device(half == 1, u.device)].T).mean())
-            if cross < self.max_similarity and (best is None or cross < best[0]):
-                best = (cross, j, mine[half == 1])
-        if best is None:
-            return None
-        _, split, pairs = best
-        L = losses.double().cpu()
-        two = L.topk(2, dim=1, largest=False)
-        owner = two.indices[:, 0]
-        cost = torch.zeros(m, dtype=torch.float64).index_add_(0, owner, two.values[:, 1] - two.values[:, 0])
-        cost[split] = math.inf
-        moved = int(cost.argmin())
-        mine, others = owner == split, owner != split
-        if not mine.any() or not others.any():
-            return None
-        excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
-        if float(cost[moved]) >= excess:
-            return None
-        return split, moved, pairs
-
-
-
 @dataclass(frozen=True)
 class MosT(TransportConfig, FederatedMethod):
     """MosT on clients: Gamma from the clients' losses, per-model combination of the
@@ -209,8 +129,9 @@ class MosT(TransportConfig, FederatedMethod):
             groups of the last warm-up round's updates; ``None`` starts from m random
             initialisations, as the paper does.
         resplit: :class:`Resplit` (default): now and then a model that duplicates another's
-            clients is moved to split a model whose clients' updates pull apart; ``None``
-            never moves a model.
+            clients is moved to split a model that serves two groups of clients (told apart by
+            their losses on the other models, :class:`SplitByLosses`); ``None`` never moves a
+            model.
 
     Why the defaults depart from the paper (measured in the documentation's Benchmarks →
     Federated): within one model's group the clients still disagree, and the min-norm
@@ -286,8 +207,8 @@ class MosT(TransportConfig, FederatedMethod):
     def aggregate(self, state, params, deltas, pair_model, pair_weight, *, round, clients=None):
         state = cast(MosTState, state)
         w0 = self.warmup_rounds
-        if self.resplit is not None and state.round_losses is not None:
-            move = self.resplit.propose(round - w0, state.total - w0, deltas, pair_model, state.round_losses)
+        if self.resplit is not None and state.round_losses is not None and clients is not None:
+            move = self.resplit.propose(round - w0, state.total - w0, deltas, pair_model, state.round_losses, clients)
             if move is not None:
                 split, moved, pairs = move
                 params = params.clone()

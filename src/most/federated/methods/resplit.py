@@ -1,0 +1,211 @@
+"""The re-split of federated MosT: a model that duplicates another's clients is moved to split a
+model that serves two groups of clients.
+
+:class:`Resplit` decides when and which model moves; what tells that a model serves two groups,
+and which of its clients form the second, is a component of its own:
+
+* :class:`SplitByLosses` (the default) -- the clients' losses on the other models: clients of
+  two groups that share a model are told apart by which of the other models serves them better;
+* :class:`SplitByUpdates` -- the directions of the clients' updates (CFL's bipartition): the two
+  halves pull apart.
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from ..._host import to_device
+from ..._validation import check_component, check_positive_int
+from .clustered import bipartition
+
+__all__ = ["Resplit", "SplitSignal", "SplitByLosses", "SplitByUpdates"]
+
+
+def _check_number(value, name: str, low: float, high: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
+        raise ValueError(f"`{name}` must be a number in [{low:g}, {high:g}]; got {value!r}.")
+    return float(value)
+
+
+class SplitSignal(ABC):
+    """What tells the re-split that a model serves two groups of clients.
+
+    :meth:`find` looks at each model with at least ``min_clients`` trained pairs and returns the
+    model whose clients part most clearly, with the pairs of the half that is to leave it."""
+
+    @abstractmethod
+    def find(self, deltas: Tensor, pair_model: Tensor, clients: Tensor, losses: Tensor,
+             min_clients: int) -> tuple[int, Tensor] | None:
+        """``(j, pairs)``: the model to split and the pairs (indices into ``deltas`` and
+        ``pair_model``) of the half that goes to the moved model; ``None`` if no model parts.
+
+        ``deltas [P, d]`` are the round's pair updates, ``pair_model [P]`` their models,
+        ``clients [P]`` their clients (indices among all n) and ``losses [n, m]`` the round's."""
+
+
+@dataclass(frozen=True)
+class SplitByLosses(SplitSignal):
+    """Splits a model's clients by their losses on the other models.
+
+    Two groups of clients that share model j usually differ in which other model serves them
+    next best: each client's row of losses relative to its loss on j,
+    ``L[i, k] - L[i, j]``, is split in two by 2-means (started from the sign of the rows'
+    first principal component), and the model parts when the two halves' mean rows differ by
+    more than ``min_gap`` times the median client's best loss on some model, and each half has
+    at least ``min_half`` clients (one client apart from the rest is not a group). Relative rows
+    leave out how hard a client is on every model (a hard client loses more everywhere), so
+    clients of one group that differ only in difficulty do not part. Of the models that part,
+    the one with the largest gap is split, and its smaller half leaves. It needs only the losses
+    the plan already has.
+    """
+
+    min_gap: float = 0.5
+    min_half: int = 2
+
+    def __post_init__(self) -> None:
+        _check_number(self.min_gap, "min_gap", 0.0, math.inf)
+        check_positive_int(self.min_half, name="min_half")
+
+    def find(self, deltas: Tensor, pair_model: Tensor, clients: Tensor, losses: Tensor,
+             min_clients: int) -> tuple[int, Tensor] | None:
+        L = losses.detach().double().cpu()
+        pair_model, clients = pair_model.cpu(), clients.cpu()
+        scale = float(L.min(1).values.median().clamp_min(1e-12))  # the loss's units
+        best: tuple[float, int, Tensor] | None = None
+        for j in range(L.shape[1]):
+            mine = (pair_model == j).nonzero().squeeze(1)
+            if len(mine) < min_clients:
+                continue
+            rows = L[clients[mine]]
+            rows = rows - rows[:, j:j + 1]
+            half = _two_means(rows)
+            if half is None or min(int(half.sum()), int((~half).sum())) < self.min_half:
+                continue
+            gap = float((rows[half].mean(0) - rows[~half].mean(0)).abs().max()) / scale
+            if gap > self.min_gap and (best is None or gap > best[0]):
+                leaves = half if half.sum() <= (~half).sum() else ~half
+                best = (gap, j, mine[leaves])
+        return None if best is None else best[1:]
+
+
+def _two_means(rows: Tensor, iterations: int = 10) -> Tensor | None:
+    """A 2-means split ``[k]`` (bool) of ``rows [k, m]``, started from the sign of the centred
+    rows' first principal component; ``None`` when one side is empty."""
+    half = torch.linalg.svd(rows - rows.mean(0), full_matrices=False)[0][:, 0] > 0
+    for _ in range(iterations):
+        if bool(half.all()) or not bool(half.any()):
+            return None
+        a, b = rows[half].mean(0), rows[~half].mean(0)
+        new = (rows - a).pow(2).sum(1) < (rows - b).pow(2).sum(1)
+        if bool((new == half).all()):
+            break
+        half = new
+    if bool(half.all()) or not bool(half.any()):
+        return None
+    return half
+
+
+@dataclass(frozen=True)
+class SplitByUpdates(SplitSignal):
+    """Splits a model's clients by the directions of their updates (CFL's split).
+
+    Each model's pair updates are split in two by
+    :func:`~most.federated.methods.clustered.bipartition`; the model whose halves pull most
+    against each other, with a mean cosine similarity across the halves below
+    ``max_similarity``, is split, and the half without its first pair leaves. Updates separate
+    groups when the clients' gradients differ more than their sampling noise; with few local
+    steps on small clients they often do not, which :class:`SplitByLosses` does not depend on.
+    """
+
+    max_similarity: float = -0.25
+
+    def __post_init__(self) -> None:
+        _check_number(self.max_similarity, "max_similarity", -1.0, 1.0)
+
+    def find(self, deltas: Tensor, pair_model: Tensor, clients: Tensor, losses: Tensor,
+             min_clients: int) -> tuple[int, Tensor] | None:
+        pair_model = pair_model.cpu()
+        best: tuple[float, int, Tensor] | None = None
+        for j in range(losses.shape[1]):
+            mine = (pair_model == j).nonzero().squeeze(1)
+            if len(mine) < min_clients:
+                continue
+            rows = deltas[to_device(mine, deltas.device)].double()
+            half = bipartition(rows)
+            if bool(half.all()) or not bool(half.any()):
+                continue
+            u = rows / rows.norm(dim=1, keepdim=True).clamp_min(1e-300)
+            cross = float((u[to_device(half == 0, u.device)] @ u[to_device(half == 1, u.device)].T).mean())
+            if cross < self.max_similarity and (best is None or cross < best[0]):
+                best = (cross, j, mine[half == 1])
+        return None if best is None else best[1:]
+
+
+@dataclass(frozen=True)
+class Resplit:
+    """Moves a redundant model to split a model that serves two groups of clients: the federated
+    counterpart of the centralised default's re-seeding (:class:`most.seeding.Reseed`), judged
+    from the round's losses (and, with :class:`SplitByUpdates`, the clients' updates) instead of
+    extra gradient steps.
+
+    Every ``every`` rounds (until the fraction ``until`` of the rounds after the warm-up), the
+    ``signal`` looks at each model with at least ``min_clients`` trained pairs and names the
+    model whose clients part most clearly, and the half that is to leave it
+    (:class:`SplitByLosses`: by their losses on the other models, the default;
+    :class:`SplitByUpdates`: by their updates' directions). The model to move is the one whose
+    removal raises the clients' summed best loss the least (its clients' second-best loss minus
+    their best, from the round's losses), and it moves only when that cost is below the split
+    model's excess loss (its clients' loss above the mean best loss of the other clients). The
+    moved model restarts as a copy of the split one and takes the mean step of the leaving
+    half's updates (its own clients' updates of this round, made from the model it no longer
+    is, are left out); the split model takes the rest. So a model that duplicates another one's
+    group is freed for a group that shares a model, the failure the balance and the load bounds
+    alone cannot undo.
+
+    Deterministic (no draw). It needs the losses of every client (full participation): in a
+    round with sampled clients it does nothing.
+    """
+
+    every: int = 5
+    until: float = 0.6
+    min_clients: int = 4
+    signal: SplitSignal = field(default_factory=SplitByLosses)
+
+    def __post_init__(self) -> None:
+        check_positive_int(self.every, name="every")
+        check_positive_int(self.min_clients, name="min_clients", minimum=2)
+        _check_number(self.until, "until", 0.0, 1.0)
+        check_component(self.signal, name="signal", example="most.federated.methods.SplitByLosses()",
+                        base=SplitSignal)
+
+    def propose(self, round: int, total: int, deltas: Tensor, pair_model: Tensor, losses: Tensor,
+                clients: Tensor) -> tuple[int, int, Tensor] | None:
+        """``(split, moved, pairs)``: the model to split, the model to move and the pairs (indices
+        into ``deltas``) of the half that goes to the moved model; ``None`` for no move.
+        ``round`` and ``total`` count after the warm-up; ``losses [n, m]`` are the round's and
+        ``clients [P]`` the client (among all n) of each pair."""
+        m = losses.shape[1]
+        if m < 2 or (round + 1) % self.every or round >= self.until * total:
+            return None
+        found = self.signal.find(deltas, pair_model, clients, losses, self.min_clients)
+        if found is None:
+            return None
+        split, pairs = found
+        L = losses.double().cpu()
+        two = L.topk(2, dim=1, largest=False)
+        owner = two.indices[:, 0]
+        cost = torch.zeros(m, dtype=torch.float64).index_add_(0, owner, two.values[:, 1] - two.values[:, 0])
+        cost[split] = math.inf
+        moved = int(cost.argmin())
+        mine, others = owner == split, owner != split
+        if not mine.any() or not others.any():
+            return None
+        excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
+        if float(cost[moved]) >= excess:
+            return None
+        return split, moved, pairs
