@@ -297,7 +297,7 @@ def _resplit_case():
     return deltas, pair_model, losses
 
 
-BY_UPDATES = F.Resplit(every=1, min_clients=4, signal=F.SplitByUpdates())
+BY_UPDATES = F.Resplit(every=1, min_clients=4, signals=(F.SplitByUpdates(),))
 CLIENTS = torch.arange(6)  # the case's pair p is client p
 
 
@@ -325,11 +325,11 @@ def test_resplit_leaves_models_alone_when_nothing_pulls_apart_or_the_move_costs_
     costly[4:, 0] = 9.0  # model 1's clients would lose a lot on model 0: model 1 is not redundant
     assert rule.propose(0, 10, deltas, pair_model, costly, CLIENTS) is None
     by_updates = F.SplitByUpdates()
-    assert F.Resplit(every=1, min_clients=5, signal=by_updates).propose(0, 10, deltas, pair_model, losses,
+    assert F.Resplit(every=1, min_clients=5, signals=(by_updates,)).propose(0, 10, deltas, pair_model, losses,
                                                                        CLIENTS) is None  # too few clients
-    assert F.Resplit(every=3, min_clients=4, signal=by_updates).propose(0, 10, deltas, pair_model, losses,
+    assert F.Resplit(every=3, min_clients=4, signals=(by_updates,)).propose(0, 10, deltas, pair_model, losses,
                                                                        CLIENTS) is None  # not its round
-    assert F.Resplit(every=1, min_clients=4, until=0.5, signal=by_updates).propose(6, 10, deltas, pair_model,
+    assert F.Resplit(every=1, min_clients=4, until=0.5, signals=(by_updates,)).propose(6, 10, deltas, pair_model,
                                                                                   losses, CLIENTS) is None
     # with sampled clients the method has no full loss matrix: nothing moves
     method = F.MosT(2, server_lr=1.0, warmup=None, resplit=rule)
@@ -357,12 +357,12 @@ def _loss_case():
 
 def test_split_by_losses_parts_the_clients_that_other_models_serve_differently():
     deltas, pair_model, losses, clients = _loss_case()
-    rule = F.Resplit(every=1, min_clients=4)  # the default signal: the losses
-    assert rule.signal == F.SplitByLosses(min_gap=0.5)
+    rule = F.Resplit(every=1, min_clients=4, signals=(F.SplitByLosses(),))
+    assert F.Resplit().signals == (F.SplitByLosses(), F.SplitByUpdates())  # the default: losses, then updates
     split, moved, pairs = rule.propose(0, 10, deltas, pair_model, losses, clients)
     assert (split, moved) == (0, 2) and sorted(pairs.tolist()) == [3, 4]  # the smaller half leaves
     # the updates agree, so CFL's split finds nothing to part
-    assert F.Resplit(every=1, min_clients=4, signal=F.SplitByUpdates()).propose(
+    assert F.Resplit(every=1, min_clients=4, signals=(F.SplitByUpdates(),)).propose(
         0, 10, deltas, pair_model, losses, clients) is None
     # pairs are read through their clients: the same pairs listed in another order part the same way
     order = torch.tensor([4, 0, 3, 1, 2, 5, 6, 7, 8])
@@ -372,11 +372,11 @@ def test_split_by_losses_parts_the_clients_that_other_models_serve_differently()
 
 def test_split_by_losses_ignores_clients_that_differ_only_in_difficulty_or_by_less_than_the_gap():
     deltas, pair_model, losses, clients = _loss_case()
-    rule = F.Resplit(every=1, min_clients=4)
+    rule = F.Resplit(every=1, min_clients=4, signals=(F.SplitByLosses(),))
     harder = losses.clone()
     harder[:5] = torch.tensor([1.0, 1.3, 3.0]) + torch.tensor([0.0, 0.1, -0.1, 1.5, 1.6])[:, None]
     # the same relative losses, some clients 1.5 nats harder on every model: one group
-    assert rule.signal.find(deltas, pair_model, clients, harder, 4) is None
+    assert rule.signals[0].find(deltas, pair_model, clients, harder, 4) is None
     assert rule.propose(0, 10, deltas, pair_model, harder, clients) is None
     # the halves' mean relative losses differ by 1.68 nats at most, the median best loss is 0.9:
     # a gap of 1.87 median losses
@@ -387,8 +387,24 @@ def test_split_by_losses_ignores_clients_that_differ_only_in_difficulty_or_by_le
     lone = losses.clone()
     lone[3] = lone[0]  # client 3 now of group A ...
     lone[4] = torch.tensor([1.0, 3.1, 1.4])  # ... and one alone (client 4) whose losses differ
-    assert rule.signal.find(deltas, pair_model, clients, lone, 4) is None
+    assert rule.signals[0].find(deltas, pair_model, clients, lone, 4) is None
     assert F.SplitByLosses(min_half=1).find(deltas, pair_model, clients, lone, 4)[1].tolist() == [4]
+
+
+def test_split_by_losses_needs_halves_that_stand_apart_not_a_cut_through_a_spread():
+    # model 0's ten clients spread evenly over 2 nats of relative loss on model 1: 2-means cuts
+    # the spread in two halves 1 nat apart (twice the median best loss) but only about 3.5
+    # spreads apart, which a single cloud of clients gives; two tight clusters stand far apart
+    spread = torch.linspace(0.0, 2.0, 10, dtype=torch.float64)
+    losses = torch.stack([torch.full((10,), 0.5, dtype=torch.float64), 0.5 + spread], 1)
+    losses = torch.cat([losses, torch.tensor([[2.0, 0.5]] * 4, dtype=torch.float64)])
+    pair_model, clients, deltas = torch.tensor([0] * 10 + [1] * 4), torch.arange(14), torch.ones(14, 3)
+    signal = F.SplitByLosses()
+    assert signal.find(deltas, pair_model, clients, losses, 4) is None
+    assert F.SplitByLosses(min_separation=3.0).find(deltas, pair_model, clients, losses, 4)[0] == 0
+    clusters = losses.clone()
+    clusters[:10, 1] = 0.5 + torch.tensor([0.0] * 5 + [2.0] * 5, dtype=torch.float64) + 0.01 * spread
+    assert signal.find(deltas, pair_model, clients, clusters, 4)[0] == 0
 
 
 def test_resplit_recovers_groups_a_model_had_merged():
@@ -415,11 +431,13 @@ def test_resplit_refuses_settings_outside_their_range():
                         (lambda: F.SplitByLosses(min_gap=-0.1), "min_gap"),
                         (lambda: F.SplitByLosses(min_gap=float("nan")), "min_gap"),
                         (lambda: F.SplitByLosses(min_gap=True), "min_gap"),
-                        (lambda: F.SplitByLosses(min_half=0), "min_half")):
+                        (lambda: F.SplitByLosses(min_half=0), "min_half"),
+                        (lambda: F.SplitByLosses(min_separation=-1.0), "min_separation")):
         with pytest.raises(ValueError, match=match):
             make()
-    with pytest.raises(TypeError, match="signal"):
-        F.Resplit(signal="losses")
+    for bad in ("losses", (), (F.SplitByLosses(), "updates"), F.SplitByLosses()):
+        with pytest.raises(TypeError, match="signals"):
+            F.Resplit(signals=bad)
     with pytest.raises(TypeError, match="resplit"):
         F.MosT(2, resplit="yes")
 

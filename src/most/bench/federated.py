@@ -60,9 +60,9 @@ _TAU = 0.1
 #: the balanced transport and no re-split (the federated default before the share bounds): the
 #: base of the ablation rows of the stored tables, which were made with it
 _BALANCED = {"marginals": {"type": "Uniform"}, "resplit": "none"}
-_PAPER = {"diversity": _TAU}
-#: the re-split judged by the clients' updates (the default's re-split before it read the losses)
-_BY_UPDATES = {"type": "Resplit", "signal": {"type": "SplitByUpdates"}}  # then the registry's variant "paper", and the ablations after it
+_PAPER = {"diversity": _TAU}  # then the registry's variant "paper", and the ablations after it
+#: the re-split judged by the clients' updates alone (the default's re-split before it read the losses)
+_BY_UPDATES = {"type": "Resplit", "signals": [{"type": "SplitByUpdates"}]}
 
 
 def _balanced(**changes) -> MethodRow:

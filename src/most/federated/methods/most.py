@@ -130,8 +130,8 @@ class MosT(TransportConfig, FederatedMethod):
             initialisations, as the paper does.
         resplit: :class:`Resplit` (default): now and then a model that duplicates another's
             clients is moved to split a model that serves two groups of clients (told apart by
-            their losses on the other models, :class:`SplitByLosses`); ``None`` never moves a
-            model.
+            their losses on the other models, :class:`SplitByLosses`, or by their updates,
+            :class:`SplitByUpdates`); ``None`` never moves a model.
 
     Why the defaults depart from the paper (measured in the documentation's Benchmarks →
     Federated): within one model's group the clients still disagree, and the min-norm

@@ -4,10 +4,12 @@ model that serves two groups of clients.
 :class:`Resplit` decides when and which model moves; what tells that a model serves two groups,
 and which of its clients form the second, is a component of its own:
 
-* :class:`SplitByLosses` (the default) -- the clients' losses on the other models: clients of
-  two groups that share a model are told apart by which of the other models serves them better;
+* :class:`SplitByLosses` -- the clients' losses on the other models: clients of two groups
+  that share a model are told apart by which of the other models serves them better;
 * :class:`SplitByUpdates` -- the directions of the clients' updates (CFL's bipartition): the two
   halves pull apart.
+
+The default tries the losses first and the updates after.
 """
 
 from __future__ import annotations
@@ -56,19 +58,24 @@ class SplitByLosses(SplitSignal):
     next best: each client's row of losses relative to its loss on j,
     ``L[i, k] - L[i, j]``, is split in two by 2-means (started from the sign of the rows'
     first principal component), and the model parts when the two halves' mean rows differ by
-    more than ``min_gap`` times the median client's best loss on some model, and each half has
-    at least ``min_half`` clients (one client apart from the rest is not a group). Relative rows
-    leave out how hard a client is on every model (a hard client loses more everywhere), so
-    clients of one group that differ only in difficulty do not part. Of the models that part,
-    the one with the largest gap is split, and its smaller half leaves. It needs only the losses
-    the plan already has.
+    more than ``min_gap`` times the median client's best loss on some model, the halves stand
+    apart (along the line through their means, the distance between the means is at least
+    ``min_separation`` times the clients' spread about their half's mean: 2-means cuts a single
+    Gaussian cloud into halves about 2.7 spreads apart, two distinct groups far more), and each
+    half has at least ``min_half`` clients (one client apart from the rest is not a group).
+    Relative rows leave out how hard a client is on every model (a hard client loses more
+    everywhere), so clients of one group that differ only in difficulty do not part. Of the
+    models that part, the one with the largest gap is split, and its smaller half leaves. It
+    needs only the losses the plan already has.
     """
 
     min_gap: float = 0.5
+    min_separation: float = 8.0
     min_half: int = 2
 
     def __post_init__(self) -> None:
         _check_number(self.min_gap, "min_gap", 0.0, math.inf)
+        _check_number(self.min_separation, "min_separation", 0.0, math.inf)
         check_positive_int(self.min_half, name="min_half")
 
     def find(self, deltas: Tensor, pair_model: Tensor, clients: Tensor, losses: Tensor,
@@ -86,11 +93,25 @@ class SplitByLosses(SplitSignal):
             half = _two_means(rows)
             if half is None or min(int(half.sum()), int((~half).sum())) < self.min_half:
                 continue
-            gap = float((rows[half].mean(0) - rows[~half].mean(0)).abs().max()) / scale
-            if gap > self.min_gap and (best is None or gap > best[0]):
+            diff = rows[half].mean(0) - rows[~half].mean(0)
+            gap = float(diff.abs().max()) / scale
+            if gap <= self.min_gap or _separation(rows, half, diff) < self.min_separation:
+                continue
+            if best is None or gap > best[0]:
                 leaves = half if half.sum() <= (~half).sum() else ~half
                 best = (gap, j, mine[leaves])
         return None if best is None else best[1:]
+
+
+def _separation(rows: Tensor, half: Tensor, diff: Tensor) -> float:
+    """The distance between the two halves' means over the rows' spread about their half's
+    mean (root mean square), both along the line through the means."""
+    norm = diff.norm()
+    if float(norm) == 0.0:
+        return 0.0
+    p = rows @ (diff / norm)
+    spread = torch.cat([p[half] - p[half].mean(), p[~half] - p[~half].mean()]).pow(2).mean().sqrt()
+    return math.inf if float(spread) == 0.0 else float(norm / spread)
 
 
 def _two_means(rows: Tensor, iterations: int = 10) -> Tensor | None:
@@ -150,22 +171,21 @@ class SplitByUpdates(SplitSignal):
 class Resplit:
     """Moves a redundant model to split a model that serves two groups of clients: the federated
     counterpart of the centralised default's re-seeding (:class:`most.seeding.Reseed`), judged
-    from the round's losses (and, with :class:`SplitByUpdates`, the clients' updates) instead of
-    extra gradient steps.
+    from the round's losses and the clients' updates instead of extra gradient steps.
 
     Every ``every`` rounds (until the fraction ``until`` of the rounds after the warm-up), the
-    ``signal`` looks at each model with at least ``min_clients`` trained pairs and names the
-    model whose clients part most clearly, and the half that is to leave it
-    (:class:`SplitByLosses`: by their losses on the other models, the default;
-    :class:`SplitByUpdates`: by their updates' directions). The model to move is the one whose
-    removal raises the clients' summed best loss the least (its clients' second-best loss minus
-    their best, from the round's losses), and it moves only when that cost is below the split
-    model's excess loss (its clients' loss above the mean best loss of the other clients). The
-    moved model restarts as a copy of the split one and takes the mean step of the leaving
-    half's updates (its own clients' updates of this round, made from the model it no longer
-    is, are left out); the split model takes the rest. So a model that duplicates another one's
-    group is freed for a group that shares a model, the failure the balance and the load bounds
-    alone cannot undo.
+    ``signals`` look, in order, at each model with at least ``min_clients`` trained pairs; the
+    first that names a model decides the model to split and the half that is to leave it. By
+    default :class:`SplitByLosses` (the clients' losses on the other models, where groups show
+    clearly) and then :class:`SplitByUpdates` (the directions of their updates). The model to
+    move is the one whose removal raises the clients' summed best loss the least (its clients'
+    second-best loss minus their best, from the round's losses), and it moves only when that
+    cost is below the split model's excess loss (its clients' loss above the mean best loss of
+    the other clients). The moved model restarts as a copy of the split one and takes the mean
+    step of the leaving half's updates (its own clients' updates of this round, made from the
+    model it no longer is, are left out); the split model takes the rest. So a model that
+    duplicates another one's group is freed for a group that shares a model, the failure the
+    balance and the load bounds alone cannot undo.
 
     Deterministic (no draw). It needs the losses of every client (full participation): in a
     round with sampled clients it does nothing.
@@ -174,14 +194,22 @@ class Resplit:
     every: int = 5
     until: float = 0.6
     min_clients: int = 4
-    signal: SplitSignal = field(default_factory=SplitByLosses)
+    signals: tuple[SplitSignal, ...] = field(default_factory=lambda: (SplitByLosses(), SplitByUpdates()))
 
     def __post_init__(self) -> None:
         check_positive_int(self.every, name="every")
         check_positive_int(self.min_clients, name="min_clients", minimum=2)
         _check_number(self.until, "until", 0.0, 1.0)
-        check_component(self.signal, name="signal", example="most.federated.methods.SplitByLosses()",
-                        base=SplitSignal)
+        if isinstance(self.signals, SplitSignal):
+            raise TypeError("`signals` is a sequence of signals, tried in order; "
+                            f"write signals=({self.signals!r},).")
+        if not isinstance(self.signals, (tuple, list)) or not self.signals:
+            raise TypeError("`signals` must be a non-empty sequence of signals, e.g. "
+                            f"(most.federated.methods.SplitByLosses(),); got {self.signals!r}.")
+        for signal in self.signals:
+            check_component(signal, name="signals", example="most.federated.methods.SplitByLosses()",
+                            base=SplitSignal)
+        object.__setattr__(self, "signals", tuple(self.signals))
 
     def propose(self, round: int, total: int, deltas: Tensor, pair_model: Tensor, losses: Tensor,
                 clients: Tensor) -> tuple[int, int, Tensor] | None:
@@ -192,7 +220,11 @@ class Resplit:
         m = losses.shape[1]
         if m < 2 or (round + 1) % self.every or round >= self.until * total:
             return None
-        found = self.signal.find(deltas, pair_model, clients, losses, self.min_clients)
+        found = None
+        for signal in self.signals:
+            found = signal.find(deltas, pair_model, clients, losses, self.min_clients)
+            if found is not None:
+                break
         if found is None:
             return None
         split, pairs = found
