@@ -22,13 +22,13 @@ import torch
 from torch import Tensor
 
 from ..._host import to_device
-from ..._validation import check_component, check_positive_int
+from ..._validation import check_component, check_non_negative, check_positive_int
 from .clustered import bipartition
 
 __all__ = ["Resplit", "SplitSignal", "SplitByLosses", "SplitByUpdates"]
 
 
-def _check_number(value, name: str, low: float, high: float) -> float:
+def _check_in_range(value, name: str, low: float, high: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not low <= value <= high:
         raise ValueError(f"`{name}` must be a number in [{low:g}, {high:g}]; got {value!r}.")
     return float(value)
@@ -74,8 +74,8 @@ class SplitByLosses(SplitSignal):
     min_half: int = 2
 
     def __post_init__(self) -> None:
-        _check_number(self.min_gap, "min_gap", 0.0, math.inf)
-        _check_number(self.min_separation, "min_separation", 0.0, math.inf)
+        check_non_negative(self.min_gap, name="min_gap", allow_inf=True)
+        check_non_negative(self.min_separation, name="min_separation", allow_inf=True)
         check_positive_int(self.min_half, name="min_half")
 
     def find(self, deltas: Tensor, pair_model: Tensor, clients: Tensor, losses: Tensor,
@@ -146,7 +146,7 @@ class SplitByUpdates(SplitSignal):
     max_similarity: float = -0.25
 
     def __post_init__(self) -> None:
-        _check_number(self.max_similarity, "max_similarity", -1.0, 1.0)
+        _check_in_range(self.max_similarity, "max_similarity", -1.0, 1.0)
 
     def find(self, deltas: Tensor, pair_model: Tensor, clients: Tensor, losses: Tensor,
              min_clients: int) -> tuple[int, Tensor] | None:
@@ -199,7 +199,7 @@ class Resplit:
     def __post_init__(self) -> None:
         check_positive_int(self.every, name="every")
         check_positive_int(self.min_clients, name="min_clients", minimum=2)
-        _check_number(self.until, "until", 0.0, 1.0)
+        _check_in_range(self.until, "until", 0.0, 1.0)
         if isinstance(self.signals, SplitSignal):
             raise TypeError("`signals` is a sequence of signals, tried in order; "
                             f"write signals=({self.signals!r},).")
