@@ -422,6 +422,10 @@ BOUNDED_MARGINALS = [
     case(ShareBounds(0.0, None), "ShareBounds-free", lower=lambda n: 0.0, upper=None),
     # a soft balance: the load above n/m costs 0.5 x the median lowest loss per unit
     case(ShareBounds(price=0.5), "ShareBounds-priced", lower=lambda n: 0.5 / M, upper=lambda n: 2.0 / M),
+    # the balance moved to (0.6, 0.3, 0.1) of the mass (a hand-over's): the price is paid above those
+    # loads, and the bounds widen to 0.5 / 2 times them where that is wider than around n/m
+    case(ShareBounds(price=0.5, loads=(0.6, 0.3, 0.1)), "ShareBounds-moved",
+         lower=lambda n: [0.5 / M, 0.15, 0.05], upper=lambda n: [1.0, 2.0 / M, 2.0 / M]),
 ]
 
 KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, SplitSignal: SPLIT_SIGNALS, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
@@ -501,21 +505,23 @@ def test_bounded_marginals_give_feasible_optimal_plans(marginals, traits, method
     losses = _rand(n, m, seed=seed)
     alpha, bounds = marginals(losses, 0, 1)
     _close(alpha, _uniform(n), atol=1e-15)
-    lower, upper = traits["lower"](n), traits["upper"]
-    _close(bounds.lower, torch.full((m,), lower, dtype=F64), atol=1e-15)
+    lower, upper = np.broadcast_to(traits["lower"](n), (m,)), traits["upper"]  # one per model, or one for all
+    _close(bounds.lower, torch.tensor(lower, dtype=F64), atol=1e-15)
     assert (bounds.upper is None) == (upper is None)
     plan = TransportAssignment(method, marginals=marginals)(losses, 0, 1)
     tol = EXACT_TOL if method == "exact" else 1e-6
     _close(plan.sum(1), alpha, atol=tol)
-    hi = 1.0 if upper is None else upper(n)
-    assert bool((plan.sum(0) >= lower - tol).all()) and bool((plan.sum(0) <= hi + tol).all())
+    hi = np.broadcast_to(1.0 if upper is None else upper(n), (m,))
+    if upper is not None:
+        _close(bounds.upper, torch.tensor(hi, dtype=F64), atol=1e-15)
+    assert bool((plan.sum(0).numpy() >= lower - tol).all()) and bool((plan.sum(0).numpy() <= hi + tol).all())
     rows = np.hstack([np.kron(np.eye(n), np.ones(m)), np.zeros((n, m))])
     cols = np.hstack([np.kron(np.ones(n), np.eye(m)), np.zeros((m, m))])
     excess = cols - np.hstack([np.zeros((m, n * m)), np.eye(m)])  # load_j - e_j <= target_j
     target = np.zeros(m) if bounds.target is None else bounds.target.numpy()
     ref = linprog(np.concatenate([losses.numpy().ravel(), np.full(m, bounds.price)]), A_eq=rows, b_eq=alpha.numpy(),
                   A_ub=np.vstack([cols, -cols, excess]),
-                  b_ub=np.concatenate([np.full(m, hi), np.full(m, -lower), target]), bounds=(0, None), method="highs")
+                  b_ub=np.concatenate([hi, -lower, target]), bounds=(0, None), method="highs")
     value = float((plan * losses).sum()) + bounds.price * float((plan.sum(0).numpy() - target).clip(0).sum())
     gap = value - ref.fun
     assert gap <= (1e-9 if method == "exact" else 5e-3), f"{method}: {gap}"

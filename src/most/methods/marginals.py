@@ -7,8 +7,9 @@ schedule may change with the round (the curriculum, Section 3.3).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
-from typing import NamedTuple
+import math
+from dataclasses import dataclass, replace
+from typing import ClassVar, NamedTuple
 
 import torch
 from torch import Tensor
@@ -26,8 +27,18 @@ class Marginals(ABC):
     ``None`` for alpha (or beta) drops that constraint (a semi-relaxed transport).
     """
 
+    #: Whether the schedule has a balance point that :meth:`at_loads` can move (the loads it
+    #: pulls the models towards; :class:`ShareBounds`).
+    has_balance: ClassVar[bool] = False
+
     @abstractmethod
     def __call__(self, losses: Tensor, round: int, total: int) -> tuple[Tensor | None, Tensor | None]: ...
+
+    def at_loads(self, loads) -> "Marginals":
+        """The same schedule with its balance point at ``loads`` (each model's share of the
+        objectives' mass, summing to 1) instead of the fair load 1/m each; for a schedule with
+        :attr:`has_balance`."""
+        raise NotImplementedError(f"{type(self).__name__} has no balance point to move (has_balance is False).")
 
     def check_sizes(self, n: int, m: int) -> None:
         """Refuses ``n`` objectives over ``m`` models when no plan can meet this schedule (called
@@ -126,6 +137,13 @@ class ShareBounds(Marginals):
     The federated MosT's default is ``ShareBounds(0.5, 2.0, price=0.5)`` (how the price was set:
     ``docs/methods/departures.md``).
 
+    ``loads`` moves the balance point from the fair load ``1/m`` each to the given shares (one
+    per model, summing to 1): the price is then paid above ``loads[j]``, and the bounds lie at
+    ``low`` and ``high`` times ``loads[j]`` where that is wider than around the fair load. The
+    federated MosT sets it (:meth:`at_loads`) when its re-split hands a group of clients to
+    another model, so the plan keeps the groups the losses showed instead of pulling them back
+    towards even loads.
+
     >>> import torch
     >>> from most.methods import TransportAssignment
     >>> L = torch.tensor([[0.0, 5.0]] * 7 + [[5.0, 0.0]])  # groups of 7 and 1; the fair load is 4
@@ -139,6 +157,9 @@ class ShareBounds(Marginals):
     low: float = 0.5
     high: float | None = 2.0
     price: float = 0.0
+    loads: tuple[float, ...] | None = None
+
+    has_balance: ClassVar[bool] = True
 
     def __post_init__(self):
         check_non_negative(self.low, name="low")
@@ -151,15 +172,42 @@ class ShareBounds(Marginals):
                 raise ValueError(f"`high` must be at least 1 (a share of the fair load n/m that lets the models "
                                  f"serve all objectives), or None; got {self.high}.")
         check_non_negative(self.price, name="price")
+        if self.loads is not None:
+            object.__setattr__(self, "loads", _check_loads(self.loads))
+
+    def at_loads(self, loads) -> "ShareBounds":
+        return replace(self, loads=tuple(float(x) for x in torch.as_tensor(loads).reshape(-1).tolist()))
 
     def __call__(self, losses, round, total):
         n, m = losses.shape
         lower = torch.full((m,), self.low / m, dtype=losses.dtype, device=losses.device)
         upper = None if self.high is None else torch.full_like(lower, min(self.high / m, 1.0))
+        point = _uniform(m, losses)
+        if self.loads is not None:
+            if len(self.loads) != m:
+                raise ValueError(f"ShareBounds has loads for {len(self.loads)} models, but the loss matrix has {m}.")
+            point = torch.tensor(self.loads, dtype=losses.dtype, device=losses.device)
+            lower = torch.minimum(lower, self.low * point)
+            if upper is not None and self.high is not None:
+                upper = torch.maximum(upper, (self.high * point).clamp_max(1.0))
         if not self.price:
             return _uniform(n, losses), Bounds(lower, upper)
         scale = float(losses.detach().min(1).values.abs().median())
-        return _uniform(n, losses), Bounds(lower, upper, target=_uniform(m, losses), price=self.price * scale)
+        return _uniform(n, losses), Bounds(lower, upper, target=point, price=self.price * scale)
+
+
+def _check_loads(loads) -> tuple[float, ...]:
+    """``loads`` as a tuple of shares summing to 1 (refused: not a sequence of finite
+    non-negative numbers with a positive sum)."""
+    try:
+        values = [float(x) for x in loads]
+    except (TypeError, ValueError):
+        raise TypeError(f"`loads` must be a sequence of numbers, one share per model; got {loads!r}.") from None
+    if not values or any(isinstance(x, bool) for x in loads) or any(not math.isfinite(x) or x < 0 for x in values) \
+            or sum(values) <= 0:
+        raise ValueError(f"`loads` must be finite non-negative shares with a positive sum, one per model; got {loads!r}.")
+    total = sum(values)
+    return tuple(x / total for x in values)
 
 
 @dataclass(frozen=True)
