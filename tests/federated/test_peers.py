@@ -303,8 +303,8 @@ CLIENTS = torch.arange(6)  # the case's pair p is client p
 
 def test_resplit_moves_the_redundant_model_to_the_half_that_pulls_away():
     deltas, pair_model, losses = _resplit_case()
-    split, moved, pairs = BY_UPDATES.propose(0, 10, deltas, pair_model, losses, CLIENTS)
-    assert (split, moved) == (0, 1) and sorted(pairs.tolist()) == [2, 3]
+    split, moved, pairs, moves = BY_UPDATES.propose(0, 10, deltas, pair_model, losses, CLIENTS)
+    assert (split, moved, moves) == (0, 1, True) and sorted(pairs.tolist()) == [2, 3]
     # applied in a round: model 1 restarts from model 0 and takes the second half's mean step
     method = F.MosT(2, server_lr=1.0, warmup=None, resplit=BY_UPDATES)
     state = method.start(6, 2, torch.Generator())
@@ -323,6 +323,7 @@ def test_resplit_leaves_models_alone_when_nothing_pulls_apart_or_the_move_costs_
     assert rule.propose(0, 10, aligned, pair_model, losses, CLIENTS) is None
     costly = losses.clone()
     costly[4:, 0] = 9.0  # model 1's clients would lose a lot on model 0: model 1 is not redundant
+    # nor is model 0's half handed over to model 1: both halves lose 0.5 more there
     assert rule.propose(0, 10, deltas, pair_model, costly, CLIENTS) is None
     by_updates = F.SplitByUpdates()
     assert F.Resplit(every=1, min_clients=5, signals=(by_updates,)).propose(0, 10, deltas, pair_model, losses,
@@ -359,14 +360,14 @@ def test_split_by_losses_parts_the_clients_that_other_models_serve_differently()
     deltas, pair_model, losses, clients = _loss_case()
     rule = F.Resplit(every=1, min_clients=4, signals=(F.SplitByLosses(),))
     assert F.Resplit().signals == (F.SplitByLosses(), F.SplitByUpdates())  # the default: losses, then updates
-    split, moved, pairs = rule.propose(0, 10, deltas, pair_model, losses, clients)
-    assert (split, moved) == (0, 2) and sorted(pairs.tolist()) == [3, 4]  # the smaller half leaves
+    split, moved, pairs, moves = rule.propose(0, 10, deltas, pair_model, losses, clients)
+    assert (split, moved, moves) == (0, 2, True) and sorted(pairs.tolist()) == [3, 4]  # the smaller half leaves
     # the updates agree, so CFL's split finds nothing to part
     assert F.Resplit(every=1, min_clients=4, signals=(F.SplitByUpdates(),)).propose(
         0, 10, deltas, pair_model, losses, clients) is None
     # pairs are read through their clients: the same pairs listed in another order part the same way
     order = torch.tensor([4, 0, 3, 1, 2, 5, 6, 7, 8])
-    split, moved, pairs = rule.propose(0, 10, deltas[order], pair_model[order], losses, clients[order])
+    split, moved, pairs, _ = rule.propose(0, 10, deltas[order], pair_model[order], losses, clients[order])
     assert (split, moved) == (0, 2) and sorted(clients[order][pairs].tolist()) == [3, 4]
 
 
@@ -423,8 +424,88 @@ def test_resplit_recovers_groups_a_model_had_merged():
     assert resplit.mean_accuracy > plain.mean_accuracy + 0.1
 
 
+def _hand_over_case():
+    """Three models, none redundant: model 0 serves group A (clients 0-3, whom no other model
+    serves) and five clients of group B (4-8, whom model 1 serves nearly as well); model 1 serves
+    the rest of group B (9-12), model 2 group C (13-16). The loss signal parts model 0's clients
+    into the groups; group B's clients are the ones another model can take."""
+    a = [[1.0, 3.0, 3.2], [1.1, 3.1, 3.3], [1.0, 3.0, 3.1], [1.05, 3.05, 3.2]]
+    b = [[1.0, 1.2, 3.0], [0.9, 1.1, 3.1], [1.0, 1.25, 2.9], [1.1, 1.3, 3.0], [0.95, 1.15, 3.0]]
+    losses = torch.tensor(a + b + [[2.0, 0.6, 3.0]] * 4 + [[3.0, 3.0, 0.5]] * 4, dtype=torch.float64)
+    pair_model = torch.tensor([0] * 9 + [1] * 4 + [2] * 4)
+    return torch.ones(17, 3), pair_model, losses, torch.arange(17)
+
+
+def test_resplit_hands_a_group_to_the_model_that_serves_it_next_best_when_no_model_is_free(tmp_path):
+    deltas, pair_model, losses, clients = _hand_over_case()
+    rule = F.Resplit(every=1, signals=(F.SplitByLosses(),))
+    assert sorted(rule.signals[0].find(deltas, pair_model, clients, losses, 4)[1].tolist()) == [0, 1, 2, 3]
+    split, to, pairs, moves = rule.propose(0, 10, deltas, pair_model, losses, clients)
+    assert (split, to, moves) == (0, 1, False) and sorted(pairs.tolist()) == [4, 5, 6, 7, 8]
+    assert F.Resplit(every=1, signals=(F.SplitByLosses(),), hand_over=False).propose(
+        0, 10, deltas, pair_model, losses, clients) is None
+    # group B loses 0.21 more on model 1 than on model 0 (group A 2.0 more), the median best loss
+    # is 0.9: handed over within 0.5 x 0.9 = 0.45, not within 0.2 x 0.9 = 0.18
+    assert F.Resplit(every=1, signals=(F.SplitByLosses(),), hand_over_gap=0.2).propose(
+        0, 10, deltas, pair_model, losses, clients) is None
+    # nor when model 1 serves group A nearly as well (0.4 above model 0: not 0.45 above group B)
+    near = losses.clone()
+    near[:4, 1] = near[:4, 0] + 0.4
+    assert rule.propose(0, 10, deltas, pair_model, near, clients) is None
+    # a model that no client of its own serves best (each group has a better model elsewhere)
+    # cannot be split by a move, but its group is still handed over
+    elsewhere = losses.clone()
+    elsewhere[4:9, 1] = elsewhere[4:9, 0] - 0.1
+    elsewhere[:4, 2] = elsewhere[:4, 0] - 0.05
+    assert bool((elsewhere[:9].argmin(1) != 0).all())
+    split, to, pairs, moves = rule.propose(0, 10, deltas, pair_model, elsewhere, clients)
+    assert (split, to, moves) == (0, 1, False) and sorted(pairs.tolist()) == [4, 5, 6, 7, 8]
+    # nor when fewer than min_clients would stay on model 0
+    assert F.Resplit(every=1, min_clients=5, signals=(F.SplitByLosses(),)).propose(
+        0, 10, deltas, pair_model, losses, clients) is None
+    # in a round: model 0 steps on group A's updates alone, the balance point moves group B's
+    # five clients (5 of 17 shares) from model 0 to model 1, and the next plan follows it
+    method = F.MosT(3, server_lr=1.0, warmup=None, resplit=rule)
+    state = method.start(17, 3, torch.Generator())
+    method.plan(state, losses, 0, 10)
+    deltas = torch.arange(51, dtype=torch.float32).reshape(17, 3)
+    params = torch.zeros(3, 3)
+    new = method.aggregate(state, params, deltas, pair_model, torch.ones(17, dtype=torch.float64), round=0,
+                           clients=clients)
+    torch.testing.assert_close(new[0], -deltas[:4].mean(0))
+    torch.testing.assert_close(state.loads, torch.tensor([4.0, 9.0, 4.0], dtype=torch.float64) / 17)
+    plan, _ = method.plan(state, losses, 1, 10)
+    assert plan.argmax(1).tolist() == [0] * 4 + [1] * 9 + [2] * 4
+    # without the moved balance the plan keeps some of them on model 0, where they lose less
+    plain, _ = F.MosT(3, server_lr=1.0, warmup=None, resplit=None).plan(
+        F.MosT(3, warmup=None, resplit=None).start(17, 3, torch.Generator()), losses, 1, 10)
+    assert (plain.argmax(1)[4:9] == 0).sum() >= 2
+    # a run resumed from its saved state keeps the moved balance
+    from most.checkpoint import Checkpoint, restore_into
+
+    saved = Checkpoint(tmp_path / "run.ckpt")
+    saved.save({"method_state": state})
+    fresh = method.start(17, 3, torch.Generator())
+    restore_into(fresh, saved.load()["method_state"])
+    torch.testing.assert_close(fresh.loads, state.loads)
+
+
+def test_hand_over_recovers_groups_when_there_are_as_many_models_as_groups():
+    """Groups of 4, 12 and 20 clients over 3 models: the default's balance keeps part of a group
+    in another group's model, and no model is free to move; the hand-over separates them."""
+    three = concept_groups(sizes=(4, 12, 20), per=40, seed=2)
+    model = fl.logistic_regression(20, 10)
+    config = fl.FederatedConfig(rounds=30, lr=0.5, eval_every=0, seed=0)
+    kept = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, resplit=F.Resplit(hand_over=False)), config)
+    handed = fl.run_federated(three, model, F.MosT(3, server_lr=1.0), config)
+    assert adjusted_rand_index(kept.choice, three.groups) < 0.95
+    assert adjusted_rand_index(handed.choice, three.groups) == 1.0
+    assert handed.mean_accuracy > kept.mean_accuracy + 0.05
+
+
 def test_resplit_refuses_settings_outside_their_range():
-    for bad, match in ((dict(every=0), "every"), (dict(until=1.5), "until"), (dict(min_clients=1), "min_clients")):
+    for bad, match in ((dict(every=0), "every"), (dict(until=1.5), "until"), (dict(min_clients=1), "min_clients"),
+                       (dict(hand_over_gap=-0.5), "hand_over_gap")):
         with pytest.raises(ValueError, match=match):
             F.Resplit(**bad)
     for make, match in ((lambda: F.SplitByUpdates(max_similarity=-2.0), "max_similarity"),
@@ -440,6 +521,8 @@ def test_resplit_refuses_settings_outside_their_range():
             F.Resplit(signals=bad)
     with pytest.raises(TypeError, match="resplit"):
         F.MosT(2, resplit="yes")
+    with pytest.raises(TypeError, match="hand_over"):
+        F.Resplit(hand_over="yes")
 
 
 def test_experiment_files_build_the_new_methods_from_their_own_fields():

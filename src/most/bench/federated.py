@@ -62,7 +62,7 @@ _TAU = 0.1
 _BALANCED = {"marginals": {"type": "Uniform"}, "resplit": "none"}
 _PAPER = {"diversity": _TAU}  # then the registry's variant "paper", and the ablations after it
 #: the re-split judged by the clients' updates alone (the default's re-split before it read the losses)
-_BY_UPDATES = {"type": "Resplit", "signals": [{"type": "SplitByUpdates"}]}
+_BY_UPDATES = {"type": "Resplit", "signals": [{"type": "SplitByUpdates"}], "hand_over": False}
 
 
 def _balanced(**changes) -> MethodRow:
@@ -88,6 +88,8 @@ METHODS: dict[str, MethodRow | BuiltRow] = {
     "MosT (share bounds)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}, "resplit": _BY_UPDATES}),
     # the default's marginals with the re-split that splits by the updates (the default before the loss split)
     "MosT (update re-split)": MethodRow("MosT", {"resplit": _BY_UPDATES}),
+    # the default's re-split without the hand-over (the default before the hand-over)
+    "MosT (no hand-over)": MethodRow("MosT", {"resplit": {"type": "Resplit", "hand_over": False}}),
     "MosT (share bounds, no resplit)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}, "resplit": "none"}),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
     "MosT (warm-up 15)": _balanced(warmup={"type": "WarmUp", "rounds": 15}),

@@ -55,10 +55,10 @@ from .clustered import CFL, Oracle
 from .mixture import FedEM
 from .most import GroupedWarmUp, MosT, WarmUp
 from .personal import FineTuning, LocalOnly
-from .resplit import Resplit, SplitByLosses, SplitByUpdates, SplitSignal
+from .resplit import Proposal, Resplit, SplitByLosses, SplitByUpdates, SplitSignal
 from .updates import (BoxMinNorm, balanced_update_groups, combine_updates, min_norm_box, min_norm_combination,
                       update_groups, weighted_mean)
 
 __all__ = ["FederatedMethod", "MethodState", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
-           "IFCA", "SetScalarization", "Resplit", "SplitSignal", "SplitByLosses", "SplitByUpdates", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
+           "IFCA", "SetScalarization", "Resplit", "Proposal", "SplitSignal", "SplitByLosses", "SplitByUpdates", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
            "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]

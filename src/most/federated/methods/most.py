@@ -4,8 +4,9 @@ re-split of a model that serves two groups is :mod:`~most.federated.methods.resp
 from __future__ import annotations
 
 import functools
+import math
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, cast
 
 import torch
@@ -20,11 +21,12 @@ from ...methods import (
     MinNorm,
     ShareBounds,
     Shares,
+    TransportAssignment,
     TransportConfig,
     WeightedSum,
 )
 from .base import FederatedMethod, MethodState
-from .resplit import Resplit
+from .resplit import Proposal, Resplit
 from .updates import combine_updates, update_groups
 
 
@@ -131,7 +133,10 @@ class MosT(TransportConfig, FederatedMethod):
         resplit: :class:`Resplit` (default): now and then a model that duplicates another's
             clients is moved to split a model that serves two groups of clients (told apart by
             their losses on the other models, :class:`SplitByLosses`, or by their updates,
-            :class:`SplitByUpdates`); ``None`` never moves a model.
+            :class:`SplitByUpdates`); when no model is free, the group that belongs elsewhere
+            is handed over to the model that serves it next best, and the marginals' balance
+            point follows (for marginals with one, :attr:`most.methods.Marginals.has_balance`);
+            ``None`` never moves a model.
 
     Why the defaults depart from the paper (measured in the documentation's Benchmarks →
     Federated): within one model's group the clients still disagree, and the min-norm
@@ -202,15 +207,45 @@ class MosT(TransportConfig, FederatedMethod):
         # the round's losses of every client, for a re-split in this round's aggregation
         state.round_losses = losses if clients is None else None
         state.total = total
-        return super().plan(state, losses, round - w0, total - w0, previous, clients=clients)
+        if state.loads is None:
+            plan, weights = super().plan(state, losses, round - w0, total - w0, previous, clients=clients)
+        else:  # a hand-over moved the balance point: the round's assignment with the marginals moved there
+            saved = state.components
+            assignment = cast(TransportAssignment, saved[0])
+            state.components = (replace(assignment, marginals=assignment.marginals.at_loads(state.loads)),) + saved[1:]
+            try:
+                plan, weights = super().plan(state, losses, round - w0, total - w0, previous, clients=clients)
+            finally:
+                state.components = saved
+        state.round_plan = None if clients is not None else plan
+        return plan, weights
+
+    def hands_over(self, state: MethodState) -> bool:
+        """Whether a hand-over can move this run's balance point: the re-split hands over, and the
+        run's assignment is a transport whose marginals have a balance point."""
+        assignment = state.components[0]
+        return (self.resplit is not None and self.resplit.hand_over and isinstance(assignment, TransportAssignment)
+                and assignment.marginals.has_balance)
 
     def aggregate(self, state, params, deltas, pair_model, pair_weight, *, round, clients=None):
         state = cast(MosTState, state)
         w0 = self.warmup_rounds
         if self.resplit is not None and state.round_losses is not None and clients is not None:
             move = self.resplit.propose(round - w0, state.total - w0, deltas, pair_model, state.round_losses, clients)
-            if move is not None:
-                split, moved, pairs = move
+            if move is not None and not move.moves and self.hands_over(state) and state.round_plan is not None:
+                # the half leaves its model's step this round and the balance point follows it
+                half = clients[to_device(move.pairs, clients.device)]
+                state.loads = _loads_after(state.round_plan, state.round_losses, half, move)
+                keep = torch.ones(len(pair_model), dtype=torch.bool, device=pair_model.device)
+                keep[to_device(move.pairs, keep.device)] = False
+                deltas, pair_model, pair_weight = deltas[to_device(keep, deltas.device)], pair_model[keep], \
+                    pair_weight[to_device(keep, pair_weight.device)]
+                clients = clients[keep.to(clients.device)]
+            elif move is not None and move.moves:
+                split, moved, pairs = move.split, move.to, move.pairs
+                if state.loads is not None and state.round_plan is not None:  # the balance point follows the move
+                    half = clients[to_device(pairs, clients.device)]
+                    state.loads = _loads_after(state.round_plan, state.round_losses, half, move)
                 params = params.clone()
                 params[moved] = params[split]
                 # the moved model's own pairs trained the model it no longer is: they are left out
@@ -225,15 +260,35 @@ class MosT(TransportConfig, FederatedMethod):
         return super().aggregate(state, params, deltas, pair_model, pair_weight, round=round, clients=clients)
 
 
+def _loads_after(plan: Tensor, losses: Tensor, half: Tensor, proposal: Proposal) -> Tensor:
+    """The models' shares ``[m]`` (summing to 1) once the clients ``half`` go from
+    ``proposal.split`` to ``proposal.to``, from the round's ``plan [n, m]``; for a move, the
+    moved model's own clients first go to their next best model by ``losses [n, m]``."""
+    plan = plan.detach().double().cpu()
+    loads = plan.sum(0)
+    if proposal.moves:
+        others = losses.detach().double().cpu().clone()
+        others[:, proposal.to] = math.inf
+        loads.index_add_(0, others.argmin(1), plan[:, proposal.to])
+        loads[proposal.to] = 0.0
+    share = plan[half.cpu(), proposal.split].sum()
+    loads[proposal.split] -= share
+    loads[proposal.to] += share
+    loads = loads.clamp_min(0.0)
+    return loads / loads.sum()
+
+
 class MosTState(MethodState):
-    """A federated MosT run's state: the base's, the warm-up's seed, and the round's losses of
-    every client (for a re-split in the round's aggregation; ``None`` in a round with sampled
-    clients) with the run's rounds."""
+    """A federated MosT run's state: the base's, the warm-up's seed, the round's losses and plan
+    (for a re-split in the round's aggregation; ``None`` in a round with sampled clients) with
+    the run's rounds, and the balance point a hand-over set (``None``: the fair load)."""
 
     def __init__(self, components, warmup_seed: int | None):
         super().__init__(components)
         self.warmup_seed = warmup_seed
         self.round_losses: Tensor | None = None
+        self.round_plan: Tensor | None = None
+        self.loads: Tensor | None = None
         self.total = 0
 
 

@@ -1,7 +1,8 @@
 """The re-split of federated MosT: a model that duplicates another's clients is moved to split a
-model that serves two groups of clients.
+model that serves two groups of clients, or, when no model is free, the group that belongs
+elsewhere is handed over to the model that serves it next best.
 
-:class:`Resplit` decides when and which model moves; what tells that a model serves two groups,
+:class:`Resplit` decides when, which model moves or takes the group; what tells that a model serves two groups,
 and which of its clients form the second, is a component of its own:
 
 * :class:`SplitByLosses` -- the clients' losses on the other models: clients of two groups
@@ -17,15 +18,16 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
 
 from ..._host import to_device
-from ..._validation import check_component, check_non_negative, check_positive_int
+from ..._validation import check_bool, check_component, check_non_negative, check_positive_int
 from .clustered import bipartition
 
-__all__ = ["Resplit", "SplitSignal", "SplitByLosses", "SplitByUpdates"]
+__all__ = ["Proposal", "Resplit", "SplitSignal", "SplitByLosses", "SplitByUpdates"]
 
 
 def _check_in_range(value, name: str, low: float, high: float) -> float:
@@ -167,6 +169,21 @@ class SplitByUpdates(SplitSignal):
         return None if best is None else best[1:]
 
 
+class Proposal(NamedTuple):
+    """What the re-split does in a round: model ``split`` loses the clients of ``pairs`` (indices
+    into the round's pair updates) to model ``to``.
+
+    ``moves``: ``to`` is moved (it restarts as a copy of ``split`` and takes the mean step of
+    those pairs' updates); otherwise the clients are handed over: ``split`` leaves their updates
+    out of this round's step, and the plan's balance point moves their share from ``split`` to
+    ``to`` (:meth:`most.methods.Marginals.at_loads`)."""
+
+    split: int
+    to: int
+    pairs: Tensor
+    moves: bool
+
+
 @dataclass(frozen=True)
 class Resplit:
     """Moves a redundant model to split a model that serves two groups of clients: the federated
@@ -187,6 +204,19 @@ class Resplit:
     duplicates another one's group is freed for a group that shares a model, the failure the
     balance and the load bounds alone cannot undo.
 
+    With ``hand_over`` (default), when no model is free to move (the move costs more than it
+    gains, e.g. with as many models as groups), the half whose clients another model serves
+    nearly as well (the lowest mean loss relative to the split model) is handed over to that
+    model, if it is their group's model: their mean loss there is at most ``hand_over_gap``
+    times the median client's best loss above their loss on the split model, and at least that
+    much below the other half's, and the other half keeps at least ``min_clients`` clients (a
+    few clients apart from the rest are not a group worth a model). The plan's balance point
+    then moves their share there, so the
+    balance no longer holds a part of a large group in a model of another group, and a group
+    smaller than the fair load keeps a model of its own (:class:`Proposal`). Clients whom the
+    other model serves much worse than the split one, or no better than the rest, are not a part
+    of its group.
+
     Deterministic (no draw). It needs the losses of every client (full participation): in a
     round with sampled clients it does nothing.
     """
@@ -195,8 +225,12 @@ class Resplit:
     until: float = 0.6
     min_clients: int = 4
     signals: tuple[SplitSignal, ...] = field(default_factory=lambda: (SplitByLosses(), SplitByUpdates()))
+    hand_over: bool = True
+    hand_over_gap: float = 0.5
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "hand_over", check_bool(self.hand_over, name="hand_over"))
+        check_non_negative(self.hand_over_gap, name="hand_over_gap")
         check_positive_int(self.every, name="every")
         check_positive_int(self.min_clients, name="min_clients", minimum=2)
         _check_in_range(self.until, "until", 0.0, 1.0)
@@ -212,9 +246,8 @@ class Resplit:
         object.__setattr__(self, "signals", tuple(self.signals))
 
     def propose(self, round: int, total: int, deltas: Tensor, pair_model: Tensor, losses: Tensor,
-                clients: Tensor) -> tuple[int, int, Tensor] | None:
-        """``(split, moved, pairs)``: the model to split, the model to move and the pairs (indices
-        into ``deltas``) of the half that goes to the moved model; ``None`` for no move.
+                clients: Tensor) -> Proposal | None:
+        """The round's :class:`Proposal` (a move, or a hand-over); ``None`` for neither.
         ``round`` and ``total`` count after the warm-up; ``losses [n, m]`` are the round's and
         ``clients [P]`` the client (among all n) of each pair."""
         m = losses.shape[1]
@@ -235,9 +268,38 @@ class Resplit:
         cost[split] = math.inf
         moved = int(cost.argmin())
         mine, others = owner == split, owner != split
-        if not mine.any() or not others.any():
+        if mine.any() and others.any():  # a move needs clients the split model serves best
+            excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
+            if float(cost[moved]) < excess:
+                return Proposal(split, moved, pairs, True)
+        if not self.hand_over:
             return None
-        excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
-        if float(cost[moved]) >= excess:
-            return None
-        return split, moved, pairs
+        return _hand_over(L, split, pair_model.cpu(), clients.cpu(), pairs.cpu(), self.hand_over_gap,
+                          self.min_clients)
+
+
+def _hand_over(L: Tensor, split: int, pair_model: Tensor, clients: Tensor, pairs: Tensor,
+               gap: float, min_stay: int) -> Proposal | None:
+    """The hand-over of one half of model ``split``'s pairs (``pairs`` or the rest): the half
+    whose clients' mean loss relative to ``split``, ``L[i, k] - L[i, split]``, is lowest on some
+    other model k goes to that k, if that mean is at most ``gap`` median best losses, the other
+    half's at least ``gap`` above it, and the other half has at least ``min_stay`` pairs."""
+    mine = (pair_model == split).nonzero().squeeze(1)
+    leaves = torch.zeros(len(pair_model), dtype=torch.bool)
+    leaves[pairs] = True
+    halves = [mine[leaves[mine]], mine[~leaves[mine]]]
+    if any(len(h) == 0 for h in halves):
+        return None
+    rel = []
+    for half in halves:
+        rows = L[clients[half]]
+        r = (rows - rows[:, split:split + 1]).mean(0)
+        r[split] = math.inf
+        rel.append(r)
+    h = 0 if float(rel[0].min()) <= float(rel[1].min()) else 1
+    k = int(rel[h].argmin())
+    scale = float(L.min(1).values.median().clamp_min(1e-12))
+    if len(halves[1 - h]) < min_stay or float(rel[h][k]) > gap * scale \
+            or float(rel[1 - h][k] - rel[h][k]) < gap * scale:
+        return None
+    return Proposal(split, k, halves[h], False)
