@@ -268,10 +268,11 @@ class Resplit:
         cost[split] = math.inf
         moved = int(cost.argmin())
         mine, others = owner == split, owner != split
-        if mine.any() and others.any():  # a move needs clients the split model serves best
-            excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
-            if float(cost[moved]) < excess:
-                return Proposal(split, moved, pairs, True)
+        if not mine.any() or not others.any():
+            return None
+        excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
+        if float(cost[moved]) < excess:
+            return Proposal(split, moved, pairs, True)
         if not self.hand_over:
             return None
         return _hand_over(L, split, pair_model.cpu(), clients.cpu(), pairs.cpu(), self.hand_over_gap,
