@@ -9,11 +9,12 @@ import pytest
 import torch
 
 import most.federated as fl
-from most.checkpoint import Checkpoint
+from most.checkpoint import Checkpoint, restore_into
 from most.federated import methods as F
 from most.federated.methods.clustered import ClusterAssignment, GroupAssignment, bipartition
 from most.federated.evaluation import adjusted_rand_index
 from most.federated.methods.personal import OwnModelAssignment
+from most.methods import Uniform
 from most.federated.clients import pad_split
 
 
@@ -472,9 +473,15 @@ def test_resplit_hands_a_group_to_the_model_that_serves_it_next_best_when_no_mod
     plain, _ = F.MosT(3, server_lr=1.0, warmup=None, resplit=None).plan(
         F.MosT(3, warmup=None, resplit=None).start(17, 3, torch.Generator()), losses, 1, 10)
     assert (plain.argmax(1)[4:9] == 0).sum() >= 2
+    # marginals without a balance point (the paper's balance) get no hand-over: model 0 steps on all
+    balanced = F.MosT(3, server_lr=1.0, warmup=None, marginals=Uniform(), resplit=rule)
+    kept = balanced.start(17, 3, torch.Generator())
+    balanced.plan(kept, losses, 0, 10)
+    new = balanced.aggregate(kept, params, deltas, pair_model, torch.ones(17, dtype=torch.float64), round=0,
+                             clients=clients)
+    assert kept.loads is None and not balanced.hands_over(kept)
+    torch.testing.assert_close(new[0], -deltas[:9].mean(0))
     # a run resumed from its saved state keeps the moved balance
-    from most.checkpoint import Checkpoint, restore_into
-
     saved = Checkpoint(tmp_path / "run.ckpt")
     saved.save({"method_state": state})
     fresh = method.start(17, 3, torch.Generator())

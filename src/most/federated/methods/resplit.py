@@ -2,8 +2,8 @@
 model that serves two groups of clients, or, when no model is free, the group that belongs
 elsewhere is handed over to the model that serves it next best.
 
-:class:`Resplit` decides when, which model moves or takes the group; what tells that a model serves two groups,
-and which of its clients form the second, is a component of its own:
+:class:`Resplit` decides when, and which model moves or takes the group; what tells that a
+model serves two groups, and which of its clients form the second, is a component of its own:
 
 * :class:`SplitByLosses` -- the clients' losses on the other models: clients of two groups
   that share a model are told apart by which of the other models serves them better;
@@ -211,11 +211,11 @@ class Resplit:
     times the median client's best loss above their loss on the split model, and at least that
     much below the other half's, and the other half keeps at least ``min_clients`` clients (a
     few clients apart from the rest are not a group worth a model). The plan's balance point
-    then moves their share there, so the
-    balance no longer holds a part of a large group in a model of another group, and a group
-    smaller than the fair load keeps a model of its own (:class:`Proposal`). Clients whom the
-    other model serves much worse than the split one, or no better than the rest, are not a part
-    of its group.
+    then moves their share there, so the balance no longer holds a part of a large group in a
+    model of another group, and a group smaller than the fair load keeps a model of its own
+    (:class:`Proposal`). Clients whom the other model serves much worse than the split one, or
+    no better than the rest, are not a part of its group. A split model none of whose clients
+    it serves best is left alone (neither moved nor handed over).
 
     Deterministic (no draw). It needs the losses of every client (full participation): in a
     round with sampled clients it does nothing.
