@@ -125,6 +125,31 @@ def test_share_bounds_price_is_relative_to_the_losses_and_keeps_the_balance_for_
         ShareBounds(price=-0.1)
 
 
+def test_share_bounds_moved_balance_point_keeps_its_groups_and_refuses_bad_loads():
+    from most.methods import Marginals, ShareBounds, Uniform
+
+    g = torch.Generator().manual_seed(3)
+    base = torch.tensor([[1.0, 1.05, 4.0]] * 9 + [[4.0, 4.0, 1.0]] * 3, dtype=torch.float64)
+    losses = base + 0.01 * torch.rand(12, 3, generator=g, dtype=torch.float64)
+    priced = ShareBounds(0.5, 2.0, price=0.5)
+    # the balance point at 2/12, 7/12, 3/12 (given unnormalised): the price now holds model 1 at 7
+    moved = priced.at_loads(torch.tensor([2.0, 7.0, 3.0]))
+    assert moved.loads == pytest.approx((2 / 12, 7 / 12, 3 / 12)) and moved.has_balance
+    loads = (TransportAssignment(marginals=moved)(losses, 0, 1) * 12).sum(0)
+    torch.testing.assert_close(loads, torch.tensor([2.0, 7.0, 3.0], dtype=torch.float64))
+    # the bounds widen around the moved point: model 0 may go down to 0.5 x 2 objectives
+    assert float(moved(losses, 0, 1)[1].lower[0]) == pytest.approx(1 / 12)
+    assert not Uniform().has_balance and not Marginals.has_balance
+    with pytest.raises(NotImplementedError, match="balance point"):
+        Uniform().at_loads([0.5, 0.5])
+    for bad, error in (("0.5,0.5", TypeError), (0.5, TypeError), ([0.5, -0.1], ValueError),
+                       ([0.5, float("nan")], ValueError), ([0.0, 0.0], ValueError), ([True, 0.5], ValueError)):
+        with pytest.raises(error, match="loads"):
+            ShareBounds(loads=bad)
+    with pytest.raises(ValueError, match="loads for 2 models"):
+        ShareBounds(loads=(0.5, 0.5))(losses, 0, 1)
+
+
 def test_curriculum_moves_from_models_select_to_objectives_select():
     g = torch.Generator().manual_seed(0)
     losses = torch.rand(10, 3, generator=g, dtype=torch.float64)

@@ -7,7 +7,6 @@ schedule may change with the round (the curriculum, Section 3.3).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-import math
 from dataclasses import dataclass, replace
 from typing import ClassVar, NamedTuple
 
@@ -199,14 +198,12 @@ class ShareBounds(Marginals):
 def _check_loads(loads) -> tuple[float, ...]:
     """``loads`` as a tuple of shares summing to 1 (refused: not a sequence of finite
     non-negative numbers with a positive sum)."""
-    try:
-        values = [float(x) for x in loads]
-    except (TypeError, ValueError):
-        raise TypeError(f"`loads` must be a sequence of numbers, one share per model; got {loads!r}.") from None
-    if not values or any(isinstance(x, bool) for x in loads) or any(not math.isfinite(x) or x < 0 for x in values) \
-            or sum(values) <= 0:
-        raise ValueError(f"`loads` must be finite non-negative shares with a positive sum, one per model; got {loads!r}.")
+    if isinstance(loads, (str, bytes)) or not hasattr(loads, "__iter__"):
+        raise TypeError(f"`loads` must be a sequence of numbers, one share per model; got {loads!r}.")
+    values = [check_non_negative(x, name="loads") for x in loads]
     total = sum(values)
+    if not total > 0:
+        raise ValueError(f"`loads` must be shares with a positive sum, one per model; got {loads!r}.")
     return tuple(x / total for x in values)
 
 

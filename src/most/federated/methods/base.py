@@ -165,13 +165,18 @@ class FederatedMethod:
              clients: Tensor | None = None) -> tuple[Tensor | None, Tensor]:
         """``(plan [n, m] or None, W [m, n])`` for the participating clients (rows of ``losses``;
         ``clients`` are their indices among all n, for assignments fixed for the run)."""
-        assignment, weighting, _ = state.components
+        assignment, weighting = self.round_assignment(state), state.components[1]
         losses = losses.double()
         if clients is not None and assignment.fixed:
             plan = assignment.rows(clients).to(losses)
         else:
             plan = assignment(losses, round, total, previous=previous)
         return (plan if self.logs_plan else None), weighting(plan).double()
+
+    def round_assignment(self, state: MethodState) -> Assignment:
+        """The assignment that plans this round: the run's (``state.components[0]``), or one a
+        method derives from it and its run state (MosT's moved balance point)."""
+        return state.components[0]
 
     def pair_weights(self, weights: Tensor, counts: Tensor, round: int) -> Tensor:
         """Each trained pair's weight in its model's combination: ``W[j, i]``, or the client's

@@ -207,18 +207,18 @@ class MosT(TransportConfig, FederatedMethod):
         # the round's losses of every client, for a re-split in this round's aggregation
         state.round_losses = losses if clients is None else None
         state.total = total
-        if state.loads is None:
-            plan, weights = super().plan(state, losses, round - w0, total - w0, previous, clients=clients)
-        else:  # a hand-over moved the balance point: the round's assignment with the marginals moved there
-            saved = state.components
-            assignment = cast(TransportAssignment, saved[0])
-            state.components = (replace(assignment, marginals=assignment.marginals.at_loads(state.loads)),) + saved[1:]
-            try:
-                plan, weights = super().plan(state, losses, round - w0, total - w0, previous, clients=clients)
-            finally:
-                state.components = saved
+        plan, weights = super().plan(state, losses, round - w0, total - w0, previous, clients=clients)
         state.round_plan = None if clients is not None else plan
         return plan, weights
+
+    def round_assignment(self, state):
+        """The run's assignment, with its marginals' balance point where a hand-over moved it."""
+        assignment = state.components[0]
+        loads = cast(MosTState, state).loads
+        if loads is None:
+            return assignment
+        assignment = cast(TransportAssignment, assignment)
+        return replace(assignment, marginals=assignment.marginals.at_loads(loads))
 
     def hands_over(self, state: MethodState) -> bool:
         """Whether a hand-over can move this run's balance point: the re-split hands over, and the

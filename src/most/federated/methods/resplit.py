@@ -84,14 +84,13 @@ class SplitByLosses(SplitSignal):
              min_clients: int) -> tuple[int, Tensor] | None:
         L = losses.detach().double().cpu()
         pair_model, clients = pair_model.cpu(), clients.cpu()
-        scale = float(L.min(1).values.median().clamp_min(1e-12))  # the loss's units
+        scale = _loss_scale(L)
         best: tuple[float, int, Tensor] | None = None
         for j in range(L.shape[1]):
             mine = (pair_model == j).nonzero().squeeze(1)
             if len(mine) < min_clients:
                 continue
-            rows = L[clients[mine]]
-            rows = rows - rows[:, j:j + 1]
+            rows = _relative(L, clients[mine], j)
             half = _two_means(rows)
             if half is None or min(int(half.sum()), int((~half).sum())) < self.min_half:
                 continue
@@ -103,6 +102,17 @@ class SplitByLosses(SplitSignal):
                 leaves = half if half.sum() <= (~half).sum() else ~half
                 best = (gap, j, mine[leaves])
         return None if best is None else best[1:]
+
+
+def _loss_scale(L: Tensor) -> float:
+    """The loss's units: the median client's best loss over the models of ``L [n, m]``."""
+    return float(L.min(1).values.median().clamp_min(1e-12))
+
+
+def _relative(L: Tensor, clients: Tensor, j: int) -> Tensor:
+    """The ``clients``' rows of losses relative to model ``j``: ``L[i, k] - L[i, j]``."""
+    rows = L[clients]
+    return rows - rows[:, j:j + 1]
 
 
 def _separation(rows: Tensor, half: Tensor, diff: Tensor) -> float:
@@ -293,13 +303,12 @@ def _hand_over(L: Tensor, split: int, pair_model: Tensor, clients: Tensor, pairs
         return None
     rel = []
     for half in halves:
-        rows = L[clients[half]]
-        r = (rows - rows[:, split:split + 1]).mean(0)
+        r = _relative(L, clients[half], split).mean(0)
         r[split] = math.inf
         rel.append(r)
     h = 0 if float(rel[0].min()) <= float(rel[1].min()) else 1
     k = int(rel[h].argmin())
-    scale = float(L.min(1).values.median().clamp_min(1e-12))
+    scale = _loss_scale(L)
     if len(halves[1 - h]) < min_stay or float(rel[h][k]) > gap * scale \
             or float(rel[1 - h][k] - rel[h][k]) < gap * scale:
         return None
