@@ -5,6 +5,8 @@ recovers planted concept groups; the oracle trains FedAvg within the true groups
 depends on its own client's data alone; fine-tuning descends each client's own loss. Plus the
 assignments' plans, the picks, resumption and bad input."""
 
+import math
+
 import pytest
 import torch
 
@@ -409,6 +411,57 @@ def test_split_by_losses_needs_halves_that_stand_apart_not_a_cut_through_a_sprea
     assert signal.find(deltas, pair_model, clients, clusters, 4)[0] == 0
 
 
+def _shift_case(minority: float = 1.0):
+    """Four models: model 0 serves a group of 10 clients and 4 clients of another group, whom it
+    serves ``minority`` nats worse; models 1 to 3 (fitted to neither) serve both alike, so the
+    relative rows differ by a shift, the halves only about 5 spreads apart. Models 1 and 3 serve
+    one group alike (either is free to move)."""
+    noise = torch.tensor([0.25, -0.25, 0.15, -0.15, 0.3, -0.3, 0.05, -0.05, 0.2, -0.2, 0.3, -0.3, 0.1, -0.1],
+                         dtype=torch.float64)
+    rows = [[0.5 + (minority if i >= 10 else 0.0), 2.5 + float(noise[i]), 2.5 + 0.8 * float(noise[i]),
+             3.0 + 0.9 * float(noise[i])]
+            for i in range(14)]
+    rows += [[3.0, 0.5, 3.0, 0.55]] * 4 + [[3.0, 3.0, 0.5, 3.0]] * 4 + [[3.0, 0.55, 3.0, 0.5]] * 4
+    pair_model = torch.tensor([0] * 14 + [1] * 4 + [2] * 4 + [3] * 4)
+    return torch.ones(26, 3), pair_model, torch.tensor(rows, dtype=torch.float64), torch.arange(26)
+
+
+def test_split_by_losses_parts_a_group_held_on_a_model_fitted_to_another():
+    deltas, pair_model, losses, clients = _shift_case()
+    signal = F.SplitByLosses()
+    # the four clients lose 1 nat more on model 0 and the same on models 1 and 2: a shift
+    split, pairs = signal.find(deltas, pair_model, clients, losses, 4)
+    assert split == 0 and pairs.tolist() == [10, 11, 12, 13]
+    # not a group by the separation alone (the halves are about 5 spreads apart, not 8) ...
+    assert F.SplitByLosses(shift_separation=math.inf).find(deltas, pair_model, clients, losses, 4) is None
+    # ... nor when the half is smaller than min_clients, or a model treats the halves differently
+    assert signal.find(deltas, pair_model, clients, losses, 5) is None
+    crossed = losses.clone()
+    crossed[10:14, 2] += 1.0  # model 2 serves the four as much worse as model 0 does: no shift
+    assert signal.find(deltas, pair_model, clients, crossed, 4) is None
+    # the re-split moves a free model (1 or 3: each duplicates the other) to take them
+    split, to, pairs, moves = F.Resplit(every=1, signals=(signal,)).propose(0, 10, deltas, pair_model, losses,
+                                                                            clients)
+    assert (split, moves) == (0, True) and to in (1, 3) and pairs.tolist() == [10, 11, 12, 13]
+
+
+def test_resplit_looks_past_a_named_model_that_is_no_clients_best():
+    """Model 1 trains clients of groups C and D, whose best models are 2 and 3: the loss signal
+    names it first (its halves part most), but it has no group to keep; it is the free model,
+    and the next model the signal names (model 0, groups A and B) is split by moving it."""
+    a = [[1.0, 3.0, 2.0, 3.0]] * 4
+    b = [[1.0, 3.0, 3.0, 2.0]] * 4
+    c = [[3.0, 1.5, 0.5, 3.0]] * 4
+    d = [[3.0, 1.5, 3.0, 0.5]] * 4
+    losses = torch.tensor(a + b + c + d, dtype=torch.float64)
+    pair_model, clients = torch.tensor([0] * 8 + [1] * 8), torch.arange(16)
+    deltas = torch.ones(16, 3)
+    rule = F.Resplit(every=1, signals=(F.SplitByLosses(),))
+    assert rule.signals[0].find(deltas, pair_model, clients, losses, 4)[0] == 1
+    split, to, pairs, moves = rule.propose(0, 10, deltas, pair_model, losses, clients)
+    assert (split, to, moves) == (0, 1, True) and sorted(pairs.tolist()) in ([0, 1, 2, 3], [4, 5, 6, 7])
+
+
 def test_resplit_recovers_groups_a_model_had_merged():
     """Three groups and three models, where the load bounds alone end with two groups on one
     model and a third group split over two: the re-split frees the duplicate model."""
@@ -512,7 +565,9 @@ def test_resplit_refuses_settings_outside_their_range():
                         (lambda: F.SplitByLosses(min_gap=float("nan")), "min_gap"),
                         (lambda: F.SplitByLosses(min_gap=True), "min_gap"),
                         (lambda: F.SplitByLosses(min_half=0), "min_half"),
-                        (lambda: F.SplitByLosses(min_separation=-1.0), "min_separation")):
+                        (lambda: F.SplitByLosses(min_separation=-1.0), "min_separation"),
+                        (lambda: F.SplitByLosses(shift_separation=-4.0), "shift_separation"),
+                        (lambda: F.SplitByLosses(shift_separation="4"), "shift_separation")):
         with pytest.raises(ValueError, match=match):
             make()
     for bad in ("losses", (), (F.SplitByLosses(), "updates"), F.SplitByLosses()):

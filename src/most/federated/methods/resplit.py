@@ -65,6 +65,11 @@ class SplitByLosses(SplitSignal):
     ``min_separation`` times the clients' spread about their half's mean: 2-means cuts a single
     Gaussian cloud into halves about 2.7 spreads apart, two distinct groups far more), and each
     half has at least ``min_half`` clients (one client apart from the rest is not a group).
+    Halves only ``shift_separation`` spreads apart part too when they differ by a shift: their
+    mean losses on model j differ by more than the gap, and on every other model (at least two)
+    by at most half as much, so model j serves one half worse and the other models serve both
+    alike -- a group held on a model fitted to another group, which models fitted to neither
+    cannot tell apart -- and both halves have at least ``min_clients`` clients.
     Relative rows leave out how hard a client is on every model (a hard client loses more
     everywhere), so clients of one group that differ only in difficulty do not part. Of the
     models that part, the one with the largest gap is split, and its smaller half leaves. It
@@ -74,11 +79,13 @@ class SplitByLosses(SplitSignal):
     min_gap: float = 0.5
     min_separation: float = 8.0
     min_half: int = 2
+    shift_separation: float = 4.0
 
     def __post_init__(self) -> None:
         check_non_negative(self.min_gap, name="min_gap", allow_inf=True)
         check_non_negative(self.min_separation, name="min_separation", allow_inf=True)
         check_positive_int(self.min_half, name="min_half")
+        check_non_negative(self.shift_separation, name="shift_separation", allow_inf=True)
 
     def find(self, deltas: Tensor, pair_model: Tensor, clients: Tensor, losses: Tensor,
              min_clients: int) -> tuple[int, Tensor] | None:
@@ -96,12 +103,24 @@ class SplitByLosses(SplitSignal):
                 continue
             diff = rows[half].mean(0) - rows[~half].mean(0)
             gap = float(diff.abs().max()) / scale
-            if gap <= self.min_gap or _separation(rows, half, diff) < self.min_separation:
+            if gap <= self.min_gap:
+                continue
+            separation = _separation(rows, half, diff)
+            if separation < self.min_separation and not (
+                    separation >= self.shift_separation and self._shifted(L[clients[mine]], half, j, scale)
+                    and min(int(half.sum()), int((~half).sum())) >= min_clients):
                 continue
             if best is None or gap > best[0]:
                 leaves = half if half.sum() <= (~half).sum() else ~half
                 best = (gap, j, mine[leaves])
         return None if best is None else best[1:]
+
+    def _shifted(self, rows: Tensor, half: Tensor, j: int, scale: float) -> bool:
+        """Whether the two halves of the loss rows ``rows [k, m]`` differ on model ``j`` by more
+        than the gap and on every other model (at least two) by at most half as much."""
+        diff = (rows[half].mean(0) - rows[~half].mean(0)) / scale
+        own, other = float(diff[j].abs()), torch.cat([diff[:j], diff[j + 1:]]).abs()
+        return len(other) >= 2 and own > self.min_gap and bool((other <= own / 2).all())
 
 
 def _loss_scale(L: Tensor) -> float:
@@ -224,8 +243,9 @@ class Resplit:
     then moves their share there, so the balance no longer holds a part of a large group in a
     model of another group, and a group smaller than the fair load keeps a model of its own
     (:class:`Proposal`). Clients whom the other model serves much worse than the split one, or
-    no better than the rest, are not a part of its group. A split model none of whose clients
-    it serves best is left alone (neither moved nor handed over).
+    no better than the rest, are not a part of its group. A named model none of whose clients it
+    serves best has no group to keep (it is itself free to move): the re-split looks past it to
+    the next model the signals name.
 
     Deterministic (no draw). It needs the losses of every client (full participation): in a
     round with sampled clients it does nothing.
@@ -263,22 +283,25 @@ class Resplit:
         m = losses.shape[1]
         if m < 2 or (round + 1) % self.every or round >= self.until * total:
             return None
-        found = None
-        for signal in self.signals:
-            found = signal.find(deltas, pair_model, clients, losses, self.min_clients)
-            if found is not None:
-                break
-        if found is None:
-            return None
-        split, pairs = found
         L = losses.double().cpu()
         two = L.topk(2, dim=1, largest=False)
         owner = two.indices[:, 0]
+        passed: list[int] = []
+        while True:
+            found = self._find(deltas, pair_model, losses, clients, passed)
+            if found is None:
+                return None
+            split, pairs = found
+            if bool((owner == split).any()):
+                break
+            # a model none of whose clients it serves best has no group to keep: it is itself
+            # free to move, so the model to split is the next one the signals name
+            passed.append(split)
         cost = torch.zeros(m, dtype=torch.float64).index_add_(0, owner, two.values[:, 1] - two.values[:, 0])
         cost[split] = math.inf
         moved = int(cost.argmin())
         mine, others = owner == split, owner != split
-        if not mine.any() or not others.any():
+        if not others.any():
             return None
         excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
         if float(cost[moved]) < excess:
@@ -287,6 +310,21 @@ class Resplit:
             return None
         return _hand_over(L, split, pair_model.cpu(), clients.cpu(), pairs.cpu(), self.hand_over_gap,
                           self.min_clients)
+
+    def _find(self, deltas: Tensor, pair_model: Tensor, losses: Tensor, clients: Tensor,
+              passed: list[int]) -> tuple[int, Tensor] | None:
+        """The first signal's ``(model, pairs)``, looking past the models in ``passed``."""
+        keep = ~torch.isin(pair_model.cpu(), torch.tensor(passed, dtype=torch.long))
+        index = keep.nonzero().squeeze(1)
+        if passed:
+            deltas = deltas[to_device(index, deltas.device)]
+            pair_model = pair_model[to_device(index, pair_model.device)]
+            clients = clients[to_device(index, clients.device)]
+        for signal in self.signals:
+            found = signal.find(deltas, pair_model, clients, losses, self.min_clients)
+            if found is not None:
+                return found[0], index[found[1].cpu()]
+        return None
 
 
 def _hand_over(L: Tensor, split: int, pair_model: Tensor, clients: Tensor, pairs: Tensor,
