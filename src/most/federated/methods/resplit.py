@@ -99,27 +99,31 @@ class SplitByLosses(SplitSignal):
                 continue
             rows = _relative(L, clients[mine], j)
             half = _two_means(rows)
-            if half is None or min(int(half.sum()), int((~half).sum())) < self.min_half:
+            smaller = 0 if half is None else min(int(half.sum()), int((~half).sum()))
+            if half is None or smaller < self.min_half:
                 continue
             diff = rows[half].mean(0) - rows[~half].mean(0)
             gap = float(diff.abs().max()) / scale
             if gap <= self.min_gap:
                 continue
             separation = _separation(rows, half, diff)
-            if separation < self.min_separation and not (
-                    separation >= self.shift_separation and self._shifted(L[clients[mine]], half, j, scale)
-                    and min(int(half.sum()), int((~half).sum())) >= min_clients):
+            if separation < self.min_separation and (
+                    separation < self.shift_separation or smaller < min_clients
+                    or not self._shifted(L[clients[mine], j], half, diff, j, scale)):
                 continue
             if best is None or gap > best[0]:
-                leaves = half if half.sum() <= (~half).sum() else ~half
+                leaves = half if int(half.sum()) == smaller else ~half
                 best = (gap, j, mine[leaves])
         return None if best is None else best[1:]
 
-    def _shifted(self, rows: Tensor, half: Tensor, j: int, scale: float) -> bool:
-        """Whether the two halves of the loss rows ``rows [k, m]`` differ on model ``j`` by more
-        than the gap and on every other model (at least two) by at most half as much."""
-        diff = (rows[half].mean(0) - rows[~half].mean(0)) / scale
-        own, other = float(diff[j].abs()), torch.cat([diff[:j], diff[j + 1:]]).abs()
+    def _shifted(self, on_j: Tensor, half: Tensor, diff: Tensor, j: int, scale: float) -> bool:
+        """Whether the halves' losses on model ``j`` (``on_j``) differ by more than the gap and,
+        on every other model (at least two), by at most half as much. ``diff`` is the halves'
+        difference in loss relative to model j, so their difference in loss on model k is
+        ``diff[k]`` plus their difference on j."""
+        own = float(on_j[half].mean() - on_j[~half].mean())
+        other = (torch.cat([diff[:j], diff[j + 1:]]) + own).abs() / scale
+        own = abs(own) / scale
         return len(other) >= 2 and own > self.min_gap and bool((other <= own / 2).all())
 
 
