@@ -506,9 +506,18 @@ def test_resplit_hands_a_group_to_the_model_that_serves_it_next_best_when_no_mod
     near = losses.clone()
     near[:4, 1] = near[:4, 0] + 0.4
     assert rule.propose(0, 10, deltas, pair_model, near, clients) is None
-    # nor when fewer than min_clients would stay on model 0
-    assert F.Resplit(every=1, min_clients=5, signals=(F.SplitByLosses(),)).propose(
+    # fewer than min_clients stay on model 0: handed over still, since no other model serves
+    # group A (2.0 nats worse on model 1, 2.1 on model 2: over 2 median best losses) ...
+    few = F.Resplit(every=1, min_clients=5, signals=(F.SplitByLosses(),))
+    assert few.propose(0, 10, deltas, pair_model, losses, clients)[:2] == (0, 1)
+    assert F.Resplit(every=1, min_clients=5, signals=(F.SplitByLosses(),), own_group_gap=math.inf).propose(
         0, 10, deltas, pair_model, losses, clients) is None
+    # ... but not when the other models serve group A only 0.7 nats (0.78 median best losses)
+    # worse: a few clients the other models could serve are not a group worth a model
+    served = losses.clone()
+    served[:4, 1:] = served[:4, :1] + 0.7
+    assert rule.propose(0, 10, deltas, pair_model, served, clients)[:2] == (0, 1)
+    assert few.propose(0, 10, deltas, pair_model, served, clients) is None
     # in a round: model 0 steps on group A's updates alone, the balance point moves group B's
     # five clients (5 of 17 shares) from model 0 to model 1, and the next plan follows it
     method = F.MosT(3, server_lr=1.0, warmup=None, resplit=rule)
@@ -555,9 +564,31 @@ def test_hand_over_recovers_groups_when_there_are_as_many_models_as_groups():
     assert handed.mean_accuracy > kept.mean_accuracy + 0.05
 
 
+def test_hand_over_leaves_a_group_smaller_than_min_clients_a_model_of_its_own():
+    """Groups of 3, 12 and 21 clients over 3 models: the share bounds' lower bound (half the fair
+    load, 6 clients) holds clients of the group of 21 on the group of 3's model, and refusing to
+    leave fewer than ``min_clients`` (4) there keeps them; the group of 3, which no other model
+    serves, keeps the model alone."""
+    three = concept_groups(sizes=(3, 12, 21), per=40, seed=0)
+    model = fl.logistic_regression(20, 10)
+    config = fl.FederatedConfig(rounds=30, lr=0.5, eval_every=0, seed=0)
+    held = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, resplit=F.Resplit(own_group_gap=math.inf)),
+                            config)
+    alone = fl.run_federated(three, model, F.MosT(3, server_lr=1.0), config)
+    groups = torch.tensor(three.groups)
+    for run, mixed in ((held, True), (alone, False)):
+        plan = run.history[-1].plan
+        small = int(plan[groups == 0].sum(0).argmax())  # the group of 3's model
+        assert bool((plan[groups != 0, small] > 0).any()) == mixed
+    assert adjusted_rand_index(held.choice, three.groups) < 0.9
+    assert adjusted_rand_index(alone.choice, three.groups) == 1.0
+    assert alone.mean_accuracy > held.mean_accuracy + 0.05
+
+
 def test_resplit_refuses_settings_outside_their_range():
     for bad, match in ((dict(every=0), "every"), (dict(until=1.5), "until"), (dict(min_clients=1), "min_clients"),
-                       (dict(hand_over_gap=-0.5), "hand_over_gap")):
+                       (dict(hand_over_gap=-0.5), "hand_over_gap"), (dict(own_group_gap=-1.0), "own_group_gap"),
+                       (dict(own_group_gap="1"), "own_group_gap")):
         with pytest.raises(ValueError, match=match):
             F.Resplit(**bad)
     for make, match in ((lambda: F.SplitByUpdates(max_similarity=-2.0), "max_similarity"),

@@ -243,7 +243,10 @@ class Resplit:
     model, if it is their group's model: their mean loss there is at most ``hand_over_gap``
     times the median client's best loss above their loss on the split model, and at least that
     much below the other half's, and the other half keeps at least ``min_clients`` clients (a
-    few clients apart from the rest are not a group worth a model). The plan's balance point
+    few clients apart from the rest are not a group worth a model) or is a group of its own:
+    every other model serves it at least ``own_group_gap`` times the median client's best loss
+    worse than the split model (a group smaller than ``min_clients`` that no other model can
+    serve, held with other clients only by the share bounds' lower bound). The plan's balance point
     then moves their share there, so the balance no longer holds a part of a large group in a
     model of another group, and a group smaller than the fair load keeps a model of its own
     (:class:`Proposal`). Clients whom the other model serves much worse than the split one, or
@@ -261,10 +264,12 @@ class Resplit:
     signals: tuple[SplitSignal, ...] = field(default_factory=lambda: (SplitByLosses(), SplitByUpdates()))
     hand_over: bool = True
     hand_over_gap: float = 0.5
+    own_group_gap: float = 1.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hand_over", check_bool(self.hand_over, name="hand_over"))
         check_non_negative(self.hand_over_gap, name="hand_over_gap")
+        check_non_negative(self.own_group_gap, name="own_group_gap", allow_inf=True)
         check_positive_int(self.every, name="every")
         check_positive_int(self.min_clients, name="min_clients", minimum=2)
         _check_in_range(self.until, "until", 0.0, 1.0)
@@ -313,7 +318,7 @@ class Resplit:
         if not self.hand_over:
             return None
         return _hand_over(L, split, pair_model.cpu(), clients.cpu(), pairs.cpu(), self.hand_over_gap,
-                          self.min_clients)
+                          self.min_clients, self.own_group_gap)
 
     def _find(self, deltas: Tensor, pair_model: Tensor, losses: Tensor, clients: Tensor,
               passed: list[int]) -> tuple[int, Tensor] | None:
@@ -332,11 +337,12 @@ class Resplit:
 
 
 def _hand_over(L: Tensor, split: int, pair_model: Tensor, clients: Tensor, pairs: Tensor,
-               gap: float, min_stay: int) -> Proposal | None:
+               gap: float, min_stay: int, own_gap: float = math.inf) -> Proposal | None:
     """The hand-over of one half of model ``split``'s pairs (``pairs`` or the rest): the half
     whose clients' mean loss relative to ``split``, ``L[i, k] - L[i, split]``, is lowest on some
     other model k goes to that k, if that mean is at most ``gap`` median best losses, the other
-    half's at least ``gap`` above it, and the other half has at least ``min_stay`` pairs."""
+    half's at least ``gap`` above it, and the other half has at least ``min_stay`` pairs or its
+    mean relative loss is at least ``own_gap`` median best losses on every other model."""
     mine = (pair_model == split).nonzero().squeeze(1)
     leaves = torch.zeros(len(pair_model), dtype=torch.bool)
     leaves[pairs] = True
@@ -351,7 +357,8 @@ def _hand_over(L: Tensor, split: int, pair_model: Tensor, clients: Tensor, pairs
     h = 0 if float(rel[0].min()) <= float(rel[1].min()) else 1
     k = int(rel[h].argmin())
     scale = _loss_scale(L)
-    if len(halves[1 - h]) < min_stay or float(rel[h][k]) > gap * scale \
+    own_group = float(rel[1 - h].min()) >= own_gap * scale  # rel[.][split] is inf
+    if (len(halves[1 - h]) < min_stay and not own_group) or float(rel[h][k]) > gap * scale \
             or float(rel[1 - h][k] - rel[h][k]) < gap * scale:
         return None
     return Proposal(split, k, halves[h], False)
