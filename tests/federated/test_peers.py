@@ -564,6 +564,33 @@ def test_hand_over_recovers_groups_when_there_are_as_many_models_as_groups():
     assert handed.mean_accuracy > kept.mean_accuracy + 0.05
 
 
+def test_resplit_hands_a_group_to_its_model_before_moving_a_free_one():
+    """The hand-over case with a fourth model that duplicates group C's (models 2 and 3 serve C's
+    clients alike, so either is free to move): group B's five clients on model 0 go to model 1,
+    their group's model, rather than to a moved model that would give group B two models."""
+    deltas, pair_model, losses, clients = _hand_over_case()
+    c = losses[13:17].clone()
+    losses = torch.cat([torch.cat([losses, losses[:, 2:3]], 1)[:13],
+                        torch.cat([c, c[:, 2:3] + 0.02], 1), torch.cat([c, c[:, 2:3] - 0.02], 1)])
+    pair_model = torch.tensor([0] * 9 + [1] * 4 + [2] * 4 + [3] * 4)
+    deltas, clients = torch.ones(21, 3), torch.arange(21)
+    rule = F.Resplit(every=1, signals=(F.SplitByLosses(),))
+    split, to, pairs, moves = rule.propose(0, 10, deltas, pair_model, losses, clients)
+    assert (split, to, moves) == (0, 1, False) and sorted(pairs.tolist()) == [4, 5, 6, 7, 8]
+    # the re-split that weighs the move first moves a free model; so does it for a caller that
+    # cannot hand over (a plan without a balance point)
+    split, to, pairs, moves = F.Resplit(every=1, signals=(F.SplitByLosses(),), hand_over_first=False).propose(
+        0, 10, deltas, pair_model, losses, clients)
+    assert (split, moves) == (0, True) and to in (2, 3) and sorted(pairs.tolist()) in ([0, 1, 2, 3], [4, 5, 6, 7, 8])
+    split, to, pairs, moves = rule.propose(0, 10, deltas, pair_model, losses, clients, hand_over=False)
+    assert (split, moves) == (0, True) and to in (2, 3)
+    # a half smaller than min_clients is handed over only when no model is free: here one moves
+    # (group A, four clients no other model serves, stays as a group of its own)
+    split, to, pairs, moves = F.Resplit(every=1, min_clients=6, signals=(F.SplitByLosses(),)).propose(
+        0, 10, deltas, pair_model, losses, clients)
+    assert (split, moves) == (0, True) and to in (2, 3)
+
+
 def test_hand_over_leaves_a_group_smaller_than_min_clients_a_model_of_its_own():
     """Groups of 3, 12 and 21 clients over 3 models: the share bounds' lower bound (half the fair
     load, 6 clients) holds clients of the group of 21 on the group of 3's model, and refusing to
@@ -586,6 +613,8 @@ def test_hand_over_leaves_a_group_smaller_than_min_clients_a_model_of_its_own():
 
 
 def test_resplit_refuses_settings_outside_their_range():
+    with pytest.raises(TypeError, match="hand_over_first"):
+        F.Resplit(hand_over_first="yes")
     for bad, match in ((dict(every=0), "every"), (dict(until=1.5), "until"), (dict(min_clients=1), "min_clients"),
                        (dict(hand_over_gap=-0.5), "hand_over_gap"), (dict(own_group_gap=-1.0), "own_group_gap"),
                        (dict(own_group_gap="1"), "own_group_gap")):

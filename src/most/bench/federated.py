@@ -90,9 +90,12 @@ METHODS: dict[str, MethodRow | BuiltRow] = {
     "MosT (update re-split)": MethodRow("MosT", {"resplit": _BY_UPDATES}),
     # the default's re-split without the hand-over (the default before the hand-over)
     "MosT (no hand-over)": MethodRow("MosT", {"resplit": {"type": "Resplit", "hand_over": False}}),
-    # the default's hand-over that always leaves min_clients on the split model (the default before a
-    # smaller group of its own kept its model)
-    "MosT (no own group)": MethodRow("MosT", {"resplit": {"type": "Resplit", "own_group_gap": math.inf}}),
+    # the default's re-split weighing a move before any hand-over (the default before a group's half
+    # went to its group's model first), and that with a hand-over that always leaves min_clients on
+    # the split model (the default before a smaller group of its own kept its model)
+    "MosT (move first)": MethodRow("MosT", {"resplit": {"type": "Resplit", "hand_over_first": False}}),
+    "MosT (no own group)": MethodRow("MosT", {"resplit": {"type": "Resplit", "own_group_gap": math.inf,
+                                                          "hand_over_first": False}}),
     "MosT (share bounds, no resplit)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}, "resplit": "none"}),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
     "MosT (warm-up 15)": _balanced(warmup={"type": "WarmUp", "rounds": 15}),

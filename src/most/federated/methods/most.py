@@ -231,7 +231,8 @@ class MosT(TransportConfig, FederatedMethod):
         state = cast(MosTState, state)
         w0 = self.warmup_rounds
         if self.resplit is not None and state.round_losses is not None and clients is not None:
-            move = self.resplit.propose(round - w0, state.total - w0, deltas, pair_model, state.round_losses, clients)
+            move = self.resplit.propose(round - w0, state.total - w0, deltas, pair_model, state.round_losses, clients,
+                                        hand_over=self.hands_over(state) and state.round_plan is not None)
             if move is not None and not move.moves and self.hands_over(state) and state.round_plan is not None:
                 # the half leaves its model's step this round and the balance point follows it
                 half = clients[to_device(move.pairs, clients.device)]

@@ -237,16 +237,20 @@ class Resplit:
     duplicates another one's group is freed for a group that shares a model, the failure the
     balance and the load bounds alone cannot undo.
 
-    With ``hand_over`` (default), when no model is free to move (the move costs more than it
-    gains, e.g. with as many models as groups), the half whose clients another model serves
-    nearly as well (the lowest mean loss relative to the split model) is handed over to that
-    model, if it is their group's model: their mean loss there is at most ``hand_over_gap``
+    With ``hand_over`` (default), the half whose clients another model serves nearly as well
+    (the lowest mean loss relative to the split model) is handed over to that model, if it is
+    their group's model: their mean loss there is at most ``hand_over_gap``
     times the median client's best loss above their loss on the split model, and at least that
     much below the other half's, and the other half keeps at least ``min_clients`` clients (a
     few clients apart from the rest are not a group worth a model) or is a group of its own:
     every other model serves it at least ``own_group_gap`` times the median client's best loss
     worse than the split model (a group smaller than ``min_clients`` that no other model can
-    serve, held with other clients only by the share bounds' lower bound). The plan's balance point
+    serve, held with other clients only by the share bounds' lower bound). A half of at least
+    ``min_clients`` clients is handed over before a move is weighed (its group has a model: a
+    moved model would give the group a second one and drop the moved model's own clients); a
+    smaller one only when no model is free to move (the move costs more than it gains, e.g.
+    with as many models as groups); ``hand_over_first=False`` weighs the move first for every
+    half. The plan's balance point
     then moves their share there, so the balance no longer holds a part of a large group in a
     model of another group, and a group smaller than the fair load keeps a model of its own
     (:class:`Proposal`). Clients whom the other model serves much worse than the split one, or
@@ -265,9 +269,11 @@ class Resplit:
     hand_over: bool = True
     hand_over_gap: float = 0.5
     own_group_gap: float = 1.0
+    hand_over_first: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hand_over", check_bool(self.hand_over, name="hand_over"))
+        object.__setattr__(self, "hand_over_first", check_bool(self.hand_over_first, name="hand_over_first"))
         check_non_negative(self.hand_over_gap, name="hand_over_gap")
         check_non_negative(self.own_group_gap, name="own_group_gap", allow_inf=True)
         check_positive_int(self.every, name="every")
@@ -285,10 +291,13 @@ class Resplit:
         object.__setattr__(self, "signals", tuple(self.signals))
 
     def propose(self, round: int, total: int, deltas: Tensor, pair_model: Tensor, losses: Tensor,
-                clients: Tensor) -> Proposal | None:
+                clients: Tensor, *, hand_over: bool | None = None) -> Proposal | None:
         """The round's :class:`Proposal` (a move, or a hand-over); ``None`` for neither.
         ``round`` and ``total`` count after the warm-up; ``losses [n, m]`` are the round's and
-        ``clients [P]`` the client (among all n) of each pair."""
+        ``clients [P]`` the client (among all n) of each pair. ``hand_over``: whether the caller
+        can carry out a hand-over (``None``: :attr:`hand_over`; a plan without a balance point
+        cannot), so that a move is not passed over for a hand-over that would not happen."""
+        can_hand_over = self.hand_over if hand_over is None else bool(hand_over) and self.hand_over
         m = losses.shape[1]
         if m < 2 or (round + 1) % self.every or round >= self.until * total:
             return None
@@ -306,6 +315,14 @@ class Resplit:
             # a model none of whose clients it serves best has no group to keep: it is itself
             # free to move, so the model to split is the next one the signals name
             passed.append(split)
+        handed = None
+        if can_hand_over:
+            handed = _hand_over(L, split, pair_model.cpu(), clients.cpu(), pairs.cpu(), self.hand_over_gap,
+                                self.min_clients, self.own_group_gap)
+            # a group of at least min_clients whose own model serves it nearly as well goes there:
+            # moving a model to take it would give the group two models and cost the moved one's
+            if self.hand_over_first and handed is not None and len(handed.pairs) >= self.min_clients:
+                return handed
         cost = torch.zeros(m, dtype=torch.float64).index_add_(0, owner, two.values[:, 1] - two.values[:, 0])
         cost[split] = math.inf
         moved = int(cost.argmin())
@@ -315,10 +332,7 @@ class Resplit:
         excess = float((L[mine, split] - L[others].min(1).values.mean()).clamp_min(0).sum())
         if float(cost[moved]) < excess:
             return Proposal(split, moved, pairs, True)
-        if not self.hand_over:
-            return None
-        return _hand_over(L, split, pair_model.cpu(), clients.cpu(), pairs.cpu(), self.hand_over_gap,
-                          self.min_clients, self.own_group_gap)
+        return handed
 
     def _find(self, deltas: Tensor, pair_model: Tensor, losses: Tensor, clients: Tensor,
               passed: list[int]) -> tuple[int, Tensor] | None:
