@@ -231,9 +231,10 @@ class MosT(TransportConfig, FederatedMethod):
         state = cast(MosTState, state)
         w0 = self.warmup_rounds
         if self.resplit is not None and state.round_losses is not None and clients is not None:
+            can_hand_over = self.hands_over(state) and state.round_plan is not None
             move = self.resplit.propose(round - w0, state.total - w0, deltas, pair_model, state.round_losses, clients,
-                                        hand_over=self.hands_over(state) and state.round_plan is not None)
-            if move is not None and not move.moves and self.hands_over(state) and state.round_plan is not None:
+                                        hand_over=can_hand_over)
+            if move is not None and not move.moves and can_hand_over:
                 # the half leaves its model's step this round and the balance point follows it
                 half = clients[to_device(move.pairs, clients.device)]
                 state.loads = _loads_after(state.round_plan, state.round_losses, half, move)

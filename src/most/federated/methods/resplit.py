@@ -239,8 +239,8 @@ class Resplit:
 
     With ``hand_over`` (default), the half whose clients another model serves nearly as well
     (the lowest mean loss relative to the split model) is handed over to that model, if it is
-    their group's model: their mean loss there is at most ``hand_over_gap``
-    times the median client's best loss above their loss on the split model, and at least that
+    their group's model: their mean loss there is at most ``hand_over_gap`` times the median
+    client's best loss above their loss on the split model, and at least that
     much below the other half's, and the other half keeps at least ``min_clients`` clients (a
     few clients apart from the rest are not a group worth a model) or is a group of its own:
     every other model serves it at least ``own_group_gap`` times the median client's best loss
@@ -250,8 +250,7 @@ class Resplit:
     moved model would give the group a second one and drop the moved model's own clients); a
     smaller one only when no model is free to move (the move costs more than it gains, e.g.
     with as many models as groups); ``hand_over_first=False`` weighs the move first for every
-    half. The plan's balance point
-    then moves their share there, so the balance no longer holds a part of a large group in a
+    half. The plan's balance point then moves their share there, so the balance no longer holds a part of a large group in a
     model of another group, and a group smaller than the fair load keeps a model of its own
     (:class:`Proposal`). Clients whom the other model serves much worse than the split one, or
     no better than the rest, are not a part of its group. A named model none of whose clients it
@@ -351,7 +350,7 @@ class Resplit:
 
 
 def _hand_over(L: Tensor, split: int, pair_model: Tensor, clients: Tensor, pairs: Tensor,
-               gap: float, min_stay: int, own_gap: float = math.inf) -> Proposal | None:
+               gap: float, min_stay: int, own_gap: float) -> Proposal | None:
     """The hand-over of one half of model ``split``'s pairs (``pairs`` or the rest): the half
     whose clients' mean loss relative to ``split``, ``L[i, k] - L[i, split]``, is lowest on some
     other model k goes to that k, if that mean is at most ``gap`` median best losses, the other
