@@ -65,7 +65,8 @@ from most.methods import (
     Weighting,
 )
 from most.federated.methods.clustered import ClusterAssignment
-from most.federated.methods import BoxMinNorm, SplitByLosses, SplitByUpdates, SplitSignal, min_norm_box
+from most.federated.methods import (BoxMinNorm, ClientLoss, CrossEntropy, PriorAdjusted, SplitByLosses, SplitByUpdates,
+                                   SplitSignal, min_norm_box)
 from most.optim import SGD, Adam, UpdateRule
 from most.transport import diversity_regularizer
 
@@ -409,6 +410,15 @@ SPLIT_SIGNALS = [
     case(SplitByUpdates(), "SplitByUpdates"),
     case(SplitByUpdates(max_similarity=0.0), "SplitByUpdates-0"),
 ]
+# ---------------------------------------------------------------------------- client losses
+# How a client scores each model for the plan: (logits [m, n, N, C], y [n, N], w [n, N]) -> [n, m];
+# traits: prior (None: the mean cross-entropy; else the pseudo-count of the class frequencies
+# added to the logits).
+CLIENT_LOSSES = [
+    case(CrossEntropy(), "CrossEntropy", prior=None),
+    case(PriorAdjusted(), "PriorAdjusted", prior=2.0),
+    case(PriorAdjusted(0.5), "PriorAdjusted-0.5", prior=0.5),
+]
 # ---------------------------------------------------------------------------- bounded marginals
 # Marginals whose beta is a most.methods.Bounds (lower, upper) instead of a vector; traits:
 #   lower, upper: callables (n) -> the documented per-model bounds (upper None: unbounded).
@@ -428,7 +438,7 @@ BOUNDED_MARGINALS = [
          lower=lambda n: [0.5 / M, 0.15, 0.05], upper=lambda n: [1.0, 2.0 / M, 2.0 / M]),
 ]
 
-KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, SplitSignal: SPLIT_SIGNALS, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
+KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, SplitSignal: SPLIT_SIGNALS, ClientLoss: CLIENT_LOSSES, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
          UpdateRule: UPDATE_RULES}
 
 
@@ -444,6 +454,84 @@ def test_every_public_component_is_registered(module):
             registries.append(EXTENSIONS)
         for registry in registries:
             assert any(type(p.values[0]) is obj for p in registry), f"{module}.{name} has no registry entry"
+
+
+# =============================================================================== client losses
+def _client_batch(seed, dtype=F64, m=3, n=4, N=7, C=5):
+    g = torch.Generator().manual_seed(seed)
+    logits = torch.randn(m, n, N, C, generator=g).to(dtype)
+    y = torch.randint(0, C, (n, N), generator=g)
+    w = torch.ones(n, N, dtype=dtype)
+    w[1, 5:] = 0.0  # client 1 has padding
+    return logits, y, w
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("loss, traits", CLIENT_LOSSES)
+def test_client_loss_matches_its_definition(loss, traits, dtype):
+    """Each entry against a per-sample loop: the mean over the client's real samples of
+    -log softmax(z + log p_i)[y], p_i its smoothed class frequencies (none for the cross-entropy)."""
+    logits, y, w = _client_batch(0, dtype)
+    m, n, N, C = logits.shape
+    got = loss(logits, y, w)
+    assert got.shape == (n, m) and got.dtype == dtype and bool((got > 0).all())
+    for i in range(n):
+        real = w[i] > 0
+        shift = torch.zeros(C, dtype=dtype)
+        if traits["prior"] is not None:
+            counts = torch.bincount(y[i][real], minlength=C).to(dtype) + traits["prior"]
+            shift = (counts / counts.sum()).log()
+        for j in range(m):
+            z = logits[j, i][real] + shift
+            expected = -(z.log_softmax(-1).gather(1, y[i][real][:, None])).mean()
+            torch.testing.assert_close(got[i, j], expected)
+
+
+@pytest.mark.parametrize("loss, traits", CLIENT_LOSSES)
+def test_client_loss_ignores_padding_and_is_model_and_client_equivariant(loss, traits):
+    logits, y, w = _client_batch(1)
+    base = loss(logits, y, w)
+    noisy = logits.clone()
+    noisy[:, 1, 5:] = 100.0 * torch.randn_like(noisy[:, 1, 5:])  # what padding holds does not count
+    y2 = y.clone()
+    y2[1, 5:] = 0
+    torch.testing.assert_close(loss(noisy, y2, w), base)
+    models, clients = torch.tensor([2, 0, 1]), torch.tensor([3, 1, 0, 2])
+    torch.testing.assert_close(loss(logits[models][:, clients], y[clients], w[clients]), base[clients][:, models])
+
+
+@pytest.mark.parametrize("loss, traits", CLIENT_LOSSES)
+def test_client_loss_of_a_client_with_balanced_classes_is_the_cross_entropy(loss, traits):
+    """A constant added to every logit changes nothing: a client holding each class equally often."""
+    logits, _, _ = _client_batch(2, N=10)
+    y = torch.arange(10).remainder(5).expand(4, 10).clone()
+    w = torch.ones(4, 10, dtype=F64)
+    torch.testing.assert_close(loss(logits, y, w), CrossEntropy()(logits, y, w))
+
+
+@pytest.mark.parametrize("loss, traits", CLIENT_LOSSES)
+def test_prior_adjusted_loss_prefers_the_balanced_model_to_one_fitted_to_the_clients_classes(loss, traits):
+    """Gaussian classes (means 0, 1, 2), a client with class frequencies (0.7, 0.2, 0.1). Model A's
+    logits are the class log-likelihoods (right for balanced classes), model B's add the client's log
+    prior (right for this client). The cross-entropy prefers B; the prior-adjusted loss, which adds the
+    prior itself, prefers A (B would count it twice)."""
+    g = torch.Generator().manual_seed(3)
+    prior = torch.tensor([0.7, 0.2, 0.1], dtype=F64)
+    y = torch.multinomial(prior, 4000, replacement=True, generator=g)
+    x = y.to(F64) + torch.randn(4000, generator=g, dtype=F64)
+    loglik = -0.5 * (x[:, None] - torch.arange(3, dtype=F64)) ** 2
+    logits = torch.stack([loglik, loglik + prior.log()])[:, None]  # [2, 1, N, 3]
+    got = loss(logits, y[None], torch.ones(1, 4000, dtype=F64))[0]
+    if traits["prior"] is None:
+        assert got[1] < got[0]
+    else:
+        assert got[0] < got[1]
+
+
+def test_prior_adjusted_refuses_a_pseudo_count_that_is_not_positive():
+    for bad in (0.0, -1.0, float("nan")):
+        with pytest.raises(ValueError, match="pseudo_count"):
+            PriorAdjusted(bad)
 
 
 # =============================================================================== marginals

@@ -555,3 +555,22 @@ def test_a_federated_result_and_its_rounds_print_as_one_short_line(small):
     assert f"mean test accuracy {100 * res.mean_accuracy:.1f} %" in text
     assert repr(res.history[-1]).endswith(f"validation accuracy {100 * res.history[-1].val_accuracy:.1f} %)")
     assert "validation" not in repr(res.history[0])  # not evaluated in round 0
+
+
+def test_most_plans_on_the_client_loss_it_is_given(small):
+    """The first round's plan reads each client's prior-adjusted loss of the initial models (the
+    round's logged best-model loss is theirs), not the cross-entropy."""
+    from most._random import seeded
+    from most.federated.clients import plan_losses
+    model = fl.logistic_regression(60, 10)
+    config = fl.FederatedConfig(rounds=1, eval_every=1, seed=4)
+    adjusted = F.MosT(3, warmup=None, client_loss=F.PriorAdjusted())
+    params = adjusted.initial_params(model, 3, seeded(4))
+    train = fl.pad_split(small, "train")
+    expected = plan_losses(model, params, train, None, F.PriorAdjusted()).min(1).values.mean()
+    plain = plan_losses(model, params, train, None, F.CrossEntropy()).min(1).values.mean()
+    assert abs(float(expected) - float(plain)) > 0.05  # label skew: the two losses differ
+    ours = fl.run_federated(small, model, adjusted, config)
+    theirs = fl.run_federated(small, model, F.MosT(3, warmup=None), config)
+    assert ours.history[0].train_loss == pytest.approx(float(expected), rel=1e-5)
+    assert theirs.history[0].train_loss == pytest.approx(float(plain), rel=1e-5)

@@ -56,6 +56,7 @@ BUILDERS = {
                                       assignment=most.methods.CappedTransportAssignment(2),
                                       weighting=most.methods.Shares()),
     "MosT (paper)": lambda: F.MosT(3, server_lr=2.0, warmup=None, combiner=most.MinNorm(), diversity=0.1),
+    "MosT (prior-adjusted)": lambda: F.MosT(3, server_lr=3.0, warmup=F.WarmUp(2), client_loss=F.PriorAdjusted(1.0)),
     "MosT (Adam server step)": lambda: F.MosT(3, server_lr=0.05, warmup=F.WarmUp(1), optimizer=most.optim.Adam()),
     "FedAvg": lambda: F.FedAvg(2, server_lr=2.0),
     "FedProx": lambda: F.FedProx(2, mu=0.1),
@@ -101,6 +102,15 @@ def test_strategy_equals_in_process_runtime(name, data, model):
     assert torch.equal(result.loss_choice, reference.loss_choice)
     assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
     assert result.prediction_diversity() == pytest.approx(reference.prediction_diversity(), rel=1e-6)
+
+
+def test_a_client_loss_the_clients_cannot_compute_is_refused_before_any_round(model):
+    class Squared(F.ClientLoss):
+        def __call__(self, logits, y, w):
+            return logits.pow(2).mean((2, 3)).T
+
+    with pytest.raises(ValueError, match="in-process runtime only"):
+        MostStrategy(F.MosT(3, client_loss=Squared()), model, _config(), n_clients=N)
 
 
 def test_cfl_splits_on_flower_as_in_process(data, model):

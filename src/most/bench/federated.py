@@ -96,6 +96,11 @@ METHODS: dict[str, MethodRow | BuiltRow] = {
     "MosT (move first)": MethodRow("MosT", {"resplit": {"type": "Resplit", "hand_over_first": False}}),
     "MosT (no own group)": MethodRow("MosT", {"resplit": {"type": "Resplit", "own_group_gap": math.inf,
                                                           "hand_over_first": False}}),
+    # each client scores the models with its own class frequencies added to their logits (for
+    # label skew), with the default's marginals and with the share bounds alone (no price)
+    "MosT (prior-adjusted)": MethodRow("MosT", {"client_loss": {"type": "PriorAdjusted"}}),
+    "MosT (prior-adjusted, share bounds)": MethodRow("MosT", {"client_loss": {"type": "PriorAdjusted"},
+                                                              "marginals": {"type": "ShareBounds"}}),
     "MosT (share bounds, no resplit)": MethodRow("MosT", {"marginals": {"type": "ShareBounds"}, "resplit": "none"}),
     # a shared warm-up of 30 % of the rounds: 15 of the image sets' 50, 30 of Syn's 100
     "MosT (warm-up 15)": _balanced(warmup={"type": "WarmUp", "rounds": 15}),

@@ -125,6 +125,14 @@ def sample_losses(model: FlatModel, params: Tensor, data: Padded, clients: Tenso
     return (ce.sum(-1) / w.sum(1)).T, ce.transpose(0, 1)
 
 
+def plan_losses(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None, loss) -> Tensor:
+    """``[k, m]``: every model's loss on the clients asked (all by default) as ``loss`` scores it
+    (a :class:`~most.federated.methods.losses.ClientLoss`), for a method whose plan reads another
+    loss than the mean cross-entropy."""
+    logits, y, w = _logits(model, params, data, clients)
+    return loss(logits, y, w)
+
+
 def _logits(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None,
             max_samples: int = 8192) -> tuple[Tensor, Tensor, Tensor]:
     """``(logits [m, n, N, C], y [n, N], w [n, N])`` of every model on the clients asked (all by

@@ -39,7 +39,7 @@ from .evaluation import pooled_loss
 from .models import FlatModel
 from .checks import check_inputs
 from .clients import (CHUNK_VALUES, Padded, batch_orders, chunk_slices, evaluate, evaluate_unchecked, mixture_scores,
-                      pad_split, sample_losses, selection_scores, train_pairs)
+                      pad_split, plan_losses, sample_losses, selection_scores, train_pairs)
 from .config import FederatedConfig, FederatedResult
 from .server import RoundLog, RoundState, Server, choose_models, pair_seed
 
@@ -297,9 +297,13 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     # a method that weighs samples sees every model's loss on each training sample
     weighing = [r for r, server in enumerate(servers) if server.method.sample_weights]
     per_sample = {r: sample_losses(model, servers[r].params, train, full[r]) for r in weighing}
-    plain = [r for r in range(len(servers)) if r not in per_sample]
+    # a method whose plan reads another loss than the mean cross-entropy scores the models itself
+    scored = {r: plan_losses(model, servers[r].params, probe, full[r], servers[r].method.plan_loss())
+              for r in range(len(servers)) if r not in per_sample and not servers[r].method.plan_loss().plain}
+    plain = [r for r in range(len(servers)) if r not in per_sample and r not in scored]
     scores = _evaluate_servers(model, [servers[r] for r in plain], probe, [full[r] for r in plain], accuracy=False)
     by_run = dict(zip(plain, (loss for loss, _ in scores)))
+    by_run.update(scored)
     losses = [per_sample[r][0] if r in per_sample else by_run[r] for r in range(len(servers))]
     if sum(loss.numel() for loss in losses) <= HOST_SOLVE_MAX * len(losses):
         losses = to_host(losses)  # every run's n x m losses in one copy: the plans are small host work

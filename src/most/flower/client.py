@@ -35,8 +35,10 @@ from torch import Tensor
 from ..federated.data import ClientData
 from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
+from ..federated.methods.losses import ClientLoss
 from ..federated.methods.mixture import responsibilities
-from ..federated.clients import Padded, evaluate, local_train, mixture_scores, sample_losses, selection_scores
+from ..federated.clients import (Padded, evaluate, local_train, mixture_scores, plan_losses, sample_losses,
+                                selection_scores)
 from ..federated.server import choose_models, pair_seed
 from . import protocol as P
 
@@ -80,11 +82,15 @@ def _check_params(model: FlatModel, params: Tensor) -> Tensor:
     return params
 
 
-def client_losses(model: FlatModel, params: Tensor, data: ClientData, *, loss_samples: int | None = None) -> Tensor:
+def client_losses(model: FlatModel, params: Tensor, data: ClientData, *, loss_samples: int | None = None,
+                  loss: ClientLoss | None = None) -> Tensor:
     """``[m]``: the mean training cross-entropy of each model (on the first ``loss_samples``
-    training samples if given, as :class:`~most.federated.FederatedConfig` ``loss_samples``)."""
-    loss, _, _ = evaluate(model, _check_params(model, params), _split(data, "train", loss_samples))
-    return loss[0]
+    training samples if given, as :class:`~most.federated.FederatedConfig` ``loss_samples``),
+    or the method's ``loss`` (:class:`~most.federated.methods.PriorAdjusted`) on them."""
+    params, split = _check_params(model, params), _split(data, "train", loss_samples)
+    if loss is not None and not loss.plain:
+        return plan_losses(model, params, split, None, loss)[0]
+    return evaluate(model, params, split)[0][0]
 
 
 def client_train(model: FlatModel, params: Tensor, models: list[int], data: ClientData, *, seed: int, round: int,
@@ -228,7 +234,8 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
         cfg = message.content[P.CONFIG]
         params = P.read_models(message.content[P.MODELS])
         limit = int(cfg.get(P.LOSS_SAMPLES, 0)) or None
-        return _reply(message, s, {P.LOSS: client_losses(s.model, params, s.data, loss_samples=limit).tolist()})
+        losses = client_losses(s.model, params, s.data, loss_samples=limit, loss=P.read_loss(cfg))
+        return _reply(message, s, {P.LOSS: losses.tolist()})
 
     @app.train()
     def train(message, context):

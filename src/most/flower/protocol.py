@@ -15,6 +15,8 @@ import torch
 from flwr.app import ArrayRecord, MessageType
 from torch import Tensor
 
+from ..federated.methods.losses import ClientLoss, CrossEntropy, PriorAdjusted
+
 # ----------------------------------------------------------------------------- message kinds
 #: the two queries' actions (a ClientApp's ``@app.query(action)``): a client's index, sample count
 #: and model size, once at the start; the loss of each model it is sent on its training data
@@ -54,6 +56,9 @@ LR = "lr"
 PROX_MU = "prox-mu"
 #: the training samples a loss query reads (0: all)
 LOSS_SAMPLES = "loss-samples"
+#: the pseudo-count of a loss query scored with the client's class frequencies added to the
+#: logits (:class:`~most.federated.methods.PriorAdjusted`); absent: the mean cross-entropy
+LOSS_PRIOR = "loss-prior"
 #: whether an evaluation is the last one (it then also asks for the selection loss)
 FINAL = "final"
 #: a mixing client's weights of the models (FedEM), sent with train and the final evaluation
@@ -113,3 +118,21 @@ def updates_record(models: list[int], deltas) -> ArrayRecord:
 def read_update(record, j: int) -> Tensor:
     """Model ``j``'s update ``[d]`` from a train reply's ``updates``."""
     return torch.from_numpy(record[delta_key(j)].numpy())
+
+
+def loss_config(loss: ClientLoss) -> dict:
+    """The ``config`` entries that tell a client how to score the models in a loss query, for a
+    method's :meth:`~most.federated.methods.FederatedMethod.plan_loss`; a loss the clients cannot
+    compute is refused (before any round)."""
+    if loss.plain:
+        return {}
+    if type(loss) is PriorAdjusted:
+        return {LOSS_PRIOR: float(loss.pseudo_count)}
+    raise ValueError(f"Flower clients score the models by the mean cross-entropy or by "
+                     f"most.federated.methods.PriorAdjusted; `client_loss={type(loss).__name__}(...)` "
+                     "runs in the in-process runtime only (most.federated.run_federated).")
+
+
+def read_loss(config) -> ClientLoss:
+    """The client's loss of a loss query's ``config`` (:func:`loss_config`)."""
+    return PriorAdjusted(float(config[LOSS_PRIOR])) if LOSS_PRIOR in config else CrossEntropy()

@@ -112,6 +112,7 @@ class MostStrategy(Strategy):
         if timeout is not None and timeout <= 0:
             raise ValueError(f"`timeout` must be positive seconds or None; got {timeout}.")
         method.check(n_clients)
+        self._loss_config = P.loss_config(method.plan_loss())  # refuses a loss the clients cannot compute
         self.method, self.model, self.config, self.n = method, model, config, n_clients
         self.m = method.models_for(n_clients)
         self.client_ids = list(client_ids) if client_ids is not None else [str(i) for i in range(n_clients)]
@@ -182,7 +183,7 @@ class MostStrategy(Strategy):
         tic = time.perf_counter()
         sampled = self.server.sample(t)
         asked = [int(c) for c in sampled if int(c) in self.nodes.node_of]
-        probe = {P.LOSS_SAMPLES: self.config.loss_samples or 0, P.ROUND: t}
+        probe = {P.LOSS_SAMPLES: self.config.loss_samples or 0, P.ROUND: t, **self._loss_config}
         msgs = []
         for c in asked:
             models = self._asked_models(c)

@@ -32,6 +32,8 @@ models split. The round itself (sample, plan, pairs, combine, update, log) is
 * :class:`Oracle` -- FedAvg within the clients' true groups, where the data has them.
 * :class:`LocalOnly`, :class:`FineTuning` -- local training alone, and FedAvg then local
   fine-tuning: one model per client (:mod:`most.federated.methods.personal`).
+* :class:`PriorAdjusted` -- MosT's ``client_loss`` for label skew: each client scores the models
+  with its own class frequencies added to their logits (:mod:`most.federated.methods.losses`).
 * :class:`FedEM` -- Marfoq et al. 2021: m shared models, each client's mixture weights learned
   by EM; a client predicts with its mixture (:mod:`most.federated.methods.mixture`).
 
@@ -52,6 +54,7 @@ from __future__ import annotations
 from .base import FederatedMethod, MethodState
 from .baselines import IFCA, MGDA, FedAvg, FedMGDAPlus, FedProx, Linearization, SetScalarization, WeightedMGDA
 from .clustered import CFL, Oracle
+from .losses import ClientLoss, CrossEntropy, PriorAdjusted
 from .mixture import FedEM
 from .most import GroupedWarmUp, MosT, WarmUp
 from .personal import FineTuning, LocalOnly
@@ -60,5 +63,5 @@ from .updates import (BoxMinNorm, balanced_update_groups, combine_updates, min_n
                       update_groups, weighted_mean)
 
 __all__ = ["FederatedMethod", "MethodState", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
-           "IFCA", "SetScalarization", "Resplit", "Proposal", "SplitSignal", "SplitByLosses", "SplitByUpdates", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
+           "IFCA", "SetScalarization", "Resplit", "Proposal", "SplitSignal", "SplitByLosses", "SplitByUpdates", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "ClientLoss", "CrossEntropy", "PriorAdjusted", "WarmUp", "GroupedWarmUp", "BoxMinNorm", "combine_updates", "min_norm_box",
            "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]

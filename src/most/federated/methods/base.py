@@ -24,7 +24,10 @@ from ...methods import (
     Weighting,
 )
 from ...optim import SGD, UpdateRule
+from .losses import ClientLoss, CrossEntropy
 from .updates import combine_updates
+
+_CROSS_ENTROPY = CrossEntropy()
 
 
 class MethodState:
@@ -94,6 +97,11 @@ class FederatedMethod:
 
     def components(self) -> tuple[Assignment, Weighting, Combiner]:
         raise NotImplementedError
+
+    def plan_loss(self) -> ClientLoss:
+        """How each client scores the models for the plan (the round-start losses ``[n, m]``):
+        their mean cross-entropy by default; MosT's ``client_loss``."""
+        return _CROSS_ENTROPY
 
     @property
     def prox_mu(self) -> float:

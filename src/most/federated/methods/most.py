@@ -26,6 +26,7 @@ from ...methods import (
     WeightedSum,
 )
 from .base import FederatedMethod, MethodState
+from .losses import ClientLoss, CrossEntropy
 from .resplit import Proposal, Resplit
 from .updates import combine_updates, update_groups
 
@@ -137,6 +138,12 @@ class MosT(TransportConfig, FederatedMethod):
             is handed over to the model that serves it next best, and the marginals' balance
             point follows (for marginals with one, :attr:`most.methods.Marginals.has_balance`);
             ``None`` never moves a model.
+        client_loss: how each client scores the models for the plan (and so for the re-split):
+            :class:`~most.federated.methods.CrossEntropy` (default) or
+            :class:`~most.federated.methods.PriorAdjusted`, the cross-entropy with the client's
+            own class frequencies added to the logits, for clients with a few classes each
+            (label skew) that also differ in how their inputs map to labels: the plan then
+            follows that difference, not the clients' classes.
 
     Why the defaults depart from the paper (measured in the documentation's Benchmarks →
     Federated): within one model's group the clients still disagree, and the min-norm
@@ -153,6 +160,7 @@ class MosT(TransportConfig, FederatedMethod):
     marginals: Marginals = field(default_factory=lambda: ShareBounds(0.5, 2.0, price=0.5))  # the federated default
     warmup: WarmUp | None = field(default_factory=WarmUp)
     resplit: Resplit | None = field(default_factory=Resplit)
+    client_loss: ClientLoss = field(default_factory=CrossEntropy)
 
     def __post_init__(self) -> None:
         super().__post_init__()  # FederatedMethod's checks, then the transport configuration's
@@ -165,6 +173,11 @@ class MosT(TransportConfig, FederatedMethod):
             check_component(self.warmup, name="warmup", example="most.federated.methods.WarmUp(rounds=5)", base=WarmUp)
         if self.resplit is not None:
             check_component(self.resplit, name="resplit", example="most.federated.methods.Resplit()", base=Resplit)
+        check_component(self.client_loss, name="client_loss", example="most.federated.methods.PriorAdjusted()",
+                        base=ClientLoss)
+
+    def plan_loss(self) -> ClientLoss:
+        return self.client_loss
 
     @property
     def warmup_rounds(self) -> int:
