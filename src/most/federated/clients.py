@@ -103,10 +103,8 @@ def evaluate_unchecked(model: FlatModel, params: Tensor, data: Padded, clients: 
               return_probs: bool = False, accuracy: bool = True) -> tuple[Tensor, Tensor | None, Tensor | None]:
     """:func:`evaluate` without its checks; ``accuracy=False`` leaves the accuracy out (None)."""
     logits, y, w = _logits(model, params, data, clients, max_samples)
-    n, N = y.shape
-    ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(params.shape[0], n, N), reduction="none")
     denom = w.sum(1)  # [n]
-    loss = ((ce * w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
+    loss = (sample_cross_entropy(logits, y, w).sum(-1) / denom).T  # [n, m]; NaN for an empty split
     if not accuracy:
         return loss, None, (logits.softmax(-1) if return_probs else None)
     correct = (logits.argmax(-1) == y).float()
@@ -120,9 +118,15 @@ def sample_losses(model: FlatModel, params: Tensor, data: Padded, clients: Tenso
     0 on padding), for a method that weighs the samples
     (:attr:`~most.federated.methods.FederatedMethod.sample_weights`)."""
     logits, y, w = _logits(model, params, data, clients)
-    m, (n, N) = params.shape[0], y.shape
-    ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(m, n, N), reduction="none") * w  # [m, n, N]
+    ce = sample_cross_entropy(logits, y, w)  # [m, n, N]
     return (ce.sum(-1) / w.sum(1)).T, ce.transpose(0, 1)
+
+
+def sample_cross_entropy(logits: Tensor, y: Tensor, w: Tensor) -> Tensor:
+    """``[m, n, N]``: each sample's cross-entropy under each model, times its weight (0 on
+    padding), from ``logits [m, n, N, C]``, ``y [n, N]`` and ``w [n, N]``."""
+    m, (n, N) = logits.shape[0], y.shape
+    return cross_entropy(logits.permute(0, 3, 1, 2), y.expand(m, n, N), reduction="none") * w
 
 
 def plan_losses(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | None, loss) -> Tensor:

@@ -298,8 +298,9 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     weighing = [r for r, server in enumerate(servers) if server.method.sample_weights]
     per_sample = {r: sample_losses(model, servers[r].params, train, full[r]) for r in weighing}
     # a method whose plan reads another loss than the mean cross-entropy scores the models itself
-    scored = {r: plan_losses(model, servers[r].params, probe, full[r], servers[r].method.plan_loss())
-              for r in range(len(servers)) if r not in per_sample and not servers[r].method.plan_loss().plain}
+    plan_loss = {r: server.method.plan_loss() for r, server in enumerate(servers) if r not in per_sample}
+    scored = {r: plan_losses(model, servers[r].params, probe, full[r], loss)
+              for r, loss in plan_loss.items() if not loss.plain}
     plain = [r for r in range(len(servers)) if r not in per_sample and r not in scored]
     scores = _evaluate_servers(model, [servers[r] for r in plain], probe, [full[r] for r in plain], accuracy=False)
     by_run = dict(zip(plain, (loss for loss, _ in scores)))

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-from torch.nn.functional import cross_entropy
 
 from ..._validation import check_positive
+from ..clients import sample_cross_entropy
 
 
 class ClientLoss(ABC):
@@ -41,9 +41,7 @@ class ClientLoss(ABC):
 
 
 def _mean_ce(logits: Tensor, y: Tensor, w: Tensor) -> Tensor:
-    m, (n, N) = logits.shape[0], y.shape
-    ce = cross_entropy(logits.permute(0, 3, 1, 2), y.expand(m, n, N), reduction="none") * w
-    return (ce.sum(-1) / w.sum(1).clamp_min(1e-12)).T
+    return (sample_cross_entropy(logits, y, w).sum(-1) / w.sum(1).clamp_min(1e-12)).T
 
 
 @dataclass(frozen=True)
