@@ -65,7 +65,8 @@ from most.methods import (
     Weighting,
 )
 from most.federated.methods.clustered import ClusterAssignment
-from most.federated.methods import (BoxMinNorm, ClientLoss, CrossEntropy, PriorAdjusted, SplitByLosses, SplitByUpdates,
+from most.federated.methods import (BoxMinNorm, ClassGroups, ClientLoss, CrossEntropy, PriorAdjusted, SplitByLosses,
+                                   SplitByUpdates,
                                    SplitSignal, min_norm_box)
 from most.optim import SGD, Adam, UpdateRule
 from most.transport import diversity_regularizer
@@ -419,6 +420,13 @@ CLIENT_LOSSES = [
     case(PriorAdjusted(), "PriorAdjusted", prior=2.0),
     case(PriorAdjusted(0.5), "PriorAdjusted-0.5", prior=0.5),
 ]
+# ---------------------------------------------------------------------------- groupings
+# How federated MosT's warm-up groups the clients from their gradients per class:
+# find(grads [n, C, s], counts [n, C], m) -> [n] groups 0..k-1 (k <= m) | None.
+GROUPINGS = [
+    case(ClassGroups(), "ClassGroups"),
+    case(ClassGroups(min_margin=0.5, min_size=3), "ClassGroups-0.5-3"),
+]
 # ---------------------------------------------------------------------------- bounded marginals
 # Marginals whose beta is a most.methods.Bounds (lower, upper) instead of a vector; traits:
 #   lower, upper: callables (n) -> the documented per-model bounds (upper None: unbounded).
@@ -438,7 +446,8 @@ BOUNDED_MARGINALS = [
          lower=lambda n: [0.5 / M, 0.15, 0.05], upper=lambda n: [1.0, 2.0 / M, 2.0 / M]),
 ]
 
-KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, SplitSignal: SPLIT_SIGNALS, ClientLoss: CLIENT_LOSSES, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
+KINDS = {KMeansSeeding: SEEDINGS, Reseed: RESEEDS, SplitSignal: SPLIT_SIGNALS, ClientLoss: CLIENT_LOSSES,
+         ClassGroups: GROUPINGS, Marginals: MARGINALS + BOUNDED_MARGINALS, Assignment: ASSIGNMENTS, Weighting: WEIGHTINGS, Combiner: COMBINERS,
          UpdateRule: UPDATE_RULES}
 
 
@@ -725,6 +734,61 @@ def test_split_signal_leaves_single_groups_and_small_models_alone(signal, traits
     assert signal.find(deltas, pair_model, clients, losses, 4) is None  # every model serves one group
     mixed = _two_groups_on_one_model(seed)
     assert signal.find(*mixed[:4], 13) is None  # no model has 13 pairs
+
+
+# =============================================================================== groupings
+def _class_signal(sizes, seed, C=10, s=30, held=4, noise=0.3):
+    """Gradients per class of clients in groups of ``sizes``: within a group, a class's gradient is
+    the group's direction for it plus noise; every client holds ``held`` random classes (label
+    skew), so clients of one group hold different classes and share only some."""
+    g = torch.Generator().manual_seed(seed)
+    centre = torch.randn(len(sizes), C, s, generator=g, dtype=F64)
+    grads, counts, groups = [], [], []
+    for k, size in enumerate(sizes):
+        for _ in range(size):
+            mine = torch.zeros(C, dtype=F64)
+            mine[torch.randperm(C, generator=g)[:held]] = torch.randint(5, 40, (held,), generator=g).to(F64)
+            grads.append((centre[k] + noise * torch.randn(C, s, generator=g, dtype=F64)) * (mine > 0)[:, None])
+            counts.append(mine)
+            groups.append(k)
+    return torch.stack(grads), torch.stack(counts), groups
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("grouping, traits", GROUPINGS)
+def test_grouping_recovers_planted_groups_of_unequal_size_under_label_skew(grouping, traits, seed):
+    from most.federated.evaluation import adjusted_rand_index
+    grads, counts, groups = _class_signal((3, 6, 12), seed)
+    found = grouping.find(grads, counts, 3)
+    assert found is not None and adjusted_rand_index(found.tolist(), groups) == 1.0
+    # more models than groups: the groups themselves (a model is left over), not a split group
+    more = grouping.find(grads, counts, 5)
+    assert more is not None and int(more.max()) + 1 == 3 and adjusted_rand_index(more.tolist(), groups) == 1.0
+    # the clients in another order: the same groups, in that order
+    perm = torch.randperm(len(groups), generator=torch.Generator().manual_seed(seed))
+    again = grouping.find(grads[perm], counts[perm], 3)
+    assert adjusted_rand_index(again.tolist(), [groups[i] for i in perm.tolist()]) == 1.0
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("grouping, traits", GROUPINGS)
+def test_grouping_finds_nothing_where_clients_have_no_groups(grouping, traits, seed):
+    # every client its own direction per class: no structure to follow
+    grads, counts, _ = _class_signal((1,) * 20, seed)
+    assert grouping.find(grads, counts, 4) is None
+    # one group: nothing to split
+    grads, counts, _ = _class_signal((20,), seed)
+    assert grouping.find(grads, counts, 4) is None
+
+
+@pytest.mark.parametrize("grouping, traits", GROUPINGS)
+def test_grouping_refuses_a_diverged_or_mismatched_signal(grouping, traits):
+    grads, counts, _ = _class_signal((4, 4), 0)
+    with pytest.raises(ValueError, match="do not match"):
+        grouping.find(grads, counts[:, :5], 2)
+    grads[0, 0, 0] = float("nan")
+    with pytest.raises(ValueError, match="diverged"):
+        grouping.find(grads, counts, 2)
 
 
 # =============================================================================== assignments

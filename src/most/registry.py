@@ -44,7 +44,7 @@ def _components() -> dict[str, type]:
         m.MajorityShare, m.Shares, m.GammaWeights, m.Support, m.RelativeWeights,
         m.MinNorm, m.WeightedSum, m.SmoothMax, F.BoxMinNorm,
         m.DirichletExtension, m.TchebycheffExtension,
-        F.WarmUp, F.GroupedWarmUp, F.Resplit, F.SplitByLosses, F.SplitByUpdates, F.CrossEntropy, F.PriorAdjusted,
+        F.WarmUp, F.GroupedWarmUp, F.ClassGroups, F.Resplit, F.SplitByLosses, F.SplitByUpdates, F.CrossEntropy, F.PriorAdjusted,
         optim.SGD, optim.Adam,
         seeding.KMeansSeeding, seeding.Reseed,
         baselines.TCHSetCombiner, baselines.STCHSetCombiner, baselines.SumOfMinimumCombiner,

@@ -265,6 +265,26 @@ def test_resume_equals_uninterrupted_run_federated(tmp_path, split):
     assert [log.val_accuracy for log in resumed.history] == [log.val_accuracy for log in reference.history]
 
 
+def test_resume_inside_the_rounds_that_hold_the_warm_ups_groups_equals_an_uninterrupted_run(tmp_path):
+    from tests.federated._groups import skewed_groups
+
+    data = skewed_groups(seed=1)
+    model = fl.logistic_regression(20, 10)
+    config = fl.FederatedConfig(rounds=12, lr=0.1, seed=0, eval_every=4)
+
+    def make():  # the groups are found in round 1 and hold rounds 2-6
+        return fl.methods.MosT(n_models=3, warmup=fl.methods.WarmUp(2))
+
+    reference = fl.run_federated(data, model, make(), config)
+    ckpt = Checkpoint(tmp_path / "c", every=4)
+    with pytest.raises(_Kill):
+        fl.run_federated(data, model, make(), config, callback=_kill_at(6), checkpoint=ckpt)
+    assert ckpt.load()["round"] == 4
+    resumed = fl.run_federated(data, model, make(), config, checkpoint=ckpt)
+    assert torch.equal(resumed.params, reference.params)
+    assert [log.plan.tolist() for log in resumed.history[4:]] == [log.plan.tolist() for log in reference.history[4:]]
+
+
 # ----------------------------------------------------------------------------- runs, store, report, plots
 def test_run_store_report_and_plot_centralised(tmp_path):
     exp = parse_experiment(CENTRAL, source=_toml(CENTRAL))

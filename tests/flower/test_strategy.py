@@ -104,6 +104,28 @@ def test_strategy_equals_in_process_runtime(name, data, model):
     assert result.prediction_diversity() == pytest.approx(reference.prediction_diversity(), rel=1e-6)
 
 
+def test_class_groups_found_on_flower_equal_the_in_process_runtime():
+    """The warm-up's last round asks the clients for their gradients per class with the losses;
+    where they show groups (label-skewed clients in groups), the models start apart and the held
+    rounds train each group's model, bit for bit as in process."""
+    from tests.federated._groups import skewed_groups
+
+    data = skewed_groups(sizes=(3, 4, 5), seed=1)
+    model = fl.logistic_regression(20, 10)
+    config = _config(rounds=8, lr=0.1)
+    make = lambda: F.MosT(3, warmup=F.WarmUp(2))  # noqa: E731
+    strategy = MostStrategy(make(), model, config, n_clients=12)
+    app = make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
+                                                 int(ctx.node_config["partition-id"])))
+    result = strategy.run(LocalGrid(app, 12))
+    reference = fl.run_federated(data, model, make(), config)
+    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
+    plans = [(ours.plan, theirs.plan) for ours, theirs in zip(result.history, reference.history) if ours.plan is not None]
+    for ours, theirs in plans:
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-9)
+    assert fl.evaluation.adjusted_rand_index(plans[0][0].argmax(1).tolist(), data.groups) == 1.0
+
+
 def test_a_client_loss_the_clients_cannot_compute_is_refused_before_any_round(model):
     class Squared(F.ClientLoss):
         def __call__(self, logits, y, w):

@@ -183,8 +183,9 @@ def _warn_if_most_never_leaves_its_warmup(method, config: FederatedConfig) -> No
     split_by_updates = isinstance(method.warmup, GroupedWarmUp)
     if config.rounds > method.warmup_rounds or (split_by_updates and config.rounds == method.warmup_rounds):
         return
+    warmup = f"{type(method.warmup).__name__}(rounds={method.warmup_rounds})"
     warnings.warn(
-        f"MosT(warmup={method.warmup!r}) with rounds={config.rounds}: every round is a warm-up round, "
+        f"MosT(warmup={warmup}) with rounds={config.rounds}: every round is a warm-up round, "
         f"so MosT never assigns clients to models and the run is FedAvg with {method.n_models} copies of one model "
         "(the m models end identical). Use a shorter warm-up (e.g. warmup=WarmUp(rounds=1), or warmup=None) or more "
         f"rounds (more than {method.warmup_rounds - int(split_by_updates)}).", UserWarning, stacklevel=_caller_level())

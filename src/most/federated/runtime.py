@@ -42,6 +42,7 @@ from .clients import (CHUNK_VALUES, Padded, batch_orders, chunk_slices, evaluate
                       pad_split, plan_losses, sample_losses, selection_scores, train_pairs)
 from .config import FederatedConfig, FederatedResult
 from .server import RoundLog, RoundState, Server, choose_models, pair_seed
+from .methods.grouping import class_gradients
 
 __all__ = ["run_federated", "run_batch", "batch_groups", "batch_key", "BATCH_SHARED"]
 
@@ -308,6 +309,13 @@ def _round(servers: list[Server], t: int, model: FlatModel, train: Padded, probe
     losses = [per_sample[r][0] if r in per_sample else by_run[r] for r in range(len(servers))]
     if sum(loss.numel() for loss in losses) <= HOST_SOLVE_MAX * len(losses):
         losses = to_host(losses)  # every run's n x m losses in one copy: the plans are small host work
+    for server, c in zip(servers, sampled):  # a method's class signal (MosT's warm-up, its last round)
+        grouping = server.class_signal(t)
+        if grouping is not None:
+            at = to_device(c, device)
+            grads, counts = class_gradients(model, server.params[0], train.x[at], train.y[at], train.w[at],
+                                            sketch=grouping.sketch)
+            server.observe_class_signal(c, grads, counts)
     shared["evaluate"] = time.perf_counter() - tic
     states: list[RoundState | None] = []
     for i, (server, c, loss) in enumerate(zip(servers, sampled, losses)):

@@ -138,6 +138,15 @@ class Server:
         state.seconds["plan"] = time.perf_counter() - tic
         return state
 
+    def class_signal(self, t: int):
+        """The grouping whose class signal the clients send in round ``t`` (:meth:`~most.federated.
+        methods.FederatedMethod.class_signal`), or ``None``."""
+        return self.method.class_signal(t)
+
+    def observe_class_signal(self, clients: Tensor, grads: Tensor, counts: Tensor) -> None:
+        """Hands the ``clients``' gradients per class ``[k, C, s]`` and class counts ``[k, C]`` to the run's method."""
+        self.method.observe_class_signal(self.method_state, clients.cpu(), grads, counts)
+
     def pair_seeds(self, state: RoundState) -> list[int] | None:
         """One batch-order seed per pair (:func:`pair_seed`) under ``config.pair_seeds``, else None."""
         if not self.config.pair_seeds:

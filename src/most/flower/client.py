@@ -36,6 +36,7 @@ from ..federated.data import ClientData
 from ..federated.evaluation import pairwise_symmetric_kl, pooled_loss
 from ..federated.models import FlatModel
 from ..federated.methods.losses import ClientLoss
+from ..federated.methods.grouping import class_gradients
 from ..federated.methods.mixture import responsibilities
 from ..federated.clients import (Padded, evaluate, local_train, mixture_scores, plan_losses, sample_losses,
                                 selection_scores)
@@ -91,6 +92,15 @@ def client_losses(model: FlatModel, params: Tensor, data: ClientData, *, loss_sa
     if loss is not None and not loss.plain:
         return plan_losses(model, params, split, None, loss)[0]
     return evaluate(model, params, split)[0][0]
+
+
+def client_class_gradients(model: FlatModel, params: Tensor, data: ClientData, *, sketch: int) -> tuple[Tensor, Tensor]:
+    """``(grads [C, s], counts [C])``: the client's gradient of its mean loss on each class's
+    training samples at model 0 of ``params [m, d]``, sketched to ``s = min(d, sketch)``
+    numbers (:func:`~most.federated.methods.class_gradients`), and its count of each class."""
+    params, split = _check_params(model, params), _split(data, "train")
+    grads, counts = class_gradients(model, params[0], split.x, split.y, split.w, sketch=sketch)
+    return grads[0], counts[0]
 
 
 def client_train(model: FlatModel, params: Tensor, models: list[int], data: ClientData, *, seed: int, round: int,
@@ -235,7 +245,11 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
         params = P.read_models(message.content[P.MODELS])
         limit = int(cfg.get(P.LOSS_SAMPLES, 0)) or None
         losses = client_losses(s.model, params, s.data, loss_samples=limit, loss=P.read_loss(cfg))
-        return _reply(message, s, {P.LOSS: losses.tolist()})
+        signal = None
+        if P.CLASS_SKETCH in cfg:  # the warm-up's last round also asks for the gradients per class
+            signal = P.class_signal_record(*client_class_gradients(s.model, params, s.data,
+                                                                   sketch=int(cfg[P.CLASS_SKETCH])))
+        return _reply(message, s, {P.LOSS: losses.tolist()}, signal)
 
     @app.train()
     def train(message, context):

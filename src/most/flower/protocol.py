@@ -45,6 +45,11 @@ def delta_key(j: int) -> str:
     return f"delta.{j}"
 
 
+#: a loss reply's class signal, in its ``updates`` record: the gradients per class ``[C, s]`` and
+#: the counts of each class ``[C]``
+CLASS_GRADIENTS, CLASS_COUNTS = "class-gradients", "class-counts"
+
+
 # ----------------------------------------------------------------------------- keys of ``config``
 ROUND = "round"
 SEED = "seed"
@@ -59,6 +64,9 @@ LOSS_SAMPLES = "loss-samples"
 #: the pseudo-count of a loss query scored with the client's class frequencies added to the
 #: logits (:class:`~most.federated.methods.PriorAdjusted`); absent: the mean cross-entropy
 LOSS_PRIOR = "loss-prior"
+#: the sketch length of a loss query that also asks for the client's gradient of each class at
+#: model 0 (:class:`~most.federated.methods.ClassGroups`, MosT's warm-up); absent: losses alone
+CLASS_SKETCH = "class-sketch"
 #: whether an evaluation is the last one (it then also asks for the selection loss)
 FINAL = "final"
 #: a mixing client's weights of the models (FedEM), sent with train and the final evaluation
@@ -118,6 +126,17 @@ def updates_record(models: list[int], deltas) -> ArrayRecord:
 def read_update(record, j: int) -> Tensor:
     """Model ``j``'s update ``[d]`` from a train reply's ``updates``."""
     return torch.from_numpy(record[delta_key(j)].numpy())
+
+
+def class_signal_record(grads: Tensor, counts: Tensor) -> ArrayRecord:
+    """A loss reply's ``updates`` with the client's class signal: ``grads [C, s]``, ``counts [C]``."""
+    return ArrayRecord({CLASS_GRADIENTS: grads.detach().cpu().contiguous(),
+                        CLASS_COUNTS: counts.detach().cpu().contiguous()})
+
+
+def read_class_signal(record) -> tuple[Tensor, Tensor]:
+    """``(grads [C, s], counts [C])`` of a loss reply's ``updates`` (:func:`class_signal_record`)."""
+    return (torch.from_numpy(record[CLASS_GRADIENTS].numpy()), torch.from_numpy(record[CLASS_COUNTS].numpy()))
 
 
 def loss_config(loss: ClientLoss) -> dict:

@@ -184,6 +184,9 @@ class MostStrategy(Strategy):
         sampled = self.server.sample(t)
         asked = [int(c) for c in sampled if int(c) in self.nodes.node_of]
         probe = {P.LOSS_SAMPLES: self.config.loss_samples or 0, P.ROUND: t, **self._loss_config}
+        grouping = self.server.class_signal(t)
+        if grouping is not None:  # the clients also send their gradients per class at model 0
+            probe[P.CLASS_SKETCH] = grouping.sketch
         msgs = []
         for c in asked:
             models = self._asked_models(c)
@@ -194,6 +197,10 @@ class MostStrategy(Strategy):
         clients = torch.tensor(sorted(good), dtype=torch.long)
         losses = (torch.tensor([list(good[int(c)][P.METRICS][P.LOSS]) for c in clients], dtype=torch.float32)
                   if len(clients) else None)
+        if grouping is not None and len(clients):
+            signals = [P.read_class_signal(good[int(c)][P.UPDATES]) for c in clients]
+            self.server.observe_class_signal(clients, torch.stack([g for g, _ in signals]),
+                                             torch.stack([n for _, n in signals]))
         evaluate_s = time.perf_counter() - tic
         state = self._round = self.server.plan(t, sampled, clients, losses, self.client_ids)
         state.seconds["evaluate"] = evaluate_s

@@ -103,6 +103,18 @@ class FederatedMethod:
         their mean cross-entropy by default; MosT's ``client_loss``."""
         return _CROSS_ENTROPY
 
+    def class_signal(self, round: int):
+        """The :class:`~most.federated.methods.ClassGroups` whose signal the clients send before
+        round ``round``'s aggregation (each client's gradient per class at model 0, sketched),
+        or ``None`` (the default: none); MosT's warm-up asks for it in its last round."""
+        return None
+
+    def observe_class_signal(self, state: MethodState, clients: Tensor, grads: Tensor, counts: Tensor) -> None:
+        """Records the clients' gradients per class ``grads [k, C, s]`` and class counts
+        ``counts [k, C]`` of ``clients [k]`` (indices among all n), in a round where
+        :meth:`class_signal` asked for them."""
+        raise NotImplementedError(f"{type(self).__name__} asks for no class signal (class_signal is None).")
+
     @property
     def prox_mu(self) -> float:
         """FedProx's proximal weight in local training (0: none)."""

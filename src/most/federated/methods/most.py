@@ -26,6 +26,7 @@ from ...methods import (
     WeightedSum,
 )
 from .base import FederatedMethod, MethodState
+from .grouping import ClassGroups
 from .losses import ClientLoss, CrossEntropy
 from .resplit import Proposal, Resplit
 from .updates import combine_updates, update_groups
@@ -38,16 +39,33 @@ class WarmUp:
 
     The m models start as copies of one initialisation; in a warm-up round every client trains
     model 0 and all m models take the same sample-size-weighted mean step, so they stay equal.
-    After the warm-up, the first plan (on m equal models) is a tie that the transport solver
-    breaks, and the specialisation of the following rounds decides the groups."""
+
+    With ``groups`` (default :class:`~most.federated.methods.ClassGroups`), the last warm-up
+    round also asks every client for its gradient of each class at the shared model; where
+    those show groups of clients (clients whose inputs map to labels alike, whatever classes
+    each holds), model j takes group j's mean step, so the models start apart, one per group,
+    and each group's share of the clients becomes the plan's balance point (for marginals with
+    one, :attr:`most.methods.Marginals.has_balance`). Where they show none (clients without
+    planted groups), and with ``groups=None``, the first plan after the warm-up is a tie on m
+    equal models that the transport solver breaks, and the specialisation of the following
+    rounds decides the groups."""
 
     rounds: int = 5
+    groups: ClassGroups | None = field(default_factory=ClassGroups, kw_only=True)
 
     def __post_init__(self):
         object.__setattr__(self, "rounds", check_positive_int(self.rounds, name="rounds", minimum=0))
+        if self.groups is not None:
+            check_component(self.groups, name="groups", example="most.federated.methods.ClassGroups()",
+                            base=ClassGroups)
 
     def active(self, round: int) -> bool:
         return round < self.rounds
+
+    def signal(self, round: int) -> ClassGroups | None:
+        """The grouping that asks the clients for their gradients per class in ``round`` (the
+        last warm-up round), else ``None``."""
+        return self.groups if self.groups is not None and self.rounds and round == self.rounds - 1 else None
 
     def seed(self, generator: torch.Generator) -> int | None:
         """What the warm-up draws from the run's generator before the first round (kept in the
@@ -55,10 +73,25 @@ class WarmUp:
         return None
 
     def direction(self, deltas: Tensor, pair_model: Tensor, counts: Tensor, m: int, round: int,
-                  seed: int | None = None) -> Tensor:
-        """The warm-up step of the m models ``[m, d]``: the shared sample-weighted mean."""
+                  seed: int | None = None, groups: Tensor | None = None) -> Tensor:
+        """The warm-up step of the m models ``[m, d]``: the shared sample-weighted mean; with
+        ``groups [P]`` (each pair's group, -1 for none), model j takes group j's mean step and a
+        model without a group the shared one."""
         shared = combine_updates(WeightedSum(), 1, deltas, torch.zeros_like(pair_model), counts)
-        return shared.expand(m, -1)
+        if groups is None:
+            return shared.expand(m, -1)
+        return _group_steps(deltas, groups, counts, m, shared)
+
+
+def _group_steps(deltas: Tensor, groups: Tensor, counts: Tensor, m: int, shared: Tensor) -> Tensor:
+    """``[m, d]``: model j's step is the weighted mean of the updates of group j's pairs
+    (``groups [P]``, -1 for a pair without a group), ``shared [1, d]`` for a model without one."""
+    groups = groups.to(deltas.device)
+    member = groups >= 0
+    split = combine_updates(WeightedSum(), m, deltas[member], groups[member], counts[member.to(counts.device)])
+    has = torch.zeros(m, dtype=torch.bool, device=deltas.device)
+    has[groups[member]] = True
+    return torch.where(has[:, None], split, shared.expand(m, -1))
 
 
 @dataclass(frozen=True)
@@ -70,10 +103,13 @@ class GroupedWarmUp(WarmUp):
     so the m models start apart, each from the clients that pull the same way (the clustering
     of FL+HC, Briggs et al. 2020, balanced by transport); a model without a group takes the
     shared step. Needs ``rounds >= 1``. With ``balanced=False`` the groups are those of plain
-    spherical k-means (:func:`update_groups`), of the sizes the updates show."""
+    spherical k-means (:func:`update_groups`), of the sizes the updates show. With ``groups``
+    (:class:`~most.federated.methods.ClassGroups`; none by default), the groups of the clients'
+    gradients per class come first where they are found."""
 
     rounds: int = 5
     balanced: bool = True
+    groups: ClassGroups | None = field(default=None, kw_only=True)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -85,18 +121,15 @@ class GroupedWarmUp(WarmUp):
     def seed(self, generator):
         return derive_seed(generator)
 
-    def direction(self, deltas, pair_model, counts, m, round, seed=None):
-        shared = super().direction(deltas, pair_model, counts, m, round)
-        if round != self.rounds - 1:
+    def direction(self, deltas, pair_model, counts, m, round, seed=None, groups=None):
+        shared = super().direction(deltas, pair_model, counts, m, round, groups=groups)
+        if round != self.rounds - 1 or groups is not None:
             return shared
         if seed is None:
             raise RuntimeError("GroupedWarmUp groups the updates with the seed it draws before the first round "
                                "(MosT.start); pass it.")
         group = update_groups(deltas, m, torch.Generator().manual_seed(seed), balanced=self.balanced)
-        split = combine_updates(WeightedSum(), m, deltas, group, counts)
-        has = torch.zeros(m, dtype=torch.bool, device=deltas.device)
-        has[group] = True
-        return torch.where(has[:, None], split, shared)
+        return _group_steps(deltas, group, counts, m, shared[:1])
 
 
 @dataclass(frozen=True)
@@ -128,9 +161,13 @@ class MosT(TransportConfig, FederatedMethod):
             paper's "MGDA on a subset of model parameters", Section 6).
         optimizer: the server's update rule (:class:`~most.optim.SGD` by default).
         warmup: :class:`WarmUp` ``(rounds=5)`` (default): FedAvg rounds of one shared model
-            before it is copied to the m models; :class:`GroupedWarmUp` splits the models by
-            groups of the last warm-up round's updates; ``None`` starts from m random
-            initialisations, as the paper does.
+            before it is copied to the m models; in its last round the clients also send their
+            gradients per class, and where those show groups of clients
+            (:class:`~most.federated.methods.ClassGroups`, found under label skew too) the models
+            start apart, one per group, each group's share the balance point, the groups held
+            for a few rounds; ``WarmUp(groups=None)`` never groups; :class:`GroupedWarmUp` splits
+            the models by groups of the last warm-up round's updates; ``None`` starts from m
+            random initialisations, as the paper does.
         resplit: :class:`Resplit` (default): now and then a model that duplicates another's
             clients is moved to split a model that serves two groups of clients (told apart by
             their losses on the other models, :class:`SplitByLosses`, or by their updates,
@@ -179,6 +216,12 @@ class MosT(TransportConfig, FederatedMethod):
     def plan_loss(self) -> ClientLoss:
         return self.client_loss
 
+    def class_signal(self, round):
+        return None if self.warmup is None else self.warmup.signal(round)
+
+    def observe_class_signal(self, state, clients, grads, counts):
+        cast(MosTState, state).class_signal = (clients, grads, counts)
+
     @property
     def warmup_rounds(self) -> int:
         """The rounds of the warm-up (0 without one)."""
@@ -207,7 +250,7 @@ class MosT(TransportConfig, FederatedMethod):
     def start(self, n, m, generator, model=None):
         base = super().start(n, m, generator, model)
         warmup_seed = None if self.warmup is None else self.warmup.seed(generator)
-        return MosTState(base.components, warmup_seed)
+        return MosTState(base.components, warmup_seed, n)
 
     def phase(self, round):
         if round < self.warmup_rounds:
@@ -217,6 +260,16 @@ class MosT(TransportConfig, FederatedMethod):
     def plan(self, state, losses, round, total, previous=None, *, clients=None):
         state = cast(MosTState, state)
         w0 = self.warmup_rounds
+        if state.groups is not None and self.warmup is not None and self.warmup.groups is not None \
+                and round - w0 < self.warmup.groups.hold:
+            # the groups the warm-up found train their models alone for a few rounds
+            state.round_losses, state.round_plan = None, None
+            rows = torch.arange(losses.shape[0]) if clients is None else clients.cpu()
+            group = state.groups[rows]
+            free = group < 0  # a client the warm-up did not hear from: its best model
+            group[free] = losses.detach().cpu()[free].argmin(1)
+            plan = torch.nn.functional.one_hot(group, self.n_models).to(losses.device, torch.float64) / len(rows)
+            return plan, state.components[1](plan).double()
         # the round's losses of every client, for a re-split in this round's aggregation
         state.round_losses = losses if clients is None else None
         state.total = total
@@ -296,22 +349,31 @@ def _loads_after(plan: Tensor, losses: Tensor, half: Tensor, proposal: Proposal)
 class MosTState(MethodState):
     """A federated MosT run's state: the base's, the warm-up's seed, the round's losses and plan
     (for a re-split in the round's aggregation; ``None`` in a round with sampled clients) with
-    the run's rounds, and the balance point a hand-over set (``None``: the fair load)."""
+    the run's rounds, the balance point the warm-up's groups or a hand-over set (``None``: the
+    fair load), and the class signal of the warm-up's last round until its aggregation."""
 
-    def __init__(self, components, warmup_seed: int | None):
+    def __init__(self, components, warmup_seed: int | None, n_clients: int = 0):
         super().__init__(components)
+        self.n_clients = n_clients
         self.warmup_seed = warmup_seed
         self.round_losses: Tensor | None = None
         self.round_plan: Tensor | None = None
         self.loads: Tensor | None = None
         self.total = 0
+        #: the clients' gradients per class of the warm-up's last round, until its aggregation
+        self.class_signal: tuple[Tensor, Tensor, Tensor] | None = None
+        #: during that aggregation, each pair's group (-1: none), for the warm-up's step
+        self.pair_groups: Tensor | None = None
+        #: ``[n]`` each client's group the warm-up found (-1: none), or ``None`` (none found)
+        self.groups: Tensor | None = None
 
 
 @dataclass(frozen=True)
 class WarmUpPhase(FederatedMethod):
     """The rounds of MosT's warm-up: every client trains model 0, and all m models take the
-    warm-up's step (the shared sample-weighted mean, or for :class:`GroupedWarmUp` its groups'
-    means in the last round). It shares the MosT run's state (the server optimiser's state)."""
+    warm-up's step (the shared sample-weighted mean, or in the last round the means of the
+    groups its :class:`ClassGroups` found, or for :class:`GroupedWarmUp` its update groups). It
+    shares the MosT run's state (the server optimiser's state, the balance point the groups set)."""
 
     warmup: WarmUp = field(default_factory=WarmUp)
     logs_plan: ClassVar[bool] = False
@@ -324,9 +386,30 @@ class WarmUpPhase(FederatedMethod):
     def pair_weights(self, weights, counts, round):
         return counts.double()
 
+    def aggregate(self, state, params, deltas, pair_model, pair_weight, *, round, clients=None):
+        state = cast(MosTState, state)
+        signal, state.class_signal = state.class_signal, None
+        if signal is not None and clients is not None and self.warmup.groups is not None:
+            asked, grads, counts = signal
+            found = self.warmup.groups.find(grads, counts, self.n_models)
+            if found is not None:
+                group_of = torch.full((state.n_clients,), -1, dtype=torch.long)
+                group_of[asked.cpu()] = found.cpu()
+                state.pair_groups = group_of[clients.cpu()]
+                state.groups = group_of
+                assignment = state.components[0]
+                if isinstance(assignment, TransportAssignment) and assignment.marginals.has_balance:
+                    sizes = torch.bincount(found.cpu(), minlength=self.n_models).double()
+                    state.loads = sizes / sizes.sum()  # each group's share is the plan's balance point
+        try:
+            return super().aggregate(state, params, deltas, pair_model, pair_weight, round=round, clients=clients)
+        finally:
+            state.pair_groups = None
+
     def direction(self, state, deltas, pair_model, pair_weight, m, round):
         return self.warmup.direction(deltas, pair_model, pair_weight, m, round,
-                                     seed=cast(MosTState, state).warmup_seed)
+                                     seed=cast(MosTState, state).warmup_seed,
+                                     groups=cast(MosTState, state).pair_groups)
 
     def moved(self, pair_model, m, round):
         return torch.ones(m, dtype=torch.bool, device=pair_model.device)

@@ -1,0 +1,207 @@
+"""Groups of clients told apart by how their inputs map to their labels, whatever classes each
+client holds: each client's gradient per class at one shared model, compared class by class.
+
+Under label skew a client's update, losses and mean input follow the classes it holds more
+than its group (its rotation of the images, its labelling). Its gradient *per class* does not:
+two clients' gradients of class ``c`` at the same model compare the images each calls ``c``. So
+the clients' similarity is the mean, over the classes both hold, of the cosine between their
+per-class gradients (each class's mean over all clients removed first, so that what every
+client shares does not count), weighted by the smaller of the two clients' counts of that class.
+Spectral clustering of that similarity gives the groups, kept only when every group holds
+together and stands apart: at the median of every group, a client's mean similarity to its own
+group (over the clients it shares classes with) is at least ``min_margin`` and exceeds that to
+any other group by at least ``min_margin``;
+otherwise there is no group structure to follow and nothing is returned.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from torch.nn.functional import cross_entropy
+
+from ..._validation import check_positive, check_positive_int
+from ..clients import CHUNK_VALUES, chunk_slices
+from ..models import FlatModel
+from .updates import update_groups
+
+#: the seed of the count sketch's hash and signs (fixed: every client and the server use the same)
+SKETCH_SEED = 0
+
+
+def count_sketch(vectors: Tensor, size: int) -> Tensor:
+    """``vectors [..., d]`` projected to ``[..., size]`` by a count sketch (each coordinate added,
+    with a random sign, to one of ``size`` buckets; both drawn from :data:`SKETCH_SEED`), which
+    keeps inner products in expectation; ``vectors`` themselves when ``d <= size``."""
+    d = vectors.shape[-1]
+    if d <= size:
+        return vectors
+    g = torch.Generator().manual_seed(SKETCH_SEED)
+    bucket = torch.randint(size, (d,), generator=g).to(vectors.device)
+    sign = (torch.randint(2, (d,), generator=g) * 2 - 1).to(vectors)
+    out = vectors.new_zeros(*vectors.shape[:-1], size)
+    return out.index_add_(-1, bucket, vectors * sign)
+
+
+def class_gradients(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor, w: Tensor, *,
+                    sketch: int) -> tuple[Tensor, Tensor]:
+    """Client side: each client's gradient of its mean loss on each class's samples at the
+    model ``theta [d]``, sketched (:func:`count_sketch`), and its counts of each class.
+
+    ``x, y, w`` are ``[n, N, ...]``, ``[n, N]``, ``[n, N]`` (``w`` 1 for a real sample, 0 for
+    padding), for one client or many at once. Returns ``(grads [n, C, k], counts [n, C])``,
+    ``k = min(d, sketch)``; a class a client lacks has a zero gradient and count 0. Every
+    (client, class) pair is one copy of the model in a batched pass (as local training trains
+    pairs), so one reverse pass gives every pair's own gradient."""
+    n, N = y.shape
+    n_classes = model.batched_logits(theta.detach()[None], x[:1, :1]).shape[-1]
+    onehot = torch.nn.functional.one_hot(y.long(), n_classes).to(w.dtype)
+    counts = (onehot * w[..., None]).sum(1)  # [n, C]
+    pairs = (counts > 0).nonzero()  # [P, 2]: (client, class)
+    k = min(model.dim, sketch)
+    grads = torch.zeros(n, n_classes, k, dtype=theta.dtype, device=theta.device)
+    per_sample = N * model.values_per_sample(tuple(x.shape[2:]))
+    per_chunk = max(1, min(CHUNK_VALUES // max(1, per_sample), CHUNK_VALUES // (8 * model.dim)))
+    with torch.enable_grad():
+        for sl in chunk_slices(len(pairs), per_chunk):
+            rows, cls = pairs[sl, 0], pairs[sl, 1]
+            leaf = theta.detach()[None].expand(len(rows), -1).clone().requires_grad_()
+            logits = model.batched_logits(leaf, x[rows])  # [p, N, C]
+            ce = cross_entropy(logits.flatten(0, 1), y[rows].flatten().long(), reduction="none").view(len(rows), N)
+            mask = w[rows] * (y[rows] == cls[:, None]).to(w.dtype)
+            loss = ((ce * mask).sum(1) / counts[rows, cls]).sum()
+            (g,) = torch.autograd.grad(loss, leaf)
+            grads[rows, cls] = count_sketch(g.detach(), k)
+    return grads, counts
+
+
+def class_similarity(grads: Tensor, counts: Tensor, *, support: bool = False):
+    """``[n, n]`` the clients' similarity from ``grads [n, C, k]`` (each client's gradient per
+    class) and ``counts [n, C]`` (its samples of each class; a class it lacks has count 0): the
+    mean over the classes two clients share of the cosine of their centred per-class gradients,
+    weighted by the smaller count. Clients that share no class have similarity 0. With
+    ``support=True``, ``(similarity, support [n, n])``: the sum of those weights (0: no class shared)."""
+    n, C = counts.shape
+    counts = counts.double()
+    num = torch.zeros(n, n, dtype=torch.float64, device=grads.device)
+    den = torch.zeros_like(num)
+    for c in range(C):
+        w = counts[:, c]
+        if float(w.sum()) <= 0:
+            continue
+        g = grads[:, c].double()
+        g = g - (g * w[:, None]).sum(0) / w.sum()  # what every client's gradient of class c shares
+        g = g / g.norm(dim=1, keepdim=True).clamp_min(1e-300)
+        g = torch.where(w[:, None] > 0, g, torch.zeros_like(g))
+        pair = torch.minimum(w[:, None], w[None, :])
+        num += (g @ g.T) * pair
+        den += pair
+    sim = torch.where(den > 0, num / den.clamp_min(1e-300), torch.zeros_like(num))
+    return (sim, den) if support else sim
+
+
+def spectral_groups(similarity: Tensor, k: int, *, restarts: int = 3) -> Tensor:
+    """``[n]`` groups ``0 .. k-1`` of the clients by spectral clustering of ``similarity [n, n]``
+    (Ng, Jordan and Weiss 2001: the k leading eigenvectors of the normalised affinity, its
+    negative entries set to 0, rows scaled to unit length, then spherical k-means, the best of
+    ``restarts`` seeded starts). Deterministic: it draws nothing from a run's generator."""
+    n = similarity.shape[0]
+    check_positive_int(k, name="k")
+    if n <= k:
+        return torch.arange(n, device=similarity.device)
+    a = similarity.double().clamp_min(0.0)
+    a = (a + a.T) / 2
+    degree = a.sum(1).clamp_min(1e-300)
+    lap = a / degree.sqrt()[:, None] / degree.sqrt()[None, :]
+    _, vectors = torch.linalg.eigh(lap.cpu())
+    u = vectors[:, -k:]
+    u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-300)
+    best, best_cost = torch.arange(n) % k, float("inf")
+    for seed in range(restarts):
+        labels = update_groups(u, k, torch.Generator().manual_seed(seed), balanced=False)
+        centres = torch.zeros(k, k, dtype=u.dtype).index_add_(0, labels, u)
+        cost = float(((u - centres[labels] / centres[labels].norm(dim=1, keepdim=True).clamp_min(1e-300)) ** 2).sum())
+        if cost < best_cost:
+            best, best_cost = labels, cost
+    return best.to(similarity.device)
+
+
+def group_margins(similarity: Tensor, groups: Tensor, *, support: Tensor | None = None, own: bool = False):
+    """``[n]`` each client's mean similarity to the other clients of its group minus its highest
+    mean similarity to another group (positive: it stands with its group); with ``own=True``,
+    ``(own [n], margins [n])``, its mean similarity to its group too. With ``support [n, n]``
+    (:func:`class_similarity`'s), the means weigh each other client by it, so a client that
+    shares no class with this one does not count."""
+    k = int(groups.max()) + 1
+    member = torch.nn.functional.one_hot(groups, k).to(similarity.dtype)  # [n, k]
+    weight = torch.ones_like(similarity) if support is None else support.to(similarity.dtype)
+    weight = weight - torch.diag(torch.diagonal(weight))  # a client is not its own neighbour
+    mean = ((similarity * weight) @ member) / (weight @ member).clamp_min(1e-300)
+    cohesion = mean.gather(1, groups[:, None]).squeeze(1)
+    mean = mean.scatter(1, groups[:, None], float("-inf"))
+    margins = cohesion - mean.max(1).values if k > 1 else cohesion
+    return (cohesion, margins) if own else margins
+
+
+@dataclass(frozen=True)
+class ClassGroups:
+    """The clients' groups from their gradients per class (the module's method), for
+    :class:`~most.federated.methods.WarmUp` ``(groups=ClassGroups())``: the warm-up's last
+    round asks every client for its gradient of each class at the shared model, and the models
+    start apart, one per group found, each group's share the balance point of the plan.
+
+    Args:
+        min_margin: how closely each group holds together and how far it stands apart: the
+            median, over each group's clients, of their mean similarity to their group, and of
+            that minus their mean similarity to the nearest other group, both at least this in
+            every group (similarities are cosines, in [-1, 1]).
+        min_size: the fewest clients a group may have.
+        sketch: the length each client's gradient of a class is sketched to before it is sent
+            (:func:`count_sketch`; not sketched when the model has no more parameters), so a
+            client sends ``n_classes x sketch`` numbers once.
+        hold: the rounds after the warm-up in which each group's clients train their group's
+            model alone (FedAvg within the groups found, as :class:`~most.federated.methods.Oracle`
+            trains the true ones), before the plan decides: one step apart, the models differ
+            less than the clients' label mixes make their losses differ, so the first plans
+            would mix the groups again.
+
+    :meth:`find` tries ``k = m, m-1, ..., 2`` groups and returns the first grouping that stands
+    apart, so a model left over (more models than groups) starts from the shared model.
+    """
+
+    min_margin: float = 0.25
+    min_size: int = 2
+    sketch: int = 2048
+    hold: int = 5
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "hold", check_positive_int(self.hold, name="hold", minimum=0))
+        object.__setattr__(self, "min_margin", check_positive(self.min_margin, name="min_margin"))
+        object.__setattr__(self, "min_size", check_positive_int(self.min_size, name="min_size"))
+        object.__setattr__(self, "sketch", check_positive_int(self.sketch, name="sketch"))
+
+    def find(self, grads: Tensor, counts: Tensor, m: int) -> Tensor | None:
+        """``[n]`` each client's group (``0 .. k-1``, ``k <= m``) from ``grads [n, C, k']`` and
+        ``counts [n, C]``, or ``None`` when no grouping into 2 to m groups stands apart."""
+        if grads.shape[:2] != counts.shape:
+            raise ValueError(f"ClassGroups.find: gradients of shape {list(grads.shape)} and counts of shape "
+                             f"{list(counts.shape)} do not match (one gradient per client and class).")
+        if not torch.isfinite(grads).all():
+            raise ValueError("ClassGroups.find: the clients' gradients per class contain NaN or inf; the warm-up "
+                             "diverged. Try a smaller local `lr` or server step.")
+        n = counts.shape[0]
+        sim, support = class_similarity(grads, counts, support=True)
+        for k in range(min(m, n // self.min_size), 1, -1):
+            groups = spectral_groups(sim, k)
+            sizes = torch.bincount(groups.cpu(), minlength=k)
+            if int(sizes.min()) < self.min_size:
+                continue
+            own, margins = group_margins(sim, groups, support=support, own=True)
+            g = groups.cpu()
+            if all(float(own.cpu()[g == j].median()) >= self.min_margin
+                   and float(margins.cpu()[g == j].median()) >= self.min_margin for j in range(k)):
+                return groups
+        return None
