@@ -54,25 +54,44 @@ def class_gradients(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor, w: Te
     ``x, y, w`` are ``[n, N, ...]``, ``[n, N]``, ``[n, N]`` (``w`` 1 for a real sample, 0 for
     padding), for one client or many at once. Returns ``(grads [n, C, k], counts [n, C])``,
     ``k = min(d, sketch)``; a class a client lacks has a zero gradient and count 0. Every
-    (client, class) pair is one copy of the model in a batched pass (as local training trains
-    pairs), so one reverse pass gives every pair's own gradient."""
+    (client, class) pair is one copy of the model in a batched pass over that pair's samples
+    alone (as local training trains pairs), so one reverse pass gives every pair's own gradient
+    and each sample is read once."""
     n, N = y.shape
     n_classes = model.batched_logits(theta.detach()[None], x[:1, :1]).shape[-1]
     onehot = torch.nn.functional.one_hot(y.long(), n_classes).to(w.dtype)
     counts = (onehot * w[..., None]).sum(1)  # [n, C]
-    pairs = (counts > 0).nonzero()  # [P, 2]: (client, class)
+    pairs = (counts > 0).nonzero()  # [P, 2]: (client, class), by client then class
     k = min(model.dim, sketch)
     grads = torch.zeros(n, n_classes, k, dtype=theta.dtype, device=theta.device)
-    per_sample = N * model.values_per_sample(tuple(x.shape[2:]))
+    if not len(pairs):
+        return grads, counts
+    # each pair's samples packed into a row of ``index [P, L]`` (rows of the flat data; padding
+    # points at row 0 with weight 0)
+    pair_of = torch.full((n, n_classes), -1, dtype=torch.long, device=y.device)
+    pair_of[pairs[:, 0], pairs[:, 1]] = torch.arange(len(pairs), device=y.device)
+    real = (w > 0).reshape(-1).nonzero().squeeze(1)  # the real samples' flat rows
+    owner = pair_of.reshape(-1)[(real // N) * n_classes + y.reshape(-1)[real].long()]
+    order = torch.sort(owner, stable=True).indices
+    real, owner = real[order], owner[order]
+    sizes = torch.bincount(owner, minlength=len(pairs))
+    slot = torch.arange(len(owner), device=owner.device) - (torch.cumsum(sizes, 0) - sizes)[owner]
+    L = int(sizes.max())
+    index = torch.zeros(len(pairs), L, dtype=torch.long, device=y.device)
+    index[owner, slot] = real
+    weight = torch.zeros(len(pairs), L, dtype=w.dtype, device=w.device)
+    weight[owner, slot] = w.reshape(-1)[real]
+    flat_x = x.reshape(n * N, *x.shape[2:])
+    per_sample = L * model.values_per_sample(tuple(x.shape[2:]))
     per_chunk = max(1, min(CHUNK_VALUES // max(1, per_sample), CHUNK_VALUES // (8 * model.dim)))
     with torch.enable_grad():
         for sl in chunk_slices(len(pairs), per_chunk):
             rows, cls = pairs[sl, 0], pairs[sl, 1]
             leaf = theta.detach()[None].expand(len(rows), -1).clone().requires_grad_()
-            logits = model.batched_logits(leaf, x[rows])  # [p, N, C]
-            ce = cross_entropy(logits.flatten(0, 1), y[rows].flatten().long(), reduction="none").view(len(rows), N)
-            mask = w[rows] * (y[rows] == cls[:, None]).to(w.dtype)
-            loss = ((ce * mask).sum(1) / counts[rows, cls]).sum()
+            logits = model.batched_logits(leaf, flat_x[index[sl]])  # [p, L, C]
+            target = cls[:, None].expand(-1, L).reshape(-1)
+            ce = cross_entropy(logits.flatten(0, 1), target, reduction="none").view(len(rows), L)
+            loss = ((ce * weight[sl]).sum(1) / counts[rows, cls]).sum()
             (g,) = torch.autograd.grad(loss, leaf)
             grads[rows, cls] = count_sketch(g.detach(), k)
     return grads, counts

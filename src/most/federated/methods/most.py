@@ -44,8 +44,9 @@ class WarmUp:
     round also asks every client for its gradient of each class at the shared model; where
     those show groups of clients (clients whose inputs map to labels alike, whatever classes
     each holds), model j takes group j's mean step, so the models start apart, one per group,
-    and each group's share of the clients becomes the plan's balance point (for marginals with
-    one, :attr:`most.methods.Marginals.has_balance`). Where they show none (clients without
+    each group's share of the clients becomes the plan's balance point (for marginals with
+    one, :attr:`most.methods.Marginals.has_balance`), and for ``groups.hold`` rounds each
+    group's clients train their group's model alone. Where they show none (clients without
     planted groups), and with ``groups=None``, the first plan after the warm-up is a tie on m
     equal models that the transport solver breaks, and the specialisation of the following
     rounds decides the groups."""
