@@ -72,6 +72,8 @@ def test_the_apps_defaults_are_the_librarys_where_the_library_has_one():
         assert getattr(config, name) == getattr(library, name), name
     assert method.server_lr == fl.methods.MosT(2).server_lr
     assert method.warmup == fl.methods.MosT(2).warmup
+    quiet, _, _ = AppSettings(class_groups=False).build()
+    assert quiet.warmup == fl.methods.WarmUp(settings.warmup_rounds, groups=None)
     # the example's config sets every key the app reads
     import tomllib
     from pathlib import Path

@@ -76,6 +76,10 @@ class AppSettings:
         n_models: m.
         server_lr: the server step eta_s.
         warmup_rounds: MosT's shared warm-up rounds (ignored by the other methods).
+        class_groups: whether MosT's warm-up asks the clients for their gradients per class in
+            its last round and starts the models one per group where those show groups
+            (:class:`~most.federated.methods.ClassGroups`, the library's default); ``false``:
+            the clients send their losses and updates alone.
         fine_tune_epochs: FineTuning's local epochs after the last round (ignored by the others).
         rounds, local_epochs, batch_size, lr, eval_every, seed: the protocol
             (:class:`~most.federated.FederatedConfig`).
@@ -102,6 +106,7 @@ class AppSettings:
     n_models: int = 3
     server_lr: float = _library_default(_methods.FederatedMethod, "server_lr")
     warmup_rounds: int = _library_default(_methods.WarmUp, "rounds")
+    class_groups: bool = True
     fine_tune_epochs: int = _library_default(_methods.FineTuning, "epochs")
     rounds: int = _library_default(FederatedConfig, "rounds")
     local_epochs: int = _library_default(FederatedConfig, "local_epochs")
@@ -137,7 +142,8 @@ class AppSettings:
     def build(self):
         """``(method, model, FederatedConfig)``: the protocol fields are FederatedConfig's own; the
         model is sized from :data:`SAMPLES`, so the server builds it without the data."""
-        extra = ({"warmup": _methods.WarmUp(self.warmup_rounds)} if self.method == "MosT" else
+        groups = _methods.ClassGroups() if self.class_groups else None
+        extra = ({"warmup": _methods.WarmUp(self.warmup_rounds, groups=groups)} if self.method == "MosT" else
                  {"epochs": self.fine_tune_epochs} if self.method == "FineTuning" else {})
         method = METHODS[self.method](self.n_models, server_lr=self.server_lr, **extra)
         protocol = {f.name: getattr(self, f.name) for f in dataclasses.fields(FederatedConfig) if hasattr(self, f.name)}
