@@ -146,3 +146,16 @@ def test_class_groups_refuse_bad_settings():
             F.ClassGroups(**bad)
     with pytest.raises(TypeError, match="ClassGroups"):
         F.WarmUp(2, groups="class")
+
+
+def test_with_partial_participation_the_groups_hold_for_the_clients_the_warm_up_heard(data):
+    model = fl.logistic_regression(20, 10)
+    config = fl.FederatedConfig(rounds=10, lr=0.1, eval_every=0, seed=0, participation=0.75)
+    result = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2)), config)
+    heard = set(result.history[1].clients.tolist())  # the warm-up's last round
+    held = result.history[2]
+    assert held.plan is not None and len(held.clients) == 12
+    # the clients heard in the warm-up's last round train their group's model; each group one model
+    pairs = {(data.groups[c], int(j)) for c, j in zip(held.clients.tolist(), held.plan.argmax(1).tolist()) if c in heard}
+    assert len({g for g, _ in pairs}) == len(pairs) == 3
+    assert torch.isfinite(result.params).all()
