@@ -142,7 +142,8 @@ def spectral_groups(similarity: Tensor, k: int, *, restarts: int = 3) -> Tensor:
     for seed in range(restarts):
         labels = update_groups(u, k, torch.Generator().manual_seed(seed), balanced=False)
         centres = torch.zeros(k, k, dtype=u.dtype).index_add_(0, labels, u)
-        cost = float(((u - centres[labels] / centres[labels].norm(dim=1, keepdim=True).clamp_min(1e-300)) ** 2).sum())
+        centres = centres / centres.norm(dim=1, keepdim=True).clamp_min(1e-300)
+        cost = float(((u - centres[labels]) ** 2).sum())
         if cost < best_cost:
             best, best_cost = labels, cost
     return best.to(similarity.device)
@@ -218,9 +219,9 @@ class ClassGroups:
             sizes = torch.bincount(groups.cpu(), minlength=k)
             if int(sizes.min()) < self.min_size:
                 continue
-            own, margins = group_margins(sim, groups, support=support, own=True)
+            own, margins = (v.cpu() for v in group_margins(sim, groups, support=support, own=True))
             g = groups.cpu()
-            if all(float(own.cpu()[g == j].median()) >= self.min_margin
-                   and float(margins.cpu()[g == j].median()) >= self.min_margin for j in range(k)):
+            if all(float(own[g == j].median()) >= self.min_margin
+                   and float(margins[g == j].median()) >= self.min_margin for j in range(k)):
                 return groups
         return None
