@@ -12,7 +12,7 @@ import most.federated as fl
 from most.federated import methods as F
 from most.federated.evaluation import adjusted_rand_index
 from most.federated.methods.grouping import (class_gradients, class_similarity, count_sketch, group_margins,
-                                             spectral_groups)
+                                             refine_groups, spectral_groups)
 from tests.federated._groups import skewed_groups
 
 F64 = torch.float64
@@ -97,6 +97,49 @@ def test_spectral_groups_and_margins_on_a_block_similarity():
     own, margins = group_margins(sim, groups, own=True)
     torch.testing.assert_close(own, torch.full((11,), 0.8, dtype=F64))
     torch.testing.assert_close(margins, torch.full((11,), 1.1, dtype=F64))
+
+
+# a small group (6 clients) close to a large one (32), as two rotations that mirror each other's
+# images are, beside two more groups: the block means of a measured class similarity
+NEAR = torch.tensor([[0.8, -0.38, 0.4, -0.46], [-0.38, 0.73, -0.39, 0.07],
+                     [0.4, -0.39, 0.68, -0.53], [-0.46, 0.07, -0.53, 0.64]], dtype=F64)
+NEAR_GROUPS = torch.repeat_interleave(torch.arange(4), torch.tensor((6, 18, 32, 44)))
+
+
+def _near_similarity(noise: float, seed: int) -> torch.Tensor:
+    e = noise * torch.randn(100, 100, generator=torch.Generator().manual_seed(seed), dtype=F64)
+    sim = (NEAR[NEAR_GROUPS][:, NEAR_GROUPS] + (e + e.T) / 2 ** 0.5).clamp(-1, 1)
+    return sim.fill_diagonal_(1.0)
+
+
+def test_refine_groups_gives_the_small_group_back_its_clients_and_stops_at_a_fixed_point():
+    sim = _near_similarity(0.0, 0)
+    cut = NEAR_GROUPS.clone()
+    cut[24:31] = 0  # a normalised cut's kind of mistake: 7 of the large group's clients with the small one
+    assert adjusted_rand_index(cut.tolist(), NEAR_GROUPS.tolist()) < 0.95
+    assert torch.equal(refine_groups(sim, cut), NEAR_GROUPS)
+    assert torch.equal(refine_groups(sim, NEAR_GROUPS), NEAR_GROUPS)  # a fixed point stays
+    # with noise: what it returns is a fixed point (each client's highest mean similarity is its own
+    # group's), never further from the groups than where it started
+    for seed in range(6):
+        noisy = _near_similarity(0.3, seed)
+        start = spectral_groups(noisy, 4)
+        refined = refine_groups(noisy, start, min_size=2)
+        own, margins = group_margins(noisy, refined, own=True)
+        assert bool((margins >= 0).all())
+        assert (adjusted_rand_index(refined.tolist(), NEAR_GROUPS.tolist())
+                >= adjusted_rand_index(start.tolist(), NEAR_GROUPS.tolist()))
+
+
+def test_refine_groups_keeps_every_group_at_least_min_size():
+    sim = _near_similarity(0.0, 0)
+    cut = NEAR_GROUPS.clone()
+    cut[0:6] = 2  # the small group merged into its close neighbour ...
+    cut[60:62] = 0  # ... and its label held by two clients of another group: moving them would empty it
+    assert torch.equal(refine_groups(sim, cut), cut)
+    assert torch.equal(refine_groups(sim, cut, min_size=2), cut)
+    with pytest.raises(ValueError, match="min_size"):
+        refine_groups(sim, cut, min_size=0)
 
 
 # ----------------------------------------------------------------------------- the warm-up that uses them

@@ -7,7 +7,10 @@ two clients' gradients of class ``c`` at the same model compare the images each 
 the clients' similarity is the mean, over the classes both hold, of the cosine between their
 per-class gradients (each class's mean over all clients removed first, so that what every
 client shares does not count), weighted by the smaller of the two clients' counts of that class.
-Spectral clustering of that similarity gives the groups, kept only when every group holds
+Spectral clustering of that similarity proposes the groups; each client then moves to the group
+it is most similar to on average, until none moves (spectral clustering's normalised cut favours
+groups of like size and can split a large group where a small one should stand alone). The groups
+are kept only when every group holds
 together and stands apart: at the median of every group, a client's mean similarity to its own
 group (over the clients it shares classes with) is at least ``min_margin`` and exceeds that to
 any other group by at least ``min_margin``;
@@ -149,6 +152,16 @@ def spectral_groups(similarity: Tensor, k: int, *, restarts: int = 3) -> Tensor:
     return best.to(similarity.device)
 
 
+def _group_means(similarity: Tensor, groups: Tensor, support: Tensor | None) -> Tensor:
+    """``[n, k]`` each client's mean similarity to each group's other clients, each weighted by
+    ``support`` (all 1 when ``None``)."""
+    k = int(groups.max()) + 1
+    member = torch.nn.functional.one_hot(groups, k).to(similarity.dtype)  # [n, k]
+    weight = torch.ones_like(similarity) if support is None else support.to(similarity.dtype)
+    weight = weight - torch.diag(torch.diagonal(weight))  # a client is not its own neighbour
+    return ((similarity * weight) @ member) / (weight @ member).clamp_min(1e-300)
+
+
 def group_margins(similarity: Tensor, groups: Tensor, *, support: Tensor | None = None, own: bool = False):
     """``[n]`` each client's mean similarity to the other clients of its group minus its highest
     mean similarity to another group (positive: it stands with its group); with ``own=True``,
@@ -156,14 +169,28 @@ def group_margins(similarity: Tensor, groups: Tensor, *, support: Tensor | None 
     (:func:`class_similarity`'s), the means weigh each other client by it, so a client that
     shares no class with this one does not count."""
     k = int(groups.max()) + 1
-    member = torch.nn.functional.one_hot(groups, k).to(similarity.dtype)  # [n, k]
-    weight = torch.ones_like(similarity) if support is None else support.to(similarity.dtype)
-    weight = weight - torch.diag(torch.diagonal(weight))  # a client is not its own neighbour
-    mean = ((similarity * weight) @ member) / (weight @ member).clamp_min(1e-300)
+    mean = _group_means(similarity, groups, support)
     cohesion = mean.gather(1, groups[:, None]).squeeze(1)
     mean = mean.scatter(1, groups[:, None], float("-inf"))
     margins = cohesion - mean.max(1).values if k > 1 else cohesion
     return (cohesion, margins) if own else margins
+
+
+def refine_groups(similarity: Tensor, groups: Tensor, *, support: Tensor | None = None, min_size: int = 1,
+                  max_steps: int = 100) -> Tensor:
+    """``[n]`` ``groups`` after moving every client to the group it is most similar to on average
+    (:func:`group_margins`' means, weighted by ``support``), repeated until no client moves: a
+    local search from the spectral groups that raises the margins :func:`group_margins` measures.
+    A step that would leave a group with fewer than ``min_size`` clients is not taken (the groups
+    before it are returned), nor are more than ``max_steps``; the number of groups never changes."""
+    check_positive_int(min_size, name="min_size")
+    k = int(groups.max()) + 1
+    for _ in range(max_steps):
+        moved = _group_means(similarity, groups, support).argmax(1)
+        if torch.equal(moved, groups) or int(torch.bincount(moved, minlength=k).min()) < min_size:
+            break
+        groups = moved
+    return groups
 
 
 @dataclass(frozen=True)
@@ -188,8 +215,8 @@ class ClassGroups:
             less than the clients' label mixes make their losses differ, so the first plans
             would mix the groups again.
 
-    :meth:`find` tries ``k = m, m-1, ..., 2`` groups and returns the first grouping that stands
-    apart, so a model left over (more models than groups) starts from the shared model.
+    :meth:`find` tries ``k = m, m-1, ..., 2`` groups (:func:`spectral_groups`, then
+    :func:`refine_groups`) and returns the first grouping that stands apart, so a model left over (more models than groups) starts from the shared model.
     """
 
     min_margin: float = 0.25
@@ -215,7 +242,7 @@ class ClassGroups:
         n = counts.shape[0]
         sim, support = class_similarity(grads, counts, support=True)
         for k in range(min(m, n // self.min_size), 1, -1):
-            groups = spectral_groups(sim, k)
+            groups = refine_groups(sim, spectral_groups(sim, k), support=support, min_size=self.min_size)
             sizes = torch.bincount(groups.cpu(), minlength=k)
             if int(sizes.min()) < self.min_size:
                 continue
