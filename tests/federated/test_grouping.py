@@ -131,6 +131,18 @@ def test_refine_groups_gives_the_small_group_back_its_clients_and_stops_at_a_fix
                 >= adjusted_rand_index(start.tolist(), NEAR_GROUPS.tolist()))
 
 
+def test_refine_groups_stops_where_the_simultaneous_moves_cycle():
+    # no groups to find: from this start the clients swap groups every step
+    a = torch.randn(6, 6, generator=torch.Generator().manual_seed(0), dtype=F64)
+    sim = ((a + a.T) / 2).clamp(-1, 1).fill_diagonal_(1.0)
+    start = torch.tensor([0, 0, 0, 1, 1, 1])
+    found = refine_groups(sim, start)
+    # the same grouping however many steps are allowed past the cycle (moving on would alternate)
+    for steps in (2, 3, 100, 101):
+        assert torch.equal(refine_groups(sim, start, max_steps=steps), found)
+    assert not torch.equal(found, start)
+
+
 def test_refine_groups_keeps_every_group_at_least_min_size():
     sim = _near_similarity(0.0, 0)
     cut = NEAR_GROUPS.clone()

@@ -8,13 +8,12 @@ the clients' similarity is the mean, over the classes both hold, of the cosine b
 per-class gradients (each class's mean over all clients removed first, so that what every
 client shares does not count), weighted by the smaller of the two clients' counts of that class.
 Spectral clustering of that similarity proposes the groups; each client then moves to the group
-it is most similar to on average, until none moves (spectral clustering's normalised cut favours
-groups of like size and can split a large group where a small one should stand alone). The groups
-are kept only when every group holds
-together and stands apart: at the median of every group, a client's mean similarity to its own
-group (over the clients it shares classes with) is at least ``min_margin`` and exceeds that to
-any other group by at least ``min_margin``;
-otherwise there is no group structure to follow and nothing is returned.
+it is most similar to on average, until none moves or the moves cycle (spectral clustering's
+normalised cut favours groups of like size and can split a large group where a small one should
+stand alone). The groups are kept only when every group holds together and stands apart: at
+the median of every group, a client's mean similarity to its own group (over the clients it
+shares classes with) is at least ``min_margin`` and exceeds that to any other group by at least
+``min_margin``; otherwise there is no group structure to follow and nothing is returned.
 """
 
 from __future__ import annotations
@@ -181,15 +180,20 @@ def refine_groups(similarity: Tensor, groups: Tensor, *, support: Tensor | None 
     """``[n]`` ``groups`` after moving every client to the group it is most similar to on average
     (:func:`group_margins`' means, weighted by ``support``), repeated until no client moves: a
     local search from the spectral groups that raises the margins :func:`group_margins` measures.
-    A step that would leave a group with fewer than ``min_size`` clients is not taken (the groups
-    before it are returned), nor are more than ``max_steps``; the number of groups never changes."""
+    Every client moves at once, as in Lloyd's k-means, so the moves can cycle (two groupings in
+    turn, where the clients have no groups to find): a step back to a grouping already visited is
+    not taken, nor one that would leave a group with fewer than ``min_size`` clients (the groups
+    before it are returned), nor more than ``max_steps``; the number of groups never changes."""
     check_positive_int(min_size, name="min_size")
     k = int(groups.max()) + 1
+    visited = [groups]
     for _ in range(max_steps):
         moved = _group_means(similarity, groups, support).argmax(1)
-        if torch.equal(moved, groups) or int(torch.bincount(moved, minlength=k).min()) < min_size:
+        if (int(torch.bincount(moved, minlength=k).min()) < min_size
+                or any(torch.equal(moved, earlier) for earlier in visited)):
             break
         groups = moved
+        visited.append(groups)
     return groups
 
 
