@@ -151,14 +151,19 @@ def spectral_groups(similarity: Tensor, k: int, *, restarts: int = 3) -> Tensor:
     return best.to(similarity.device)
 
 
-def _group_means(similarity: Tensor, groups: Tensor, support: Tensor | None) -> Tensor:
-    """``[n, k]`` each client's mean similarity to each group's other clients, each weighted by
-    ``support`` (all 1 when ``None``)."""
-    k = int(groups.max()) + 1
-    member = torch.nn.functional.one_hot(groups, k).to(similarity.dtype)  # [n, k]
+def _neighbour_weights(similarity: Tensor, support: Tensor | None) -> tuple[Tensor, Tensor]:
+    """``(similarity * weight, weight)``, both ``[n, n]``: each other client's weight in a
+    client's means, ``support`` (all 1 when ``None``) with the diagonal removed."""
     weight = torch.ones_like(similarity) if support is None else support.to(similarity.dtype)
     weight = weight - torch.diag(torch.diagonal(weight))  # a client is not its own neighbour
-    return ((similarity * weight) @ member) / (weight @ member).clamp_min(1e-300)
+    return similarity * weight, weight
+
+
+def _group_means(weighted: Tensor, weight: Tensor, groups: Tensor) -> Tensor:
+    """``[n, k]`` each client's mean similarity to each group's other clients, from
+    :func:`_neighbour_weights`' pair."""
+    member = torch.nn.functional.one_hot(groups, int(groups.max()) + 1).to(weighted.dtype)  # [n, k]
+    return (weighted @ member) / (weight @ member).clamp_min(1e-300)
 
 
 def group_margins(similarity: Tensor, groups: Tensor, *, support: Tensor | None = None, own: bool = False):
@@ -168,7 +173,7 @@ def group_margins(similarity: Tensor, groups: Tensor, *, support: Tensor | None 
     (:func:`class_similarity`'s), the means weigh each other client by it, so a client that
     shares no class with this one does not count."""
     k = int(groups.max()) + 1
-    mean = _group_means(similarity, groups, support)
+    mean = _group_means(*_neighbour_weights(similarity, support), groups)
     cohesion = mean.gather(1, groups[:, None]).squeeze(1)
     mean = mean.scatter(1, groups[:, None], float("-inf"))
     margins = cohesion - mean.max(1).values if k > 1 else cohesion
@@ -186,9 +191,10 @@ def refine_groups(similarity: Tensor, groups: Tensor, *, support: Tensor | None 
     before it are returned), nor more than ``max_steps``; the number of groups never changes."""
     check_positive_int(min_size, name="min_size")
     k = int(groups.max()) + 1
+    weighted, weight = _neighbour_weights(similarity, support)  # the same every step
     visited = [groups]
     for _ in range(max_steps):
-        moved = _group_means(similarity, groups, support).argmax(1)
+        moved = _group_means(weighted, weight, groups).argmax(1)
         if (int(torch.bincount(moved, minlength=k).min()) < min_size
                 or any(torch.equal(moved, earlier) for earlier in visited)):
             break
@@ -220,7 +226,8 @@ class ClassGroups:
             would mix the groups again.
 
     :meth:`find` tries ``k = m, m-1, ..., 2`` groups (:func:`spectral_groups`, then
-    :func:`refine_groups`) and returns the first grouping that stands apart, so a model left over (more models than groups) starts from the shared model.
+    :func:`refine_groups`) and returns the first grouping that stands apart, so a model left
+    over (more models than groups) starts from the shared model.
     """
 
     min_margin: float = 0.25
