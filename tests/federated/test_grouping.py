@@ -151,6 +151,13 @@ def test_refine_groups_keeps_every_group_at_least_min_size():
     assert torch.equal(refine_groups(sim, cut, min_size=2), cut)
     with pytest.raises(ValueError, match="min_size"):
         refine_groups(sim, cut, min_size=0)
+    with pytest.raises(ValueError, match="max_steps"):
+        refine_groups(sim, cut, max_steps=1.5)
+    with pytest.raises(ValueError, match="square"):
+        refine_groups(sim[:, :50], cut)
+    for bad in (cut[:50], cut.double(), cut - 1):
+        with pytest.raises(ValueError, match="group indices"):
+            refine_groups(sim, bad)
 
 
 # ----------------------------------------------------------------------------- the warm-up that uses them

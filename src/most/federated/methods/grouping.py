@@ -190,6 +190,14 @@ def refine_groups(similarity: Tensor, groups: Tensor, *, support: Tensor | None 
     not taken, nor one that would leave a group with fewer than ``min_size`` clients (the groups
     before it are returned), nor more than ``max_steps``; the number of groups never changes."""
     check_positive_int(min_size, name="min_size")
+    check_positive_int(max_steps, name="max_steps", minimum=0)
+    n = similarity.shape[0] if similarity.dim() == 2 else -1
+    if similarity.shape != (n, n):
+        raise ValueError(f"refine_groups: `similarity` must be a square [n, n] matrix; got shape "
+                         f"{list(similarity.shape)}.")
+    if groups.shape != (n,) or groups.dtype.is_floating_point or groups.dtype == torch.bool or int(groups.min()) < 0:
+        raise ValueError(f"refine_groups: `groups` must be {n} group indices 0, 1, ... (one per client, an "
+                         f"integer tensor); got shape {list(groups.shape)} of {groups.dtype}.")
     k = int(groups.max()) + 1
     weighted, weight = _neighbour_weights(similarity, support)  # the same every step
     visited = [groups]
