@@ -7,6 +7,8 @@ Run from the repository root as ``python benchmarks/federated_tools.py COMMAND .
   main table, seed by seed (:data:`COMPARE_DOC`);
 * ``groups FOLDER`` -- how well each method's final plan recovers the rotated Fashion-MNIST groups
   (:data:`COMPARE_DOC`);
+* ``held FOLDER`` -- adds the table's "groups held" column (each method's own last assignment
+  against the planted groups) to a folder written before the bench recorded it;
 * ``merge DEST SOURCE ...`` -- adds methods, seeds or server steps run separately to a results
   folder (:data:`MERGE_DOC`);
 * ``capacity ...`` and ``pick-rule ...`` -- two probes of the federated tables' protocol
@@ -38,7 +40,9 @@ import most
 import most.federated as fl
 from most.bench import _capacity as cap
 from most.bench import federated as fb
-from most.bench._compare import CompareError, compare, groups_report
+from most.bench._compare import CompareError, add_groups_held, compare, groups_report
+from most.bench import write_results
+from most.bench._curves import load_results, split_curves
 from most.bench._merge import MergeError, merge_folders
 from most.bench.federated import METHODS, FederatedBenchConfig, _data
 from most.federated import FederatedConfig, run_federated
@@ -249,6 +253,27 @@ def groups_main(argv: list[str]) -> int:
         p.error(f"{args.folder}: {exc}")
     (args.folder / "groups.md").write_text(text)
     print(text)
+    return 0
+
+
+def held_main(argv: list[str]) -> int:
+    """``held FOLDER``: the "groups held" column added to an older results folder."""
+    p = argparse.ArgumentParser(prog="federated_tools.py held",
+                                description="Adds the table's 'groups held' column (the adjusted Rand index of each "
+                                            "method's own last assignment against the planted groups) to a results "
+                                            "folder written before the bench recorded it, and rewrites its "
+                                            "results.json, table.md and figures. The runs are not touched.")
+    p.add_argument("folder", type=Path, help="a `most bench federated` results folder with planted groups")
+    args = p.parse_args(argv)
+    if not (args.folder / "results.json").is_file():
+        p.error(f"{args.folder}: no results.json there (a folder written by `most bench federated`)")
+    results = load_results(args.folder)
+    try:
+        changed = add_groups_held(results)
+    except ValueError as exc:
+        p.error(f"{args.folder}: {exc}")
+    write_results(results, args.folder, fb.draw_figures, fb.table_markdown, split=split_curves)
+    print(f"{args.folder}: groups held added for {', '.join(changed) or 'no method (already there)'}")
     return 0
 
 
@@ -548,7 +573,7 @@ def peers_time(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"compare": compare_main, "groups": groups_main, "merge": merge_main, "capacity": capacity,
+COMMANDS = {"compare": compare_main, "groups": groups_main, "held": held_main, "merge": merge_main, "capacity": capacity,
             "pick-rule": pick_rule, "peers-time": peers_time}
 
 

@@ -107,8 +107,8 @@ def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_re
     res = runner.invoke(app, ["bench", "federated", "--dataset", "fashion", "--data-path", str(tmp_path / "fashion"),
                               "--model", "linear", "--label-group", "2", "--label-group", "4", "--concentration", "100",
                               "--samples-per-client", "20", "--n-models", "2", "--rounds", "3", "--seed", "0",
-                              "--seed", "1", "--server-lr", "1", "--server-lr", "2", "--method", "MosT", "--method",
-                              "Oracle", "--method", "CFL", "--method", "Local only", "--method",
+                              "--seed", "1", "--server-lr", "1", "--server-lr", "2", "--method", "MosT", "--method", "IFCA",
+                              "--method", "Oracle", "--method", "CFL", "--method", "Local only", "--method",
                               "FedAvg + fine-tuning", "--method", "FedEM", "--out", str(out), "--quiet"])
     assert res.exit_code == 0, res.output
     results = json.loads((out / "results.json").read_text())
@@ -120,7 +120,14 @@ def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_re
     assert [len(r["candidates_val"]) for r in runs["CFL"]] == [6, 6]  # 2 steps x 3 threshold scales
     assert [len(r["candidates_val"]) for r in runs["FedAvg + fine-tuning"]] == [4, 4]  # 2 steps x 2 epochs
     for r in runs["Oracle"]:
-        assert r["group_ari"] == 1.0 and r["choice_counts"] == [2, 4]
+        assert r["group_ari"] == 1.0 and r["group_ari_plan"] == 1.0 and r["choice_counts"] == [2, 4]
+    for name in ("CFL", "FedEM"):  # scored on their assignment: the groups held are the groups found
+        assert all(r["group_ari_plan"] == r["group_ari"] for r in runs[name])
+    for r in runs["MosT"]:  # 3 rounds, all in the warm-up: no plan yet, so no grouping of its own to score
+        assert r["plans"] == [] and "group_ari_plan" not in r and "group_ari" in r
+    for r in runs["IFCA"]:  # held: its last plan's clusters, whatever each client then picks on validation
+        assert len(r["plans"][-1]) == 6
+        assert r["group_ari_plan"] == pytest.approx(fl.evaluation.adjusted_rand_index(r["plans"][-1], [0] * 2 + [1] * 4))
     for name in ("Local only", "FedAvg + fine-tuning"):  # one model per client: no recovery, no best-on-test
         assert all("group_ari" not in r and r["oracle"] != r["oracle"] for r in runs[name])
         assert all(r["choice_counts"] == [1] * 6 for r in runs[name])
@@ -129,6 +136,7 @@ def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_re
     assert results["picks"]["FedEM"] == "its mixture of the models (weights by EM)"
     table = (out / "table.md").read_text()
     assert "groups found (ARI)" in table and "| Oracle |" in table and "| FedEM |" in table
+    assert "groups held: ARI ≥ 0.9 |" in table and "Groups held: the seeds on which" in table
     assert "except: Oracle, its group's model; CFL, its cluster's model; Local only, its own model" in table
     bad = runner.invoke(app, ["bench", "federated", "--method", "Oracle", "--rounds", "1", "--seed", "0",
                               "--out", str(tmp_path / "syn"), "--quiet"])
@@ -139,6 +147,22 @@ def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_re
                         (["--dataset", "fashion", "--concentration", "0"], "positivenumber")):
         bad = runner.invoke(app, ["bench", "federated", *args, "--out", str(tmp_path / "bad"), "--quiet"])
         assert bad.exit_code != 0 and match in _flat(bad.output), bad.output
+
+
+def test_the_groups_held_are_each_clients_largest_share_in_the_last_plan_it_took_part_in():
+    from most.bench.federated import _last_plan_owner
+    from most.federated.config import RoundLog
+
+    def log(t, clients, plan):
+        return RoundLog(round=t, clients=torch.tensor(clients), plan=None if plan is None else torch.tensor(plan),
+                        train_loss=0.0, val_accuracy=None, seconds={})
+
+    history = [log(1, [0, 1, 2], [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]),
+               log(2, [1, 2], [[0.7, 0.3], [0.1, 0.9]]),  # partial participation: client 0 keeps round 1's model
+               log(3, [0, 1, 2], None)]  # a round without a plan (a warm-up, say) changes nothing
+    assert _last_plan_owner(history, 3).tolist() == [0, 0, 1]
+    assert _last_plan_owner(history[1:], 3) is None  # client 0 never took part in a plan
+    assert _last_plan_owner([], 3) is None
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")

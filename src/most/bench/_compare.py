@@ -7,7 +7,9 @@
 * :func:`paired_rows`: those rows for any per-seed runs (the capacity probe uses them too);
 * :func:`groups_report`: how well each method's final plan recovers the known client groups of
   rotated Fashion-MNIST (``--rotations r``), under the best matching of models to groups
-  (:func:`recovered`).
+  (:func:`recovered`);
+* :func:`add_groups_held`: the table's "groups held" (the adjusted Rand index of each method's own
+  last assignment against the planted groups) added to results written before it was recorded.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ import numpy as np
 from . import federated as fb
 from . import mean_std
 from ..federated import evaluation as ev
+from ..federated.methods import FederatedMethod
 from ._merge import FREE as MERGE_FREE, settings
 
-__all__ = ["CompareError", "FREE", "compare", "groups_report", "paired_rows", "recovered"]
+__all__ = ["CompareError", "FREE", "add_groups_held", "compare", "groups_report", "paired_rows", "planted_groups",
+           "recovered"]
 
 #: Settings that may differ between the variant's folder and the main table: those a merge allows,
 #: and the server-step grid (checked against the main table's MosT grid instead).
@@ -169,3 +173,56 @@ def groups_report(results: dict) -> str:
             lines.append(f"| {name} | {run['seed']} | {run['server_lr']:g} | {shares[-1]:.2f} | {per} |")
         lines.append(f"| {name} | mean | | {np.mean(shares):.2f} | |")
     return "\n".join(lines) + "\n"
+
+
+def planted_groups(config: dict) -> list[int] | None:
+    """Each client's planted group in the benchmark's client order, from a results file's
+    ``config`` (the loaders put the groups in contiguous blocks of ``--label-group`` or
+    ``--rotation-group`` sizes, or ``k mod r`` for ``--rotations r``); ``None`` without groups."""
+    from ..federated.data._fashion_mnist import quarter_turns
+
+    if config.get("dataset") != "fashion":
+        return None
+    sizes = [int(v) for v in config.get("label_groups") or config.get("rotation_groups") or ()]
+    if sizes:
+        return [g for g, size in enumerate(sizes) for _ in range(size)]
+    r = int(config.get("rotations") or 1)
+    return quarter_turns(r, 100) if r > 1 else None
+
+
+def add_groups_held(results: dict) -> list[str]:
+    """Adds ``group_ari_plan`` (the table's "groups held") to each run of ``results`` that was
+    recorded without it: for a method scored on its own assignment (a cluster, a group, a mixture's
+    largest weight) the groups it was scored on, else its last plan's largest shares (``plans``),
+    against :func:`planted_groups`. A method whose runs lack either is left as it is. Recomputes
+    the summaries; returns the methods changed. Raises ``ValueError`` for results without planted
+    groups, or with a client left out (its plan is shorter than the groups)."""
+    groups = planted_groups(results["config"])
+    if groups is None:
+        raise ValueError("these results have no planted client groups (--label-group, --rotation-group or "
+                         "--rotations on Fashion-MNIST).")
+    picks = results.get("picks") or {}
+    changed = []
+    for name, entry in results["methods"].items():
+        runs = entry["runs"]
+        if not runs or all("group_ari_plan" in r for r in runs):
+            continue
+        if picks.get(name, FederatedMethod.pick) != FederatedMethod.pick:
+            if not all("group_ari" in r for r in runs):  # one model per client: no grouping
+                continue
+            held = [r["group_ari"] for r in runs]
+        elif all(r.get("plans") for r in runs):
+            held = []
+            for r in runs:
+                owner = r["plans"][-1]
+                if len(owner) != len(groups):
+                    raise ValueError(f"{name}, seed {r['seed']}: {len(owner)} clients in the last plan, not "
+                                     f"{len(groups)}; a client left out shifts the positions that define the groups.")
+                held.append(ev.adjusted_rand_index(owner, groups))
+        else:
+            continue
+        for r, value in zip(runs, held):
+            r["group_ari_plan"] = value
+        changed.append(name)
+    fb.add_summaries(results)
+    return changed

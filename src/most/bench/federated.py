@@ -357,7 +357,9 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
     """A run's entry in the results: its summary, or, for a run whose training diverged, a
     failed candidate that is never chosen. A method that assigns each client its model
     (``method.assigned``) is scored on it under both picks; where the data has planted groups,
-    ``group_ari`` is the adjusted Rand index of the clients' models against them."""
+    ``group_ari`` is the adjusted Rand index of the clients' models against them, and
+    ``group_ari_plan`` that of the method's own last assignment (the groups it holds), where it
+    has one."""
     if isinstance(result, Exception):
         # a candidate of the search that diverged is recorded and never chosen
         nan = float("nan")
@@ -383,6 +385,11 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
         "group_ari": ev.adjusted_rand_index(found[0].tolist(), data.groups),
         "group_ari_loss_pick": ev.adjusted_rand_index(found[1].tolist(), data.groups)}
     plans = [log.plan for log in result.history if log.plan is not None]
+    # the method's own grouping: its last assignment (a plan's largest share, a cluster, a group,
+    # a mixture's largest weight), whatever each client then picks on validation
+    held = found[0] if assigns else _last_plan_owner(result.history, len(data.clients))
+    if groups and held is not None:
+        groups["group_ari_plan"] = ev.adjusted_rand_index(held.tolist(), data.groups)
     val = result.val_accuracy.nan_to_num(-1.0)
     # the candidates of a method that assigns models are compared on the models it assigns
     val_mean = float((val.gather(1, result.choice[:, None]) if assigns else val.max(1).values).mean())
@@ -405,6 +412,22 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
         "plans": [p.argmax(1).tolist() for p in plans],  # each client's largest-share model per round
         "timing": result.timings(),
     }
+
+
+def _last_plan_owner(history, n: int) -> torch.Tensor | None:
+    """``[n]`` each client's largest-share model in the last plan it took part in, or ``None``
+    when the method logs no plan or a client never took part in one."""
+    owner = torch.full((n,), -1, dtype=torch.long)
+    for log in reversed(history):
+        if log.plan is None:
+            continue
+        rows = log.plan.argmax(1).long()
+        clients = log.clients.long()
+        fresh = owner[clients] < 0
+        owner[clients[fresh]] = rows[fresh]
+        if bool((owner >= 0).all()):
+            return owner
+    return None
 
 
 def _folder(task: tuple) -> str:
