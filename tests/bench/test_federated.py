@@ -149,6 +149,29 @@ def test_concept_shift_table_runs_the_peers_says_their_picks_and_scores_group_re
         assert bad.exit_code != 0 and match in _flat(bad.output), bad.output
 
 
+def test_femnist_concept_shift_runs_with_its_writers_in_label_groups(tmp_path):
+    from tests.federated.test_data import _leaf_blob, _write
+
+    users = {f"w{k}": (8, [k % 3, 1, 2, 3, 4, 5, 6, 7]) for k in range(6)}
+    _write(tmp_path / "leaf" / "train" / "a.json", _leaf_blob(users), False)
+    _write(tmp_path / "leaf" / "test" / "a.json", _leaf_blob({u: (4, [0, 1, 2, 3]) for u in users}), False)
+    out = tmp_path / "femnist_concept"
+    res = runner.invoke(app, ["bench", "federated", "--dataset", "femnist", "--data-path", str(tmp_path / "leaf"),
+                              "--model", "linear", "--label-group", "2", "--label-group", "4", "--n-models", "2",
+                              "--rounds", "2", "--seed", "0", "--server-lr", "1", "--method", "Oracle",
+                              "--method", "IFCA", "--out", str(out), "--quiet"])
+    assert res.exit_code == 0, res.output
+    results = json.loads((out / "results.json").read_text())
+    assert results["label"] == "FEMNIST, concept shift in groups of 2/4 writers"
+    oracle = results["methods"]["Oracle"]["runs"][0]
+    assert oracle["group_ari"] == 1.0 and oracle["choice_counts"] == [2, 4]
+    assert "group_ari_plan" in results["methods"]["IFCA"]["runs"][0]
+    bad = runner.invoke(app, ["bench", "federated", "--dataset", "femnist", "--data-path", str(tmp_path / "leaf"),
+                              "--model", "linear", "--label-group", "2", "--label-group", "2", "--rounds", "1",
+                              "--seed", "0", "--method", "Oracle", "--out", str(tmp_path / "bad"), "--quiet"])
+    assert bad.exit_code != 0 and "has6writerswithbothsplits" in _flat(bad.output), bad.output
+
+
 def test_the_groups_held_are_each_clients_largest_share_in_the_last_plan_it_took_part_in():
     from most.bench.federated import _last_plan_owner
     from most.federated.config import RoundLog

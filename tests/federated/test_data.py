@@ -298,6 +298,36 @@ def test_femnist_tiny_leaf_round_trip(tmp_path, gz):
         assert torch.equal(getattr(inked.clients[0], f"x_{split}"), 1 - getattr(w1, f"x_{split}"))
 
 
+def test_femnist_label_groups_relabel_each_block_of_writers_by_its_own_permutation(tmp_path):
+    labels = [0, 1, 2, 3, 61, 4, 5]
+    users = {f"w{k}": (7, labels) for k in range(5)}
+    _write(tmp_path / "train" / "a.json", _leaf_blob(users), False)
+    _write(tmp_path / "test" / "a.json", _leaf_blob({u: (3, [61, 9, 0]) for u in users}), False)
+    plain = load_femnist(tmp_path, seed=3)
+    shifted = load_femnist(tmp_path, seed=3, label_groups=(2, 3))
+    assert plain.groups is None and shifted.groups == (0, 0, 1, 1, 1)
+    assert shifted.name == "femnist (label groups 2/3)" and shifted.n_classes == 62
+    perm = None
+    for g, a, b in zip(shifted.groups, plain.clients, shifted.clients):
+        for split in ("train", "val", "test"):
+            x, y, y2 = (getattr(a, f"x_{split}"), getattr(a, f"y_{split}"), getattr(b, f"y_{split}"))
+            assert torch.equal(x, getattr(b, f"x_{split}"))  # the same images, in the same splits
+            if g == 0:
+                assert torch.equal(y, y2)  # group 0 keeps its labels
+            else:
+                assert not torch.equal(y, y2)
+                perm = {} if perm is None else perm
+                for old, new in zip(y.tolist(), y2.tolist()):
+                    assert perm.setdefault(old, new) == new  # one map for the whole group, every split
+    assert perm is not None and len(set(perm.values())) == len(perm) and max(perm.values()) < 62
+    again = load_femnist(tmp_path, seed=3, label_groups=(2, 3))
+    assert all(torch.equal(a.y_test, b.y_test) for a, b in zip(again.clients, shifted.clients))
+    with pytest.raises(ValueError, match="has 5 writers with both splits: The label groups \\(2, 2\\) hold 4 clients"):
+        load_femnist(tmp_path, label_groups=(2, 2))
+    with pytest.raises(ValueError, match="2 or more"):
+        load_femnist(tmp_path, label_groups=(5,))
+
+
 def test_femnist_env_variable(tmp_path, monkeypatch):
     _write(tmp_path / "train" / "a.json", _leaf_blob({"w1": (2, [0, 1])}), True)
     _write(tmp_path / "test" / "a.json", _leaf_blob({"w1": (1, [2])}), True)

@@ -178,14 +178,17 @@ def groups_report(results: dict) -> str:
 def planted_groups(config: dict) -> list[int] | None:
     """Each client's planted group in the benchmark's client order, from a results file's
     ``config`` (the loaders put the groups in contiguous blocks of ``--label-group`` or
-    ``--rotation-group`` sizes, or ``k mod r`` for ``--rotations r``); ``None`` without groups."""
+    ``--rotation-group`` sizes, or ``k mod r`` for Fashion-MNIST's ``--rotations r``); ``None``
+    without groups."""
     from ..federated.data._fashion_mnist import quarter_turns
 
-    if config.get("dataset") != "fashion":
-        return None
     sizes = [int(v) for v in config.get("label_groups") or config.get("rotation_groups") or ()]
+    if config.get("dataset") not in ("fashion", "femnist"):
+        return None
     if sizes:
         return [g for g, size in enumerate(sizes) for _ in range(size)]
+    if config.get("dataset") != "fashion":
+        return None
     r = int(config.get("rotations") or 1)
     return quarter_turns(r, 100) if r > 1 else None
 
@@ -199,8 +202,8 @@ def add_groups_held(results: dict) -> list[str]:
     groups, or with a client left out (its plan is shorter than the groups)."""
     groups = planted_groups(results["config"])
     if groups is None:
-        raise ValueError("these results have no planted client groups (--label-group, --rotation-group or "
-                         "--rotations on Fashion-MNIST).")
+        raise ValueError("these results have no planted client groups (--label-group on Fashion-MNIST or FEMNIST, "
+                         "--rotation-group or --rotations on Fashion-MNIST).")
     picks = results.get("picks") or {}
     changed = []
     for name, entry in results["methods"].items():

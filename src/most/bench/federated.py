@@ -187,9 +187,10 @@ class FederatedBenchConfig(SuiteConfig):
         samples_per_client: Fashion-MNIST average client size (keeps CPU runs short).
         rotation_groups: Fashion-MNIST only, instead of ``rotations``: the sizes of 1 to 4 groups
             of clients (summing to 100), turned by 0, 90, 180, 270 degrees: groups of unequal size.
-        label_groups: Fashion-MNIST only: the sizes of 2 or more groups of clients whose labels
-            are relabelled by a permutation of their own (concept shift,
-            :func:`~most.federated.data.load_fashion_mnist`); the clients are their sum.
+        label_groups: Fashion-MNIST or FEMNIST: the sizes of 2 or more groups of clients whose
+            labels are relabelled by a permutation of their own (concept shift,
+            :func:`~most.federated.data.load_fashion_mnist`, :func:`~most.federated.data.load_femnist`);
+            Fashion-MNIST's clients are their sum, FEMNIST's writers must be (105 in the LEAF subset).
         concentration: Fashion-MNIST's Dirichlet label skew (default 0.3; a large value such
             as 100 gives each client nearly every class, as concept-shift tests usually do).
         rotations: Fashion-MNIST only: r in 1..4 groups of clients whose images are turned by
@@ -243,9 +244,9 @@ class FederatedBenchConfig(SuiteConfig):
 
             quarter_turns(tuple(self.rotation_groups), 100)  # the loader's check, before any work
         if self.label_groups:
-            if self.dataset != "fashion":
-                raise ValueError(f"`label_groups` relabels Fashion-MNIST's clients; it does not apply to "
-                                 f"{self.dataset!r} (use --dataset fashion).")
+            if self.dataset not in ("fashion", "femnist"):
+                raise ValueError(f"`label_groups` relabels Fashion-MNIST's or FEMNIST's clients; it does not apply "
+                                 f"to {self.dataset!r} (use --dataset fashion or femnist).")
             if self.rotations > 1 or self.rotation_groups:
                 raise ValueError("Give rotation groups (image groups) or `label_groups` (concept groups), not both.")
             from ..federated.data import label_groups_of
@@ -278,6 +279,8 @@ class FederatedBenchConfig(SuiteConfig):
             return "Fashion-MNIST, rotated groups of " + "/".join(map(str, self.rotation_groups)) + " clients"
         if self.dataset == "fashion" and self.label_groups:
             return "Fashion-MNIST, concept shift in groups of " + "/".join(map(str, self.label_groups)) + " clients"
+        if self.dataset == "femnist" and self.label_groups:
+            return "FEMNIST, concept shift in groups of " + "/".join(map(str, self.label_groups)) + " writers"
         if self.dataset == "fashion" and self.rotations > 1:
             return f"Fashion-MNIST, {self.rotations} rotations"
         return {"femnist": "FEMNIST", "fashion": "Fashion-MNIST", "mixture": "FedEM's synthetic mixture",
@@ -295,7 +298,7 @@ def _data(config: FederatedBenchConfig, seed: int):
         return data, logistic_regression(int(data.input_shape[0]), data.n_classes)
     if config.dataset == "femnist":
         # LEAF stores a white background (1.0); models train better on ink = 1 - value
-        data = load_femnist(config.data_path, seed=seed, ink=True)
+        data = load_femnist(config.data_path, seed=seed, ink=True, label_groups=tuple(config.label_groups))
     else:
         groups = dict(label_groups=tuple(config.label_groups)) if config.label_groups else dict(
             rotations=tuple(config.rotation_groups) or config.rotations)

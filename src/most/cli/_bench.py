@@ -239,9 +239,10 @@ def bench_federated(
     rotation_groups: list[int] = typer.Option([], "--rotation-group", help="Fashion-MNIST: repeat to give the sizes "
                                                "of up to 4 groups of clients (summing to 100) turned by 0/90/180/270 "
                                                "degrees, instead of --rotations' equal groups."),
-    label_groups: list[int] = typer.Option([], "--label-group", help="Fashion-MNIST: repeat to give the sizes of 2 "
-                                            "or more groups of clients whose labels are permuted per group "
-                                            "(concept shift); the clients are their sum."),
+    label_groups: list[int] = typer.Option([], "--label-group", help="Fashion-MNIST or FEMNIST: repeat to give the "
+                                            "sizes of 2 or more groups of clients whose labels are permuted per "
+                                            "group (concept shift); Fashion-MNIST's clients are their sum, "
+                                            "FEMNIST's writers (105 in the LEAF subset) must be."),
     concentration: float = typer.Option(0.3, help="Fashion-MNIST: the Dirichlet label skew (smaller: more skew; "
                                         "100: nearly every class on every client)."),
     samples_per_client: int = typer.Option(100, min=1, help="Fashion-MNIST: the clients' average number of samples."),

@@ -89,10 +89,10 @@ def quarter_turns(rotations, n_clients: int) -> list[int]:
     return [g for g, size in enumerate(sizes) for _ in range(int(size))]
 
 
-def label_groups_of(sizes, n_clients: int, seed: int) -> tuple[list[int], np.ndarray] | None:
-    """Each client's group and the groups' label permutations ``[G, 10]`` (row 0 the identity),
-    or ``None`` for no label groups. The permutations come from their own generator (the seed
-    and a fixed tag), so the other draws of the loader do not move."""
+def label_groups_of(sizes, n_clients: int, seed: int, n_classes: int = 10) -> tuple[list[int], np.ndarray] | None:
+    """Each client's group and the groups' label permutations ``[G, n_classes]`` (row 0 the
+    identity), or ``None`` for no label groups. The permutations come from their own generator
+    (the seed and a fixed tag), so the other draws of the loader do not move."""
     if isinstance(sizes, (str, bytes)) or not isinstance(sizes, Sequence):
         raise ValueError(f"`label_groups` must be a sequence of group sizes summing to n_clients (e.g. (4, 8, 12, "
                          f"16)); got {sizes!r}.")
@@ -108,9 +108,9 @@ def label_groups_of(sizes, n_clients: int, seed: int) -> tuple[list[int], np.nda
     if len(sizes) > 1000:
         raise ValueError(f"`label_groups` gives {len(sizes)} groups; at most 1000 are supported.")
     rng = np.random.default_rng([int(seed), 0x1ABE1])
-    perms = [np.arange(10)]
+    perms = [np.arange(n_classes)]
     while len(perms) < len(sizes):  # distinct permutations, none the identity
-        p = rng.permutation(10)
+        p = rng.permutation(n_classes)
         if not any(np.array_equal(p, q) for q in perms):
             perms.append(p)
     groups = [g for g, size in enumerate(sizes) for _ in range(int(size))]

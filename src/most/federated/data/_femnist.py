@@ -7,6 +7,7 @@ import json
 import math
 import os
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import torch
 from ..._paths import resolve_dir as _resolve_dir
 from ..._validation import check_bool, check_positive_int
 from ._dataset import ClientData, FederatedDataset, names_preview, numpy_rng
+from ._fashion_mnist import label_groups_of
 
 __all__ = ["load_femnist", "FEMNIST_ENV"]
 
@@ -122,6 +124,7 @@ def load_femnist(
     seed: int = 0,
     min_train: int = 1,
     ink: bool = False,
+    label_groups: Sequence[int] = (),
 ) -> FederatedDataset:
     """LEAF FEMNIST: one client per writer, 62 classes, ``x`` of shape ``(1, 28, 28)``.
 
@@ -137,6 +140,15 @@ def load_femnist(
             left out with a warning naming them.
         ink: return ``1 - pixel`` (ink 1, background 0: MNIST's convention, which models
             train better on; ``most bench federated`` uses it).
+        label_groups: the sizes of 2 or more groups of writers (contiguous blocks in sorted
+            writer order, summing to the number of writers with both splits: 105 in the
+            ``femnist_leaf_sf005`` subset) whose labels are relabelled by a permutation of the
+            62 classes of their own (concept shift, as
+            :func:`~most.federated.data.load_fashion_mnist`'s ``label_groups``): group 0 keeps
+            the labels, group g > 0 maps class c to ``perm_g[c]``, drawn from ``seed`` apart
+            from the validation split's draws. The dataset's
+            :attr:`~FederatedDataset.groups` records each writer's group. Empty (default): no
+            relabelling.
 
     Each writer's LEAF train samples give ``train`` and ``val``; its LEAF test samples are
     ``test``. Only writers present in both ``train/`` and ``test/`` are kept; the others
@@ -161,11 +173,27 @@ def load_femnist(
     test = _read_leaf_split(test_files)
 
     writers = _writers_in_both(train, test, directory)
+    try:
+        relabel = label_groups_of(label_groups, len(writers), seed, n_classes=_FEMNIST_CLASSES)
+    except ValueError as exc:
+        raise ValueError(f"FEMNIST at {os.path.abspath(directory)} has {len(writers)} writers with both splits: "
+                         f"{exc}") from None
     clients = _writer_clients(writers, train, test, val_fraction, numpy_rng(seed), ink)
+    name = "femnist"
+    if relabel is not None:
+        groups, perms = relabel
+        clients = [_relabelled(c, torch.from_numpy(perms[g])) for c, g in zip(clients, groups)]
+        name += " (label groups " + "/".join(str(int(v)) for v in label_groups) + ")"
     return FederatedDataset.from_clients(
-        clients, name="femnist", n_classes=_FEMNIST_CLASSES, client_ids=writers, input_shape=_FEMNIST_SHAPE,
-        min_train=min_train,
+        clients, name=name, n_classes=_FEMNIST_CLASSES, client_ids=writers, input_shape=_FEMNIST_SHAPE,
+        min_train=min_train, groups=None if relabel is None else relabel[0],
     )
+
+
+def _relabelled(client: ClientData, perm: torch.Tensor) -> ClientData:
+    """``client`` with every split's class c called ``perm[c]``."""
+    return ClientData(client.x_train, perm[client.y_train], client.x_val, perm[client.y_val],
+                      client.x_test, perm[client.y_test])
 
 
 def _writers_in_both(train: dict, test: dict, directory: Path) -> list[str]:
