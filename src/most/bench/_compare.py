@@ -180,7 +180,7 @@ def planted_groups(config: dict) -> list[int] | None:
     ``config`` (the loaders put the groups in contiguous blocks of ``--label-group`` or
     ``--rotation-group`` sizes, or ``k mod r`` for Fashion-MNIST's ``--rotations r``); ``None``
     without groups."""
-    from ..federated.data._fashion_mnist import quarter_turns
+    from ..federated.data import quarter_turns
 
     sizes = [int(v) for v in config.get("label_groups") or config.get("rotation_groups") or ()]
     if config.get("dataset") not in ("fashion", "femnist"):
