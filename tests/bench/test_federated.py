@@ -368,6 +368,7 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     assert [r["per_client"] for r in own["methods"]["IFCA"]["runs"]] == [
         r["per_client"] for r in ifca_3["methods"]["IFCA"]["runs"]]
     assert own["methods"]["MosT"] == again["methods"]["MosT"]
+    assert own["picks"]["IFCA"] == ifca_3["picks"]["IFCA"] == "best on validation"  # the table's note on picks
     assert "IFCA over 3" in fb.table_markdown(own)
     with pytest.raises(_merge.MergeError, match="only with methods it has"):
         _merge.merge(json.loads(json.dumps(again)), [bench(tmp_path / "mixed", 3, methods=("MosT", "IFCA"))])

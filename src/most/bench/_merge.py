@@ -78,6 +78,8 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                                          f"another source with {grids[name]}; join a method's sources over one "
                                          "grid (a merge of its own first) before adding it.")
                     runs.setdefault(name, []).extend(entry["runs"])
+                    if name in (src.get("picks") or {}):  # how the method picks each client's model
+                        dest.setdefault("picks", {})[name] = src["picks"][name]
                 continue
             _extend_grid(dest, src, i)
             fixed["server_lrs"] = list(dest["config"]["server_lrs"])
