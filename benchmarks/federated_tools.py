@@ -262,7 +262,7 @@ def held_main(argv: list[str]) -> int:
                                 description="Adds the table's 'groups held' column (the adjusted Rand index of each "
                                             "method's own last assignment against the planted groups) to a results "
                                             "folder written before the bench recorded it, and rewrites its "
-                                            "results.json, table.md and figures. The runs are not touched.")
+                                            "results.json and table.md. The runs and figures are not touched.")
     p.add_argument("folder", type=Path, help="a `most bench federated` results folder with planted groups")
     args = p.parse_args(argv)
     if not (args.folder / "results.json").is_file():
@@ -272,7 +272,8 @@ def held_main(argv: list[str]) -> int:
         changed = add_groups_held(results)
     except ValueError as exc:
         p.error(f"{args.folder}: {exc}")
-    write_results(results, args.folder, fb.draw_figures, fb.table_markdown, split=split_curves)
+    kept = list(results.get("figures") or [])  # the runs are unchanged, and so are their figures
+    write_results(results, args.folder, lambda *_: kept, fb.table_markdown, split=split_curves)
     print(f"{args.folder}: groups held added for {', '.join(changed) or 'no method (already there)'}")
     return 0
 

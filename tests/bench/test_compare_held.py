@@ -69,6 +69,9 @@ def test_the_command_reproduces_the_stored_concept_shift_table(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "groups held added for MosT," in res.stdout
     assert (folder / "table.md").read_text() == (STORED / "table.md").read_text()
+    written = json.loads((folder / "results.json").read_text())
+    assert written["figures"] == results["figures"] and not list(folder.glob("*.png"))  # figures not redrawn
+    assert [r["group_ari_plan"] for r in written["methods"]["MosT"]["runs"]] == [1.0] * 5
     plain = tmp_path / "plain"
     plain.mkdir()
     (plain / "results.json").write_text(json.dumps({"config": {"dataset": "synthetic"}, "methods": {}}))
