@@ -180,15 +180,19 @@ def planted_groups(config: dict) -> list[int] | None:
     ``config`` (the loaders put the groups in contiguous blocks of ``--label-group`` or
     ``--rotation-group`` sizes, or ``k mod r`` for Fashion-MNIST's ``--rotations r``); ``None``
     without groups."""
-    from ..federated.data import quarter_turns
+    from ..federated.data import label_groups_of, quarter_turns
 
-    sizes = [int(v) for v in config.get("label_groups") or config.get("rotation_groups") or ()]
     if config.get("dataset") not in ("fashion", "femnist"):
         return None
-    if sizes:
-        return [g for g, size in enumerate(sizes) for _ in range(size)]
+    if config.get("label_groups"):  # Fashion-MNIST or FEMNIST
+        sizes = tuple(int(v) for v in config["label_groups"])
+        relabel = label_groups_of(sizes, sum(sizes), 0)  # the loader's blocks (its permutations unused)
+        return None if relabel is None else relabel[0]
     if config.get("dataset") != "fashion":
         return None
+    if config.get("rotation_groups"):
+        sizes = tuple(int(v) for v in config["rotation_groups"])
+        return quarter_turns(sizes, sum(sizes))
     r = int(config.get("rotations") or 1)
     return quarter_turns(r, 100) if r > 1 else None
 

@@ -388,11 +388,12 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
         "group_ari": ev.adjusted_rand_index(found[0].tolist(), data.groups),
         "group_ari_loss_pick": ev.adjusted_rand_index(found[1].tolist(), data.groups)}
     plans = [log.plan for log in result.history if log.plan is not None]
-    # the method's own grouping: its last assignment (a plan's largest share, a cluster, a group,
-    # a mixture's largest weight), whatever each client then picks on validation
-    held = found[0] if assigns else _last_plan_owner(result.history, len(data.clients))
-    if groups and held is not None:
-        groups["group_ari_plan"] = ev.adjusted_rand_index(held.tolist(), data.groups)
+    if groups:
+        # the method's own grouping: its last assignment (a plan's largest share, a cluster, a
+        # group, a mixture's largest weight), whatever each client then picks on validation
+        held = found[0] if assigns else _last_plan_owner(result.history, len(data.clients))
+        if held is not None:
+            groups["group_ari_plan"] = ev.adjusted_rand_index(held.tolist(), data.groups)
     val = result.val_accuracy.nan_to_num(-1.0)
     # the candidates of a method that assigns models are compared on the models it assigns
     val_mean = float((val.gather(1, result.choice[:, None]) if assigns else val.max(1).values).mean())
