@@ -426,6 +426,7 @@ CLIENT_LOSSES = [
 GROUPINGS = [
     case(ClassGroups(), "ClassGroups"),
     case(ClassGroups(min_margin=0.5, min_size=3), "ClassGroups-0.5-3"),
+    case(ClassGroups(start_apart=True), "ClassGroups-start-apart"),  # find is the default's; the start is extra
 ]
 # ---------------------------------------------------------------------------- bounded marginals
 # Marginals whose beta is a most.methods.Bounds (lower, upper) instead of a vector; traits:

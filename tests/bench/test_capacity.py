@@ -102,7 +102,7 @@ def test_capacity_probe_runs_end_to_end_and_reports_per_capacity(tmp_path):
     other.mkdir()
     results["methods"][cap.BASE]["runs"][0]["mean"] += 0.01  # a table from other code or data
     (other / "results.json").write_text(json.dumps(results))
-    with pytest.raises(ValueError, match="MosT \(balanced\) runs differ"):
+    with pytest.raises(ValueError, match=r"MosT \(balanced\) runs differ"):
         cap.against(json.loads((out / "results.json").read_text()), results)
     res = _probe("--report", out, "--against", other)
     assert res.returncode == 1 and "MosT (balanced) runs differ" in res.stderr

@@ -3,6 +3,8 @@ the count sketch, the similarity, spectral clustering and the warm-up that uses 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import pytest
 import torch
 from torch import nn
@@ -205,8 +207,91 @@ def test_class_groups_refuse_bad_settings():
                        (dict(sketch=0), "sketch"), (dict(hold=-1), "hold")]:
         with pytest.raises(ValueError, match=match):
             F.ClassGroups(**bad)
+    with pytest.raises(TypeError, match="start_apart"):
+        F.ClassGroups(start_apart="yes")
     with pytest.raises(TypeError, match="ClassGroups"):
         F.WarmUp(2, groups="class")
+    # the update groups already start GroupedWarmUp's models apart where the class groups find none
+    with pytest.raises(ValueError, match="GroupedWarmUp already starts the models apart"):
+        F.GroupedWarmUp(2, groups=F.ClassGroups(start_apart=True))
+
+
+# ----------------------------------------------------------------------------- the models started apart
+def test_start_apart_starts_the_models_near_groups_too_weak_to_stand_apart():
+    # four training samples a client: the groups do not stand apart (find returns None), but the
+    # spectral groups of the same similarity are close to them
+    data = skewed_groups(per=8, dim=40, seed=0)
+    model = fl.logistic_regression(40, 10)
+    config = fl.FederatedConfig(rounds=12, lr=0.1, eval_every=0, seed=0)
+    tie = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2)), config)
+    apart = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True))),
+                             config)
+    plans = {name: [adjusted_rand_index(log.plan.argmax(1).tolist(), data.groups)
+                    for log in run.history if log.plan is not None] for name, run in [("tie", tie), ("apart", apart)]}
+    assert max(plans["tie"]) < 0.2  # the tie's split misses the groups and never finds them
+    assert min(plans["apart"]) > 0.8
+    # the same groups as a run that asks for them: deterministic
+    again = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True))),
+                             config)
+    assert torch.equal(again.params, apart.params)
+
+
+@dataclass(frozen=True)
+class _Recorded(F.ClassGroups):
+    """ClassGroups that keep the groups :meth:`start` gives, for the test to read."""
+
+    seen: list = field(default_factory=list, compare=False)
+
+    def start(self, grads, counts, m):
+        groups = super().start(grads, counts, m)
+        self.seen.append(groups)
+        return groups
+
+
+@pytest.mark.filterwarnings("ignore:MosT\\(warmup=WarmUp\\(rounds=2\\)\\) with rounds=2")  # ends in the warm-up, on purpose
+def test_start_apart_moves_each_model_by_its_groups_mean_step_and_holds_nothing():
+    data = fl.fedprox_synthetic(0.0, 0.0, n_clients=12, samples_per_client=50, seed=0)
+    model = fl.logistic_regression(60, 10)
+    config = fl.FederatedConfig(rounds=2, eval_every=0, seed=3)
+    grouping = _Recorded(start_apart=True)
+    tie = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2)), config)
+    apart = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2, groups=grouping)), config)
+    (groups,) = grouping.seen  # asked once, in the warm-up's last round, where find found none
+    assert sorted(set(groups.tolist())) == [0, 1, 2]
+    # the tie's models are equal after the warm-up; started apart, each took its own group's step
+    assert torch.equal(tie.params[0], tie.params[1]) and torch.equal(tie.params[0], tie.params[2])
+    assert not torch.allclose(apart.params[0], apart.params[1]) and not torch.allclose(apart.params[1], apart.params[2])
+    # ... the mean of its group's updates by samples, so the groups' steps weighted by their samples
+    # are the shared step (FedAvg's) the tie took
+    samples = torch.tensor([float(len(c.y_train)) for c in data.clients], dtype=apart.params.dtype)
+    size = torch.stack([samples[groups == j].sum() for j in range(3)])
+    torch.testing.assert_close((apart.params * size[:, None]).sum(0) / size.sum(), tie.params[0], rtol=1e-5, atol=1e-6)
+    # nothing is held: the rounds after the warm-up are the plan's, whatever ``hold`` says
+    longer = fl.FederatedConfig(rounds=6, eval_every=0, seed=3)
+    runs = [fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True, hold=h))),
+                             longer) for h in (0, 5)]
+    assert torch.equal(runs[0].params, runs[1].params)
+
+
+def test_start_apart_changes_nothing_where_the_groups_stand_apart(data):
+    model = fl.logistic_regression(20, 10)
+    found = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2)), CONFIG)
+    apart = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True))),
+                             CONFIG)
+    assert torch.equal(found.params, apart.params)
+
+
+def test_start_groups_fall_back_to_fewer_groups_only_where_too_few_clients_fit():
+    g = torch.Generator().manual_seed(0)
+    grads, counts = torch.randn(9, 4, 6, generator=g, dtype=F64), torch.full((9, 4), 5.0, dtype=F64)
+    grouping = F.ClassGroups(min_size=2)
+    groups = grouping.start(grads, counts, 3)
+    assert groups is not None and groups.shape == (9,) and int(groups.max()) + 1 == 3
+    assert int(torch.bincount(groups).min()) >= 1
+    assert int(grouping.start(grads[:5], counts[:5], 3).max()) + 1 == 2  # 5 clients: two groups of 2 fit
+    assert grouping.start(grads[:3], counts[:3], 3) is None  # fewer than two groups of 2
+    with pytest.raises(ValueError, match="do not match"):
+        grouping.start(grads, counts[:, :2], 3)
 
 
 def test_with_partial_participation_the_groups_hold_for_the_clients_the_warm_up_heard(data):

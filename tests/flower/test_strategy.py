@@ -126,6 +126,25 @@ def test_class_groups_found_on_flower_equal_the_in_process_runtime():
     assert fl.evaluation.adjusted_rand_index(plans[0][0].argmax(1).tolist(), data.groups) == 1.0
 
 
+def test_models_started_apart_on_flower_equal_the_in_process_runtime():
+    """Where the class groups do not stand apart (four training samples a client),
+    ``ClassGroups(start_apart=True)`` starts the models along the spectral groups, on Flower as in process."""
+    from tests.federated._groups import skewed_groups
+
+    data = skewed_groups(per=8, dim=40, seed=0)
+    model = fl.logistic_regression(40, 10)
+    config = _config(rounds=6, lr=0.1)
+    make = lambda: F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True)))  # noqa: E731
+    strategy = MostStrategy(make(), model, config, n_clients=16)
+    app = make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
+                                                 int(ctx.node_config["partition-id"])))
+    result = strategy.run(LocalGrid(app, 16))
+    reference = fl.run_federated(data, model, make(), config)
+    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
+    tie = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2)), config)
+    assert not torch.allclose(tie.params, reference.params)  # the start apart changed the run
+
+
 def test_a_client_loss_the_clients_cannot_compute_is_refused_before_any_round(model):
     class Squared(F.ClientLoss):
         def __call__(self, logits, y, w):

@@ -135,6 +135,9 @@ METHODS: dict[str, MethodRow | BuiltRow] = {
     "Oracle": MethodRow("Oracle", groups=True),
     # the default before its warm-up grouped the clients by their gradients per class
     "MosT (no class groups)": MethodRow("MosT", {"warmup": dict(_PLAIN_WARMUP)}),
+    # the default, its models started apart along the spectral groups where no class groups stand apart
+    "MosT (start apart)": MethodRow("MosT", {"warmup": {"type": "WarmUp", "rounds": 5,
+                                                        "groups": {"type": "ClassGroups", "start_apart": True}}}),
 }
 # Every other MosT row was measured with the plain warm-up (before the default's grouped it by the
 # clients' gradients per class): it keeps that warm-up, so the stored tables' commands still make

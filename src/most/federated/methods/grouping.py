@@ -25,7 +25,7 @@ from torch import Tensor
 
 from torch.nn.functional import cross_entropy
 
-from ..._validation import check_positive, check_positive_int
+from ..._validation import check_bool, check_positive, check_positive_int
 from ..clients import CHUNK_VALUES, chunk_slices
 from ..models import FlatModel
 from .updates import update_groups
@@ -232,6 +232,16 @@ class ClassGroups:
             trains the true ones), before the plan decides: one step apart, the models differ
             less than the clients' label mixes make their losses differ, so the first plans
             would mix the groups again.
+        start_apart: where no grouping stands apart, the models still start apart: model j
+            takes the mean step of the j-th of the m groups of :meth:`start` (the spectral groups
+            of the same similarity, however weakly they stand apart), so the first plan after the
+            warm-up compares m different models instead of breaking a tie between m equal ones.
+            Those groups are neither held nor made the plan's balance point: the plan and the
+            re-split decide from the first round after the warm-up, as without them. Where the
+            per-class gradients are too noisy for the groups to stand apart (a few samples of
+            each class a client) but the clients do fall into groups, this starts the models
+            near them; where they have none, it is one more way to break the tie, decided by the
+            clients' data rather than by the last bits of their losses. Off by default.
 
     :meth:`find` tries ``k = m, m-1, ..., 2`` groups (:func:`spectral_groups`, then
     :func:`refine_groups`) and returns the first grouping that stands apart, so a model left
@@ -242,9 +252,11 @@ class ClassGroups:
     min_size: int = 2
     sketch: int = 2048
     hold: int = 5
+    start_apart: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hold", check_positive_int(self.hold, name="hold", minimum=0))
+        object.__setattr__(self, "start_apart", check_bool(self.start_apart, name="start_apart"))
         object.__setattr__(self, "min_margin", check_positive(self.min_margin, name="min_margin"))
         object.__setattr__(self, "min_size", check_positive_int(self.min_size, name="min_size"))
         object.__setattr__(self, "sketch", check_positive_int(self.sketch, name="sketch"))
@@ -252,12 +264,7 @@ class ClassGroups:
     def find(self, grads: Tensor, counts: Tensor, m: int) -> Tensor | None:
         """``[n]`` each client's group (``0 .. k-1``, ``k <= m``) from ``grads [n, C, k']`` and
         ``counts [n, C]``, or ``None`` when no grouping into 2 to m groups stands apart."""
-        if grads.shape[:2] != counts.shape:
-            raise ValueError(f"ClassGroups.find: gradients of shape {list(grads.shape)} and counts of shape "
-                             f"{list(counts.shape)} do not match (one gradient per client and class).")
-        if not torch.isfinite(grads).all():
-            raise ValueError("ClassGroups.find: the clients' gradients per class contain NaN or inf; the warm-up "
-                             "diverged. Try a smaller local `lr` or server step.")
+        _check_signal("find", grads, counts)
         n = counts.shape[0]
         sim, support = class_similarity(grads, counts, support=True)
         for k in range(min(m, n // self.min_size), 1, -1):
@@ -271,3 +278,26 @@ class ClassGroups:
                    and float(margins[g == j].median()) >= self.min_margin for j in range(k)):
                 return groups
         return None
+
+    def start(self, grads: Tensor, counts: Tensor, m: int) -> Tensor | None:
+        """``[n]`` the groups ``0 .. k-1`` the models start from where :meth:`find` finds none
+        and ``start_apart`` is set: the spectral groups of the clients' similarity at
+        ``k = min(m, n // min_size)`` (:func:`spectral_groups`, then :func:`refine_groups` with
+        ``min_size``), whether or not they stand apart; ``None`` when fewer than 2 groups of
+        ``min_size`` clients fit. Deterministic, as those are."""
+        _check_signal("start", grads, counts)
+        n = counts.shape[0]
+        k = min(m, n // self.min_size)
+        if k < 2:
+            return None
+        sim, support = class_similarity(grads, counts, support=True)
+        return refine_groups(sim, spectral_groups(sim, k), support=support, min_size=self.min_size)
+
+
+def _check_signal(name: str, grads: Tensor, counts: Tensor) -> None:
+    if grads.shape[:2] != counts.shape:
+        raise ValueError(f"ClassGroups.{name}: gradients of shape {list(grads.shape)} and counts of shape "
+                         f"{list(counts.shape)} do not match (one gradient per client and class).")
+    if not torch.isfinite(grads).all():
+        raise ValueError(f"ClassGroups.{name}: the clients' gradients per class contain NaN or inf; the warm-up "
+                         "diverged. Try a smaller local `lr` or server step.")

@@ -49,7 +49,9 @@ class WarmUp:
     group's clients train their group's model alone. Where they show none (clients without
     planted groups), and with ``groups=None``, the first plan after the warm-up is a tie on m
     equal models that the transport solver breaks, and the specialisation of the following
-    rounds decides the groups."""
+    rounds decides the groups; with ``ClassGroups(start_apart=True)`` model j instead takes the
+    mean step of the j-th spectral group of the same signal (not held, no balance point), so
+    the models start apart there too."""
 
     rounds: int = 5
     groups: ClassGroups | None = field(default_factory=ClassGroups, kw_only=True)
@@ -118,6 +120,10 @@ class GroupedWarmUp(WarmUp):
         if not self.rounds:
             raise ValueError("GroupedWarmUp groups the clients' updates of the last warm-up round: it needs "
                              "rounds >= 1.")
+        if self.groups is not None and self.groups.start_apart:
+            raise ValueError("GroupedWarmUp already starts the models apart (by the groups of the clients' updates) "
+                             "where the class groups find none; use ClassGroups(start_apart=False) with it, or "
+                             "WarmUp(groups=ClassGroups(start_apart=True)) for the spectral start.")
 
     def seed(self, generator):
         return derive_seed(generator)
@@ -192,7 +198,9 @@ class MosT(TransportConfig, FederatedMethod):
     re-split avoid; the price keeps the loads even where the clients' losses show no groups
     (uneven loads cost accuracy there). Because the tie after the warm-up is decided by the last bits of the losses,
     the same seed can split the clients differently on another engine or machine; use
-    ``warmup=None`` when runs must match across engines.
+    ``warmup=None`` when runs must match across engines. ``WarmUp(groups=ClassGroups(start_apart=True))``
+    starts the models apart along the spectral groups of the clients' gradients per class
+    instead of from that tie.
     """
 
     marginals: Marginals = field(default_factory=lambda: ShareBounds(0.5, 2.0, price=0.5))  # the federated default
@@ -393,7 +401,15 @@ class WarmUpPhase(FederatedMethod):
         if signal is not None and clients is not None and self.warmup.groups is not None:
             asked, grads, counts = signal
             found = self.warmup.groups.find(grads, counts, self.n_models)
-            if found is not None:
+            if found is None and self.warmup.groups.start_apart:
+                # no groups stand apart: the models still start apart along the spectral groups,
+                # which are neither held nor a balance point (state.groups stays None)
+                start = self.warmup.groups.start(grads, counts, self.n_models)
+                if start is not None:
+                    group_of = torch.full((state.n_clients,), -1, dtype=torch.long)
+                    group_of[asked.cpu()] = start.cpu()
+                    state.pair_groups = group_of[clients.cpu()]
+            elif found is not None:
                 group_of = torch.full((state.n_clients,), -1, dtype=torch.long)
                 group_of[asked.cpu()] = found.cpu()
                 state.pair_groups = group_of[clients.cpu()]
