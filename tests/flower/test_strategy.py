@@ -104,6 +104,21 @@ def test_strategy_equals_in_process_runtime(name, data, model):
     assert result.prediction_diversity() == pytest.approx(reference.prediction_diversity(), rel=1e-6)
 
 
+def _flower_and_in_process(data, model, make, config):
+    """The run of ``make()`` on a Flower grid of ``data``'s clients and in process; the params
+    equal (to 1e-6) and the plans (to 1e-9). Returns ``(flower, in_process)``."""
+    n = data.n_clients
+    app = make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
+                                                 int(ctx.node_config["partition-id"])))
+    result = MostStrategy(make(), model, config, n_clients=n).run(LocalGrid(app, n))
+    reference = fl.run_federated(data, model, make(), config)
+    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
+    for ours, theirs in zip(result.history, reference.history):
+        if ours.plan is not None:
+            torch.testing.assert_close(ours.plan, theirs.plan, rtol=0, atol=1e-9)
+    return result, reference
+
+
 def test_class_groups_found_on_flower_equal_the_in_process_runtime():
     """The warm-up's last round asks the clients for their gradients per class with the losses;
     where they show groups (label-skewed clients in groups), the models start apart and the held
@@ -111,19 +126,10 @@ def test_class_groups_found_on_flower_equal_the_in_process_runtime():
     from tests.federated._groups import skewed_groups
 
     data = skewed_groups(sizes=(3, 4, 5), seed=1)
-    model = fl.logistic_regression(20, 10)
-    config = _config(rounds=8, lr=0.1)
-    make = lambda: F.MosT(3, warmup=F.WarmUp(2))  # noqa: E731
-    strategy = MostStrategy(make(), model, config, n_clients=12)
-    app = make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
-                                                 int(ctx.node_config["partition-id"])))
-    result = strategy.run(LocalGrid(app, 12))
-    reference = fl.run_federated(data, model, make(), config)
-    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
-    plans = [(ours.plan, theirs.plan) for ours, theirs in zip(result.history, reference.history) if ours.plan is not None]
-    for ours, theirs in plans:
-        torch.testing.assert_close(ours, theirs, rtol=0, atol=1e-9)
-    assert fl.evaluation.adjusted_rand_index(plans[0][0].argmax(1).tolist(), data.groups) == 1.0
+    result, _ = _flower_and_in_process(data, fl.logistic_regression(20, 10), lambda: F.MosT(3, warmup=F.WarmUp(2)),
+                                       _config(rounds=8, lr=0.1))
+    first = next(log.plan for log in result.history if log.plan is not None)
+    assert fl.evaluation.adjusted_rand_index(first.argmax(1).tolist(), data.groups) == 1.0
 
 
 def test_models_started_apart_on_flower_equal_the_in_process_runtime():
@@ -132,15 +138,9 @@ def test_models_started_apart_on_flower_equal_the_in_process_runtime():
     from tests.federated._groups import skewed_groups
 
     data = skewed_groups(per=8, dim=40, seed=0)
-    model = fl.logistic_regression(40, 10)
-    config = _config(rounds=6, lr=0.1)
-    make = lambda: F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True)))  # noqa: E731
-    strategy = MostStrategy(make(), model, config, n_clients=16)
-    app = make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
-                                                 int(ctx.node_config["partition-id"])))
-    result = strategy.run(LocalGrid(app, 16))
-    reference = fl.run_federated(data, model, make(), config)
-    torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
+    model, config = fl.logistic_regression(40, 10), _config(rounds=6, lr=0.1)
+    _, reference = _flower_and_in_process(
+        data, model, lambda: F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True))), config)
     tie = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2)), config)
     assert not torch.allclose(tie.params, reference.params)  # the start apart changed the run
 
