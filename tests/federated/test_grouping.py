@@ -238,14 +238,15 @@ def test_start_apart_starts_the_models_near_groups_too_weak_to_stand_apart():
 
 @dataclass(frozen=True)
 class _Recorded(F.ClassGroups):
-    """ClassGroups that keep the groups :meth:`start` gives, for the test to read."""
+    """ClassGroups that keep the start groups the warm-up's :meth:`split` gives, for the test to read."""
 
     seen: list = field(default_factory=list, compare=False)
 
-    def start(self, grads, counts, m):
-        groups = super().start(grads, counts, m)
+    def split(self, grads, counts, m):
+        groups, apart = super().split(grads, counts, m)
+        assert not apart and torch.equal(groups, self.start(grads, counts, m))
         self.seen.append(groups)
-        return groups
+        return groups, apart
 
 
 @pytest.mark.filterwarnings("ignore:MosT\\(warmup=WarmUp\\(rounds=2\\)\\) with rounds=2")  # ends in the warm-up, on purpose
@@ -292,6 +293,24 @@ def test_start_groups_fall_back_to_fewer_groups_only_where_too_few_clients_fit()
     assert grouping.start(grads[:3], counts[:3], 3) is None  # fewer than two groups of 2
     with pytest.raises(ValueError, match="do not match"):
         grouping.start(grads, counts[:, :2], 3)
+    # the warm-up's split: no groups stand apart here, so the start groups with start_apart, else nothing
+    assert grouping.find(grads, counts, 3) is None and grouping.split(grads, counts, 3) == (None, False)
+    apart, stood = F.ClassGroups(min_size=2, start_apart=True).split(grads, counts, 3)
+    assert not stood and torch.equal(apart, groups)
+
+
+def test_split_gives_the_groups_that_stand_apart_whether_or_not_it_starts_apart(data):
+    grads, counts = torch.randn(16, 10, 5, dtype=F64), torch.zeros(16, 10, dtype=F64)
+    g = torch.Generator().manual_seed(3)
+    centre = torch.randn(3, 10, 5, generator=g, dtype=F64)
+    for i, k in enumerate(data.groups):
+        counts[i, torch.randperm(10, generator=g)[:5]] = 8.0
+        grads[i] = (centre[k] + 0.1 * torch.randn(10, 5, generator=g, dtype=F64)) * (counts[i] > 0)[:, None]
+    found = F.ClassGroups().find(grads, counts, 3)
+    assert found is not None and adjusted_rand_index(found.tolist(), data.groups) == 1.0
+    for start_apart in (False, True):
+        groups, stood = F.ClassGroups(start_apart=start_apart).split(grads, counts, 3)
+        assert stood and torch.equal(groups, found)
 
 
 def test_with_partial_participation_the_groups_hold_for_the_clients_the_warm_up_heard(data):

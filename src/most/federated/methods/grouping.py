@@ -264,20 +264,8 @@ class ClassGroups:
     def find(self, grads: Tensor, counts: Tensor, m: int) -> Tensor | None:
         """``[n]`` each client's group (``0 .. k-1``, ``k <= m``) from ``grads [n, C, k']`` and
         ``counts [n, C]``, or ``None`` when no grouping into 2 to m groups stands apart."""
-        _check_signal("find", grads, counts)
-        n = counts.shape[0]
-        sim, support = class_similarity(grads, counts, support=True)
-        for k in range(min(m, n // self.min_size), 1, -1):
-            groups = refine_groups(sim, spectral_groups(sim, k), support=support, min_size=self.min_size)
-            sizes = torch.bincount(groups.cpu(), minlength=k)
-            if int(sizes.min()) < self.min_size:
-                continue
-            own, margins = (v.cpu() for v in group_margins(sim, groups, support=support, own=True))
-            g = groups.cpu()
-            if all(float(own[g == j].median()) >= self.min_margin
-                   and float(margins[g == j].median()) >= self.min_margin for j in range(k)):
-                return groups
-        return None
+        groups, apart = self._search("find", grads, counts, m, first=False)
+        return groups if apart else None
 
     def start(self, grads: Tensor, counts: Tensor, m: int) -> Tensor | None:
         """``[n]`` the groups ``0 .. k-1`` the models start from where :meth:`find` finds none
@@ -285,13 +273,39 @@ class ClassGroups:
         ``k = min(m, n // min_size)`` (:func:`spectral_groups`, then :func:`refine_groups` with
         ``min_size``), whether or not they stand apart; ``None`` when fewer than 2 groups of
         ``min_size`` clients fit. Deterministic, as those are."""
-        _check_signal("start", grads, counts)
+        return self._search("start", grads, counts, m, first=True)[0]
+
+    def split(self, grads: Tensor, counts: Tensor, m: int) -> tuple[Tensor | None, bool]:
+        """What the warm-up's last round starts the models from: ``(groups, True)`` where a
+        grouping stands apart (:meth:`find`'s), else ``(groups, False)`` with :meth:`start`'s
+        groups when ``start_apart`` is set, else ``(None, False)``; the similarity and the
+        groupings are computed once for both."""
+        groups, apart = self._search("split", grads, counts, m, first=False)
+        return (groups, True) if apart else (groups if self.start_apart else None, False)
+
+    def _search(self, name: str, grads: Tensor, counts: Tensor, m: int, *, first: bool) -> tuple[Tensor | None, bool]:
+        """``(groups, apart)``: the first grouping of ``k = m, m-1, ..., 2`` that stands apart
+        (``apart=True``), else the grouping at the largest ``k`` (``None`` when no ``k`` fits);
+        with ``first=True`` that grouping alone, without the test."""
+        _check_signal(name, grads, counts)
         n = counts.shape[0]
-        k = min(m, n // self.min_size)
-        if k < 2:
-            return None
         sim, support = class_similarity(grads, counts, support=True)
-        return refine_groups(sim, spectral_groups(sim, k), support=support, min_size=self.min_size)
+        largest = None
+        for k in range(min(m, n // self.min_size), 1, -1):
+            groups = refine_groups(sim, spectral_groups(sim, k), support=support, min_size=self.min_size)
+            if largest is None:
+                largest = groups
+                if first:
+                    break
+            sizes = torch.bincount(groups.cpu(), minlength=k)
+            if int(sizes.min()) < self.min_size:
+                continue
+            own, margins = (v.cpu() for v in group_margins(sim, groups, support=support, own=True))
+            g = groups.cpu()
+            if all(float(own[g == j].median()) >= self.min_margin
+                   and float(margins[g == j].median()) >= self.min_margin for j in range(k)):
+                return groups, True
+        return largest, False
 
 
 def _check_signal(name: str, grads: Tensor, counts: Tensor) -> None:

@@ -400,24 +400,19 @@ class WarmUpPhase(FederatedMethod):
         signal, state.class_signal = state.class_signal, None
         if signal is not None and clients is not None and self.warmup.groups is not None:
             asked, grads, counts = signal
-            found = self.warmup.groups.find(grads, counts, self.n_models)
-            if found is None and self.warmup.groups.start_apart:
-                # no groups stand apart: the models still start apart along the spectral groups,
-                # which are neither held nor a balance point (state.groups stays None)
-                start = self.warmup.groups.start(grads, counts, self.n_models)
-                if start is not None:
-                    group_of = torch.full((state.n_clients,), -1, dtype=torch.long)
-                    group_of[asked.cpu()] = start.cpu()
-                    state.pair_groups = group_of[clients.cpu()]
-            elif found is not None:
+            found, apart = self.warmup.groups.split(grads, counts, self.n_models)
+            if found is not None:
                 group_of = torch.full((state.n_clients,), -1, dtype=torch.long)
                 group_of[asked.cpu()] = found.cpu()
                 state.pair_groups = group_of[clients.cpu()]
-                state.groups = group_of
-                assignment = state.components[0]
-                if isinstance(assignment, TransportAssignment) and assignment.marginals.has_balance:
-                    sizes = torch.bincount(found.cpu(), minlength=self.n_models).double()
-                    state.loads = sizes / sizes.sum()  # each group's share is the plan's balance point
+                # groups that stand apart are also held and set the balance point; the start-apart
+                # groups only start the models (state.groups stays None)
+                if apart:
+                    state.groups = group_of
+                    assignment = state.components[0]
+                    if isinstance(assignment, TransportAssignment) and assignment.marginals.has_balance:
+                        sizes = torch.bincount(found.cpu(), minlength=self.n_models).double()
+                        state.loads = sizes / sizes.sum()  # each group's share is the plan's balance point
         try:
             return super().aggregate(state, params, deltas, pair_model, pair_weight, round=round, clients=clients)
         finally:
