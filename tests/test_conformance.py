@@ -426,7 +426,8 @@ CLIENT_LOSSES = [
 GROUPINGS = [
     case(ClassGroups(), "ClassGroups"),
     case(ClassGroups(min_margin=0.5, min_size=3), "ClassGroups-0.5-3"),
-    case(ClassGroups(start_apart=True), "ClassGroups-start-apart"),  # find is the default's; the start is extra
+    case(ClassGroups(start_apart=False), "ClassGroups-no-start-apart"),  # find is the default's; no start
+    case(ClassGroups(start_margin=None), "ClassGroups-always-start-apart"),
 ]
 # ---------------------------------------------------------------------------- bounded marginals
 # Marginals whose beta is a most.methods.Bounds (lower, upper) instead of a vector; traits:
@@ -780,6 +781,22 @@ def test_grouping_finds_nothing_where_clients_have_no_groups(grouping, traits, s
     # one group: nothing to split
     grads, counts, _ = _class_signal((20,), seed)
     assert grouping.find(grads, counts, 4) is None
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("grouping, traits", GROUPINGS)
+def test_grouping_split_is_find_where_groups_stand_apart_and_the_start_elsewhere(grouping, traits, seed):
+    grads, counts, _ = _class_signal((3, 6, 12), seed)
+    groups, stood = grouping.split(grads, counts, 3)
+    assert stood and torch.equal(groups, grouping.find(grads, counts, 3))
+    # no structure: the start's groups where start_apart is set and they clear start_margin, else none
+    grads, counts, _ = _class_signal((1,) * 20, seed)
+    groups, stood = grouping.split(grads, counts, 4)
+    start = grouping.start(grads, counts, 4) if grouping.start_apart else None
+    assert not stood and (groups is None) == (start is None)
+    assert start is None or torch.equal(groups, start)
+    if grouping.start_margin is None and grouping.start_apart:
+        assert groups is not None and int(groups.max()) + 1 == 4  # whatever they show
 
 
 @pytest.mark.parametrize("grouping, traits", GROUPINGS)

@@ -134,8 +134,8 @@ def _coerce(value, tp, path: str):
     if origin in (Union, types.UnionType):
         members = [a for a in typing.get_args(tp) if a is not type(None)]
         classes = [a for a in members if isinstance(a, type) and _subclasses(a)]
-        if classes and value == "none" and type(None) in typing.get_args(tp):  # TOML has no null
-            return None
+        if type(None) in typing.get_args(tp) and (value is None or (value == "none" and str not in members)):
+            return None  # TOML has no null: "none" spells it
         if classes and isinstance(value, (str, dict)) and not (str in members and isinstance(value, str)):
             names = [n for c in classes for n in _subclasses(c)]
             return component(value, path, names)

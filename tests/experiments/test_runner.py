@@ -86,6 +86,15 @@ def test_optional_components_are_left_out_by_the_string_none():
         build(most.MosT, {"n_models": 2, "seeding": 3}, path="m")
 
 
+def test_an_optional_number_takes_none_or_the_string_none():
+    for value in (None, "none"):
+        groups = build(fl.methods.ClassGroups, {"start_margin": value}, path="g")
+        assert groups.start_margin is None
+    assert build(fl.methods.ClassGroups, {"start_margin": 0.1}, path="g").start_margin == 0.1
+    with pytest.raises(ConfigError, match=r"g\.start_margin"):
+        build(fl.methods.ClassGroups, {"start_margin": "wide"}, path="g")
+
+
 def test_literal_and_component_fields():
     method = build(most.MosT, {"n_models": 2, "transport": "sinkhorn", "marginals": {"type": "Curriculum"},
                                "weighting": "GammaWeights", "optimizer": {"type": "Adam", "beta1": 0.8}})

@@ -470,9 +470,14 @@ def test_resplit_recovers_groups_a_model_had_merged():
     three = concept_groups(sizes=(2, 4, 8), seed=7)
     model = fl.logistic_regression(20, 10)
     config = fl.FederatedConfig(rounds=30, lr=0.5, eval_every=0, seed=0)
-    plain = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, marginals=LoadBounds(), resplit=None), config)
-    resplit = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, marginals=LoadBounds(),
+    # the models start from the tie (the warm-up's start apart would find these groups itself)
+    tie = F.WarmUp(groups=F.ClassGroups(start_apart=False))
+    plain = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, marginals=LoadBounds(), resplit=None,
+                                                  warmup=tie), config)
+    resplit = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, marginals=LoadBounds(), warmup=tie,
                                                     resplit=F.Resplit(min_clients=4)), config)
+    started = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, marginals=LoadBounds(), resplit=None), config)
+    assert adjusted_rand_index(started.choice, three.groups) == 1.0
     assert adjusted_rand_index(plain.choice, three.groups) < 0.7  # two groups share a model
     assert adjusted_rand_index(resplit.choice, three.groups) == 1.0
     assert resplit.mean_accuracy > plain.mean_accuracy + 0.1
@@ -557,8 +562,10 @@ def test_hand_over_recovers_groups_when_there_are_as_many_models_as_groups():
     three = concept_groups(sizes=(4, 12, 20), per=40, seed=2)
     model = fl.logistic_regression(20, 10)
     config = fl.FederatedConfig(rounds=30, lr=0.5, eval_every=0, seed=0)
-    kept = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, resplit=F.Resplit(hand_over=False)), config)
-    handed = fl.run_federated(three, model, F.MosT(3, server_lr=1.0), config)
+    tie = F.WarmUp(groups=F.ClassGroups(start_apart=False))  # the re-split's case: the models start equal
+    kept = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, resplit=F.Resplit(hand_over=False), warmup=tie),
+                            config)
+    handed = fl.run_federated(three, model, F.MosT(3, server_lr=1.0, warmup=tie), config)
     assert adjusted_rand_index(kept.choice, three.groups) < 0.95
     assert adjusted_rand_index(handed.choice, three.groups) == 1.0
     assert handed.mean_accuracy > kept.mean_accuracy + 0.05

@@ -133,15 +133,15 @@ def test_class_groups_found_on_flower_equal_the_in_process_runtime():
 
 
 def test_models_started_apart_on_flower_equal_the_in_process_runtime():
-    """Where the class groups do not stand apart (four training samples a client),
-    ``ClassGroups(start_apart=True)`` starts the models along the spectral groups, on Flower as in process."""
+    """Where the class groups do not stand apart (four training samples a client), the models
+    start along the spectral groups, on Flower as in process."""
     from tests.federated._groups import skewed_groups
 
     data = skewed_groups(per=8, dim=40, seed=0)
     model, config = fl.logistic_regression(40, 10), _config(rounds=6, lr=0.1)
     _, reference = _flower_and_in_process(
-        data, model, lambda: F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=True))), config)
-    tie = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2)), config)
+        data, model, lambda: F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_margin=None))), config)
+    tie = fl.run_federated(data, model, F.MosT(3, warmup=F.WarmUp(2, groups=F.ClassGroups(start_apart=False))), config)
     assert not torch.allclose(tie.params, reference.params)  # the start apart changed the run
 
 

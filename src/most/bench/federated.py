@@ -135,9 +135,13 @@ METHODS: dict[str, MethodRow | BuiltRow] = {
     "Oracle": MethodRow("Oracle", groups=True),
     # the default before its warm-up grouped the clients by their gradients per class
     "MosT (no class groups)": MethodRow("MosT", {"warmup": dict(_PLAIN_WARMUP)}),
-    # the default, its models started apart along the spectral groups where no class groups stand apart
-    "MosT (start apart)": MethodRow("MosT", {"warmup": {"type": "WarmUp", "rounds": 5,
-                                                        "groups": {"type": "ClassGroups", "start_apart": True}}}),
+    # the default before its models started apart along the spectral groups where no class groups
+    # stand apart but every spectral group holds together
+    "MosT (no start apart)": MethodRow("MosT", {"warmup": {"type": "WarmUp", "rounds": 5,
+                                                           "groups": {"type": "ClassGroups", "start_apart": False}}}),
+    # the models started apart along the spectral groups whatever those show
+    "MosT (always start apart)": MethodRow("MosT", {"warmup": {
+        "type": "WarmUp", "rounds": 5, "groups": {"type": "ClassGroups", "start_margin": None}}}),
 }
 # Every other MosT row was measured with the plain warm-up (before the default's grouped it by the
 # clients' gradients per class): it keeps that warm-up, so the stored tables' commands still make

@@ -18,6 +18,7 @@ shares classes with) is at least ``min_margin`` and exceeds that to any other gr
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -25,7 +26,7 @@ from torch import Tensor
 
 from torch.nn.functional import cross_entropy
 
-from ..._validation import check_bool, check_positive, check_positive_int
+from ..._validation import as_number, check_bool, check_positive, check_positive_int
 from ..clients import CHUNK_VALUES, chunk_slices
 from ..models import FlatModel
 from .updates import update_groups
@@ -232,16 +233,24 @@ class ClassGroups:
             trains the true ones), before the plan decides: one step apart, the models differ
             less than the clients' label mixes make their losses differ, so the first plans
             would mix the groups again.
-        start_apart: where no grouping stands apart, the models still start apart: model j
-            takes the mean step of the j-th of the m groups of :meth:`start` (the spectral groups
-            of the same similarity, however weakly they stand apart), so the first plan after the
-            warm-up compares m different models instead of breaking a tie between m equal ones.
-            Those groups are neither held nor made the plan's balance point: the plan and the
-            re-split decide from the first round after the warm-up, as without them. Where the
-            per-class gradients are too noisy for the groups to stand apart (a few samples of
-            each class a client) but the clients do fall into groups, this starts the models
-            near them; where they have none, it is one more way to break the tie, decided by the
-            clients' data rather than by the last bits of their losses. Off by default.
+        start_apart: where no grouping stands apart, the models still start apart where the
+            clients fall into m groups at all: model j takes the mean step of the j-th of the m
+            groups of :meth:`start` (the spectral groups of the same similarity at ``k = m``),
+            when in every one of them the median client's mean similarity to its group and its
+            margin over the nearest other group are both above ``start_margin``. So the first
+            plan after the warm-up compares m different models instead of breaking a tie between
+            m equal ones. Those groups are neither held nor made the plan's balance point: the
+            plan and the re-split decide from the first round after the warm-up, as without them.
+            Where the per-class gradients are too noisy for the groups to stand apart (a few
+            samples of each class a client) but the clients do fall into groups, this starts the
+            models near them; where some spectral group is no group (its typical client is closer
+            to another group, or to no one), the models start equal and the tie decides, as with
+            ``start_apart=False``.
+        start_margin: how far the start's groups must hold together and stand apart (the same
+            two medians as ``min_margin``'s, each strictly above this in every group); ``None``
+            starts the models apart along the spectral groups whatever they show. The default
+            0 asks only that each group be one: its typical client more similar to its group
+            than to the rest, and than to any other group.
 
     :meth:`find` tries ``k = m, m-1, ..., 2`` groups (:func:`spectral_groups`, then
     :func:`refine_groups`) and returns the first grouping that stands apart, so a model left
@@ -252,11 +261,18 @@ class ClassGroups:
     min_size: int = 2
     sketch: int = 2048
     hold: int = 5
-    start_apart: bool = False
+    start_apart: bool = True
+    start_margin: float | None = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "hold", check_positive_int(self.hold, name="hold", minimum=0))
         object.__setattr__(self, "start_apart", check_bool(self.start_apart, name="start_apart"))
+        if self.start_margin is not None:
+            margin = float(as_number(self.start_margin, name="start_margin", kind="a number in [-2, 2) or None"))
+            if not -2.0 <= margin < 2.0:  # margins are differences of cosines
+                raise ValueError(f"`start_margin` must be a number in [-2, 2) or None (start apart whatever the "
+                                 f"groups show); got {self.start_margin!r}.")
+            object.__setattr__(self, "start_margin", margin)
         object.__setattr__(self, "min_margin", check_positive(self.min_margin, name="min_margin"))
         object.__setattr__(self, "min_size", check_positive_int(self.min_size, name="min_size"))
         object.__setattr__(self, "sketch", check_positive_int(self.sketch, name="sketch"))
@@ -271,41 +287,52 @@ class ClassGroups:
         """``[n]`` the groups ``0 .. k-1`` the models start from where :meth:`find` finds none
         and ``start_apart`` is set: the spectral groups of the clients' similarity at
         ``k = min(m, n // min_size)`` (:func:`spectral_groups`, then :func:`refine_groups` with
-        ``min_size``), whether or not they stand apart; ``None`` when fewer than 2 groups of
+        ``min_size``), when in every group the median client's mean similarity to its group and
+        its margin over the nearest other group are above ``start_margin`` (whatever they are
+        with ``start_margin=None``); ``None`` otherwise, or when fewer than 2 groups of
         ``min_size`` clients fit. Deterministic, as those are."""
         return self._search("start", grads, counts, m, first=True)[0]
 
     def split(self, grads: Tensor, counts: Tensor, m: int) -> tuple[Tensor | None, bool]:
         """What the warm-up's last round starts the models from: ``(groups, True)`` where a
         grouping stands apart (:meth:`find`'s), else ``(groups, False)`` with :meth:`start`'s
-        groups when ``start_apart`` is set, else ``(None, False)``; the similarity and the
-        groupings are computed once for both."""
+        groups when ``start_apart`` is set and they pass ``start_margin``, else
+        ``(None, False)``; the similarity and the groupings are computed once for both."""
         groups, apart = self._search("split", grads, counts, m, first=False)
         return (groups, True) if apart else (groups if self.start_apart else None, False)
 
     def _search(self, name: str, grads: Tensor, counts: Tensor, m: int, *, first: bool) -> tuple[Tensor | None, bool]:
         """``(groups, apart)``: the first grouping of ``k = m, m-1, ..., 2`` that stands apart
-        (``apart=True``), else the grouping at the largest ``k`` (``None`` when no ``k`` fits);
-        with ``first=True`` that grouping alone, without the test."""
+        (``apart=True``), else the grouping at the largest ``k`` where it passes
+        ``start_margin`` (``None`` where it does not, or no ``k`` fits); with ``first=True``
+        that start grouping alone, without the test."""
         _check_signal(name, grads, counts)
         n = counts.shape[0]
         sim, support = class_similarity(grads, counts, support=True)
-        largest = None
-        for k in range(min(m, n // self.min_size), 1, -1):
+        start, top = None, min(m, n // self.min_size)
+        for k in range(top, 1, -1):
             groups = refine_groups(sim, spectral_groups(sim, k), support=support, min_size=self.min_size)
-            if largest is None:
-                largest = groups
+            sizes = torch.bincount(groups.cpu(), minlength=k)
+            own, margin = _weakest_group(sim, support, groups, k) if int(sizes.min()) > 0 else (-math.inf, -math.inf)
+            if k == top:
+                if self.start_margin is None or (own > self.start_margin and margin > self.start_margin):
+                    start = groups
                 if first:
                     break
-            sizes = torch.bincount(groups.cpu(), minlength=k)
             if int(sizes.min()) < self.min_size:
                 continue
-            own, margins = (v.cpu() for v in group_margins(sim, groups, support=support, own=True))
-            g = groups.cpu()
-            if all(float(own[g == j].median()) >= self.min_margin
-                   and float(margins[g == j].median()) >= self.min_margin for j in range(k)):
+            if own >= self.min_margin and margin >= self.min_margin:
                 return groups, True
-        return largest, False
+        return start, False
+
+
+def _weakest_group(sim: Tensor, support: Tensor, groups: Tensor, k: int) -> tuple[float, float]:
+    """The smallest, over the ``k`` groups, of the median client's mean similarity to its group
+    and of its margin over the nearest other group (:func:`group_margins`)."""
+    own, margins = (v.cpu() for v in group_margins(sim, groups, support=support, own=True))
+    g = groups.cpu()
+    return (min(float(own[g == j].median()) for j in range(k)),
+            min(float(margins[g == j].median()) for j in range(k)))
 
 
 def _check_signal(name: str, grads: Tensor, counts: Tensor) -> None:

@@ -46,12 +46,13 @@ class WarmUp:
     each holds), model j takes group j's mean step, so the models start apart, one per group,
     each group's share of the clients becomes the plan's balance point (for marginals with
     one, :attr:`most.methods.Marginals.has_balance`), and for ``groups.hold`` rounds each
-    group's clients train their group's model alone. Where they show none (clients without
-    planted groups), and with ``groups=None``, the first plan after the warm-up is a tie on m
-    equal models that the transport solver breaks, and the specialisation of the following
-    rounds decides the groups; with ``ClassGroups(start_apart=True)`` model j instead takes the
-    mean step of the j-th spectral group of the same signal (not held, no balance point), so
-    the models start apart there too."""
+    group's clients train their group's model alone. Where no groups stand apart but the
+    clients still fall into m groups (every spectral group's typical client closer to its
+    group than to the rest, :attr:`ClassGroups.start_apart`), model j takes the mean step of
+    the j-th of them (not held, no balance point), so the models start apart there too. Where
+    not even those show (clients without groups), and with ``groups=None``, the first plan
+    after the warm-up is a tie on m equal models that the transport solver breaks, and the
+    specialisation of the following rounds decides the groups."""
 
     rounds: int = 5
     groups: ClassGroups | None = field(default_factory=ClassGroups, kw_only=True)
@@ -108,7 +109,8 @@ class GroupedWarmUp(WarmUp):
     shared step. Needs ``rounds >= 1``. With ``balanced=False`` the groups are those of plain
     spherical k-means (:func:`update_groups`), of the sizes the updates show. With ``groups``
     (:class:`~most.federated.methods.ClassGroups`; none by default), the groups of the clients'
-    gradients per class come first where they are found."""
+    gradients per class come first where they are found; where none stand apart the update
+    groups start the models, so ``ClassGroups.start_apart`` is turned off here."""
 
     rounds: int = 5
     balanced: bool = True
@@ -121,9 +123,8 @@ class GroupedWarmUp(WarmUp):
             raise ValueError("GroupedWarmUp groups the clients' updates of the last warm-up round: it needs "
                              "rounds >= 1.")
         if self.groups is not None and self.groups.start_apart:
-            raise ValueError("GroupedWarmUp already starts the models apart (by the groups of the clients' updates) "
-                             "where the class groups find none; use ClassGroups(start_apart=False) with it, or "
-                             "WarmUp(groups=ClassGroups(start_apart=True)) for the spectral start.")
+            # its update groups start the models apart where the class groups find none
+            object.__setattr__(self, "groups", replace(self.groups, start_apart=False))
 
     def seed(self, generator):
         return derive_seed(generator)
