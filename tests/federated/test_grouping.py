@@ -308,10 +308,17 @@ def test_start_groups_fall_back_to_fewer_groups_only_where_too_few_clients_fit()
     assert not stood and torch.equal(apart, groups)
     # noise: some group's typical client is not closer to its group than to another, so the
     # default's start (each group's two medians above 0) gives nothing, and the models start equal
-    own, margins = F.group_margins(F.class_similarity(grads, counts), groups, own=True)
-    assert min(min(float(own[groups == j].median()), float(margins[groups == j].median())) for j in range(3)) <= 0
+    assert _weakest(*F.class_similarity(grads, counts, support=True), groups) <= 0
     assert F.ClassGroups(min_size=2).start(grads, counts, 3) is None
     assert F.ClassGroups(min_size=2).split(grads, counts, 3) == (None, False)
+
+
+def _weakest(sim, support, groups):
+    """The smallest, over the groups, of the median client's mean similarity to its group and of
+    its margin over the nearest other group: what ``start_margin`` is compared with."""
+    own, margins = F.group_margins(sim, groups, support=support, own=True)
+    return min(min(float(own[groups == j].median()), float(margins[groups == j].median()))
+               for j in range(int(groups.max()) + 1))
 
 
 def test_start_margin_is_the_bar_every_start_group_must_clear():
@@ -322,10 +329,8 @@ def test_start_margin_is_the_bar_every_start_group_must_clear():
     centre = torch.randn(3, 6, 8, generator=g, dtype=F64)
     grads = centre[truth] + 2.0 * torch.randn(12, 6, 8, generator=g, dtype=F64)
     counts = torch.full((12, 6), 3.0, dtype=F64)
-    sim, support = F.class_similarity(grads, counts, support=True)
     groups = F.ClassGroups(start_margin=None).start(grads, counts, 3)
-    own, margins = F.group_margins(sim, groups, support=support, own=True)
-    weakest = min(min(float(own[groups == j].median()), float(margins[groups == j].median())) for j in range(3))
+    weakest = _weakest(*F.class_similarity(grads, counts, support=True), groups)
     assert 0 < weakest < 0.25  # held together, but not standing apart as find asks
     assert F.ClassGroups().find(grads, counts, 3) is None
     assert torch.equal(F.ClassGroups().start(grads, counts, 3), groups)

@@ -305,7 +305,7 @@ class ClassGroups:
         """``(groups, apart)``: the first grouping of ``k = m, m-1, ..., 2`` that stands apart
         (``apart=True``), else the grouping at the largest ``k`` where it passes
         ``start_margin`` (``None`` where it does not, or no ``k`` fits); with ``first=True``
-        that start grouping alone, without the test."""
+        that start grouping alone, without the margins' test (``start_margin``'s still applies)."""
         _check_signal(name, grads, counts)
         n = counts.shape[0]
         sim, support = class_similarity(grads, counts, support=True)
