@@ -364,7 +364,7 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     assert _merge.merge(own, [ifca_3]) == ["IFCA"]
     assert own["config"]["server_lrs_by_method"] == {"MosT": [1.0, 5.0, 1e38], "FedProx": [1.0, 5.0, 1e38],
                                                      "IFCA": [3.0]}
-    assert own["config"]["server_lrs"] == [1.0, 5.0, 1e38, 3.0]
+    assert own["config"]["server_lrs"] == [1.0, 3.0, 5.0, 1e38]  # the union, ascending
     assert [r["per_client"] for r in own["methods"]["IFCA"]["runs"]] == [
         r["per_client"] for r in ifca_3["methods"]["IFCA"]["runs"]]
     assert own["methods"]["MosT"] == again["methods"]["MosT"]
@@ -380,8 +380,8 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     most_3 = bench(tmp_path / "most_3", 3, methods=("MosT",))
     partial = json.loads(json.dumps(again))
     assert _merge.merge(partial, [most_3]) == ["server steps [3.0]"]
-    assert partial["config"]["server_lrs_by_method"] == {"MosT": [1.0, 5.0, 1e38, 3.0], "FedProx": [1.0, 5.0, 1e38]}
-    assert partial["config"]["server_lrs"] == [1.0, 5.0, 1e38, 3.0]
+    assert partial["config"]["server_lrs_by_method"] == {"MosT": [1.0, 3.0, 5.0, 1e38], "FedProx": [1.0, 5.0, 1e38]}
+    assert partial["config"]["server_lrs"] == [1.0, 3.0, 5.0, 1e38]
     assert partial["methods"]["FedProx"] == again["methods"]["FedProx"]
     for got, old, new in zip(partial["methods"]["MosT"]["runs"], again["methods"]["MosT"]["runs"],
                              most_3["methods"]["MosT"]["runs"]):
@@ -389,11 +389,20 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
         want = new if new["val_accuracy"] > old["val_accuracy"] else old
         assert got["server_lr"] == want["server_lr"] and got["per_client"] == want["per_client"]
     note = fb.table_markdown(partial)
-    assert "MosT over 1, 5, 1e+38, 3; FedProx over 1, 5, 1e+38" in note
+    assert "MosT over 1, 3, 5, 1e+38; FedProx over 1, 5, 1e+38" in note
     with pytest.raises(_merge.MergeError, match="server steps \\[3.0\\] for MosT"):
         _merge.merge(json.loads(json.dumps(partial)), [most_3])
     with pytest.raises(_merge.MergeError, match="tuned over different server-step grids"):
         _merge.merge(json.loads(json.dumps(partial)), [bench(tmp_path / "seed_2", 1, 5, 1e38, 3, seeds=(2,))])
+    # seeds whose methods were tuned over the same per-method grids join (in whatever order the steps came)
+    seed_2 = bench(tmp_path / "seed_2b", 1e38, 5, 1, seeds=(2,))
+    assert _merge.merge(seed_2, [bench(tmp_path / "seed_2c", 3, methods=("MosT",), seeds=(2,))]) == [
+        "server steps [3.0]"]
+    more = json.loads(json.dumps(partial))
+    assert _merge.merge(more, [seed_2]) == ["seeds [2]"]
+    assert more["config"]["seeds"] == [0, 1, 2] and more["config"]["server_lrs_by_method"] == partial["config"][
+        "server_lrs_by_method"]
+    assert [r["seed"] for r in more["methods"]["MosT"]["runs"]] == [0, 1, 2]
     # the other methods' missing steps make the grids equal again
     _merge.merge(partial, [bench(tmp_path / "fedprox_3", 3, methods=("FedProx",))])
     assert "server_lrs_by_method" not in partial["config"]

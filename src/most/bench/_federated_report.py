@@ -146,7 +146,7 @@ def grid_edge_note(results: dict) -> list[str]:
     if len({tuple(g) for g in grids.values()}) > 1:
         groups: dict[tuple, list[str]] = {}
         for name, grid in grids.items():
-            groups.setdefault(tuple(grid), []).append(name)
+            groups.setdefault(tuple(sorted(grid)), []).append(name)
         lines += ["", "The server-step grids differ by method (joined later over other steps: "
                   "benchmarks/federated_tools.py merge): "
                   + "; ".join(f"{', '.join(names)} over {', '.join(f'{v:g}' for v in grid)}"

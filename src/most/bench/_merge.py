@@ -36,10 +36,12 @@ class MergeError(ValueError):
 def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
     """The settings two joined runs must share: all but ``free``, the protocol's device ``None``
     read as ``"cpu"`` (the runtime's default, the same computation), and a missing ``rotations``
-    as 1 (older results). :func:`most.bench._compare.compare` uses it too, with its own ``free``."""
+    as 1 (older results), the server-step grid in ascending order. :func:`most.bench._compare.compare` uses it too, with its own ``free``."""
     fixed = {k: v for k, v in config.items() if k not in free}
     fixed.setdefault("rotations", 1)  # results written before the setting existed turned nothing
     fixed["rotation_groups"] = list(fixed.get("rotation_groups") or [])  # left out when empty
+    if fixed.get("server_lrs") is not None:  # a grid is a set of steps, whatever order it was given in
+        fixed["server_lrs"] = sorted(fixed["server_lrs"])
     if isinstance(fixed.get("protocol"), dict) and fixed["protocol"].get("device") is None:
         fixed["protocol"] = {**fixed["protocol"], "device": "cpu"}
     return fixed
@@ -90,10 +92,11 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             detail = "; ".join(f"{k}: {fixed.get(k)!r} vs {other.get(k)!r}" for k in differ)
             raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).")
         if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
-            if dest["config"].get("server_lrs_by_method"):
+            if dest["config"].get("server_lrs_by_method") and _sorted_grids(src) != _sorted_grids(dest):
                 raise MergeError(f"source {i + 1} adds seeds, but the destination's methods were tuned over different "
                                  "server-step grids (a partial extension), which one run over the same grid cannot "
-                                 "match; run the destination's missing steps for its other methods first.")
+                                 "match; run the destination's missing steps for its other methods first, or add "
+                                 "seeds whose methods were tuned over the same grids.")
             again = sorted(set(src["config"]["seeds"]) & set(seeds))
             if again:
                 raise MergeError(f"source {i + 1} has seeds {again}, which the destination already has.")
@@ -230,10 +233,17 @@ def _extend_grid(dest: dict, src: dict, i: int) -> None:
     _record_grids(dest["config"], grids)
 
 
+def _sorted_grids(results: dict) -> dict[str, list]:
+    """Each method's server-step grid in ``results``, in ascending order."""
+    return {name: sorted(grid) for name, grid in fb.method_grids(results).items()}
+
+
 def _record_grids(config: dict, grids: dict[str, list]) -> None:
     """Sets ``config``'s grid to the union of the methods' ``grids``, and records each method's in
-    ``server_lrs_by_method`` where they differ (the entry removed where they are all alike)."""
-    config["server_lrs"] = list(dict.fromkeys(step for grid in grids.values() for step in grid))
+    ``server_lrs_by_method`` where they differ (the entry removed where they are all alike); each
+    grid is kept in ascending order, whatever order the joins added its steps in."""
+    grids = {name: sorted(set(grid)) for name, grid in grids.items()}
+    config["server_lrs"] = sorted({step for grid in grids.values() for step in grid})
     if len({tuple(grid) for grid in grids.values()}) > 1:
         config["server_lrs_by_method"] = grids
     else:
