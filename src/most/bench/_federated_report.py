@@ -130,10 +130,11 @@ def method_grids(results: dict) -> dict[str, list[float]]:
     """The server steps each method's runs were chosen from: the table's grid
     (``config["server_lrs"]``), unless a later extension covered only some methods
     (``benchmarks/federated_tools.py merge``), which records each method's grid in
-    ``config["server_lrs_by_method"]``."""
+    ``config["server_lrs_by_method"]``. Each grid in ascending order (a set of steps, whatever order
+    the runs or joins listed them in)."""
     config = results["config"]
     by_method = config.get("server_lrs_by_method") or {}
-    return {name: list(by_method.get(name, config.get("server_lrs") or [])) for name in results["methods"]}
+    return {name: sorted(by_method.get(name, config.get("server_lrs") or [])) for name in results["methods"]}
 
 
 def grid_edge_note(results: dict) -> list[str]:
@@ -146,7 +147,7 @@ def grid_edge_note(results: dict) -> list[str]:
     if len({tuple(g) for g in grids.values()}) > 1:
         groups: dict[tuple, list[str]] = {}
         for name, grid in grids.items():
-            groups.setdefault(tuple(sorted(grid)), []).append(name)
+            groups.setdefault(tuple(grid), []).append(name)
         lines += ["", "The server-step grids differ by method (joined later over other steps: "
                   "benchmarks/federated_tools.py merge): "
                   + "; ".join(f"{', '.join(names)} over {', '.join(f'{v:g}' for v in grid)}"

@@ -35,8 +35,9 @@ class MergeError(ValueError):
 
 def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
     """The settings two joined runs must share: all but ``free``, the protocol's device ``None``
-    read as ``"cpu"`` (the runtime's default, the same computation), and a missing ``rotations``
-    as 1 (older results), the server-step grid in ascending order. :func:`most.bench._compare.compare` uses it too, with its own ``free``."""
+    read as ``"cpu"`` (the runtime's default, the same computation), a missing ``rotations`` as 1
+    (older results), and the server-step grid in ascending order. :func:`most.bench._compare.compare`
+    uses it too, with its own ``free``."""
     fixed = {k: v for k, v in config.items() if k not in free}
     fixed.setdefault("rotations", 1)  # results written before the setting existed turned nothing
     fixed["rotation_groups"] = list(fixed.get("rotation_groups") or [])  # left out when empty
@@ -92,7 +93,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             detail = "; ".join(f"{k}: {fixed.get(k)!r} vs {other.get(k)!r}" for k in differ)
             raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).")
         if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
-            if dest["config"].get("server_lrs_by_method") and _sorted_grids(src) != _sorted_grids(dest):
+            if dest["config"].get("server_lrs_by_method") and fb.method_grids(src) != fb.method_grids(dest):
                 raise MergeError(f"source {i + 1} adds seeds, but the destination's methods were tuned over different "
                                  "server-step grids (a partial extension), which one run over the same grid cannot "
                                  "match; run the destination's missing steps for its other methods first, or add "
@@ -231,11 +232,6 @@ def _extend_grid(dest: dict, src: dict, i: int) -> None:
             entry["runs"][k] = {**best, "candidates_val": joined}
         grids[name] = grids[name] + new_steps
     _record_grids(dest["config"], grids)
-
-
-def _sorted_grids(results: dict) -> dict[str, list]:
-    """Each method's server-step grid in ``results``, in ascending order."""
-    return {name: sorted(grid) for name, grid in fb.method_grids(results).items()}
 
 
 def _record_grids(config: dict, grids: dict[str, list]) -> None:
