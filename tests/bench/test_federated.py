@@ -358,6 +358,11 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     again = json.loads((tmp_path / "dest" / "results.json").read_text())
     with pytest.raises(_merge.MergeError, match=r"steps \[5.0\] for MosT, which the destination already"):
         _merge.merge(again, [extra])
+    # new seeds of only some of the methods: the error says how to add them
+    with pytest.raises(_merge.MergeError, match=r"To add seeds, the source must run the destination's methods "
+                                                r"\(\['FedProx', 'MosT'\]\); it runs \['MosT'\]: keep the methods both have"):
+        _merge.merge(json.loads(json.dumps(again)), [bench(tmp_path / "most_seed_2", 1, 5, 1e38, methods=("MosT",),
+                                                           seeds=(2,))])
     # a method new to the table joins with its own grid; a source mixing new and known methods does not
     own = json.loads(json.dumps(again))
     ifca_3 = bench(tmp_path / "ifca_3", 3, methods=("IFCA",))

@@ -109,7 +109,11 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             continue
         for name, entry in src["methods"].items():
             if name in dest["methods"]:
-                raise MergeError(f"{name} is already in the destination; merge only methods it lacks.")
+                hint = ""
+                if set(src["config"]["seeds"]) != set(seeds):  # more seeds, but of other methods
+                    hint = (f" To add seeds, the source must run the destination's methods ({sorted(dest['methods'])}); "
+                            f"it runs {sorted(src['methods'])}: keep the methods both have with --method NAME.")
+                raise MergeError(f"{name} is already in the destination; merge only methods it lacks.{hint}")
             runs.setdefault(name, []).extend(entry["runs"])
             if name in (src.get("picks") or {}):  # how the method picks each client's model, for the table
                 dest.setdefault("picks", {})[name] = src["picks"][name]
