@@ -36,6 +36,29 @@ def test_select_models_picks_best_and_breaks_ties_to_lowest_index():
     assert select_models(val).tolist() == [1, 0, 0, 2]
 
 
+def test_select_models_breaks_ties_by_the_lowest_loss_among_the_tied_models_alone():
+    val = np.array([[0.1, 0.5, 0.5], [0.9, 0.2, 0.9], [0.3, 0.3, 0.3], [0.0, 0.1, 0.8]])
+    loss = np.array([[0.0, 0.9, 0.4],    # model 0 has the lowest loss, but is not among the tied
+                     [2.0, 0.1, 1.0],    # model 1 likewise: of the tied 0 and 2, 2 wins
+                     [0.7, 0.2, 0.2],    # equal losses too: the lower index
+                     [0.0, 0.0, 9.0]])   # no tie: the best on validation, whatever its loss
+    assert select_models(val, loss).tolist() == [2, 2, 1, 2]
+    assert select_models(val, np.zeros_like(loss)).tolist() == select_models(val).tolist()
+
+
+def test_select_models_counts_a_nan_loss_as_the_highest():
+    val = [[0.5, 0.5, 0.5], [0.5, 0.5, 0.1]]
+    nan = float("nan")
+    assert select_models(val, [[nan, 0.3, nan], [nan, nan, 0.0]]).tolist() == [1, 0]  # no finite tied loss: first
+
+
+def test_select_models_with_a_loss_follows_the_input_type_and_checks_its_shape():
+    out = select_models(torch.tensor([[0.5, 0.5]]), torch.tensor([[0.3, 0.2]]))
+    assert isinstance(out, torch.Tensor) and out.tolist() == [1]
+    with pytest.raises(ValueError, match=r"`val_accuracy` and `loss` must have the same shape"):
+        select_models([[0.5, 0.5]], [[0.3, 0.2, 0.1]])
+
+
 def test_select_models_returns_tensor_for_tensor():
     out = select_models(torch.tensor([[0.2, 0.4], [0.7, 0.1]]))
     assert isinstance(out, torch.Tensor) and out.dtype == torch.int64

@@ -212,6 +212,23 @@ def test_loss_choice_picks_the_lowest_loss_on_training_and_validation_data(small
         assert int(res.loss_choice[i]) == int(expected.argmin())
 
 
+def test_validation_ties_go_to_the_first_model_or_by_the_selection_loss_when_asked(small):
+    from most.federated.evaluation import select_models
+
+    # one validation sample a client: models tie at 0 or 1 on validation
+    one = fl.FederatedDataset.from_clients(
+        [fl.ClientData(c.x_train, c.y_train, c.x_val[:1], c.y_val[:1], c.x_test, c.y_test) for c in small.clients],
+        name="one validation sample", n_classes=10)
+    res = fl.run_federated(one, fl.logistic_regression(60, 10), F.FedAvg(n_models=3), fl.FederatedConfig(rounds=3, seed=2))
+    val, loss = res.val_accuracy, res.selection_loss
+    best = val == val.max(1, keepdim=True).values
+    assert (best.sum(1) > 1).sum() >= 6  # one sample: most clients' models are all right or all wrong on it
+    assert res.choice.tolist() == val.argmax(1).tolist()  # the protocol's pick: the first of the tied
+    by_loss = select_models(val, loss)
+    assert by_loss.tolist() == torch.where(best, loss, torch.inf).argmin(1).tolist()
+    assert (by_loss != res.choice).any()
+
+
 def test_warm_up_trains_one_shared_model_then_splits(small):
     model = fl.logistic_regression(60, 10)
     seen = []

@@ -1,7 +1,8 @@
 """Evaluation of m models serving n federated clients (pure functions on tensors/arrays).
 
 Protocol of the MosT paper: each client picks the model that is most accurate on its
-*validation* split (:func:`select_models`), and is scored by that model's accuracy on its
+*validation* split (:func:`select_models`; models equally accurate there go to the lowest index,
+or, when asked, to the lowest loss on the client's own data), and is scored by that model's accuracy on its
 *test* split (:func:`client_accuracy`). A second, lower-variance rule picks the model with the
 lowest loss on the client's training and validation data pooled (:func:`pooled_loss`,
 :func:`select_by_loss`); the federated benchmark reports both. The clients' accuracies are summarised by their mean
@@ -125,23 +126,43 @@ def _nonnegative(a: np.ndarray, name: str) -> None:
 # --------------------------------------------------------------------------- accuracy
 
 
-def select_models(val_accuracy):
-    """Index of each client's best model on its validation split (ties go to the lowest index).
+def select_models(val_accuracy, loss=None):
+    """Index of each client's best model on its validation split.
+
+    Models equally accurate on validation (frequent where a client has a few validation
+    samples) are told apart by ``loss`` where it is given -- the lowest loss among them wins,
+    e.g. the loss on the client's training and validation data pooled (:func:`pooled_loss`) --
+    and otherwise, or where their losses are equal too, by the lowest index. Without a loss a
+    tie always goes to model 0, 1, ... in that order, which favours whichever model happens to
+    come first.
 
     Args:
         val_accuracy: ``[n_clients, m]`` validation accuracy of every model on every client.
+        loss: optional ``[n_clients, m]`` loss of every model on every client that breaks the
+            ties; NaN counts as the highest loss.
 
     Returns:
         ``[n_clients]`` integer indices (``int64``): a tensor for a tensor input, else a NumPy array.
 
     >>> select_models([[0.5, 0.7, 0.7], [0.9, 0.1, 0.9]])
     array([1, 0])
+    >>> select_models([[0.5, 0.7, 0.7], [0.9, 0.1, 0.9]], loss=[[0.1, 0.9, 0.4], [2.0, 0.1, 1.0]])
+    array([2, 2])
     >>> import torch
     >>> select_models(torch.tensor([[0.2, 0.4]]))
     tensor([1])
     """
     a = _matrix(val_accuracy, "val_accuracy")
-    choice = np.argmax(a, axis=1).astype(np.int64)  # argmax returns the first maximum
+    if loss is None:
+        choice = np.argmax(a, axis=1).astype(np.int64)  # argmax returns the first maximum
+        return _like(choice, val_accuracy, dtype=torch.int64)
+    b = _matrix(loss, "loss", finite=False)
+    _same_shape(a, b, "val_accuracy", "loss")
+    # the tied models' losses, every other model's +inf (argmin returns the first minimum)
+    among = np.where(a == a.max(axis=1, keepdims=True), np.nan_to_num(b, nan=np.inf), np.inf)
+    # where no tied model has a finite loss, the first of them
+    choice = np.where(np.isfinite(among).any(axis=1), np.argmin(among, axis=1), np.argmax(a, axis=1))
+    choice = choice.astype(np.int64)
     return _like(choice, val_accuracy, dtype=torch.int64)
 
 
