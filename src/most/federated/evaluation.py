@@ -153,17 +153,15 @@ def select_models(val_accuracy, loss=None):
     tensor([1])
     """
     a = _matrix(val_accuracy, "val_accuracy")
-    if loss is None:
-        choice = np.argmax(a, axis=1).astype(np.int64)  # argmax returns the first maximum
-        return _like(choice, val_accuracy, dtype=torch.int64)
-    b = _matrix(loss, "loss", finite=False)
-    _same_shape(a, b, "val_accuracy", "loss")
-    # the tied models' losses, every other model's +inf (argmin returns the first minimum)
-    among = np.where(a == a.max(axis=1, keepdims=True), np.nan_to_num(b, nan=np.inf), np.inf)
-    # where no tied model has a finite loss, the first of them
-    choice = np.where(np.isfinite(among).any(axis=1), np.argmin(among, axis=1), np.argmax(a, axis=1))
-    choice = choice.astype(np.int64)
-    return _like(choice, val_accuracy, dtype=torch.int64)
+    choice = np.argmax(a, axis=1)  # argmax returns the first maximum
+    if loss is not None:
+        b = _matrix(loss, "loss", finite=False)
+        _same_shape(a, b, "val_accuracy", "loss")
+        # the tied models' losses, every other model's +inf (argmin returns the first minimum);
+        # where no tied model has a finite loss, the first of them stays
+        among = np.where(a == a.max(axis=1, keepdims=True), np.nan_to_num(b, nan=np.inf), np.inf)
+        choice = np.where(np.isfinite(among).any(axis=1), np.argmin(among, axis=1), choice)
+    return _like(choice.astype(np.int64), val_accuracy, dtype=torch.int64)
 
 
 def pooled_loss(train_loss, val_loss, train_counts, val_counts):
