@@ -741,3 +741,22 @@ def test_the_mixture_data_sets_are_fedems_synthetic_data_with_a_binary_logistic_
         assert model.dim == 151 * 2 and config.label.startswith("FedEM's synthetic mixture")
     with pytest.raises(ValueError, match="choose one of.*'mixture'"):
         FederatedBenchConfig(dataset="mixtures")
+
+
+def test_a_join_of_runs_made_with_other_cpu_kernels_says_so(tmp_path, capsys):
+    from most.bench import _merge
+    from most.bench._runs import cpu_kernels
+
+    def bench(out, method):
+        res = runner.invoke(app, ["bench", "federated", "--rounds", "3", "--server-lr", "3", "--seed", "0",
+                                  "--method", method, "--out", str(out), "--quiet"])
+        assert res.exit_code == 0, res.output
+        return json.loads((out / "results.json").read_text())
+
+    dest, source = bench(tmp_path / "dest", "MosT"), bench(tmp_path / "source", "IFCA")
+    assert dest["cpu_kernels"] == cpu_kernels()
+    _merge.merge(json.loads(json.dumps(dest)), [source])
+    assert "CPU kernels" not in capsys.readouterr().err
+    assert _merge.merge(dest, [dict(source, cpu_kernels="ELSEWHERE")]) == ["IFCA"]
+    assert f"source 1 ran with torch's ELSEWHERE CPU kernels, the destination with {cpu_kernels()}" in \
+        capsys.readouterr().err

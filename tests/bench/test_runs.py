@@ -11,11 +11,12 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 from tests._shared import SHARED_DATA
 from typer.testing import CliRunner
 
 from most.bench import _runs
-from most.bench._runs import LEGACY_RUNS_FILE, RUNS_DIR, RunStore, folder_name
+from most.bench._runs import LEGACY_RUNS_FILE, RUNS_DIR, RunStore, cpu_kernels, folder_name
 from most.cli import app
 from most.experiments.store import CorruptFileError
 
@@ -73,7 +74,7 @@ def test_every_run_is_a_run_folder_read_back_as_a_resumed_call_reads_it(tmp_path
     back = store.add(("MosT", 0), run)
     folder = tmp_path / RUNS_DIR / "MosT" / "seed0"
     assert json.loads((folder / "config.json").read_text()) == {"suite": "mtl", "key": ["MosT", 0],
-                                                                 "settings": {"rounds": 3}}
+                                                                 "settings": {"rounds": 3, "cpu_kernels": cpu_kernels()}}
     # the numbers exactly (a failed candidate's -inf and NaN too), tuples as the lists JSON keeps
     assert back["accuracy"] == 0.1 + 0.2 and back["curve"] == [[0, 0.5]] and back["val"] == -math.inf
     assert math.isnan(back["mean"]) and store.get(("MosT", 0)) == back | {"mean": back["mean"]}
@@ -106,6 +107,26 @@ def test_finished_runs_are_kept_unless_restart_and_other_settings_are_named(tmp_
     assert _store(tmp_path, {"rounds": 4}, restart=True).missing([("MosT", 0)]) == [("MosT", 0)]
     assert not (tmp_path / RUNS_DIR).exists()  # the runs of the earlier call are gone
     _store(tmp_path, resume=True)  # nothing to resume: starts afresh
+
+
+def test_runs_made_with_other_cpu_kernels_are_refused_naming_the_variable_that_chooses_them(tmp_path, monkeypatch):
+    _store(tmp_path).add(("MosT", 0), {"accuracy": 0.5})
+    assert json.loads((tmp_path / RUNS_DIR / "MosT" / "seed0" / "config.json").read_text())["settings"][
+        "cpu_kernels"] == str(torch.backends.cpu.get_cpu_capability())
+    monkeypatch.setattr(_runs, "cpu_kernels", lambda: "SOMETHING_ELSE")
+    with pytest.raises(ValueError, match=r"cpu_kernels \(\"[A-Z0-9_]+\" then, \"SOMETHING_ELSE\" now\).*"
+                                         r"ATEN_CPU_CAPABILITY=[a-z0-9_]+ in the environment"):
+        _store(tmp_path, resume=True)
+
+
+def test_runs_recorded_before_the_kernels_were_are_resumed(tmp_path):
+    _store(tmp_path).add(("MosT", 0), {"accuracy": 0.5})
+    config = tmp_path / RUNS_DIR / "MosT" / "seed0" / "config.json"
+    config.write_text(json.dumps({"suite": "mtl", "key": ["MosT", 0], "settings": {"rounds": 3}}))
+    again = _store(tmp_path, resume=True)
+    assert again.missing([("MosT", 0), ("MosT", 1)]) == [("MosT", 1)] and again.get(("MosT", 0)) == {"accuracy": 0.5}
+    with pytest.raises(ValueError, match=r"other settings: rounds \(3 then, 4 now\)"):
+        _store(tmp_path, {"rounds": 4}, resume=True)  # the other settings are still checked
 
 
 def test_what_is_not_a_run_of_the_suite_is_refused_and_never_removed(tmp_path):

@@ -73,6 +73,10 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         if src.get("torch") != dest.get("torch"):
             print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
                   file=sys.stderr)
+        if None not in (src.get("cpu_kernels"), dest.get("cpu_kernels")) and src["cpu_kernels"] != dest["cpu_kernels"]:
+            print(f"note: source {i + 1} ran with torch's {src['cpu_kernels']} CPU kernels, the destination with "
+                  f"{dest['cpu_kernels']}: its runs may differ in the last bits from the destination's kernels' "
+                  "(ATEN_CPU_CAPABILITY chooses them)", file=sys.stderr)
         if other.get("server_lrs") != fixed.get("server_lrs") and {**other, "server_lrs": fixed["server_lrs"]} == fixed:
             if not set(src["methods"]) & set(dest["methods"]):  # new methods, tuned over their own grid
                 for name, entry in src["methods"].items():

@@ -11,6 +11,9 @@ Every finished run is a run folder of :mod:`most.experiments.store` under ``OUT/
 Resuming works as for ``most run``: a stopped call leaves its finished runs; a call with
 ``resume`` keeps and skips those made with the same settings and makes only the missing ones;
 finished runs made with other settings are refused, naming what differs (:class:`RunStore`).
+The settings include torch's CPU kernels (:func:`cpu_kernels`): where a run's choice is tied or
+nearly so (between optimal transport plans, or a client's best models), it can follow the last
+bits of the losses, which another kernel set (AVX2 or AVX-512) rounds differently.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import weakref
 from pathlib import Path
 from typing import Callable, Iterator, cast
 
+import torch
+
 from .._env import environ
 from ..checkpoint import differing_paths, fingerprint
 from ..experiments.spec import safe_name
@@ -30,6 +35,18 @@ from ..experiments.store import CorruptFileError, RunFolder, WriterLock, check_n
 
 #: the one file of finished runs that versions before the results store wrote; never read
 LEGACY_RUNS_FILE = "runs.jsonl"
+
+
+#: the setting under which the run store records torch's CPU kernels
+KERNELS = "cpu_kernels"
+
+
+def cpu_kernels() -> str:
+    """The vector instructions torch's CPU kernels use in this process (``"AVX512"``, ``"AVX2"``,
+    ``"DEFAULT"``, ...; torch's ``ATEN_CPU_CAPABILITY`` environment variable chooses a lower set,
+    e.g. ``ATEN_CPU_CAPABILITY=avx2``). Runs made with other kernels can round differently in
+    their last bits and, where a choice is tied, take another path."""
+    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def _plain(value):
@@ -85,7 +102,7 @@ class RunStore:
         if resume and restart:
             raise ValueError("--resume and --restart exclude each other; choose one.")
         self.out, self.root = Path(out), Path(out) / RUNS_DIR
-        self.settings, self.suite, self._folder = _plain(settings), suite, folder
+        self.settings, self.suite, self._folder = _plain({**settings, KERNELS: cpu_kernels()}), suite, folder
         legacy = self.out / LEGACY_RUNS_FILE
         if legacy.exists() and not restart:
             raise ValueError(f"{legacy} holds runs in the format of an earlier version, which is no longer read; "
@@ -128,13 +145,17 @@ class RunStore:
         differ: dict[str, tuple] = {}
         for _, config in finished:
             for path, old, new in differing_paths(config["settings"], self.settings):
+                if path == KERNELS and old is None:  # recorded before the kernels were: not known to differ
+                    continue
                 differ.setdefault(path, (old, new))
         if differ:
             named = "; ".join(f"{path} ({_short(old)} then, {_short(new)} now)"
                               for path, (old, new) in list(differ.items())[:6])
             more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
-            raise ValueError(f"{self.root} holds runs made with other settings: {named}{more}. Repeat the call with "
-                             "those settings to reuse them, start over with --restart, or choose another --out.")
+            hint = (f" (torch's CPU kernels: set ATEN_CPU_CAPABILITY={str(differ[KERNELS][0]).lower()} in the "
+                    "environment to make the runs with the earlier ones)" if KERNELS in differ else "")
+            raise ValueError(f"{self.root} holds runs made with other settings: {named}{more}{hint}. Repeat the call "
+                             "with those settings to reuse them, start over with --restart, or choose another --out.")
 
     def _remove(self, folders: list[RunFolder]) -> None:
         for folder in folders:

@@ -39,7 +39,7 @@ import torch
 from .._validation import check_positive_int
 from . import SuiteConfig, write_results
 from ._curves import split_curves
-from ._runs import RunStore, folder_name
+from ._runs import RunStore, cpu_kernels, folder_name
 from .rows import BuiltRow, MethodRow
 from ..federated import evaluation as ev
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist, mixture_synthetic
@@ -473,7 +473,7 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
         raise ValueError(f"Method(s) {late} were added to METHODS at run time, which worker processes do not see; "
                          "run them with jobs=1.")
     loaded = [config.seeds[0], _data(config, config.seeds[0])]  # fail before any work if the data is missing
-    results = {"config": config.plain(), "label": config.label, "torch": torch.__version__,
+    results = {"config": config.plain(), "label": config.label, "torch": torch.__version__, "cpu_kernels": cpu_kernels(),
                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
     results["picks"] = {name: type(_method(config, name, 1.0, METHODS[name].extras[0], loaded[1][0])).pick
                         for name in config.methods}
