@@ -467,6 +467,17 @@ def pick_rule(argv: list[str]) -> int:
     command = ".venv/bin/python benchmarks/federated_tools.py pick-rule " + " ".join(argv)
     path = RESULTS / "pick_rule.json"
     store = json.loads(path.read_text()) if path.exists() else {}
+    before = store.get(label, {})
+    kept = {}
+    if before.get("server_lr") == args.server_lr:
+        # the stored runs of the methods not asked for stay (a default that changed is re-run alone),
+        # provided they were made with the same seeds and server step
+        kept = {name: runs for name, runs in before["methods"].items()
+                if name not in rows and [r["seed"] for r in runs] == seeds}
+    if kept:
+        command += f" (the {', '.join(kept)} runs kept from the call before)"
+    rows = {**{name: kept.get(name, rows.get(name)) for name in before.get("methods", {})
+               if name in kept or name in rows}, **rows}
     store[label] = {"command": command, "server_lr": args.server_lr, "methods": rows}
     path.write_text(json.dumps(store, indent=1))
     pick_rule_render(store)
