@@ -84,6 +84,7 @@ def machine_info(threads: int) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "threads": threads,
         "torch": torch.__version__,
+        "cpu_kernels": str(torch.backends.cpu.get_cpu_capability()),
         "pot": pot,
         "python": platform.python_version(),
         "date": _dt.datetime.now().isoformat(timespec="seconds"),

@@ -21,7 +21,8 @@ from .targets import notes, targets_markdown
 
 def machine_line(machine: dict) -> str:
     """The machine of a run, in one line of the report."""
-    return (f"{machine.get('processor', '?')}, {machine.get('cpu_count', '?')} cores; torch {machine.get('torch')}, "
+    kernels = f" ({machine['cpu_kernels']} CPU kernels)" if machine.get("cpu_kernels") else ""
+    return (f"{machine.get('processor', '?')}, {machine.get('cpu_count', '?')} cores; torch {machine.get('torch')}{kernels}, "
             f"POT {machine.get('pot')}, Python {machine.get('python')}; measured {machine.get('date', '?')}")
 
 
@@ -32,8 +33,11 @@ def _remeasured(results: dict) -> str:
     again.update({f"solvers/{k}": v for k, v in results.get("solvers", {}).get("remeasured", {}).items()})
     if not again:
         return ""
-    names = ", ".join(f"`{k}` at {v}" for k, v in sorted(again.items()))
-    return f" Sections measured later, by `--resume` on the same machine: {names}."
+    kernels = results["rounds"].get("remeasured_kernels", {})
+    names = ", ".join(f"`{k}` at {v}" + (f" ({kernels[k]} kernels)" if k in kernels else "")
+                      for k, v in sorted(again.items()))
+    return (f" Sections measured later, by `--resume` on a machine of the same model: {names}. The kernels are "
+            "torch's CPU kernels (`ATEN_CPU_CAPABILITY`), where recorded.")
 
 
 def render(results: dict) -> str:

@@ -375,6 +375,7 @@ def run_all(quick: bool, threads: int, previous: dict | None = None, save=None) 
             results[key] = fn()
             if previous is not None:  # a resumed run: say when this section was measured
                 results.setdefault("remeasured", {})[key] = time.strftime("%Y-%m-%dT%H:%M:%S")
+                results.setdefault("remeasured_kernels", {})[key] = str(torch.backends.cpu.get_cpu_capability())
             if save is not None:
                 save(results)
     return results
