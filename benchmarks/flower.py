@@ -113,6 +113,11 @@ def _deployment(rounds: int) -> dict:
             "seconds": run.wall_s, "per_round": result["seconds"] / rounds, "accuracy": result["mean_accuracy"]}
 
 
+def _kernels(part: dict, lead: str = " (", end: str = ")") -> str:
+    """The torch CPU kernels a part was run with, where recorded (``ATEN_CPU_CAPABILITY`` chooses them)."""
+    return f"{lead}torch's {part['cpu_kernels']} CPU kernels{end}" if part.get("cpu_kernels") else ""
+
+
 def write(results: dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "flower.json").write_text(json.dumps(results, indent=1))
@@ -123,7 +128,7 @@ def write(results: dict, out: Path) -> None:
         runs = table["runs"]
         loss_pick = all("accuracy_loss_pick" in r["flower"] for r in runs)  # tables made before it lack it
         lines += [
-            "", "## The synthetic table through Flower", "", f"Command: `{table['command']}`", "",
+            "", "## The synthetic table through Flower", "", f"Command: `{table['command']}`{_kernels(table)}", "",
             "FedProx Syn(0,0), 30 clients (30 virtual SuperNodes), 5 models, K = 1 local epoch, batch 10, lr 0.05, "
             f"{runs[0]['rounds']} rounds; server steps of `examples/synthetic.toml` (not tuned here). "
             "Mean test accuracy (%) of the clients with their validation-chosen model, mean ± std over seeds "
@@ -150,7 +155,8 @@ def write(results: dict, out: Path) -> None:
         r = timing["run"]
         a, b = r["in_process"]["per_round"], r["flower"]["per_round"]
         lines += [
-            "", "## Overhead of Flower's simulation engine", "", f"Command: `{timing['command']}` (idle machine)", "",
+            "", "## Overhead of Flower's simulation engine", "",
+            f"Command: `{timing['command']}` (idle machine{_kernels(timing, ', ', '')})", "",
             f"MosT, Syn(0,0), 30 clients, 5 models, {r['rounds']} rounds, seed {r['seed']}:", "",
             "| runtime | seconds per round | start-up (s) | total (s) |", "|---|---|---|---|",
             f"| in-process (`run_federated`) | {a:.3f} | – | {r['in_process']['seconds']:.1f} |",
@@ -209,9 +215,11 @@ def main(argv=None) -> None:
         runs.sort(key=lambda r: list(METHODS).index(r["method"]))
         kept = sorted({r["method"] for r in runs} - set(args.methods))
         results["table"] = {"command": cmd.strip() + (f" (the {', '.join(kept)} runs kept from the call before)"
-                                                       if kept else ""), "runs": runs}
+                                                       if kept else ""), "runs": runs,
+                            "cpu_kernels": str(torch.backends.cpu.get_cpu_capability())}
     if args.phase in ("timing", "all"):
-        timing = {"command": cmd.strip(), "run": _one("MosT", 0, args.timing_rounds)}
+        timing = {"command": cmd.strip(), "run": _one("MosT", 0, args.timing_rounds),
+                  "cpu_kernels": str(torch.backends.cpu.get_cpu_capability())}
         if args.deployment:
             timing["deployment"] = _deployment(3)
         results["timing"] = timing
