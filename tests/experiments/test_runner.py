@@ -303,6 +303,7 @@ def test_run_store_report_and_plot_centralised(tmp_path):
     folder = RunFolder(root / "runs" / "MosT" / "seed1")
     config, result, metrics = folder.stored_config(), folder.result(), folder.metrics()
     assert config["seed"] == 1 and config["versions"]["torch"] == torch.__version__
+    assert config["versions"]["cpu_kernels"] == str(torch.backends.cpu.get_cpu_capability())
     assert config["resolved"]["method"]["type"] == "MosT" and config["resolved"]["method"]["seed"] == 1
     assert [m["round"] for m in metrics] == list(range(30))
     assert {"train_loss", "gamma_sparsity", "owners"} <= set(metrics[0]) and "gamma_drift" in metrics[1]

@@ -35,7 +35,8 @@ def _versions() -> dict:
     import most
 
     return {"most": most.__version__, "torch": torch.__version__, "numpy": np.__version__,
-            "python": platform.python_version(), "platform": platform.platform()}
+            "python": platform.python_version(), "platform": platform.platform(),
+            "cpu_kernels": str(torch.backends.cpu.get_cpu_capability())}
 
 
 def _owners(plan: torch.Tensor) -> list[int]:
