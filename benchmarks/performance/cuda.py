@@ -114,6 +114,57 @@ def cuda_femnist_rounds(path: Path, rounds: int) -> list[dict]:
     return rows
 
 
+def cuda_tasks_round(n: int = 10_000, rounds: int = 20) -> list[dict]:
+    """A round of the default MosT (m = 8) on ``n`` linear-regression tasks of 20 samples each built
+    with ``Problem.from_datasets`` (the many-tasks case of ``benchmarks.performance tasks``), data
+    and models on each device: the median round of a ``rounds``-round fit, beside one hand-written
+    vectorised forward and backward pass over all tasks' data for all models (best of 10)."""
+    import most
+    from . import tasks as T
+
+    def sync(device):
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    groups = [n // 8 + (1 if k < n % 8 else 0) for k in range(8)]
+    base = T.linear_tasks(groups, (20, 20), seed=1)
+    rows, losses = [], {}
+    for device in ("cpu", "cuda"):
+        tasks = [(x.to(device), y.to(device)) for x, y in base]
+        problem = most.Problem.from_datasets(lambda: torch.nn.Linear(20, 1).to(device), tasks, T.squared)
+        stamps: list[float] = []
+
+        def stamp(record, params):
+            sync(device)
+            stamps.append(time.perf_counter())
+
+        result = most.MosT(n_models=8, rounds=rounds, seed=0).fit(problem, callback=stamp)
+        x, y, mask = (t.to(device) for t in T.padded(base))
+        counts = mask.sum(1)
+        params = torch.randn(8, 21, device=device, requires_grad=True)
+        weights = torch.rand(8, n, device=device)
+
+        def step():
+            pred = torch.einsum("nlf,mf->mnl", x, params[:, :20]) + params[:, 20, None, None]
+            loss = (((pred - y) ** 2) * mask).sum(-1) / counts
+            return torch.autograd.grad((loss * weights).sum(), params)
+
+        step()
+        passes = []
+        for _ in range(10):
+            sync(device)
+            tic = time.perf_counter()
+            step()
+            sync(device)
+            passes.append(time.perf_counter() - tic)
+        losses[device] = float(result.best_losses().mean())
+        rows.append({"case": f"{n} tasks x 20 samples (from_datasets), MosT m = 8", "device": device,
+                     "seconds_per_round": statistics.median(b - a for a, b in zip(stamps, stamps[1:])),
+                     "hand_pass": min(passes), "mean_best_loss": losses[device]})
+    rows[-1]["max_abs_mean_best_loss_difference"] = abs(losses["cpu"] - losses["cuda"])
+    return rows
+
+
 def cuda_transport_cases(repeats: int) -> list[dict]:
     from most import transport
 
@@ -158,7 +209,11 @@ def cuda_markdown(results: dict) -> str:
     lines = ["# The CUDA path, timed", "",
              f"Produced by `{command}` on {results['machine']['gpu']} with {results['machine']['cpu_count']} CPU "
              f"cores (torch {results['machine']['torch']}, Python {results['machine']['python']}), "
-             f"{results['date']}. Medians of {results['repeats']} calls after an untimed one.", "",
+             f"{results['date']}. Medians of {results['repeats']} calls after an untimed one."
+             + (" The tasks row (the code of `cuda_tasks_round`, run on its own before it joined the suite), "
+                "the profile, the table's time, the fine-tuning times and the CUDA tests were measured on the "
+                "same machine in the same session, by the commands named with them."
+                if results.get("finetune") else ""), "",
              "| case | CPU | CUDA | CPU / CUDA | agreement |", "|---|---|---|---|---|"]
     by_case: dict[str, dict] = {}
     for row in results["rows"]:
@@ -185,20 +240,58 @@ def cuda_markdown(results: dict) -> str:
               "the combination weights, min-norm problems of up to 2¹⁸ numbers (hence the 5 × 100 row at "
               "about the CPU's time) and FedMGDA+'s QPs; the losses come to the host in one copy per round. "
               "That took a seed's sweep from 45 s to 25 s on an H100 (13 253 host reads in 8 rounds "
-              "before, 1 204 after).",
-              "- A single small run (Syn's logistic model) stays faster on the CPU: each local step is a few "
-              "dozen kernels on a few thousand numbers, and the GPU pays a launch for each. The GPU pays "
-              "when the runs of a sweep train together (`run_batch`, the default of `most bench federated`).",
-              "- The whole Syn(0,0) table (10 methods, 5 seeds, 4 server steps, FedProx's 4 mu: 260 runs) on "
-              "the same machine: `most bench federated --device cuda --jobs 10 --threads 1` took 56 s "
-              "(`--jobs 5`, a process per seed: 59 s); its rows agree with the CPU's re-run on today's code "
-              "(`federated/rerun_batched/syn_0_0/table.md`) within half a point: six rows equal, MosT 84.73 "
-              "against 85.23, MosT (min-norm) 79.13 / 79.47, MosT (paper) 76.63 / 76.73, FedMGDA+ 79.83 / "
-              "79.67 (the methods whose plan or min-norm step can tip on float32 rounding). The processes share one GPU, which runs their kernels one "
-              "context at a time, and each process's host work (per-run plans and min-norm solves) is the "
-              "rest.",
-              "- The paper's CNN is compute-bound on the GPU: a batch of its runs costs what the runs cost one "
-              "by one (22 FEMNIST runs × 3 rounds: 28.6 s batched, 26.5 s one by one, on an H100)."]
+              "before, 1 204 after; measured 2026-11-24)."]
+    profile = results.get("profile_syn")
+    if profile:
+        calls, phases = profile["cuda"]["calls_per_round"], profile["cuda"]["phase_seconds_per_round"]
+        launches = calls.get("cudaLaunchKernel", 0) + calls.get("cudaLaunchKernelExC", 0)
+        lines.append(
+            "- A single small run (Syn's logistic model) stays faster on the CPU. Profiled with `torch.profiler` "
+            f"(20 rounds, no evaluation), a round on the GPU launches {launches:.0f} kernels, copies "
+            f"{calls.get('cudaMemcpyAsync', 0):.0f} times between host and device, waits for the device "
+            f"{calls.get('cudaStreamSynchronize', 0):.0f} times and reads {calls.get('aten::item', 0):.0f} scalars; "
+            f"its local training takes {1000 * phases['local_training']:.1f} ms a round against "
+            f"{1000 * profile['cpu']['phase_seconds_per_round']['local_training']:.1f} ms on the CPU, and the other "
+            "phases about what they take there: each local step is a few dozen kernels on a few thousand "
+            "numbers, and the GPU pays a launch for each. The GPU pays when the runs of a sweep train together "
+            "(`run_batch`, the default of `most bench federated`).")
+    else:
+        lines.append("- A single small run (Syn's logistic model) stays faster on the CPU: each local step is a few "
+                     "dozen kernels on a few thousand numbers, and the GPU pays a launch for each. The GPU pays "
+                     "when the runs of a sweep train together (`run_batch`, the default of `most bench federated`).")
+    table = results.get("syn_table")
+    if table:
+        lines.append(f"- The whole Syn(0,0) table (10 methods, 5 seeds, 4 server steps, FedProx's 4 mu: 260 runs) "
+                     f"on this machine: `{table['command']}` took {table['seconds']:.1f} s (`--jobs 16`: "
+                     f"{table['seconds_jobs_16']:.1f} s). The processes share one GPU, which runs their kernels "
+                     "one context at a time, and each process's host work (per-run plans and min-norm solves) is "
+                     "the rest. On an H100 on 2026-11-24 it took 56 s, and its rows agreed with the CPU's within "
+                     "half a point (the methods whose plan or min-norm step can tip on float32 rounding differ).")
+    tasks = {r["device"]: r for r in results["rows"] if "hand_pass" in r}
+    if len(tasks) == 2:
+        cpu, gpu = tasks["cpu"], tasks["cuda"]
+        lines.append(f"- Many tasks with their own data (`Problem.from_datasets`, the tasks row): a round is "
+                     f"{cpu['seconds_per_round'] / gpu['seconds_per_round']:.1f}× faster on the GPU, and "
+                     f"{gpu['seconds_per_round'] / gpu['hand_pass']:.1f}× one hand-written vectorised forward and "
+                     f"backward pass over all tasks for all models there ({cpu['seconds_per_round'] / cpu['hand_pass']:.1f}× "
+                     "on the CPU).")
+    tune = results.get("finetune")
+    if tune:
+        g, c, mins = tune["cuda"], tune["cpu"], tune["minutes_500_rounds"]
+        lines.append(f"- Fine-tuning EfficientNet-Lite0's last block on Office-Caltech10's shapes (4 domains × 64 "
+                     f"images, m = 4, Adam; `{tune['command']}`: random weights and images, whose arithmetic is the "
+                     f"real one's): MosT {g['MosT'][0]:.2f} s a round with the frozen blocks' outputs kept "
+                     f"({g['MosT'][1]:.2f} s recomputed), MGDA {g['MGDA'][0]:.2f} ({g['MGDA'][1]:.2f}) s; a 500-round "
+                     f"run takes {mins['cuda']['MosT'][0]}-{mins['cuda']['MGDA'][1]} minutes, against "
+                     f"{mins['cpu']['MosT'][0]:.0f}-{mins['cpu']['MGDA'][1]:.0f} minutes on the 16 cores "
+                     f"(MosT {c['MosT'][0]:.2f} and {c['MosT'][1]:.2f} s a round, MGDA {c['MGDA'][0]:.2f} and "
+                     f"{c['MGDA'][1]:.2f}).")
+    checks = results.get("cuda_tests")
+    if checks:
+        lines.append(f"- The CUDA tests that the CPU-only CI skips ({checks['passed']}) pass on this machine with "
+                     "this code.")
+    lines.append("- The paper's CNN is compute-bound on the GPU: a batch of its runs costs what the runs cost one "
+                 "by one (22 FEMNIST runs × 3 rounds: 28.6 s batched, 26.5 s one by one, on an H100).")
     return "\n".join(lines) + "\n"
 
 
@@ -224,7 +317,8 @@ def cuda_main(argv=None) -> int:
     torch.set_num_threads(os.cpu_count() or 1)
     rows = []
     for part in (lambda: cuda_syn_run(args.repeats), cuda_syn_batch, lambda: cuda_transport_cases(args.repeats),
-                 lambda: cuda_min_norm_cases(args.repeats), lambda: cuda_femnist_rounds(args.femnist, args.femnist_rounds)):
+                 lambda: cuda_min_norm_cases(args.repeats), lambda: cuda_femnist_rounds(args.femnist, args.femnist_rounds),
+                 cuda_tasks_round):
         rows += part()
         print(json.dumps(rows[-1]), flush=True)
     results = {"date": time.strftime("%Y-%m-%d"), "repeats": args.repeats, "rows": rows,

@@ -52,8 +52,7 @@ def render(results: dict) -> str:
     m = results["machine"]
     cases = results.get("target_cases", [])
     out = ["# Performance", "",
-           f"Machine: {machine_line(m)}. No GPU was lent to the session that measured this; CUDA timings are not "
-           "recorded.", "",
+           f"Machine: {machine_line(m)}. The CPU alone: the GPU's timings are on [the CUDA path](cuda.md).", "",
            f"Command: `{COMMAND}{' --quick' if results.get('quick') else ''}` "
            f"(about {results['seconds'] / 60:.0f} minutes). Every figure is a median of several runs on an "
            "otherwise idle machine; the solver tables use "

@@ -189,10 +189,10 @@ def notes(results: dict) -> str:
     lines.append("* **IPOT** with m = 50 stops at its 5,000-step cap at n = 1,000 and times out above; Sinkhorn "
                  "and IPOT with R(Γ) time out at n = 10⁴, m = 50, where `\"newton\"` takes under a second. Use "
                  "`\"newton\"` (or `\"exact\"`) for large problems.")
-    lines.append("* **GPU.** No GPU was lent to the session that measured this. The transport, min-norm and "
-                 "centralised solvers keep tensors on the models' device and the federated runtime takes "
-                 "`FederatedConfig(device=\"cuda\")`; their CUDA tests are skipped on this machine, so the CUDA "
-                 "path is untested and untimed.")
+    lines.append("* **GPU.** This page is the CPU's. The transport, min-norm and centralised solvers keep "
+                 "tensors on the models' device and the federated runtime takes `FederatedConfig(device=\"cuda\")`; "
+                 "their CUDA tests are skipped on this machine and run where a GPU is lent, and "
+                 "[the CUDA path](cuda.md) times them against the same machine's CPU.")
     return "\n".join(lines)
 
 
