@@ -582,3 +582,22 @@ def test_run_refuses_a_component_that_does_not_subclass_its_base(kind, value):
     parts[kind] = value
     with pytest.raises(TypeError, match=rf"`{kind}` must be a most\.methods\.{kind.title()}"):
         most.run(problem, n_models=2, rounds=1, inner_steps=1, lr=0.1, **parts)
+
+
+def test_a_module_on_two_devices_is_refused_naming_a_tensor_on_each_and_the_fix():
+    class Split(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(3, 4)
+            self.head = nn.Linear(4, 1, device="meta")  # as a layer added after .to(device)
+
+        def forward(self, x):
+            return self.head(self.body(x))
+
+    xs = [torch.randn(5, 3) for _ in range(2)]
+    with pytest.raises(ValueError, match=r"2 devices \('body.weight' on cpu; 'head.weight' on meta.*"
+                                         r"lambda: Net\(\).to\(device\)"):
+        most.Problem.from_module(Split, [lambda f, x=x: f(x).pow(2).mean() for x in xs])
+    with pytest.raises(ValueError, match="2 devices"):
+        most.Problem.from_datasets(Split, [(x, torch.zeros(5, 1)) for x in xs],
+                                   lambda out, y: (out - y).pow(2).sum(-1))

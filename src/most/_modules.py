@@ -52,6 +52,20 @@ def parameter_range(module: nn.Module, name: str, *, owner: str = "The module",
     return layout[name]
 
 
+def check_one_device(module: nn.Module) -> None:
+    """Refuses a module whose parameters and buffers live on more than one device (a layer added
+    after ``.to(device)``, say), naming the first tensor on each and the fix; torch would otherwise
+    stop at the first product across devices, without saying which part is elsewhere."""
+    where: dict[torch.device, str] = {}
+    for name, t in [*module.named_parameters(), *module.named_buffers()]:
+        where.setdefault(t.device, name)
+    if len(where) > 1:
+        found = "; ".join(f"{name!r} on {device}" for device, name in where.items())
+        raise ValueError(f"The module's parameters and buffers live on {len(where)} devices ({found}, ...): move "
+                         "the whole module in the factory, e.g. `lambda: Net().to(device)`, after every layer "
+                         "is added.")
+
+
 class ModuleLayout:
     """Where a module's trainable parameters sit in ``theta [d]``, and its fixed state.
 
@@ -76,6 +90,7 @@ class ModuleLayout:
                 "`for p in net.head.parameters(): p.requires_grad_(True)` in the factory."
             )
         check_running_stats(template)
+        check_one_device(template)
         self.factory, self.template = factory, template
         #: the batch-normalisation layers whose running statistics each model keeps
         self.statistics_layers = batch_norm_layers(template)
