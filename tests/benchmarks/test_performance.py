@@ -88,3 +88,15 @@ def test_a_render_keeps_the_growth_section_and_replaces_the_rest(tmp_path):
     text = (tmp_path / "performance.md").read_text()
     assert "an old report" not in text and text.startswith("# Performance")
     assert text.endswith("\n\n" + block + "\n") and text.count("growth:start") == 1
+
+
+def test_the_many_tasks_round_of_the_cuda_suite_runs_on_the_cpu():
+    """The suite's ``cuda_tasks_round`` on the CPU alone (its GPU half runs where one is lent): a
+    round of the default MosT on many tasks, beside a hand-written pass over the same data."""
+    from benchmarks.performance.cuda import cuda_tasks_round
+
+    (row,) = cuda_tasks_round(n=64, rounds=4, devices=("cpu",))
+    assert row["device"] == "cpu" and row["case"].startswith("64 tasks x 20 samples")
+    assert row["seconds_per_round"] > 0 and row["hand_pass"] > 0
+    assert 0 < row["mean_best_loss"] < 10  # 20 features of unit noise, a few rounds in
+    assert "max_abs_mean_best_loss_difference" not in row  # one device: nothing to compare
