@@ -477,8 +477,8 @@ def pick_rule(argv: list[str]) -> int:
                 if name not in rows and [r["seed"] for r in runs] == seeds}
     if kept:
         command += f" (the {', '.join(kept)} runs kept from the call before)"
-    rows = {**{name: kept.get(name, rows.get(name)) for name in before.get("methods", {})
-               if name in kept or name in rows}, **rows}
+    joined = {**kept, **rows}  # in the stored order, then the methods new to the section
+    rows = {name: joined[name] for name in [*before.get("methods", {}), *rows] if name in joined}
     store[label] = {"command": command, "server_lr": args.server_lr, "methods": rows}
     path.write_text(json.dumps(store, indent=1))
     pick_rule_render(store)

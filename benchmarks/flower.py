@@ -30,6 +30,7 @@ from pathlib import Path
 
 import torch
 
+from most._kernels import cpu_kernels
 from most.bench import mean_std
 from most.federated import methods as F
 
@@ -216,10 +217,10 @@ def main(argv=None) -> None:
         kept = sorted({r["method"] for r in runs} - set(args.methods))
         results["table"] = {"command": cmd.strip() + (f" (the {', '.join(kept)} runs kept from the call before)"
                                                        if kept else ""), "runs": runs,
-                            "cpu_kernels": str(torch.backends.cpu.get_cpu_capability())}
+                            "cpu_kernels": cpu_kernels()}
     if args.phase in ("timing", "all"):
         timing = {"command": cmd.strip(), "run": _one("MosT", 0, args.timing_rounds),
-                  "cpu_kernels": str(torch.backends.cpu.get_cpu_capability())}
+                  "cpu_kernels": cpu_kernels()}
         if args.deployment:
             timing["deployment"] = _deployment(3)
         results["timing"] = timing

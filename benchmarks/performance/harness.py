@@ -72,6 +72,8 @@ def machine_info(threads: int) -> dict[str, Any]:
     """Platform, CPU, thread count and library versions of this run."""
     import torch
 
+    from most._kernels import cpu_kernels
+
     try:
         import ot
 
@@ -84,7 +86,7 @@ def machine_info(threads: int) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "threads": threads,
         "torch": torch.__version__,
-        "cpu_kernels": str(torch.backends.cpu.get_cpu_capability()),
+        "cpu_kernels": cpu_kernels(),
         "pot": pot,
         "python": platform.python_version(),
         "date": _dt.datetime.now().isoformat(timespec="seconds"),

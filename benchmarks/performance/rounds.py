@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import torch
-
+from most._kernels import cpu_kernels
 
 from .harness import ROOT, _current_rss_mib, _maxrss_kib, reset_peak_rss
 
@@ -375,7 +375,7 @@ def run_all(quick: bool, threads: int, previous: dict | None = None, save=None) 
             results[key] = fn()
             if previous is not None:  # a resumed run: say when this section was measured
                 results.setdefault("remeasured", {})[key] = time.strftime("%Y-%m-%dT%H:%M:%S")
-                results.setdefault("remeasured_kernels", {})[key] = str(torch.backends.cpu.get_cpu_capability())
+                results.setdefault("remeasured_kernels", {})[key] = cpu_kernels()
             if save is not None:
                 save(results)
     return results

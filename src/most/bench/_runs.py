@@ -24,9 +24,8 @@ import weakref
 from pathlib import Path
 from typing import Callable, Iterator, cast
 
-import torch
-
 from .._env import environ
+from .._kernels import cpu_kernels
 from ..checkpoint import differing_paths, fingerprint
 from ..experiments.spec import safe_name
 from .._json import dumps
@@ -39,14 +38,6 @@ LEGACY_RUNS_FILE = "runs.jsonl"
 
 #: the setting under which the run store records torch's CPU kernels
 KERNELS = "cpu_kernels"
-
-
-def cpu_kernels() -> str:
-    """The vector instructions torch's CPU kernels use in this process (``"AVX512"``, ``"AVX2"``,
-    ``"DEFAULT"``, ...; torch's ``ATEN_CPU_CAPABILITY`` environment variable chooses a lower set,
-    e.g. ``ATEN_CPU_CAPABILITY=avx2``). Runs made with other kernels can round differently in
-    their last bits and, where a choice is tied, take another path."""
-    return str(torch.backends.cpu.get_cpu_capability())
 
 
 def _plain(value):

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Callable, Sequence, cast
 import numpy as np
 import torch
 
+from .._kernels import cpu_kernels
 from ..checkpoint import atomic_write_text, differing_paths
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
@@ -36,7 +37,7 @@ def _versions() -> dict:
 
     return {"most": most.__version__, "torch": torch.__version__, "numpy": np.__version__,
             "python": platform.python_version(), "platform": platform.platform(),
-            "cpu_kernels": str(torch.backends.cpu.get_cpu_capability())}
+            "cpu_kernels": cpu_kernels()}
 
 
 def _owners(plan: torch.Tensor) -> list[int]:
