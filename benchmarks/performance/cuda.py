@@ -139,16 +139,7 @@ def cuda_tasks_round(n: int = 10_000, rounds: int = 20, devices: tuple[str, ...]
             stamps.append(time.perf_counter())
 
         result = most.MosT(n_models=8, rounds=rounds, seed=0).fit(problem, callback=stamp)
-        x, y, mask = (t.to(device) for t in T.padded(base))
-        counts = mask.sum(1)
-        params = torch.randn(8, 21, device=device, requires_grad=True)
-        weights = torch.rand(8, n, device=device)
-
-        def step():
-            pred = torch.einsum("nlf,mf->mnl", x, params[:, :20]) + params[:, 20, None, None]
-            loss = (((pred - y) ** 2) * mask).sum(-1) / counts
-            return torch.autograd.grad((loss * weights).sum(), params)
-
+        step = T.hand_pass(base, 8, device)
         step()
         passes = []
         for _ in range(10):

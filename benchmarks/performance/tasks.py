@@ -102,13 +102,14 @@ def hand_problem(tasks, init):
     return most.Problem.from_function(fn, f + 1, len(tasks), init=init)
 
 
-def hand_pass(tasks, m: int):
-    """One hand-written vectorised forward and backward pass over all tasks' data for all models."""
-    x, y, mask = padded(tasks)
+def hand_pass(tasks, m: int, device: str | torch.device = "cpu"):
+    """One hand-written vectorised forward and backward pass over all tasks' data for all models,
+    everything on ``device``."""
+    x, y, mask = (t.to(device) for t in padded(tasks))
     counts = mask.sum(1)
     f = x.shape[-1]
-    params = torch.randn(m, f + 1, requires_grad=True)
-    weights = torch.rand(m, len(tasks))
+    params = torch.randn(m, f + 1, device=device, requires_grad=True)
+    weights = torch.rand(m, len(tasks), device=device)
 
     def step():
         pred = torch.einsum("nlf,mf->mnl", x, params[:, :f]) + params[:, f, None, None]
