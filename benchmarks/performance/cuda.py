@@ -157,6 +157,43 @@ def cuda_tasks_round(n: int = 10_000, rounds: int = 20, devices: tuple[str, ...]
     return rows
 
 
+def cuda_syn_profile(rounds: int = 20, devices: tuple[str, ...] = ("cuda", "cpu")) -> dict:
+    """Why a single small Syn(0,0) MosT run is slower on the GPU: the CUDA API calls and scalar
+    reads of a round (``torch.profiler`` over a ``rounds``-round run without evaluation, after an
+    untimed one), and the mean seconds of each phase of a round after the warm-up, per device."""
+    from collections import Counter
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from most.federated import FederatedConfig, fedprox_synthetic, logistic_regression, run_federated
+    from most.federated import methods as F
+
+    data = fedprox_synthetic(0.0, 0.0, seed=0)
+    model = logistic_regression(int(data.input_shape[0]), data.n_classes)
+    out = {}
+    for device in devices:
+        config = FederatedConfig(rounds=rounds, seed=0, device=device, eval_every=0)
+        run_federated(data, model, F.MosT(5, server_lr=5.0), config)  # untimed: kernels and caches warm
+        activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+        with profile(activities=activities) as prof:
+            result = run_federated(data, model, F.MosT(5, server_lr=5.0), config)
+        if device == "cuda":
+            torch.cuda.synchronize()
+        counts: Counter = Counter()
+        for event in prof.events():
+            if event.name.startswith("cuda") or event.name in ("aten::item", "aten::_local_scalar_dense",
+                                                                "aten::to", "aten::copy_"):
+                counts[event.name] += 1
+        after = result.history[5:]  # after MosT's warm-up
+        phases: dict[str, float] = {}
+        for log in after:
+            for phase, seconds in (log.seconds or {}).items():
+                phases[phase] = phases.get(phase, 0.0) + seconds / len(after)
+        out[device] = {"calls_per_round": {k: v / rounds for k, v in counts.most_common(12)},
+                       "phase_seconds_per_round": phases}
+    return out
+
+
 def cuda_transport_cases(repeats: int) -> list[dict]:
     from most import transport
 
@@ -203,7 +240,8 @@ def cuda_markdown(results: dict) -> str:
              f"cores (torch {results['machine']['torch']}, Python {results['machine']['python']}), "
              f"{results['date']}. Medians of {results['repeats']} calls after an untimed one."
              + (" The tasks row (the code of `cuda_tasks_round`, run on its own before it joined the suite), "
-                "the profile, the table's time, the fine-tuning times and the CUDA tests were measured on the "
+                "the profile (the code of `cuda_syn_profile`, likewise), the table's time, the fine-tuning "
+                "times and the CUDA tests were measured on the "
                 "same machine in the same session, by the commands named with them."
                 if results.get("finetune") else ""), "",
              "| case | CPU | CUDA | CPU / CUDA | agreement |", "|---|---|---|---|---|"]
@@ -314,6 +352,7 @@ def cuda_main(argv=None) -> int:
         rows += part()
         print(json.dumps(rows[-1]), flush=True)
     results = {"date": time.strftime("%Y-%m-%d"), "repeats": args.repeats, "rows": rows,
+               "profile_syn": cuda_syn_profile(),
                "machine": {"gpu": torch.cuda.get_device_name(), "cpu_count": os.cpu_count(),
                            "torch": torch.__version__, "python": platform.python_version()}}
     args.out_dir.mkdir(parents=True, exist_ok=True)

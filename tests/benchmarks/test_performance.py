@@ -100,3 +100,13 @@ def test_the_many_tasks_round_of_the_cuda_suite_runs_on_the_cpu():
     assert row["seconds_per_round"] > 0 and row["hand_pass"] > 0
     assert 0 < row["mean_best_loss"] < 10  # 20 features of unit noise, a few rounds in
     assert "max_abs_mean_best_loss_difference" not in row  # one device: nothing to compare
+
+
+def test_the_profile_of_the_cuda_suite_counts_a_rounds_calls_and_phases_on_the_cpu():
+    """The suite's ``cuda_syn_profile`` on the CPU alone (its GPU half runs where one is lent)."""
+    from benchmarks.performance.cuda import cuda_syn_profile
+
+    out = cuda_syn_profile(rounds=8, devices=("cpu",))
+    assert set(out) == {"cpu"}
+    assert out["cpu"]["calls_per_round"]["aten::item"] > 0  # the losses read on the host each round
+    assert set(out["cpu"]["phase_seconds_per_round"]) == {"evaluate", "plan", "local_training", "aggregate"}
