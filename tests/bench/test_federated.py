@@ -408,6 +408,12 @@ def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_gr
     assert more["config"]["seeds"] == [0, 1, 2] and more["config"]["server_lrs_by_method"] == partial["config"][
         "server_lrs_by_method"]
     assert [r["seed"] for r in more["methods"]["MosT"]["runs"]] == [0, 1, 2]
+    # methods joined from a source whose methods were tuned over grids of their own keep them
+    ifca = bench(tmp_path / "ifca_all", 1, 3, 5, 1e38, methods=("IFCA",))
+    assert _merge.merge(ifca, [json.loads(json.dumps(partial))]) == ["MosT", "FedProx"]
+    assert ifca["config"]["server_lrs_by_method"] == {"IFCA": [1.0, 3.0, 5.0, 1e38], "MosT": [1.0, 3.0, 5.0, 1e38],
+                                                      "FedProx": [1.0, 5.0, 1e38]}
+    assert "FedProx over 1, 5, 1e+38" in fb.table_markdown(ifca)
     # the other methods' missing steps make the grids equal again
     _merge.merge(partial, [bench(tmp_path / "fedprox_3", 3, methods=("FedProx",))])
     assert "server_lrs_by_method" not in partial["config"]

@@ -59,17 +59,19 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
       methods it ran: per method and seed the run with the better validation accuracy over both
       grids is kept (the destination's on a tie), as one run over the joined grid would choose.
       Methods left out keep their grid, and ``config["server_lrs_by_method"]`` records each
-      method's. Methods new to the destination, run over another grid, join with their own.
+      method's. Methods new to the destination join with the grid they were tuned over (another
+      grid than the destination's, or their own within a source that records per-method grids).
 
     Raises :class:`MergeError` (the message says why) for settings that differ, seeds run twice
     or missing, methods already there, and steps the destination already has."""
     fixed = settings(dest["config"])
     seeds = list(dest["config"]["seeds"])
     runs: dict[str, list] = {}
-    grids: dict[str, list] = {}  # the new methods run over another grid than the destination's
+    grids: dict[str, list] = {}  # the grid each new method was tuned over
     added_more: list[str] = []
     for i, src in enumerate(sources):
         other = settings(src["config"])
+        own_grids = fb.method_grids(src)  # a source's methods may have been tuned over grids of their own
         if src.get("torch") != dest.get("torch"):
             print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
                   file=sys.stderr)
@@ -80,13 +82,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         if other.get("server_lrs") != fixed.get("server_lrs") and {**other, "server_lrs": fixed["server_lrs"]} == fixed:
             if not set(src["methods"]) & set(dest["methods"]):  # new methods, tuned over their own grid
                 for name, entry in src["methods"].items():
-                    if grids.setdefault(name, list(other["server_lrs"])) != list(other["server_lrs"]):
-                        raise MergeError(f"{name}: source {i + 1} was run with server steps {other['server_lrs']}, "
-                                         f"another source with {grids[name]}; join a method's sources over one "
-                                         "grid (a merge of its own first) before adding it.")
-                    runs.setdefault(name, []).extend(entry["runs"])
-                    if name in (src.get("picks") or {}):  # how the method picks each client's model
-                        dest.setdefault("picks", {})[name] = src["picks"][name]
+                    _add_runs(runs, grids, dest, src, name, own_grids[name], i)
                 continue
             _extend_grid(dest, src, i)
             fixed["server_lrs"] = list(dest["config"]["server_lrs"])
@@ -118,9 +114,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                     hint = (f" To add seeds, the source must run the destination's methods ({sorted(dest['methods'])}); "
                             f"it runs {sorted(src['methods'])}: keep the methods both have with --method NAME.")
                 raise MergeError(f"{name} is already in the destination; merge only methods it lacks.{hint}")
-            runs.setdefault(name, []).extend(entry["runs"])
-            if name in (src.get("picks") or {}):  # how the method picks each client's model, for the table
-                dest.setdefault("picks", {})[name] = src["picks"][name]
+            _add_runs(runs, grids, dest, src, name, own_grids[name], i)
     for name, got in runs.items():
         have = sorted(r["seed"] for r in got)
         if have != sorted(seeds):
@@ -128,11 +122,24 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                              "every seed must be run exactly once.")
         dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
         dest["config"]["methods"].append(name)
-        if dest["config"].get("server_lrs_by_method") or name in grids:
-            _record_grids(dest["config"], {**fb.method_grids(dest),
-                                           name: grids.get(name, list(dest["config"]["server_lrs"]))})
+        _record_grids(dest["config"], {**fb.method_grids(dest), name: grids[name]})
     fb.add_summaries(dest)
     return list(runs) + added_more
+
+
+def _add_runs(runs: dict[str, list], grids: dict[str, list], dest: dict, src: dict, name: str, grid: list,
+              i: int) -> None:
+    """Collects the runs of ``src``'s method ``name``, new to ``dest``, and the grid it was tuned
+    over (its own where the source recorded one, so a partial extension stays on record), and how
+    it picks each client's model; a method whose seeds come from several sources must have been
+    tuned over one grid in all of them."""
+    if grids.setdefault(name, list(grid)) != list(grid):
+        raise MergeError(f"{name}: source {i + 1} was run with server steps {list(grid)}, another source with "
+                         f"{grids[name]}; join a method's sources over one grid (a merge of its own first) before "
+                         "adding it.")
+    runs.setdefault(name, []).extend(src["methods"][name]["runs"])
+    if name in (src.get("picks") or {}):  # how the method picks each client's model, for the table
+        dest.setdefault("picks", {})[name] = src["picks"][name]
 
 
 def restrict(results: dict, methods: list[str]) -> dict:
