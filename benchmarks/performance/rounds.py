@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import torch
+
 from most._kernels import cpu_kernels
 
 from .harness import ROOT, _current_rss_mib, _maxrss_kib, reset_peak_rss

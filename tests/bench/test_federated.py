@@ -751,7 +751,7 @@ def test_the_mixture_data_sets_are_fedems_synthetic_data_with_a_binary_logistic_
 
 def test_a_join_of_runs_made_with_other_cpu_kernels_says_so(tmp_path, capsys):
     from most.bench import _merge
-    from most.bench._runs import cpu_kernels
+    from most._kernels import cpu_kernels
 
     def bench(out, method):
         res = runner.invoke(app, ["bench", "federated", "--rounds", "3", "--server-lr", "3", "--seed", "0",

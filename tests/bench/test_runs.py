@@ -16,7 +16,8 @@ from tests._shared import SHARED_DATA
 from typer.testing import CliRunner
 
 from most.bench import _runs
-from most.bench._runs import LEGACY_RUNS_FILE, RUNS_DIR, RunStore, cpu_kernels, folder_name
+from most._kernels import cpu_kernels
+from most.bench._runs import LEGACY_RUNS_FILE, RUNS_DIR, RunStore, folder_name
 from most.cli import app
 from most.experiments.store import CorruptFileError
 

@@ -81,7 +81,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                   "(ATEN_CPU_CAPABILITY chooses them)", file=sys.stderr)
         if other.get("server_lrs") != fixed.get("server_lrs") and {**other, "server_lrs": fixed["server_lrs"]} == fixed:
             if not set(src["methods"]) & set(dest["methods"]):  # new methods, tuned over their own grid
-                for name, entry in src["methods"].items():
+                for name in src["methods"]:
                     _add_runs(runs, grids, dest, src, name, own_grids[name], i)
                 continue
             _extend_grid(dest, src, i)
@@ -93,7 +93,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             detail = "; ".join(f"{k}: {fixed.get(k)!r} vs {other.get(k)!r}" for k in differ)
             raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).")
         if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
-            if dest["config"].get("server_lrs_by_method") and fb.method_grids(src) != fb.method_grids(dest):
+            if dest["config"].get("server_lrs_by_method") and own_grids != fb.method_grids(dest):
                 raise MergeError(f"source {i + 1} adds seeds, but the destination's methods were tuned over different "
                                  "server-step grids (a partial extension), which one run over the same grid cannot "
                                  "match; run the destination's missing steps for its other methods first, or add "
@@ -107,7 +107,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
             dest["config"]["seeds"] = list(seeds)
             added_more.append(f"seeds {list(src['config']['seeds'])}")
             continue
-        for name, entry in src["methods"].items():
+        for name in src["methods"]:
             if name in dest["methods"]:
                 hint = ""
                 if set(src["config"]["seeds"]) != set(seeds):  # more seeds, but of other methods
@@ -122,7 +122,8 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                              "every seed must be run exactly once.")
         dest["methods"][name] = {"runs": sorted(got, key=lambda r: seeds.index(r["seed"]))}
         dest["config"]["methods"].append(name)
-        _record_grids(dest["config"], {**fb.method_grids(dest), name: grids[name]})
+    if runs:
+        _record_grids(dest["config"], {**fb.method_grids(dest), **{name: grids[name] for name in runs}})
     fb.add_summaries(dest)
     return list(runs) + added_more
 

@@ -39,7 +39,8 @@ import torch
 from .._validation import check_positive_int
 from . import SuiteConfig, write_results
 from ._curves import split_curves
-from ._runs import RunStore, cpu_kernels, folder_name
+from .._kernels import cpu_kernels
+from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 from ..federated import evaluation as ev
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist, mixture_synthetic

@@ -46,7 +46,8 @@ import torch
 from .. import plots
 from .._validation import check_positive_int
 from . import STORED_MOST, SuiteConfig, write_results
-from ._runs import RunStore, cpu_kernels, folder_name
+from .._kernels import cpu_kernels
+from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment

@@ -41,7 +41,8 @@ from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
 from . import STORED_MOST_SETTINGS, SuiteConfig, mean_std, write_results
-from ._runs import RunStore, cpu_kernels, folder_name
+from .._kernels import cpu_kernels
+from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
 

@@ -52,7 +52,8 @@ from ..problem import Problem
 from ..registry import CENTRALISED
 from ..solver import Method
 from . import SuiteConfig, mean_std, write_results
-from ._runs import RunStore, cpu_kernels, folder_name
+from .._kernels import cpu_kernels
+from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 
 __all__ = ["StructureConfig", "METHODS", "SETTINGS", "THRESHOLD", "Structured", "Oracle", "clustered_quadratics",
