@@ -130,6 +130,13 @@ default's runs join as ``MosT``, at the top of the table:
 
     .venv/bin/python benchmarks/federated_tools.py merge benchmarks/results/federated/syn_0_0 \
         /tmp/new/syn_0_0 --rename "MosT=MosT (balanced)" --first MosT
+
+``--drop NAME`` (repeat) removes a method of the destination before the join, so that a re-run
+of the same name (with today's code, or on another machine) replaces its row; ``--first`` then
+puts it back at the top if it was there:
+
+    .venv/bin/python benchmarks/federated_tools.py merge benchmarks/results/federated/femnist_cnn \
+        /tmp/rerun/MosT --drop MosT --first MosT
 """
 
 PROBES_DOC = """Two probes of the federated tables: changes to their protocol that are not library methods,
@@ -291,6 +298,9 @@ def merge_main(argv: list[str]) -> int:
     parser.add_argument("--rename", action="append", metavar="OLD=NEW", default=[],
                         help="rename a method of the destination before the join (repeat)")
     parser.add_argument("--first", metavar="NAME", help="put this method at the top of the joined table")
+    parser.add_argument("--drop", action="append", metavar="NAME",
+                        help="remove this method of the destination before the join, so that a source's re-run of "
+                             "the same name replaces it (repeat)")
     args = parser.parse_args(argv)
     renames = {}
     for item in args.rename:
@@ -300,7 +310,7 @@ def merge_main(argv: list[str]) -> int:
         renames[old] = new
     try:
         added = merge_folders(args.dest, args.sources, methods=args.method, out=args.out, renames=renames,
-                              first=args.first)
+                              first=args.first, drop=args.drop)
     except MergeError as exc:
         sys.exit(f"error: {exc}")
     print(f"added {', '.join(added)} to {args.out or args.dest}", file=sys.stderr)

@@ -326,6 +326,27 @@ def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     res = subprocess.run([*script, str(tmp_path / "alone"), str(tmp_path / "fresh"), "--rename", "MosT"],
                          capture_output=True, text=True, timeout=600)
     assert res.returncode == 1 and "--rename takes OLD=NEW" in res.stderr
+    # a re-run replaces the destination's row of the same name (runs told apart by a marked accuracy)
+    rerun = json.loads(json.dumps(fresh))
+    for run in rerun["methods"]["MosT"]["runs"]:
+        run["mean"] += 1.0
+    (tmp_path / "rerun").mkdir()
+    (tmp_path / "rerun" / "results.json").write_text(json.dumps(rerun))
+    res = subprocess.run([*script, str(tmp_path / "alone"), str(tmp_path / "rerun")], capture_output=True, text=True,
+                         timeout=600)
+    assert res.returncode == 1 and "--drop 'MosT'" in res.stderr, res.stderr
+    res = subprocess.run([*script, str(tmp_path / "alone"), str(tmp_path / "rerun"), "--drop", "MosT", "--first", "MosT",
+                          "--out", str(tmp_path / "replaced")], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    replaced = json.loads((tmp_path / "replaced" / "results.json").read_text())
+    assert replaced["config"]["methods"] == list(replaced["methods"]) == ["MosT", "IFCA"]
+    assert replaced["methods"]["MosT"]["runs"] == rerun["methods"]["MosT"]["runs"]
+    assert replaced["methods"]["IFCA"]["runs"] == alone["methods"]["IFCA"]["runs"]
+    assert replaced["methods"]["MosT"]["mean"]["mean"] == pytest.approx(alone["methods"]["MosT"]["mean"]["mean"] + 1.0)
+    assert replaced["paired_vs_most"]["IFCA"]["mean"] == pytest.approx(alone["paired_vs_most"]["IFCA"]["mean"] + 1.0)
+    with pytest.raises(_merge.MergeError, match=r"cannot drop \['FedProx'\]"):
+        _merge.merge_folders(tmp_path / "alone", [tmp_path / "rerun"], drop=["FedProx"], out=tmp_path / "never")
+    assert not (tmp_path / "never").exists()
 
 
 def test_a_server_step_grid_extended_later_chooses_as_one_run_over_the_joined_grid(tmp_path):

@@ -113,7 +113,8 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
                 if set(src["config"]["seeds"]) != set(seeds):  # more seeds, but of other methods
                     hint = (f" To add seeds, the source must run the destination's methods ({sorted(dest['methods'])}); "
                             f"it runs {sorted(src['methods'])}: keep the methods both have with --method NAME.")
-                raise MergeError(f"{name} is already in the destination; merge only methods it lacks.{hint}")
+                raise MergeError(f"{name} is already in the destination; merge only methods it lacks (or replace "
+                                 f"the destination's row with --drop {name!r}).{hint}")
             _add_runs(runs, grids, dest, src, name, own_grids[name], i)
     for name, got in runs.items():
         have = sorted(r["seed"] for r in got)
@@ -182,14 +183,16 @@ def rename(results: dict, old: str, new: str) -> None:
 
 def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None = None,
                   out: Path | None = None, renames: dict[str, str] | None = None,
-                  first: str | None = None) -> list[str]:
+                  first: str | None = None, drop: list[str] | None = None) -> list[str]:
     """Joins the results folders ``sources`` to ``dest`` (:func:`merge`) and writes the joined
     ``results.json``, ``table.md`` and figures to ``out`` (default: ``dest``, rewritten).
     ``methods``: keep only those methods of the destination and the sources first
-    (:func:`restrict`); each source must have one of them. ``renames`` (old name -> new name)
-    renames methods of the destination before the join (:func:`rename`); ``first`` puts that
-    method at the top of the joined table. Returns what was added; raises :class:`MergeError`
-    for a folder without ``results.json`` or sources that cannot be joined."""
+    (:func:`restrict`); each source must have one of them. ``drop``: remove those methods of the
+    destination first (each must be there), so that a source's re-run of the same name replaces
+    the row. ``renames`` (old name -> new name) renames methods of the destination before the
+    join (:func:`rename`); ``first`` puts that method at the top of the joined table. Returns what
+    was added; raises :class:`MergeError` for a folder without ``results.json`` or sources that
+    cannot be joined."""
     dest, sources = Path(dest), [Path(s) for s in sources]
     missing = [str(f / "results.json") for f in (dest, *sources) if not (f / "results.json").is_file()]
     if missing:
@@ -203,6 +206,11 @@ def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None 
         if empty:
             raise MergeError(f"{', '.join(empty)} has none of the methods {list(methods)}.")
         loaded = [restrict(src, names) for src, names in zip(loaded, kept)]
+    if drop:
+        absent = [name for name in drop if name not in joined["methods"]]
+        if absent:
+            raise MergeError(f"cannot drop {absent}: the destination has {sorted(joined['methods'])}.")
+        joined = restrict(joined, [name for name in joined["methods"] if name not in drop])
     for old, new in (renames or {}).items():
         rename(joined, old, new)
     added = merge(joined, loaded)
