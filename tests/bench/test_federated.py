@@ -772,7 +772,7 @@ def test_the_mixture_data_sets_are_fedems_synthetic_data_with_a_binary_logistic_
 
 def test_a_join_of_runs_made_with_other_cpu_kernels_says_so(tmp_path, capsys):
     from most.bench import _merge
-    from most._kernels import cpu_kernels
+    from most._kernels import cpu_kernels, software
 
     def bench(out, method):
         res = runner.invoke(app, ["bench", "federated", "--rounds", "3", "--server-lr", "3", "--seed", "0",
@@ -781,7 +781,8 @@ def test_a_join_of_runs_made_with_other_cpu_kernels_says_so(tmp_path, capsys):
         return json.loads((out / "results.json").read_text())
 
     dest, source = bench(tmp_path / "dest", "MosT"), bench(tmp_path / "source", "IFCA")
-    assert dest["cpu_kernels"] == cpu_kernels()
+    assert dest["cpu_kernels"] == cpu_kernels() and dest["torch"] == torch.__version__
+    assert {key: dest[key] for key in software()} == software()
     _merge.merge(json.loads(json.dumps(dest)), [source])
     assert "CPU kernels" not in capsys.readouterr().err
     assert _merge.merge(dest, [dict(source, cpu_kernels="ELSEWHERE")]) == ["IFCA"]

@@ -39,7 +39,7 @@ import torch
 from .._validation import check_positive_int
 from . import SuiteConfig, write_results
 from ._curves import split_curves
-from .._kernels import cpu_kernels
+from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 from ..federated import evaluation as ev
@@ -474,8 +474,8 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
         raise ValueError(f"Method(s) {late} were added to METHODS at run time, which worker processes do not see; "
                          "run them with jobs=1.")
     loaded = [config.seeds[0], _data(config, config.seeds[0])]  # fail before any work if the data is missing
-    results = {"config": config.plain(), "label": config.label, "torch": torch.__version__, "cpu_kernels": cpu_kernels(),
-               "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
+    results: dict[str, Any] = {"config": config.plain(), "label": config.label, **software(),
+                               "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
     results["picks"] = {name: type(_method(config, name, 1.0, METHODS[name].extras[0], loaded[1][0])).pick
                         for name in config.methods}
     runs = RunStore(config.out, config.settings(torch=results["torch"], device_name=results["device_name"]),

@@ -38,7 +38,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ import torch
 from .. import plots
 from .._validation import check_positive_int
 from . import STORED_MOST, SuiteConfig, write_results
-from .._kernels import cpu_kernels
+from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
@@ -385,7 +385,7 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: 
     check_positive_int(jobs, name="jobs")
     if "german" in config.problems:
         load_german_credit(config.german_path)  # fail before any work if the data is missing
-    results = {"config": config.plain(), "torch": torch.__version__, "cpu_kernels": cpu_kernels(), "problems": {}}
+    results: dict[str, Any] = {"config": config.plain(), **software(), "problems": {}}
     runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="few-objective", folder=_folder,
                     resume=resume, restart=restart)  # checked before any work
     data: dict = {}  # this process's fairness data, by problem

@@ -36,7 +36,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, cast
+from typing import Any, Callable, cast
 
 import numpy as np
 import torch
@@ -45,7 +45,7 @@ from torch import nn
 from .._random import seeded
 from .._validation import check_positive, check_positive_int
 from . import STORED_MOST_SETTINGS, SuiteConfig, mean_std, write_results
-from .._kernels import cpu_kernels
+from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
@@ -244,7 +244,7 @@ def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = Fa
     and without either finished runs are refused. ``jobs`` > 1 makes the runs in that many worker
     processes, with the results of ``jobs=1`` (each run draws from its own seed)."""
     check_positive_int(jobs, name="jobs")
-    results = {"config": config.plain(), "torch": torch.__version__, "cpu_kernels": cpu_kernels(), "runs": [], "figures": []}
+    results: dict[str, Any] = {"config": config.plain(), **software(), "runs": [], "figures": []}
     datas = {}
     for seed in config.seeds:  # fail before any work if the data is missing
         datas[seed] = load_office_caltech10(config.data_path, features=config.features, seed=seed,

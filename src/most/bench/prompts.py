@@ -34,6 +34,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -41,7 +42,7 @@ from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
 from . import STORED_MOST_SETTINGS, SuiteConfig, mean_std, write_results
-from .._kernels import cpu_kernels
+from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
@@ -194,8 +195,8 @@ def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool 
     encoder.check_layer(config.layer)
     tasks = {t: {seed: load_superglue(t, config.data_path, n_train=config.n_train, seed=seed) for seed in config.seeds}
              for t in config.tasks}
-    results = {"config": config.plain(), "encoder": repr(encoder), "torch": torch.__version__, "cpu_kernels": cpu_kernels(),
-               "threads": torch.get_num_threads(), "runs": [], "figures": [], "encode_seconds": {}}
+    results: dict[str, Any] = {"config": config.plain(), "encoder": repr(encoder), **software(),
+                               "threads": torch.get_num_threads(), "runs": [], "figures": [], "encode_seconds": {}}
     runs = RunStore(config.out, config.settings(encoder=results["encoder"], torch=results["torch"]), suite="prompts",
                     folder=_folder, resume=resume, restart=restart)  # checked before any work
     keys = [(name, method, seed) for name in config.tasks for method in config.methods for seed in config.seeds]

@@ -37,7 +37,7 @@ import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator, cast
+from typing import Any, Callable, Iterator, cast
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ from ..problem import Problem
 from ..registry import CENTRALISED
 from ..solver import Method
 from . import SuiteConfig, mean_std, write_results
-from .._kernels import cpu_kernels
+from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
 
@@ -493,7 +493,7 @@ def run_benchmark(config: StructureConfig, *, resume: bool = False, restart: boo
     as this one); every run draws from its own seed, so the results are those of ``jobs=1``
     (only the seconds differ)."""
     check_positive_int(jobs, name="jobs")
-    results = {"config": config.plain(), "torch": torch.__version__, "cpu_kernels": cpu_kernels(), "threshold": THRESHOLD, "settings": {}}
+    results: dict[str, Any] = {"config": config.plain(), **software(), "threshold": THRESHOLD, "settings": {}}
     runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="structure", folder=_folder,
                     resume=resume, restart=restart)  # checked before any work
     cache: dict = {}
