@@ -3,6 +3,7 @@
 import dataclasses
 import json
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -10,6 +11,7 @@ import torch
 from typer.testing import CliRunner
 
 import most.federated as fl
+from most.bench import federated as fb
 from most.bench._curves import CURVES, load_results
 from most.bench._runs import RUNS_DIR
 from most.cli import app
@@ -788,3 +790,20 @@ def test_a_join_of_runs_made_with_other_cpu_kernels_says_so(tmp_path, capsys):
     assert _merge.merge(dest, [dict(source, cpu_kernels="ELSEWHERE")]) == ["IFCA"]
     assert f"source 1 ran with torch's ELSEWHERE CPU kernels, the destination with {cpu_kernels()}" in \
         capsys.readouterr().err
+
+
+STORED_TABLES = sorted(p.parent for p in (Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "federated")
+                       .glob("**/table.md") if (p.parent / "results.json").is_file())
+
+
+@pytest.mark.parametrize("folder", STORED_TABLES, ids=lambda p: p.relative_to(p.parents[2]).as_posix())
+def test_a_stored_table_is_what_the_bench_writes_from_its_results_file(folder):
+    """Each stored ``table.md`` is regenerated from its ``results.json``, not edited by hand, so a
+    merge or a re-run of the stored command changes only what the runs change."""
+    from most.bench._curves import load_results
+
+    assert fb.table_markdown(load_results(folder)) + "\n" == (folder / "table.md").read_text()
+
+
+def test_the_stored_tables_are_found():
+    assert len(STORED_TABLES) >= 60
