@@ -139,3 +139,13 @@ def test_min_norm_on_float32_nearly_collinear_gradients_converges_without_stalli
     expected = lo + t * (hi - lo)
     torch.testing.assert_close(direction[0].double(), expected, atol=1e-4 * float(expected.norm()), rtol=0)
     assert float(lam.sum()) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_the_stored_table_is_what_the_bench_writes_from_its_results_file():
+    from pathlib import Path
+
+    from most.bench.few_objective import table_markdown
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "few_objective"
+    results = json.loads((folder / "results.json").read_text())
+    assert table_markdown(results) + "\n" == (folder / "table.md").read_text()

@@ -73,3 +73,13 @@ def test_separate_models_each_minimise_their_own_loss_alone():
     result = mtl.METHODS["Separate"].build(n_models=4, rounds=400, lr=0.1, seed=0).fit(problem)
     torch.testing.assert_close(result.params, centres, atol=1e-2, rtol=0)  # model i at objective i's optimum
     assert torch.equal(result.assignment.argmax(1), torch.arange(4))
+
+
+@pytest.mark.parametrize("name", ["mtl_surf", "mtl_surf_shared_separate", "mtl_images", "mtl_images_shared_separate",
+                                  "mtl_efficientnet"])
+def test_a_stored_table_is_what_the_bench_writes_from_its_results_file(name):
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / name
+    results = json.loads((folder / "results.json").read_text())
+    assert mtl.table_markdown(results) + "\n" == (folder / "table.md").read_text()

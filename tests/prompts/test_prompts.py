@@ -209,3 +209,13 @@ def test_the_command_reports_a_missing_data_folder(encoder, tmp_path):
     assert result.exit_code == 2, result.output
     text = re.sub(r"[\s│╭╮╰╯─]", "", result.output)  # the error box wraps lines at the terminal's width
     assert "SuperGLUE" in text and "doesnotexist" in text and str(tmp_path / "missing").replace(" ", "") in text
+
+
+def test_the_stored_prompts_table_is_what_the_bench_writes_from_its_results_file():
+    from pathlib import Path
+
+    from most.bench.prompts import table_markdown
+
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "prompts"
+    results = json.loads((folder / "results.json").read_text())
+    assert table_markdown(results) + "\n" == (folder / "table.md").read_text()
