@@ -800,8 +800,6 @@ STORED_TABLES = sorted(p.parent for p in (Path(__file__).resolve().parents[2] / 
 def test_a_stored_table_is_what_the_bench_writes_from_its_results_file(folder):
     """Each stored ``table.md`` is regenerated from its ``results.json``, not edited by hand, so a
     merge or a re-run of the stored command changes only what the runs change."""
-    from most.bench._curves import load_results
-
     assert fb.table_markdown(load_results(folder)) + "\n" == (folder / "table.md").read_text()
 
 
