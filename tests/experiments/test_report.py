@@ -266,6 +266,18 @@ def test_bench_results_and_table_are_written_atomically(tmp_path, monkeypatch):
     assert json.loads((tmp_path / "results.json").read_text())["x"] == 1
 
 
+def test_bench_results_are_written_when_a_figure_fails(tmp_path):
+    from most.bench import write_results
+
+    def broken(results, out):
+        raise ValueError("no figure")
+
+    with pytest.raises(ValueError, match="no figure"):
+        write_results({"x": 2}, tmp_path, broken, lambda r: "| table |")
+    assert json.loads((tmp_path / "results.json").read_text()) == {"x": 2, "figures": []}
+    assert (tmp_path / "table.md").read_text() == "| table |\n"
+
+
 # ----------------------------------------------------------------------------- runs that do not belong together
 def test_report_refuses_a_group_whose_seeds_were_made_with_different_settings(results):
     config_file = results / "fed" / "runs" / "MosT" / "seed1" / "config.json"

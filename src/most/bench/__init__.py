@@ -102,14 +102,25 @@ def write_results(results: dict, out, figures, table, *, json_default=None, spli
     ``results["figures"]``), ``results.json`` (``json_default`` converts values json cannot)
     and ``table.md`` (``table(results)``). ``split(results) -> (compact, curves)`` (federated:
     :func:`most.bench._curves.split_curves`) writes ``compact`` as ``results.json`` and ``curves``
-    as ``curves.json``; the figures are drawn from the whole results first."""
+    as ``curves.json``; the figures are drawn from the whole results first. A figure that fails
+    to draw still leaves the results and the table written (``"figures": []``) before its error
+    is raised: the runs are never lost to a plot."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    results["figures"] = figures(results, out)
+    try:
+        results["figures"] = figures(results, out)
+    except Exception:
+        results["figures"] = []
+        _write_files(results, out, table, json_default, split)
+        raise
+    _write_files(results, out, table, json_default, split)
+    return results
+
+
+def _write_files(results: dict, out: Path, table, json_default, split) -> None:
     stored, curves = (results, None) if split is None else split(results)
     # whole files or none: a stopped call never leaves half a results.json
     if curves is not None:
         atomic_write_text(out / "curves.json", json.dumps(curves, default=json_default))
     atomic_write_text(out / "results.json", json.dumps(stored, indent=1, default=json_default))
     atomic_write_text(out / "table.md", table(results) + "\n")
-    return results
