@@ -93,7 +93,10 @@ possibly split over seeds into several folders to use several cores, then merged
 table can also be split over seeds: a source with exactly the destination's methods and other
 seeds adds those seeds. The script checks that every source was run with the destination's
 settings (dataset, model, data, protocol, server steps, m; only the methods, seeds and output
-folder may differ; a device of None and "cpu" are alike), that the sources' seeds of each new
+folder may differ; a device of None and "cpu" are alike; two data paths are alike where the
+runs of the seeds both ran recorded the same data digest, i.e. the same files read from two
+folders, and any source whose runs of a seed read other data than the destination's is refused,
+whatever its path), that the sources' seeds of each new
 method are exactly the destination's, that a method is not already in the destination (unless
 the source adds seeds) and that no seed is run twice; it then appends the runs, recomputes the
 summaries and the paired intervals against MosT, and rewrites ``results.json``, ``table.md`` and

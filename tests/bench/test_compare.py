@@ -99,6 +99,18 @@ def test_folders_that_cannot_be_compared_are_refused(tmp_path):
     assert compare_federated.compare(on("cpu"), main, NAME) == compare_federated.compare(variant, main, NAME)
     with pytest.raises(compare_federated.CompareError, match="different settings.*protocol"):
         compare_federated.compare(on("cuda"), main, NAME)
+    # two data paths: alike where the runs' data digests agree (the same data), refused where they
+    # differ or were never recorded
+    moved = json.loads(json.dumps(variant))
+    moved["config"]["data_path"] = "/elsewhere/same_files"
+    assert compare_federated.compare(moved, main, NAME) == compare_federated.compare(variant, main, NAME)
+    moved["methods"][NAME]["runs"][1]["data_digest"] = "0" * 16
+    with pytest.raises(compare_federated.CompareError, match=r"read other data than the main table for seeds \[1\]"):
+        compare_federated.compare(moved, main, NAME)
+    for run in moved["methods"][NAME]["runs"]:
+        del run["data_digest"]
+    with pytest.raises(compare_federated.CompareError, match="different settings.*data_path"):
+        compare_federated.compare(moved, main, NAME)
     # on the command line: usage errors, before anything is written
     res = _script(tmp_path / "variant", tmp_path / "nowhere", "--method", NAME)
     assert res.returncode == 2 and "nowhere: no results.json" in res.stderr

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 
@@ -223,6 +224,67 @@ def test_a_diverging_candidate_is_recorded_and_never_chosen(tmp_path):
     table = (tmp_path / "all" / "table.md").read_text()
     assert "| FedAvg | –" in table and "- FedAvg, seed 0: At round 1" in table and "diverged" in table
     assert not list((tmp_path / "all").glob("*.png"))
+
+
+def test_a_merge_reads_two_data_paths_as_one_where_the_data_digests_agree(tmp_path):
+    """Runs of the same files read from two folders join (a note says so); other files under the
+    same path, or another path without digests to compare, are refused."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from most.bench import _merge
+    from tests.federated.test_data import _tiny_fashion
+
+    for name in ("a", "c"):
+        (tmp_path / name).mkdir()
+    _tiny_fashion(tmp_path / "a", n_train=1500, n_test=500)
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    _tiny_fashion(tmp_path / "c", n_train=1500, n_test=501)  # other images
+
+    def bench(out, data, *args):
+        res = runner.invoke(app, ["bench", "federated", "--dataset", "fashion", "--data-path", str(tmp_path / data),
+                                  "--model", "linear", "--samples-per-client", "20", "--rounds", "2", "--server-lr",
+                                  "3", "--n-models", "2", "--seed", "0", "--seed", "1", "--out", str(out), "--quiet",
+                                  *args])
+        assert res.exit_code == 0, res.output
+        return json.loads((out / "results.json").read_text())
+
+    dest = bench(tmp_path / "dest", "a", "--method", "FedAvg")
+    # some clients of 20 images have no test image (no accuracy): the per-client figure leaves them out
+    assert any(math.isnan(x) for r in dest["methods"]["FedAvg"]["runs"] for x in r["per_client"])
+    assert "per_client.png" in dest["figures"] and (tmp_path / "dest" / "per_client.png").stat().st_size > 1000
+    bench(tmp_path / "peer", "b", "--method", "IFCA")
+    other = bench(tmp_path / "other", "c", "--method", "IFCA")
+    digests = {r["seed"]: r["data_digest"] for r in dest["methods"]["FedAvg"]["runs"]}
+    assert len(set(digests.values())) == 2  # one per seed: each seed splits the images its own way
+    assert _merge.same_data(dest, other) is False
+
+    script = [sys.executable, str(Path(__file__).resolve().parents[2] / "benchmarks" / "federated_tools.py"), "merge"]
+    res = subprocess.run([*script, str(tmp_path / "dest"), str(tmp_path / "peer"), "--out", str(tmp_path / "joined")],
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    assert "the same data (their runs' data digests agree)" in res.stderr and str(tmp_path / "b") in res.stderr
+    joined = json.loads((tmp_path / "joined" / "results.json").read_text())
+    assert list(joined["methods"]) == ["FedAvg", "IFCA"] and joined["config"]["data_path"] == str(tmp_path / "a")
+
+    with pytest.raises(_merge.MergeError, match=r"read other data than the destination for seeds \[0, 1\]"):
+        _merge.merge_folders(tmp_path / "dest", [tmp_path / "other"], out=tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()
+    # the same path but other files behind it: refused as well
+    moved = json.loads(json.dumps(other))
+    moved["config"]["data_path"] = dest["config"]["data_path"]
+    with pytest.raises(_merge.MergeError, match="read other data"):
+        _merge.merge(json.loads(json.dumps(dest)), [moved])
+    # results older than the digest: two paths cannot be told apart, so they stay refused
+    older = json.loads(json.dumps(dest))
+    for run in older["methods"]["FedAvg"]["runs"]:
+        del run["data_digest"]
+    peer = json.loads((tmp_path / "peer" / "results.json").read_text())
+    assert _merge.same_data(older, peer) is None
+    with pytest.raises(_merge.MergeError, match="other settings.*data_path.*recorded its data's digest"):
+        _merge.merge(older, [peer])
 
 
 def test_the_per_client_profile_leaves_out_untested_clients_and_reads_seeds_of_other_sizes_at_the_same_ranks():

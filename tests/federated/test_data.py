@@ -445,6 +445,34 @@ def test_fashion_tiny_idx_round_trip(tmp_path):
         load_fashion_mnist(tmp_path, n_clients=10, samples_per_client=9)
 
 
+def test_digest_names_the_data_not_where_it_was_read_from(tmp_path):
+    import shutil
+
+    (tmp_path / "a").mkdir()
+    _tiny_fashion(tmp_path / "a")
+    shutil.copytree(tmp_path / "a", tmp_path / "b")
+    one = load_fashion_mnist(tmp_path / "a", n_clients=3, concentration=100.0, seed=1)
+    assert load_fashion_mnist(tmp_path / "b", n_clients=3, concentration=100.0, seed=1).digest() == one.digest()
+    assert re.fullmatch(r"[0-9a-f]{16}", one.digest())
+    # another seed, another split, another label, another client set: another digest
+    assert load_fashion_mnist(tmp_path / "a", n_clients=3, concentration=100.0, seed=2).digest() != one.digest()
+    assert load_fashion_mnist(tmp_path / "a", n_clients=3, seed=1).digest() != one.digest()
+    assert one.subset([0, 1]).digest() != one.digest() and one.subset([0, 1, 2]).digest() == one.digest()
+    client = one.clients[0]
+    y = client.y_test.clone()
+    y[0] = (y[0] + 1) % 10
+    relabelled = FederatedDataset(name="other name", clients=(ClientData(
+        client.x_train, client.y_train, client.x_val, client.y_val, client.x_test, y), *one.clients[1:]),
+        n_classes=10, input_shape=one.input_shape, client_ids=one.client_ids)
+    assert relabelled.digest() != one.digest()
+    renamed = FederatedDataset(name="other name", clients=one.clients, n_classes=10, input_shape=one.input_shape,
+                               client_ids=one.client_ids)
+    assert renamed.digest() == one.digest()  # the name is a label, not data
+    # the same data turned another way (rotated groups) is other data
+    turned = load_fashion_mnist(tmp_path / "b", n_clients=4, concentration=100.0, seed=1, rotations=2)
+    assert turned.digest() != load_fashion_mnist(tmp_path / "b", n_clients=4, concentration=100.0, seed=1).digest()
+
+
 def test_fashion_rotations_turn_each_group_of_clients_and_change_nothing_else(tmp_path):
     _tiny_fashion(tmp_path)
     plain = load_fashion_mnist(tmp_path, n_clients=8, concentration=100.0, seed=2)

@@ -22,7 +22,7 @@ from . import federated as fb
 from . import mean_std
 from ..federated import evaluation as ev
 from ..federated.methods import FederatedMethod
-from ._merge import FREE as MERGE_FREE, settings
+from ._merge import FREE as MERGE_FREE, align_data_path, settings
 
 __all__ = ["CompareError", "FREE", "add_groups_held", "compare", "groups_report", "paired_rows", "planted_groups",
            "recovered"]
@@ -61,6 +61,10 @@ def compare(results: dict, main: dict, name: str, *, or_most: bool = False) -> s
     if name not in results["methods"]:
         raise CompareError(f"the variant's folder has no method {name!r}; it has {sorted(results['methods'])}")
     mine, theirs = settings(results["config"], FREE), settings(main["config"], FREE)
+    try:
+        align_data_path(theirs, mine, main, results, "the variant's folder", "the main table")  # the same data from two paths
+    except ValueError as exc:
+        raise CompareError(str(exc)) from None
     if mine != theirs:
         diff = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         raise CompareError(f"the two folders were run with different settings ({', '.join(diff)}): not comparable")

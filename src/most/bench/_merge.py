@@ -9,7 +9,8 @@ from. Every join checks that the folders were run with the same settings first.
 * :func:`restrict` keeps only some methods of a results dict;
 * :func:`merge_folders` does both on folders and rewrites ``results.json``, ``table.md`` and
   the figures;
-* :func:`settings` is what two joined (or compared) runs must share.
+* :func:`settings` is what two joined (or compared) runs must share; :func:`same_data` and
+  :func:`align_data_path` let two folders that read the same data from two paths be joined.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ from . import write_results
 from ._curves import load_results, split_curves
 from . import federated as fb
 
-__all__ = ["FREE", "MergeError", "merge", "merge_folders", "rename", "restrict", "settings"]
+__all__ = ["FREE", "MergeError", "align_data_path", "merge", "merge_folders", "rename", "restrict", "same_data",
+           "settings"]
 
 #: Settings that may differ between the destination and a source (the per-method grids are
 #: recorded by a partial grid extension here, never by the benchmark).
@@ -46,6 +48,48 @@ def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
     if isinstance(fixed.get("protocol"), dict) and fixed["protocol"].get("device") is None:
         fixed["protocol"] = {**fixed["protocol"], "device": "cpu"}
     return fixed
+
+
+def same_data(a: dict, b: dict) -> bool | None:
+    """Whether two results dicts read the same data: ``True`` when every seed both have runs of
+    was read with one data digest on each side (``data_digest``, recorded with each run) and the
+    two agree, ``False`` when a shared seed's digests differ, ``None`` when no shared seed has
+    digests on both sides (results older than the digest, or no seed in common)."""
+    digests = [_digests(a), _digests(b)]
+    shared = sorted(digests[0].keys() & digests[1].keys())
+    if not shared:
+        return None
+    return all(len(digests[0][s] | digests[1][s]) == 1 for s in shared)
+
+
+def _digests(results: dict) -> dict[int, set[str]]:
+    out: dict[int, set[str]] = {}
+    for entry in results["methods"].values():
+        for run in entry["runs"]:
+            if run.get("data_digest") is not None:
+                out.setdefault(run["seed"], set()).add(run["data_digest"])
+    return out
+
+
+def align_data_path(fixed: dict, other: dict, dest: dict, src: dict, what: str,
+                    against: str = "the destination") -> str | None:
+    """Reads ``other``'s ``data_path`` (settings of ``src``) as ``fixed``'s (of ``dest``) where the
+    two differ but the runs' data digests agree on the seeds both ran (the same files in
+    two folders, or named one way and the other): returns a note saying so, else ``None``.
+    Raises :class:`ValueError` (the message names the seeds) where the digests of a shared
+    seed differ, whatever the paths: the two read other data."""
+    same = same_data(dest, src)
+    if same is False:
+        mine, theirs = _digests(dest), _digests(src)
+        seeds = sorted(s for s in mine.keys() & theirs.keys() if len(mine[s] | theirs[s]) > 1)
+        raise ValueError(f"{what} read other data than {against} for seeds {seeds} (their runs' data digests "
+                         "differ): joined runs must share their data; check the data path and the files in it.")
+    if same and other.get("data_path") != fixed.get("data_path"):
+        note = (f"note: {what} read its data from {other.get('data_path')!r}, {against} from "
+                f"{fixed.get('data_path')!r}: the same data (their runs' data digests agree)")
+        other["data_path"] = fixed.get("data_path")
+        return note
+    return None
 
 
 def merge(dest: dict, sources: list[dict]) -> list[str]:
@@ -72,6 +116,12 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
     for i, src in enumerate(sources):
         other = settings(src["config"])
         own_grids = fb.method_grids(src)  # a source's methods may have been tuned over grids of their own
+        try:
+            note = align_data_path(fixed, other, dest, src, f"source {i + 1}")
+        except ValueError as exc:
+            raise MergeError(str(exc)) from None
+        if note:
+            print(note, file=sys.stderr)
         if src.get("torch") != dest.get("torch"):
             print(f"note: source {i + 1} ran on torch {src.get('torch')}, the destination on {dest.get('torch')}",
                   file=sys.stderr)
@@ -91,7 +141,10 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         differ = sorted(k for k in fixed.keys() | other.keys() if fixed.get(k) != other.get(k))
         if differ:
             detail = "; ".join(f"{k}: {fixed.get(k)!r} vs {other.get(k)!r}" for k in differ)
-            raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).")
+            hint = (" Two data paths are read as one only where both ran a seed and recorded its data's digest "
+                    "and the digests agree (results written before the digest existed have none)."
+                    if "data_path" in differ else "")
+            raise MergeError(f"source {i + 1} was run with other settings than the destination ({detail}).{hint}")
         if set(src["methods"]) == set(dest["methods"]):  # more seeds of the same table
             if dest["config"].get("server_lrs_by_method") and own_grids != fb.method_grids(dest):
                 raise MergeError(f"source {i + 1} adds seeds, but the destination's methods were tuned over different "

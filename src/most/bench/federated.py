@@ -370,11 +370,12 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
     (``method.assigned``) is scored on it under both picks; where the data has planted groups,
     ``group_ari`` is the adjusted Rand index of the clients' models against them, and
     ``group_ari_plan`` that of the method's own last assignment (the groups it holds), where it
-    has one."""
+    has one. ``data_digest`` (:meth:`~most.federated.data.FederatedDataset.digest`) lets a join of
+    results check that its runs of a seed read the same data."""
     if isinstance(result, Exception):
         # a candidate of the search that diverged is recorded and never chosen
         nan = float("nan")
-        return {"seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds,
+        return {"seed": seed, "data_digest": data.digest(), "server_lr": eta, "extra": extra, "seconds": seconds,
                 "val_accuracy": -math.inf, "failed": str(result),
                 **{k: nan for k in _KEYS + _LOSS_PICK_KEYS + _POOLED_KEYS
                    + (_GROUP_KEYS if data.groups is not None else ())},
@@ -406,7 +407,8 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
     # the candidates of a method that assigns models are compared on the models it assigns
     val_mean = float((val.gather(1, result.choice[:, None]) if assigns else val.max(1).values).mean())
     return {
-        "seed": seed, "server_lr": eta, "extra": extra, "seconds": seconds, "val_accuracy": val_mean,
+        "seed": seed, "data_digest": data.digest(), "server_lr": eta, "extra": extra, "seconds": seconds,
+        "val_accuracy": val_mean,
         **{k: v for k, v in summary.items()},
         **{f"{k}_loss_pick": by_loss[k] for k in _KEYS[:5] + ("pooled",)},
         "choice_counts_loss_pick": by_loss["choice_counts"],

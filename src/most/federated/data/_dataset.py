@@ -3,6 +3,7 @@ the loaders share: argument checks, per-client train/val/test cuts and the Diric
 
 from __future__ import annotations
 
+import hashlib
 import math
 import warnings
 from dataclasses import dataclass
@@ -350,6 +351,25 @@ class FederatedDataset:
             client_ids=tuple(self.client_ids[i] for i in idx),
             groups=None if self.groups is None else tuple(self.groups[i] for i in idx),
         )
+
+    def digest(self) -> str:
+        """A short hex digest of the data: the clients' ids, every split's features and labels
+        (dtype, shape and bytes), ``n_classes`` and ``groups``; not ``name``, a label. Two data
+        sets with the same digest hold the same samples in the same order, however they were
+        loaded (e.g. the same files read from two folders); the benchmarks record it with each run
+        so that joining results can check their data. Computed once and kept (the data set is
+        immutable)."""
+        cached = self.__dict__.get("_digest")
+        if cached is None:
+            h = hashlib.sha256(repr((self.n_classes, self.input_shape, self.client_ids, self.groups)).encode())
+            for client in self.clients:
+                for split in _SPLITS:
+                    for t in (getattr(client, f"x_{split}"), getattr(client, f"y_{split}")):
+                        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
+                        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+            cached = h.hexdigest()[:16]
+            object.__setattr__(self, "_digest", cached)
+        return cached
 
     def __repr__(self) -> str:
         return (
