@@ -100,3 +100,12 @@ def test_assignment_heatmap_groups_objectives_by_largest_share_model(tmp_path):
     _close(unsorted)
     with pytest.raises(ValueError, match=r"shape \[n, m\]"):
         plots.assignment_heatmap(torch.ones(3))
+
+
+def test_measured_rows_leave_out_missing_values_and_read_seeds_of_other_sizes_at_the_same_ranks():
+    rows = plots.measured_rows([[0.5, float("nan"), 0.1, 0.9], [0.2, 0.4, 0.6, 0.8], [float("nan")] * 4])
+    assert len(rows) == 2 and all(len(r) == 4 for r in rows)
+    assert rows[1].tolist() == [0.2, 0.4, 0.6, 0.8]
+    # three values at the quantiles 1/6, 1/2, 5/6 read at 1/8, 3/8, 5/8, 7/8 (the ends held)
+    assert rows[0] == pytest.approx([0.1, 0.1 + 0.4 * 0.625, 0.5 + 0.4 * 0.375, 0.9])
+    assert plots.measured_rows([[float("nan")]]) == []

@@ -3,7 +3,8 @@
 * :func:`curves` -- a metric per round, one line per method, optional ± std bands;
   :func:`training_curves` is the same on a log scale.
 * :func:`profile` -- each method's per-objective values sorted worst to best, against the
-  objective's rank (a quantile, 0 .. 100 %); log scale where the values span decades.
+  objective's rank (a quantile, 0 .. 100 %); log scale where the values span decades;
+  :func:`measured_rows` leaves out objectives without a value first.
 * :func:`assignment_heatmap` -- the plan Gamma [n, m] as an image, objectives grouped by model.
 * :func:`grouped_bars` -- one group of bars per key, one bar per method, error bars over seeds.
 * :func:`per_objective_bars` -- per-objective values of several methods, sorted.
@@ -226,7 +227,27 @@ def _profile_data(v, name: str, higher_is_better: bool) -> np.ndarray:
     return a if higher_is_better else a[:, ::-1]
 
 
-def profile(values: Mapping[str, Sequence[float]], *, ylabel: str = "", title: str = "",
+def measured_rows(rows) -> list[np.ndarray]:
+    """Seeds' per-objective values for :func:`profile` without the objectives that have no value
+    (``NaN`` or ``None``: a client without a test sample has no accuracy), each row sorted. Where
+    the seeds then differ in their number of values, each is read at the ranks of the longest
+    as quantiles (linear interpolation of its sorted values), so that the profile averages them
+    rank by rank; rows left empty are dropped.
+
+    Examples:
+        >>> [r.tolist() for r in measured_rows([[0.5, None, 0.1, 0.3], [0.4, 0.2, 0.3]])]
+        [[0.1, 0.3, 0.5], [0.2, 0.3, 0.4]]
+    """
+    kept = [np.sort(a[np.isfinite(a)]) for a in (np.asarray(r, dtype=float) for r in rows)]
+    kept = [a for a in kept if a.size]
+    if not kept:
+        return []
+    n = max(a.size for a in kept)
+    ranks = (np.arange(n) + 0.5) / n
+    return [a if a.size == n else np.interp(ranks, (np.arange(a.size) + 0.5) / a.size, a) for a in kept]
+
+
+def profile(values: Mapping[str, Series | Sequence[Series]], *, ylabel: str = "", title: str = "",
             higher_is_better: bool = True, percent: bool = False, log: bool | None = None,
             max_decades: float = 1.5, xlabel: str = "objectives ranked worst → best (percentile)", path=None):
     """The sorted per-objective profile: each method's per-objective values sorted worst to best,

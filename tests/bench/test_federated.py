@@ -287,17 +287,6 @@ def test_a_merge_reads_two_data_paths_as_one_where_the_data_digests_agree(tmp_pa
         _merge.merge(older, [peer])
 
 
-def test_the_per_client_profile_leaves_out_untested_clients_and_reads_seeds_of_other_sizes_at_the_same_ranks():
-    from most.bench._federated_report import _tested
-
-    rows = _tested([[0.5, float("nan"), 0.1, 0.9], [0.2, 0.4, 0.6, 0.8], [float("nan")] * 4])
-    assert len(rows) == 2 and all(len(r) == 4 for r in rows)
-    assert rows[1].tolist() == [0.2, 0.4, 0.6, 0.8]
-    # three values at the quantiles 1/6, 1/2, 5/6 read at 1/8, 3/8, 5/8, 7/8 (the ends held)
-    assert rows[0] == pytest.approx([0.1, 0.1 + 0.4 * 0.625, 0.5 + 0.4 * 0.375, 0.9])
-    assert _tested([[float("nan")]]) == []
-
-
 def test_methods_run_later_merge_into_a_results_folder(tmp_path):
     """most.bench._merge, and its command line benchmarks/federated_tools.py merge run as a script."""
     import subprocess

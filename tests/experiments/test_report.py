@@ -297,6 +297,17 @@ def test_report_names_a_config_copied_from_another_group(results):
         report(results / "fed")
 
 
+def test_clients_without_a_test_sample_are_left_out_of_the_per_objective_figure(results):
+    # `most run` writes a client without a test sample (no accuracy) as null
+    path = results / "fed" / "runs" / "MosT" / "seed0" / "result.json"
+    result = json.loads(path.read_text())
+    result["per_objective"][2] = None
+    path.write_text(json.dumps(result))
+    files = plot(results / "fed", formats=("png",))
+    assert any(Path(f).name == "per_objective.png" for f in files)
+    assert "| MosT |" in report(results / "fed")
+
+
 @pytest.mark.parametrize("edit, message", [
     ({"status": "running"}, r"its status is 'running', not 'done'"),
     ({"per_objective": [1.0, 2.0]}, r"2 per-objective values for 8 objectives"),

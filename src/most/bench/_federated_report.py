@@ -184,20 +184,6 @@ def paired_cell(p: dict | None) -> str:
     return f"{100 * p['mean']:+.2f} [{100 * p['low']:+.2f}, {100 * p['high']:+.2f}]{mark}"
 
 
-def _tested(rows) -> list[np.ndarray]:
-    """Each seed's per-client test accuracies, sorted, without the clients that have no test
-    sample (``NaN``: no accuracy to draw). Where the seeds then differ in their number of
-    clients, each is read at the ranks of the longest as quantiles (linear interpolation of its
-    sorted values), so that the profile averages them rank by rank."""
-    kept = [np.sort(a[np.isfinite(a)]) for a in (np.asarray(r, dtype=float) for r in rows)]
-    kept = [a for a in kept if a.size]
-    if not kept:
-        return []
-    n = max(a.size for a in kept)
-    ranks = (np.arange(n) + 0.5) / n
-    return [a if a.size == n else np.interp(ranks, (np.arange(a.size) + 0.5) / a.size, a) for a in kept]
-
-
 def main_methods(names: list[str], k: int = 6) -> list[str]:
     """The at most ``k`` methods the per-client profile (``per_client.png``) and the Γ figure
     (``gamma.png``) draw, so that they stay readable: the main ones (``_MAIN``) first, then the
@@ -228,7 +214,7 @@ def draw_figures(results: dict, out: Path) -> list[str]:
         return []
     import matplotlib.pyplot as plt  # after `figures`, which sets the Agg backend
 
-    from ..plots import save_figure
+    from ..plots import measured_rows, save_figure
 
     written = []
     label = results["label"]
@@ -240,7 +226,8 @@ def draw_figures(results: dict, out: Path) -> list[str]:
 
     per_client: dict[str, Any] = {}  # [seeds, n] per method
     for n in main_methods(list(first)):
-        rows = _tested(r["per_client"] for r in methods[n]["runs"] if "failed" not in r and r.get("per_client"))
+        # clients without a test sample have no accuracy (NaN): left out
+        rows = measured_rows(r["per_client"] for r in methods[n]["runs"] if "failed" not in r and r.get("per_client"))
         if rows:
             per_client[n] = rows
     if per_client:

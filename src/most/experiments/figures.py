@@ -159,9 +159,10 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
         _save(fig, out / "val_accuracy", formats, written)
 
     # each seed's values, sorted apart by the profile: the mean k-th worst objective over seeds
-    per_obj = {g: [r["per_objective"] for _, _, r in rs] for g, rs in by_group.items()
-               if all(isinstance(r.get("per_objective"), list) for _, _, r in rs)
-               and len({len(r["per_objective"]) for _, _, r in rs}) == 1}
+    # (a client without a test sample has no value, None: left out by measured_rows)
+    per_obj = {g: plots.measured_rows(r["per_objective"] for _, _, r in rs) for g, rs in by_group.items()
+               if all(isinstance(r.get("per_objective"), list) for _, _, r in rs)}
+    per_obj = {g: rows for g, rows in per_obj.items() if rows}
     if per_obj and min(len(v[0]) for v in per_obj.values()) >= 3:
         metric = next(iter(by_group.values()))[0][2].get("per_objective_metric", "")
         accuracy = "accuracy" in metric  # in %, higher is better; else a loss
