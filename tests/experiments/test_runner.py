@@ -357,6 +357,24 @@ def test_two_objective_problem_gets_hypervolume_and_pareto_plot(tmp_path):
     assert "pareto.png" in {Path(f).name for f in plot(root, formats=("png",))}
 
 
+def test_a_federated_experiment_on_images_with_logistic_regression_runs_reports_and_plots(tmp_path):
+    """[model] name = "logistic_regression" on image data: the model flattens its samples (it
+    failed on the first batch before), and clients without a test sample (small clients, written
+    as null) are left out of the per-objective figure."""
+    from tests.federated.test_data import _tiny_fashion
+
+    (tmp_path / "fashion").mkdir()
+    _tiny_fashion(tmp_path / "fashion", n_train=300, n_test=60)
+    table = with_(FED, data={"name": "fashion_mnist", "path": str(tmp_path / "fashion"), "n_clients": 30,
+                             "samples_per_client": 8}, methods={"FedAvg": {"n_models": 2}})
+    root = run_experiment(parse_experiment(table, source=_toml(table)), tmp_path / "out", progress=False,
+                          echo=lambda s: None)
+    result = RunFolder(root / "runs" / "FedAvg" / "seed0").result()
+    assert len(result["per_objective"]) == 30 and None in result["per_objective"]
+    assert "| FedAvg |" in report(root)
+    assert "per_objective.png" in {Path(f).name for f in plot(root, formats=("png",))}
+
+
 def test_federated_run_report_and_interrupted_runs(tmp_path):
     exp = parse_experiment(FED, source=_toml(FED))
     root = run_experiment(exp, tmp_path, progress=False, echo=lambda s: None)

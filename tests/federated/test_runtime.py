@@ -431,6 +431,32 @@ def test_every_method_trains_on_synthetic_data(small):
         assert res.mean_accuracy > chance + 0.2, (type(method).__name__, res.mean_accuracy)
 
 
+def test_logistic_regression_on_images_flattens_them_and_keeps_the_one_matrix_path(small):
+    from most._modules import affine_shape
+
+    images = fl.FederatedDataset(
+        name="images", n_classes=10, input_shape=(1, 6, 10), client_ids=small.client_ids,
+        clients=tuple(fl.ClientData(*(t.reshape(-1, 1, 6, 10) if t.dim() == 2 else t for t in (
+            c.x_train, c.y_train, c.x_val, c.y_val, c.x_test, c.y_test))) for c in small.clients))
+    model = fl.logistic_regression(60, 10, input_shape=(1, 6, 10))
+    assert affine_shape(model.factory()) == (10, 60) and model.name == "logreg(1x6x10->10)"
+    flat = fl.logistic_regression(60, 10)
+    theta = flat.init(2, torch.Generator().manual_seed(0))
+    x = images.clients[0].x_train[:5]
+    assert torch.equal(model.batched_logits(theta, x, shared_inputs=True),
+                       flat.batched_logits(theta, x.reshape(5, 60), shared_inputs=True))
+    # the same run as on the flat features: the layout of the parameters is the same
+    cfg = fl.FederatedConfig(rounds=3, lr=0.05, seed=1, eval_every=0)
+    on_images = fl.run_federated(images, model, F.FedAvg(2), cfg)
+    assert on_images.mean_accuracy == fl.run_federated(small, flat, F.FedAvg(2), cfg).mean_accuracy
+    assert fl.logistic_regression(60, 10, input_shape=(60,)).factory().__class__ is torch.nn.Linear
+    with pytest.raises(ValueError, match=r"takes flat inputs of 60 features.*"
+                                         r"fl.logistic_regression\(60, 10, input_shape=\(1, 6, 10\)\), which flattens"):
+        fl.run_federated(images, flat, F.FedAvg(2), cfg)  # the model for flat features: the fix is named
+    with pytest.raises(ValueError, match=r"`input_shape` \(1, 28, 28\) holds 784 values, but `dim` is 60"):
+        fl.logistic_regression(60, 10, input_shape=(1, 28, 28))
+
+
 def test_bad_input(small):
     model = fl.logistic_regression(60, 10)
     with pytest.raises(ValueError, match="at least as many clients"):

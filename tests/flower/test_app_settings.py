@@ -50,6 +50,16 @@ def test_fashion_mnist_matches_its_table_entry():
     assert (data.input_shape, data.n_classes) == SAMPLES["fashion_mnist"] and data.n_clients == 4
 
 
+def test_fashion_mnist_with_logistic_regression_takes_its_images(tmp_path):
+    from tests.federated.test_data import _tiny_fashion
+
+    _tiny_fashion(tmp_path, n_train=200, n_test=40)
+    settings = _settings(dataset="fashion_mnist", data_path=str(tmp_path), num_clients=4, samples_per_client=30)
+    data = settings.data()
+    _, model, _ = settings.build()
+    assert model.template_logits(data.clients[0].x_train[:3]).shape == (3, 10)  # flattened by the model
+
+
 def test_unknown_names_and_a_cnn_on_vectors_are_refused_with_the_choices():
     with pytest.raises(ValueError, match=r"Unknown dataset 'femnst' \(did you mean 'femnist'\?\)"):
         _settings(dataset="femnst")

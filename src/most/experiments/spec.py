@@ -528,7 +528,7 @@ def _model_sizes(model_fn, data, args: dict) -> dict:
     """The model's input and output sizes, from the data unless the table sets them."""
     import math
 
-    sizes = {"dim": math.prod(data.input_shape), "n_classes": data.n_classes}
+    sizes = {"dim": math.prod(data.input_shape), "n_classes": data.n_classes, "input_shape": data.input_shape}
     if len(data.input_shape) == 3:  # images: (channels, side, side)
         sizes.update(in_channels=data.input_shape[0], side=data.input_shape[1])
     params = inspect.signature(model_fn).parameters

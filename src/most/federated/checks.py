@@ -9,7 +9,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from .._validation import public_path
 from .data import FederatedDataset
@@ -137,8 +137,9 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
     x = _check_batch(dataset, batch_size)
     shape, size = dataset.input_shape, math.prod(dataset.input_shape)
     batch = f"a batch of {len(x)} training sample{'s' if len(x) > 1 else ''} of shape {shape}, as training batches them"
-    fix = (f"Build the model for the data (input size {size}, {dataset.n_classes} classes, "
-           f"e.g. fl.logistic_regression({size}, {dataset.n_classes}) for flat features); in "
+    example = (f"fl.logistic_regression({size}, {dataset.n_classes})" if len(shape) <= 1 else
+               f"fl.logistic_regression({size}, {dataset.n_classes}, input_shape={shape}), which flattens each sample")
+    fix = (f"Build the model for the data (input size {size}, {dataset.n_classes} classes, e.g. {example}); in "
            "an experiment file, leave the model's sizes (`dim`, `n_classes`, ...) out of [model]: they are taken "
            "from the data.")
     try:
@@ -147,6 +148,13 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
         reason = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
         reason = f"{type(exc).__name__}: {reason}"
         expects = model.input_mismatch(shape)
+        first = next((m for m in model.factory().modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))),
+                     None)
+        if len(shape) > 1 and isinstance(first, nn.Linear) and first.in_features == size:
+            raise ValueError(f"The model {model.name} takes flat inputs of {size} features, but the data "
+                             f"{dataset.name!r} has samples of shape {shape}: on {batch} it fails with {reason}. "
+                             f"Flatten each sample first: use {example}, or start the module with nn.Flatten()."
+                             ) from exc
         if expects is not None:
             raise ValueError(f"The model {model.name} expects {expects}, but the data {dataset.name!r} has samples of "
                              f"shape {shape} ({size} values): on {batch} it fails with {reason}. " + fix) from exc

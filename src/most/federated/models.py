@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Callable, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -204,8 +204,24 @@ class _Affine(torch.autograd.Function):
         return grad_theta, grad_x, None, None
 
 
-def logistic_regression(dim: int, n_classes: int) -> FlatModel:
-    """Multinomial logistic regression ``x -> W x + b``."""
+def logistic_regression(dim: int, n_classes: int, *, input_shape: Sequence[int] | None = None) -> FlatModel:
+    """Multinomial logistic regression ``x -> W x + b``.
+
+    ``input_shape``: the shape of one sample, for samples of more than one dimension (images
+    ``(1, 28, 28)``, with ``dim = 784``): each is flattened first (``nn.Flatten`` then
+    ``nn.Linear``, whose parameters are then named ``1.weight`` and ``1.bias``). Flat features
+    need nothing (``nn.Linear`` alone).
+
+    >>> logistic_regression(784, 10, input_shape=(1, 28, 28)).template_logits(torch.zeros(5, 1, 28, 28)).shape
+    torch.Size([5, 10])
+    """
+    shape = None if input_shape is None else tuple(int(v) for v in input_shape)
+    if shape is not None and math.prod(shape) != dim:
+        raise ValueError(f"`input_shape` {shape} holds {math.prod(shape)} values, but `dim` is {dim}; "
+                         "they must agree (or leave `input_shape` out for flat features).")
+    if shape is not None and len(shape) > 1:
+        return FlatModel(lambda: nn.Sequential(nn.Flatten(), nn.Linear(dim, n_classes)),
+                         name=f"logreg({'x'.join(map(str, shape))}->{n_classes})")
     return FlatModel(lambda: nn.Linear(dim, n_classes), name=f"logreg({dim}->{n_classes})")
 
 

@@ -156,7 +156,7 @@ class AppSettings:
                 raise ValueError(f"model = 'cnn' takes images; the {self.dataset} data set has samples of shape "
                                  f"{shape}: use model = 'logistic_regression'.")
             return registry.models()["cnn"](n_classes, in_channels=shape[0], side=shape[1])
-        return registry.models()["logistic_regression"](math.prod(shape), n_classes)
+        return registry.models()["logistic_regression"](math.prod(shape), n_classes, input_shape=shape)
 
     def data(self) -> FederatedDataset:
         """The federation's data, the same on every node (from ``data_seed``); a FEMNIST folder
