@@ -40,6 +40,15 @@ def test_a_model_for_another_input_size_is_refused_naming_both_sizes(data):
         fl.check_inputs(data, fl.logistic_regression(7, 3), FedAvg(n_models=1), CFG)
 
 
+def test_images_without_a_channel_dimension_are_refused_naming_the_fix(data):
+    images = fl.FederatedDataset.from_clients(
+        [fl.ClientData(torch.rand(6, 28, 28), torch.arange(6) % 3, torch.rand(2, 28, 28), torch.arange(2),
+                       torch.rand(2, 28, 28), torch.arange(2)) for _ in range(3)], name="images", n_classes=3)
+    with pytest.raises(ValueError, match=r"takes samples with a channel dimension first \(1 channel\(s\), then 2 "
+                                         r"spatial\).*shape \(28, 28\), without one.*x\[:, None\]"):
+        fl.run_federated(images, fl.cnn(3, channels=(2, 2)), FedAvg(n_models=1), CFG)
+
+
 def test_a_cnn_on_flat_features_is_refused_naming_model_and_data_shapes(data):
     with pytest.raises(ValueError, match=r"cnn.*channel.*shape \(5,\).*conv2d"):
         fl.run_federated(data, fl.cnn(3, channels=(2, 2)), FedAvg(n_models=1), CFG)

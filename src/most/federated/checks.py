@@ -150,6 +150,12 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
         expects = model.input_mismatch(shape)
         first = next((m for m in model.factory().modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))),
                      None)
+        if isinstance(first, nn.modules.conv._ConvNd) and len(shape) == len(first.kernel_size):
+            raise ValueError(f"The model {model.name} takes samples with a channel dimension first ({first.in_channels} "
+                             f"channel(s), then {len(shape)} spatial), but the data {dataset.name!r} has samples of "
+                             f"shape {shape}, without one: on {batch} it fails with {reason}. Give the features a "
+                             f"channel dimension (e.g. x[:, None] for an array of [N, {', '.join(map(str, shape))}] "
+                             "images), or add it at the start of the module's forward.") from exc
         if len(shape) > 1 and isinstance(first, nn.Linear) and first.in_features == size:
             raise ValueError(f"The model {model.name} takes flat inputs of {size} features, but the data "
                              f"{dataset.name!r} has samples of shape {shape}: on {batch} it fails with {reason}. "
