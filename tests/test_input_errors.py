@@ -236,6 +236,16 @@ def test_module_instance_instead_of_factory_is_refused():
         most.Problem.from_module(nn.Linear(3, 1), [lambda f: f(_X).mean()])
 
 
+def test_numpy_datasets_are_refused_naming_the_conversion():
+    datasets = [(np.zeros((4, 3)), np.zeros(4)), (np.ones((5, 3)), np.ones(5))]
+    with pytest.raises(TypeError, match=r"dataset 0 must be a tuple of tensors.*holding ndarray, ndarray\. Convert "
+                                        r"arrays to tensors first.*torch\.as_tensor\(x, dtype=torch\.float32\)"):
+        most.Problem.from_datasets(lambda: nn.Linear(3, 1), datasets,
+                                   lambda out, y: (out.squeeze(-1) - y) ** 2)
+    with pytest.raises(TypeError, match=r"holding list\.$"):  # no arrays: no word on converting them
+        most.Problem.from_datasets(lambda: nn.Linear(3, 1), [([1.0],)], lambda out, y: out)
+
+
 def test_single_objective_instead_of_a_list_is_refused():
     with pytest.raises(TypeError, match="sequence of callables"):
         most.Problem.from_module(lambda: nn.Linear(3, 1), lambda f: f(_X).mean())

@@ -311,10 +311,14 @@ def _dataset(d, what: str) -> tuple[Tensor, ...]:
     if isinstance(d, Tensor):
         d = (d,)
     if not isinstance(d, (tuple, list)) or not d or not all(isinstance(t, Tensor) for t in d):
+        parts = d if isinstance(d, (tuple, list)) else (d,)
+        arrays = any(type(t).__module__.split(".")[0] in ("numpy", "pandas") for t in parts)
         raise TypeError(
             f"{what} must be a tuple of tensors (inputs, targets) with one row per sample; got "
             f"{type(d).__name__}" + (" holding " + ", ".join(type(t).__name__ for t in d) if isinstance(d, (tuple, list)) else "")
-            + "."
+            + "." + (" Convert arrays to tensors first, in the dtype the model takes, e.g. "
+                     "(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y)) (NumPy's floats are float64; "
+                     "a module's parameters are float32 unless made otherwise)." if arrays else "")
         )
     lengths = {int(t.shape[0]) if t.ndim else -1 for t in d}
     if -1 in lengths:
