@@ -44,9 +44,14 @@ def test_images_without_a_channel_dimension_are_refused_naming_the_fix(data):
     images = fl.FederatedDataset.from_clients(
         [fl.ClientData(torch.rand(6, 28, 28), torch.arange(6) % 3, torch.rand(2, 28, 28), torch.arange(2),
                        torch.rand(2, 28, 28), torch.arange(2)) for _ in range(3)], name="images", n_classes=3)
-    with pytest.raises(ValueError, match=r"takes samples with a channel dimension first \(1 channel\(s\), then 2 "
-                                         r"spatial\).*shape \(28, 28\), without one.*x\[:, None\]"):
+    with pytest.raises(ValueError, match=r"takes samples with a channel dimension first \(it runs on samples of "
+                                         r"shape \(1, 28, 28\)\).*shape \(28, 28\), without one.*x\[:, None\]"):
         fl.run_federated(images, fl.cnn(3, channels=(2, 2)), FedAvg(n_models=1), CFG)
+    # a model that flattens its samples and fails for another reason is not told to flatten them
+    double = fl.FlatModel(lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 3)).double())
+    with pytest.raises(ValueError, match=r"float64 parameters") as err:
+        fl.run_federated(images, double, FedAvg(n_models=1), CFG)
+    assert "Flatten each sample" not in str(err.value)
 
 
 def test_a_cnn_on_flat_features_is_refused_naming_model_and_data_shapes(data):

@@ -9,7 +9,7 @@ import warnings
 from typing import TYPE_CHECKING
 
 import torch
-from torch import Tensor, nn
+from torch import Tensor
 
 from .._validation import public_path
 from .data import FederatedDataset
@@ -148,19 +148,18 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
         reason = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
         reason = f"{type(exc).__name__}: {reason}"
         expects = model.input_mismatch(shape)
-        first = next((m for m in model.factory().modules() if isinstance(m, (nn.Linear, nn.modules.conv._ConvNd))),
-                     None)
-        if isinstance(first, nn.modules.conv._ConvNd) and len(shape) == len(first.kernel_size):
-            raise ValueError(f"The model {model.name} takes samples with a channel dimension first ({first.in_channels} "
-                             f"channel(s), then {len(shape)} spatial), but the data {dataset.name!r} has samples of "
-                             f"shape {shape}, without one: on {batch} it fails with {reason}. Give the features a "
-                             f"channel dimension (e.g. x[:, None] for an array of [N, {', '.join(map(str, shape))}] "
-                             "images), or add it at the start of the module's forward.") from exc
-        if len(shape) > 1 and isinstance(first, nn.Linear) and first.in_features == size:
+        # two common mismatches, each diagnosed by running the model on the samples made as it takes them
+        if len(shape) > 1 and _runs_on(model, x.flatten(1)):
             raise ValueError(f"The model {model.name} takes flat inputs of {size} features, but the data "
                              f"{dataset.name!r} has samples of shape {shape}: on {batch} it fails with {reason}. "
                              f"Flatten each sample first: use {example}, or start the module with nn.Flatten()."
                              ) from exc
+        if len(shape) > 1 and _runs_on(model, x[:, None]):
+            raise ValueError(f"The model {model.name} takes samples with a channel dimension first (it runs on samples "
+                             f"of shape {(1, *shape)}), but the data {dataset.name!r} has samples of shape {shape}, "
+                             f"without one: on {batch} it fails with {reason}. Give the features a channel dimension "
+                             f"(e.g. x[:, None] for an array of [N, {', '.join(map(str, shape))}] images), or add it "
+                             "at the start of the module's forward.") from exc
         if expects is not None:
             raise ValueError(f"The model {model.name} expects {expects}, but the data {dataset.name!r} has samples of "
                              f"shape {shape} ({size} values): on {batch} it fails with {reason}. " + fix) from exc
@@ -184,6 +183,15 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
         raise ValueError(f"The model {model.name} has {out.shape[1]} outputs, but {dataset.name!r} has "
                          f"{dataset.n_classes} classes (labels 0 .. {dataset.n_classes - 1}); it needs one output per "
                          "class. " + fix)
+
+
+def _runs_on(model: FlatModel, x: Tensor) -> bool:
+    """Whether ``model`` gives one row of logits per sample of ``x``."""
+    try:
+        out = model.template_logits(x)
+    except Exception:  # noqa: BLE001 (a diagnosis: any error means no)
+        return False
+    return out.ndim == 2 and out.shape[0] == len(x)
 
 
 def _warn_if_most_never_leaves_its_warmup(method, config: FederatedConfig) -> None:
