@@ -55,11 +55,15 @@ def same_data(a: dict, b: dict) -> bool | None:
     was read with one data digest on each side (``data_digest``, recorded with each run) and the
     two agree, ``False`` when a shared seed's digests differ, ``None`` when no shared seed has
     digests on both sides (results older than the digest, or no seed in common)."""
-    digests = [_digests(a), _digests(b)]
-    shared = sorted(digests[0].keys() & digests[1].keys())
-    if not shared:
-        return None
-    return all(len(digests[0][s] | digests[1][s]) == 1 for s in shared)
+    shared, differing = _compare_digests(a, b)
+    return None if not shared else not differing
+
+
+def _compare_digests(a: dict, b: dict) -> tuple[list[int], list[int]]:
+    """The seeds both results have digests for, and those of them whose digests differ."""
+    mine, theirs = _digests(a), _digests(b)
+    shared = sorted(mine.keys() & theirs.keys())
+    return shared, [s for s in shared if len(mine[s] | theirs[s]) > 1]
 
 
 def _digests(results: dict) -> dict[int, set[str]]:
@@ -78,13 +82,11 @@ def align_data_path(fixed: dict, other: dict, dest: dict, src: dict, what: str,
     two folders, or named one way and the other): returns a note saying so, else ``None``.
     Raises :class:`ValueError` (the message names the seeds) where the digests of a shared
     seed differ, whatever the paths: the two read other data."""
-    same = same_data(dest, src)
-    if same is False:
-        mine, theirs = _digests(dest), _digests(src)
-        seeds = sorted(s for s in mine.keys() & theirs.keys() if len(mine[s] | theirs[s]) > 1)
-        raise ValueError(f"{what} read other data than {against} for seeds {seeds} (their runs' data digests "
+    shared, differing = _compare_digests(dest, src)
+    if differing:
+        raise ValueError(f"{what} read other data than {against} for seeds {differing} (their runs' data digests "
                          "differ): joined runs must share their data; check the data path and the files in it.")
-    if same and other.get("data_path") != fixed.get("data_path"):
+    if shared and other.get("data_path") != fixed.get("data_path"):
         note = (f"note: {what} read its data from {other.get('data_path')!r}, {against} from "
                 f"{fixed.get('data_path')!r}: the same data (their runs' data digests agree)")
         other["data_path"] = fixed.get("data_path")
