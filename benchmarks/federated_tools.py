@@ -11,6 +11,8 @@ Run from the repository root as ``python benchmarks/federated_tools.py COMMAND .
   against the planted groups) to a folder written before the bench recorded it;
 * ``merge DEST SOURCE ...`` -- adds methods, seeds or server steps run separately to a results
   folder (:data:`MERGE_DOC`);
+* ``rescore FOLDER --pick RULE --out DIR`` -- a table made with ``--keep-matrices`` scored under
+  another pick rule, no run made again (:mod:`most.bench._rescore`);
 * ``capacity ...`` and ``pick-rule ...`` -- two probes of the federated tables' protocol
   (:data:`PROBES_DOC`);
 * ``peers-time [--quick]`` -- the time of a run of each clustered-FL and personalisation peer
@@ -44,6 +46,7 @@ from most.bench._compare import CompareError, add_groups_held, compare, groups_r
 from most.bench import write_results
 from most.bench._curves import load_results, split_curves
 from most.bench._merge import MergeError, merge_folders
+from most.bench._rescore import PICK_RULES, RescoreError, rescore_folder
 from most.bench.federated import METHODS, FederatedBenchConfig, _data
 from most.federated import FederatedConfig, run_federated
 from most.federated import methods as F
@@ -317,6 +320,26 @@ def merge_main(argv: list[str]) -> int:
     except MergeError as exc:
         sys.exit(f"error: {exc}")
     print(f"added {', '.join(added)} to {args.out or args.dest}", file=sys.stderr)
+    return 0
+
+
+def rescore_main(argv: list[str]) -> int:
+    """``rescore FOLDER --pick RULE --out DIR``: a table scored under another pick rule."""
+    parser = argparse.ArgumentParser(prog="federated_tools.py rescore",
+                                     description="Scores a federated table made with `most bench federated "
+                                                 "--keep-matrices` under another pick rule, from its runs' "
+                                                 "per-client, per-model matrices (no run is made again).")
+    parser.add_argument("folder", type=Path, help="results folder of a `most bench federated --keep-matrices` call")
+    parser.add_argument("--pick", required=True, choices=list(PICK_RULES),
+                        help="; ".join(f"{name}: {what}" for name, (_, what) in PICK_RULES.items()))
+    parser.add_argument("--out", type=Path, required=True, help="folder for the rescored results, table and figures")
+    args = parser.parse_args(argv)
+    try:
+        results = rescore_folder(args.folder, args.out, args.pick)
+    except RescoreError as exc:
+        sys.exit(f"error: {exc}")
+    print(fb.table_markdown(results))
+    print(f"\nWrote {args.out}/results.json, table.md and the figures (pick rule {args.pick!r}).", file=sys.stderr)
     return 0
 
 
@@ -605,7 +628,8 @@ def peers_time(argv: list[str]) -> int:
     return 0
 
 
-COMMANDS = {"compare": compare_main, "groups": groups_main, "held": held_main, "merge": merge_main, "capacity": capacity,
+COMMANDS = {"compare": compare_main, "groups": groups_main, "held": held_main, "merge": merge_main,
+            "rescore": rescore_main, "capacity": capacity,
             "pick-rule": pick_rule, "peers-time": peers_time}
 
 

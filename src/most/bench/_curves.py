@@ -3,7 +3,9 @@
 ``results.json`` holds what the tables and comparisons read: the settings, each run's scalars,
 its per-client accuracies and its final assignment, the summaries over seeds and the paired
 intervals. ``curves.json`` holds the per-round series that only the figures draw (validation and
-loss curves, Γ sparsity and drift, every round's assignment); it is about ten times larger, and
+loss curves, Γ sparsity and drift, every round's assignment) and, where the table was made with
+``--keep-matrices``, each run's per-client, per-model ``matrices`` that :mod:`most.bench._rescore`
+scores again under another pick rule; it is about ten times larger, and
 a results folder kept in version control can leave it out and redraw the figures by running its
 command again. :func:`load_results` joins the two where ``curves.json`` is present.
 """
@@ -13,8 +15,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-#: per-run series that only the figures draw; ``plans`` keeps its last round in ``results.json``
-CURVES = ("val_curve", "loss_curve", "sparsity", "drift", "plans")
+#: per-run series that only the figures draw (``plans`` keeps its last round in ``results.json``),
+#: and the per-client, per-model matrices a table made with ``--keep-matrices`` keeps
+CURVES = ("val_curve", "loss_curve", "sparsity", "drift", "plans", "matrices")
 
 
 def split_curves(results: dict) -> tuple[dict, dict]:

@@ -110,7 +110,15 @@ def table_markdown(results: dict) -> str:
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     picks = results.get("picks") or {}
     other = {name: pick for name, pick in picks.items() if name in results["methods"] and pick != _VALIDATION_PICK}
-    if other:
+    rule = results.get("pick_rule", "validation")
+    if rule != "validation":  # scored again from the runs' matrices (most.bench._rescore)
+        from ._rescore import PICK_RULES
+
+        lines += ["", f"Scored again under the pick rule {rule!r} (`federated_tools.py rescore`): each client takes "
+                  f"{PICK_RULES[rule][1]}" + (", except: " if other else ".")
+                  + "; ".join(f"{name}, {pick}" for name, pick in other.items()) + ("." if other else "")
+                  + " The server steps are those chosen on validation accuracy."]
+    elif other:
         lines += ["", "Each client is scored on its best model on validation, except: "
                   + "; ".join(f"{name}, {pick}" for name, pick in other.items()) + "."]
     if groups:

@@ -205,6 +205,10 @@ class FederatedBenchConfig(SuiteConfig):
             0, 90, 180, 270 degrees (:func:`~most.federated.data.load_fashion_mnist`), a known
             cluster structure on top of the label skew; 1 (default) turns nothing.
         data_path: FEMNIST / Fashion-MNIST directory (default: their environment variables).
+        keep_matrices: also keep, for every run, each client's validation and test accuracy and
+            selection loss on every model (``matrices``, in ``curves.json``), so that the table
+            can be scored again under another pick rule without running it again
+            (:func:`most.bench._rescore.rescore`; ``federated_tools.py rescore``).
         out: folder for results.json, table.md and the figures.
     """
 
@@ -223,6 +227,7 @@ class FederatedBenchConfig(SuiteConfig):
     label_groups: tuple[int, ...] = ()
     concentration: float = 0.3
     data_path: Path | None = None
+    keep_matrices: bool = False
     out: Path = Path("bench_out/federated")
     progress: bool = True
 
@@ -268,13 +273,16 @@ class FederatedBenchConfig(SuiteConfig):
                              "(use --dataset fashion, or leave rotations at 1).")
         if not self.server_lrs or min(self.server_lrs) <= 0:
             raise ValueError(f"`server_lrs` must be positive numbers; got {self.server_lrs}.")
+        if not isinstance(self.keep_matrices, bool):
+            raise ValueError(f"`keep_matrices` must be True or False; got {self.keep_matrices!r}.")
 
     def plain(self) -> dict:
-        """As :meth:`SuiteConfig.plain`; ``rotation_groups``, ``label_groups`` and ``concentration``
-        only when given, so that results and run folders written before the settings existed
-        keep the same settings."""
+        """As :meth:`SuiteConfig.plain`; ``rotation_groups``, ``label_groups``, ``concentration``
+        and ``keep_matrices`` only when given, so that results and run folders written before the
+        settings existed keep the same settings."""
         out = super().plain()
-        for key, default in (("rotation_groups", []), ("label_groups", []), ("concentration", 0.3)):
+        for key, default in (("rotation_groups", []), ("label_groups", []), ("concentration", 0.3),
+                             ("keep_matrices", False)):
             if out[key] == default or out[key] == ():
                 del out[key]
         return out
@@ -335,7 +343,7 @@ def _run_one(config, data, model, method_name, seed, eta, extra):
         if "diverged" not in str(exc):
             raise
         result = exc
-    return _record(data, result, seed, eta, extra, time.perf_counter() - tic, method)
+    return _record(data, result, seed, eta, extra, time.perf_counter() - tic, method, keep=config.keep_matrices)
 
 
 def _method(config, name, eta, extra, data):
@@ -360,18 +368,19 @@ def _run_batch(config, data, model, tasks: list[tuple]) -> list[dict]:
     for (seed, _, eta, extra), (method, _), result in zip(tasks, runs, results):
         if isinstance(result, ValueError) and "diverged" not in str(result):
             raise result
-        out.append(_record(data, result, seed, eta, extra, seconds, method))
+        out.append(_record(data, result, seed, eta, extra, seconds, method, keep=config.keep_matrices))
     return out
 
 
-def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
+def _record(data, result, seed, eta, extra, seconds, method=None, *, keep: bool = False) -> dict:
     """A run's entry in the results: its summary, or, for a run whose training diverged, a
     failed candidate that is never chosen. A method that assigns each client its model
     (``method.assigned``) is scored on it under both picks; where the data has planted groups,
     ``group_ari`` is the adjusted Rand index of the clients' models against them, and
     ``group_ari_plan`` that of the method's own last assignment (the groups it holds), where it
     has one. ``data_digest`` (:meth:`~most.federated.data.FederatedDataset.digest`) lets a join of
-    results check that its runs of a seed read the same data."""
+    results check that its runs of a seed read the same data. With ``keep`` a run also records
+    ``matrices`` (:func:`_matrices`), from which another pick rule can score it again."""
     if isinstance(result, Exception):
         # a candidate of the search that diverged is recorded and never chosen
         nan = float("nan")
@@ -425,7 +434,22 @@ def _record(data, result, seed, eta, extra, seconds, method=None) -> dict:
         "drift": [ev.gamma_drift(a, b, skip_empty=True) for a, b in zip(plans[:-1], plans[1:])],
         "plans": [p.argmax(1).tolist() for p in plans],  # each client's largest-share model per round
         "timing": result.timings(),
+        **({"matrices": _matrices(data, result, assigns)} if keep else {}),
     }
+
+
+def _matrices(data, result, assigned: bool) -> dict:
+    """What a pick rule needs to score a run again (:mod:`most.bench._rescore`): each client's
+    ``val_accuracy``, ``test_accuracy`` and ``selection_loss`` (its training and validation data
+    pooled; ``None`` where the engine did not measure it) on every model (``[n, m]``; one column
+    for a mixture, NaN where a client has no sample of the split), its ``choice``, ``assigned``
+    (the method gives each client its model, so no rule re-picks), each client's number of
+    ``test_sizes`` and the planted ``groups`` (``None`` where the data has none)."""
+    loss = result.selection_loss
+    return {"val_accuracy": result.val_accuracy.tolist(), "test_accuracy": result.test_accuracy.tolist(),
+            "selection_loss": None if loss is None else loss.tolist(), "choice": result.choice.tolist(),
+            "assigned": bool(assigned), "test_sizes": [len(c.y_test) for c in data.clients],
+            "groups": None if data.groups is None else list(data.groups)}
 
 
 def _last_plan_owner(history, n: int) -> torch.Tensor | None:

@@ -247,6 +247,10 @@ def bench_federated(
                                         "100: nearly every class on every client)."),
     samples_per_client: int = typer.Option(100, min=1, help="Fashion-MNIST: the clients' average number of samples."),
     loss_samples: int = typer.Option(None, help="Training samples per client for the round-start losses."),
+    keep_matrices: bool = typer.Option(False, "--keep-matrices", help="Also keep each run's per-client, per-model "
+                                       "validation and test accuracies and selection losses (in OUT/curves.json), "
+                                       "so that `benchmarks/federated_tools.py rescore` can score the table under "
+                                       "another pick rule without running it again."),
     out: Path = typer.Option(Path("bench_out/federated"), help="Folder for results.json, table.md, figures."),
     threads: _Threads = 1, list_methods: _ListMethods = False, quiet: _Quiet = False,
     resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
@@ -295,5 +299,5 @@ def bench_federated(
         server_lrs=tuple(server_lrs), data_path=data_path, model=model,
         cnn_channels=cast(tuple[int, int], tuple(cnn_channels)), rotations=rotations,
         rotation_groups=tuple(rotation_groups), label_groups=tuple(label_groups), concentration=concentration,
-        samples_per_client=samples_per_client,
+        samples_per_client=samples_per_client, keep_matrices=keep_matrices,
         out=out, progress=not quiet), resume=resume, restart=restart, jobs=jobs, batch=batch)
