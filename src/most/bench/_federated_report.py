@@ -33,6 +33,13 @@ POOLED_KEYS = ("pooled", "pooled_loss_pick")
 GROUP_KEYS = ("group_ari", "group_ari_loss_pick", "group_ari_plan")
 #: the pick of the methods that leave it to validation (FederatedMethod.pick)
 _VALIDATION_PICK = F.FederatedMethod.pick
+#: what the table says of each pick rule a table can be scored under (:mod:`most.bench._rescore`)
+PICK_RULE_WORDS = {
+    "validation": "its most accurate model on validation (the first of equally accurate ones: the paper's protocol)",
+    "validation-then-loss": "its most accurate model on validation, equally accurate ones told apart by the lowest "
+                            "loss on its training and validation data pooled",
+    "loss": "its model with the lowest loss on its training and validation data pooled",
+}
 
 
 def add_summaries(results: dict) -> None:
@@ -112,10 +119,8 @@ def table_markdown(results: dict) -> str:
     other = {name: pick for name, pick in picks.items() if name in results["methods"] and pick != _VALIDATION_PICK}
     rule = results.get("pick_rule", "validation")
     if rule != "validation":  # scored again from the runs' matrices (most.bench._rescore)
-        from ._rescore import PICK_RULES
-
         lines += ["", f"Scored again under the pick rule {rule!r} (`federated_tools.py rescore`): each client takes "
-                  f"{PICK_RULES[rule][1]}" + (", except: " if other else ".")
+                  f"{PICK_RULE_WORDS[rule]}" + (", except: " if other else ".")
                   + "; ".join(f"{name}, {pick}" for name, pick in other.items()) + ("." if other else "")
                   + " The server steps are those chosen on validation accuracy."]
     elif other:

@@ -23,7 +23,7 @@ from typing import Callable
 import numpy as np
 
 from ..federated import evaluation as ev
-from ._federated_report import add_summaries
+from ._federated_report import PICK_RULE_WORDS, add_summaries
 
 __all__ = ["PICK_RULES", "RescoreError", "rescore", "rescore_folder", "repick"]
 
@@ -43,13 +43,8 @@ def _loss(val, loss):
 #: name -> (rule, what the table says of it): ``rule(val_accuracy, selection_loss) -> [n]``
 #: indices, with a client's missing validation accuracy given as -1 and its missing loss as NaN
 PICK_RULES: dict[str, tuple[Callable, str]] = {
-    "validation": (_validation, "its most accurate model on validation (the first of equally accurate ones: "
-                                "the paper's protocol)"),
-    "validation-then-loss": (_validation_then_loss, "its most accurate model on validation, equally accurate ones "
-                                                    "told apart by the lowest loss on its training and validation "
-                                                    "data pooled"),
-    "loss": (_loss, "its model with the lowest loss on its training and validation data pooled"),
-}
+    name: (rule, PICK_RULE_WORDS[name])
+    for name, rule in (("validation", _validation), ("validation-then-loss", _validation_then_loss), ("loss", _loss))}
 
 
 class RescoreError(ValueError):
