@@ -457,6 +457,37 @@ def test_logistic_regression_on_images_flattens_them_and_keeps_the_one_matrix_pa
         fl.logistic_regression(60, 10, input_shape=(1, 28, 28))
 
 
+def test_frozen_parameters_are_the_templates_never_trained_nor_sent(small):
+    """A frozen part (requires_grad=False) stays out of the flat vector: every model uses the
+    template's values, training leaves them as they are, and to_module gives them back."""
+    from torch import nn
+
+    def net():  # the frozen layer is drawn at random: each call of the factory gives other values
+        module = nn.Sequential(nn.Linear(60, 16), nn.ReLU(), nn.Linear(16, 10))
+        module[0].requires_grad_(False)
+        return module
+
+    model = fl.FlatModel(net)
+    assert model.parameter_names == ["2.weight", "2.bias"] and model.dim == 16 * 10 + 10
+    assert model.frozen == ["0.weight", "0.bias"] and model.coordinates("last") == slice(160, 170)
+    with pytest.raises(ValueError, match="has requires_grad=False"):
+        model.coordinates("0.weight")
+    result = fl.run_federated(small, model, F.FedAvg(2), fl.FederatedConfig(rounds=3, seed=0, eval_every=0))
+    assert result.params.shape == (2, 170)
+    first = model.to_module(result.params[0])
+    kept = dict(model._template.named_parameters())
+    assert torch.equal(first[0].weight, kept["0.weight"]) and not first[0].weight.requires_grad
+    assert torch.equal(first[2].bias, result.params[0][160:])
+    x = small.clients[0].x_test
+    with torch.no_grad():  # the module given back predicts as the runtime scored the model
+        assert torch.allclose(first(x), model.logits(result.params[0], x), atol=1e-6)
+    # trained: the head moved from its start; the frozen layer is the template's on every model
+    start = model.init(2, torch.Generator().manual_seed(0))
+    assert not torch.equal(start, result.params)
+    with pytest.raises(ValueError, match="no trainable parameter"):
+        fl.FlatModel(lambda: nn.Linear(3, 2).requires_grad_(False))
+
+
 def test_bad_input(small):
     model = fl.logistic_regression(60, 10)
     with pytest.raises(ValueError, match="at least as many clients"):

@@ -36,6 +36,10 @@ __all__ = ["FlatModel", "logistic_regression", "cnn"]
 class FlatModel:
     """An architecture whose parameters are handled as flat vectors ``[d]``.
 
+    The vector holds the module's trainable parameters. Parameters with ``requires_grad=False``
+    (a frozen, pretrained part) are not in it: every model uses the template's values of them
+    (the module ``factory()`` returns first), none trains them and no federated round sends them.
+
     Args:
         factory: ``() -> nn.Module``; called once for the template and once per model in
             :meth:`init` (under a seed derived from the generator).
@@ -65,12 +69,19 @@ class FlatModel:
         named = list(template.named_parameters())
         if not named:
             raise ValueError("The module has no parameters to train.")
+        trainable = [(n, p) for n, p in named if p.requires_grad]
+        if not trainable:
+            raise ValueError(f"The module has no trainable parameter: all {len(named)} of its parameters have "
+                             "requires_grad=False. Leave the part to train trainable, e.g. "
+                             "`for p in net.head.parameters(): p.requires_grad_(True)` in the factory.")
+        frozen = {n: p.detach() for n, p in named if not p.requires_grad}
         object.__setattr__(self, "_template", template)
-        object.__setattr__(self, "_names", [n for n, _ in named])
-        object.__setattr__(self, "_shapes", [p.shape for _, p in named])
-        object.__setattr__(self, "_sizes", [math.prod(p.shape) for _, p in named])
-        object.__setattr__(self, "_buffers", dict(template.named_buffers()))
-        object.__setattr__(self, "_affine", affine_shape(template))
+        object.__setattr__(self, "_names", [n for n, _ in trainable])
+        object.__setattr__(self, "_shapes", [p.shape for _, p in trainable])
+        object.__setattr__(self, "_sizes", [math.prod(p.shape) for _, p in trainable])
+        # what every model shares: the buffers and the frozen parameters, the template's
+        object.__setattr__(self, "_buffers", {**frozen, **dict(template.named_buffers())})
+        object.__setattr__(self, "_affine", None if frozen else affine_shape(template))
 
     @property
     def dim(self) -> int:
@@ -78,8 +89,13 @@ class FlatModel:
 
     @property
     def parameter_names(self) -> list[str]:
-        """The module's parameter names, in the order of the flat vector."""
+        """The module's trainable parameter names, in the order of the flat vector."""
         return list(self._names)
+
+    @property
+    def frozen(self) -> list[str]:
+        """The names of the parameters that are not trained (``requires_grad=False``)."""
+        return [n for n, p in self._template.named_parameters() if not p.requires_grad]
 
     def coordinates(self, name: str) -> slice:
         """The slice of the flat vector ``theta [d]`` holding parameter ``name``; ``"last"`` is the
@@ -88,18 +104,22 @@ class FlatModel:
         >>> logistic_regression(60, 10).coordinates("bias")
         slice(600, 610, None)
         """
-        return slice(*parameter_range(self._template, name, owner=self.name))
+        return slice(*parameter_range(self._template, name, owner=self.name, trainable_only=True))
 
     def init(self, m: int, generator: torch.Generator) -> Tensor:
-        """``[m, d]`` initial parameters: the module's own initialisation, m times."""
+        """``[m, d]`` initial parameters: the module's own initialisation of its trainable
+        parameters, m times."""
+        wanted = set(self._names)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(derive_seed(generator))
-            return torch.stack([torch.cat([p.detach().reshape(-1) for p in self.factory().parameters()])
-                                for _ in range(m)])
+            return torch.stack([torch.cat([p.detach().reshape(-1) for n, p in self.factory().named_parameters()
+                                           if n in wanted]) for _ in range(m)])
 
     def template_parameters(self) -> list[Tensor]:
-        """The template module's parameters (its dtypes and devices), detached."""
-        return [p.detach() for p in self._template.parameters()]
+        """The template module's trainable parameters (its dtypes and devices), detached, in the
+        order of the flat vector."""
+        wanted = set(self._names)
+        return [p.detach() for n, p in self._template.named_parameters() if n in wanted]
 
     def template_logits(self, x: Tensor) -> Tensor:
         """The model's logits on ``x`` with its template's parameters, batched as the runtime batches
@@ -166,9 +186,15 @@ class FlatModel:
         return cache[shape]
 
     def to_module(self, theta: Tensor) -> nn.Module:
-        """A fresh ``nn.Module`` holding ``theta`` (for deployment)."""
+        """A fresh ``nn.Module`` holding ``theta`` (for deployment), and the template's frozen
+        parameters, the values the models were trained with."""
         module = self.factory()
-        torch.nn.utils.vector_to_parameters(theta.detach().clone(), module.parameters())
+        template = dict(self._template.named_parameters())
+        with torch.no_grad():
+            for name, value in self.unflatten(theta.detach()).items():
+                module.get_parameter(name).copy_(value)
+            for name in self.frozen:
+                module.get_parameter(name).copy_(template[name])
         return module
 
 
