@@ -185,3 +185,12 @@ def test_datasets_refuse_batch_statistics_that_would_mix_objectives():
         with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\) is batch normalisation in training mode.*"
                                              r"Problem.from_module.*`layer.eval\(\)`"):
             most.Problem.from_datasets(model, _data(), lambda out, y: ((out - y) ** 2).sum(-1))
+    # without running statistics a layer normalises by its batch's in evaluation mode too
+    model = lambda: nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6, track_running_stats=False),  # noqa: E731
+                                  nn.Linear(6, 2)).eval()
+    with pytest.raises(ValueError, match=r"layer '1' \(BatchNorm1d\) is batch normalisation without running "
+                                         r"statistics \(track_running_stats=False: in evaluation mode too\).*"
+                                         r"Problem.from_module.*build it with running statistics"):
+        most.Problem.from_datasets(model, _data(), lambda out, y: ((out - y) ** 2).sum(-1))
+    stored = lambda: nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2)).eval()  # noqa: E731
+    most.Problem.from_datasets(stored, _data(), lambda out, y: ((out - y) ** 2).sum(-1))  # fixed statistics: taken

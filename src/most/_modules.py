@@ -250,10 +250,11 @@ def batch_norm_layers(template: nn.Module) -> list[str]:
 
 
 def batch_statistics_layers(template: nn.Module) -> list[str]:
-    """The names of ``template``'s batch-normalisation layers in training mode: they normalise a
-    forward pass by the statistics of its whole batch."""
+    """The names of ``template``'s batch-normalisation layers that normalise a forward pass by
+    the statistics of its whole batch: those in training mode, and those without running
+    statistics (``track_running_stats=False``), which do so in evaluation mode too."""
     return [name for name, module in template.named_modules()
-            if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.training]
+            if isinstance(module, nn.modules.batchnorm._BatchNorm) and (module.training or module.running_mean is None)]
 
 
 def check_running_stats(template: nn.Module) -> None:
@@ -288,11 +289,18 @@ RUNNING_STATS = (
 )
 
 BATCH_STATISTICS = (
-    "{where} is batch normalisation in training mode: it normalises a forward pass by the statistics of "
+    "{where} is batch normalisation {how}: it normalises a forward pass by the statistics of "
     "its whole batch. Problem.from_datasets evaluates the objectives' rows together (and in chunks), so an "
     "objective's loss would depend on the other objectives' rows. Choose one: build the problem with "
     "Problem.from_module, one objective per dataset (each objective's forward pass is its own batch, and "
-    "every model keeps its own running statistics); put the layer in evaluation mode in the factory "
-    "(`layer.eval()`, or `net.eval()` for a pretrained backbone: its stored statistics stay fixed); or use "
-    "`nn.GroupNorm` or `nn.LayerNorm`."
+    "every model keeps its own running statistics); {fix}or use `nn.GroupNorm` or `nn.LayerNorm`."
 )
+#: ``BATCH_STATISTICS``'s ``how`` and ``fix`` for a layer in training mode, and for one without
+#: running statistics (``track_running_stats=False``, which uses its batch's in evaluation mode too)
+BATCH_STATISTICS_WAYS = {
+    "training": ("in training mode", "put the layer in evaluation mode in the factory (`layer.eval()`, or "
+                                     "`net.eval()` for a pretrained backbone: its stored statistics stay fixed); "),
+    "no running statistics": ("without running statistics (track_running_stats=False: in evaluation mode too)",
+                              "build it with running statistics and put it in evaluation mode (`layer.eval()`: its "
+                              "stored statistics then stay fixed); "),
+}

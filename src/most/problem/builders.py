@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 from torch import Tensor, nn
 
-from .._modules import BATCH_STATISTICS, ModuleLayout, batch_statistics_layers, check_factory
+from .._modules import BATCH_STATISTICS, BATCH_STATISTICS_WAYS, ModuleLayout, batch_statistics_layers, check_factory
 from .._validation import as_tensor, check_has_data
 from ..evaluators import (DatasetsEvaluator, PerObjective, RunningStatistics, check_batch_size, check_loss,
                          instance_losses, objective_loss, stack_datasets, tracked)
@@ -90,8 +90,9 @@ def datasets_fields(
     batch_layers = batch_statistics_layers(layout.template)
     if batch_layers:
         layer = layout.template.get_submodule(batch_layers[0])
+        how, fix = BATCH_STATISTICS_WAYS["training" if layer.training else "no running statistics"]
         raise ValueError(BATCH_STATISTICS.format(
-            where=f"The module's layer {batch_layers[0]!r} ({type(layer).__name__})"))
+            where=f"The module's layer {batch_layers[0]!r} ({type(layer).__name__})", how=how, fix=fix))
     counts = torch.bincount(owner.cpu(), minlength=n)
     batch_size = check_batch_size(batch_size, counts, label)
     evaluator = DatasetsEvaluator(layout, data, owner, n, loss, batch_size)
