@@ -98,3 +98,49 @@ def test_an_evaluator_given_to_a_problem_is_checked():
         most.Problem(fn=lambda t: t, dim=FEATURES + 1, n_objectives=N, evaluator=object())
     with pytest.raises(ValueError, match=f"`evaluator` evaluates {N} objectives; the problem has 3"):
         most.Problem(fn=lambda t: t, dim=FEATURES + 1, n_objectives=3, evaluator=evaluation)
+
+
+@pytest.mark.parametrize("smoothing", [None, 0.5])
+def test_mapped_objectives_keep_the_base_evaluator_and_follow_the_chain_rule(smoothing):
+    """MosT-E's objectives on a from_datasets problem go through its evaluator (MappedEvaluator)
+    and equal those the same extension makes of the function problem (the composed function)."""
+    from most.evaluators import MappedEvaluator
+
+    extension = most.TchebycheffExtension(n_extra=4, smoothing=smoothing)
+    mapped = extension.apply(_datasets(), torch.Generator().manual_seed(2))
+    reference = extension.apply(_function(), torch.Generator().manual_seed(2))
+    assert type(mapped.evaluation) is MappedEvaluator and type(reference.evaluation) is FunctionEvaluator
+    n = mapped.n_objectives
+    torch.testing.assert_close(mapped.loss_matrix(PARAMS), reference.loss_matrix(PARAMS))
+    _, jac = reference.jacobian(PARAMS)
+    torch.testing.assert_close(mapped.jacobian(PARAMS)[1], jac)
+    w = torch.rand(3, n, generator=torch.Generator().manual_seed(1))
+    values, pullback = mapped.losses_with_pullback(PARAMS)
+    torch.testing.assert_close(values, reference.loss_matrix(PARAMS))
+    torch.testing.assert_close(pullback(w), torch.einsum("mn,mnd->md", w, jac))
+    rows = torch.tensor([[0, n - 1], [n - 2, 3], [1, 1]])
+    torch.testing.assert_close(mapped.active_jacobian(PARAMS, rows)[1],
+                               jac.gather(1, rows[..., None].expand(-1, -1, FEATURES + 1)))
+
+
+def test_mapped_objectives_of_mini_batches_draw_them_from_the_runs_generator():
+    rows_seen = []
+
+    def loss(out, y):
+        rows_seen.append(y.shape[-1])
+        return (out[:, 0] - y) ** 2
+
+    g = torch.Generator().manual_seed(3)
+    tasks = [(torch.randn(40, FEATURES, generator=g), torch.randn(40, generator=g)) for _ in range(3)]
+    base = most.Problem.from_datasets(lambda: nn.Linear(FEATURES, 1), tasks, loss, batch_size=4)
+    extended = most.DirichletExtension(n_extra=4).apply(base, torch.Generator().manual_seed(0))
+    assert extended.stochastic
+    weights = extended.metadata["extension_weights"]
+    # the same draws as the base problem's from the same generator state
+    torch.testing.assert_close(extended.loss_matrix(PARAMS, generator=torch.Generator().manual_seed(5)),
+                               weights @ base.loss_matrix(PARAMS, generator=torch.Generator().manual_seed(5)))
+    rows_seen.clear()
+    fit = most.MosT(n_models=4, rounds=4, lr=0.05, seed=1, extension=most.DirichletExtension(n_extra=4))
+    first = fit.fit(base)
+    assert 3 * 4 in rows_seen  # the rounds evaluate mini-batches of 4 rows per objective
+    assert torch.equal(first.params, fit.fit(base).params)  # drawn from the run's seed: reproducible

@@ -39,8 +39,8 @@ from torch import Tensor, nn
 
 from .._modules import ModuleLayout
 from .._validation import check_positive_int
-from ..evaluators import (Evaluator, FunctionEvaluator, InstancesEvaluator, ModuleEvaluator, PerObjective,
-                         RunningStatistics, active_rows, check_weights)
+from ..evaluators import (Evaluator, FunctionEvaluator, InstancesEvaluator, MappedEvaluator, ModuleEvaluator,
+                         PerObjective, RunningStatistics, active_rows, check_weights)
 from .builders import (Initializer, LossFunction, Projection, check_bounds, check_names, datasets_fields,
                                float_init, instances_fields, module_fields)
 from .mixins import Evaluations, ModuleAccess, ParameterSpace
@@ -313,7 +313,11 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
         self, transform: Callable[[Tensor], Tensor], n_objectives: int, *, names: Sequence[str] | None = None,
         **metadata: Any,
     ) -> "Problem":
-        """A problem whose objectives are ``transform(L(theta))`` (``[n] -> [n_objectives]``)."""
+        """A problem whose objectives are ``transform(L(theta))`` (``[n] -> [n_objectives]``).
+
+        A problem with an evaluator of its own (:meth:`from_datasets`) keeps it: the new
+        objectives are evaluated through its passes (its mini-batches, drawn from the run's
+        generator, and its chunks; :class:`~most.evaluators.MappedEvaluator`)."""
         base = self.fn
 
         def fn(theta: Tensor) -> Tensor:
@@ -330,6 +334,7 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
             bounds=self.bounds,
             metadata={**self.metadata, **metadata},
             layout=self.layout,
+            evaluator=None if self.evaluator is None else MappedEvaluator(self.evaluator, transform, n_objectives),
             statistics=None if self.statistics is None else self.statistics.everywhere(),
         )
 
