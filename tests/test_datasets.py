@@ -313,3 +313,37 @@ def test_integer_targets_of_a_single_output_are_not_taken_for_class_labels():
     tasks = [(torch.randn(6, 4), torch.randint(0, 9, (6,))) for _ in range(3)]  # counts, regressed
     problem = most.Problem.from_datasets(lambda: nn.Linear(4, 1), tasks, lambda out, y: (out[:, 0] - y) ** 2)
     assert problem.n_objectives == 3
+
+
+def test_dropout_draws_from_the_runs_generator_so_runs_repeat_and_resume(tmp_path):
+    """Dropout in training mode: each evaluation's masks come from a seed drawn from the run's
+    generator, so a seeded run repeats, a resumed one equals it, and exact losses are fixed."""
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randn(20, 5, generator=g), torch.randint(0, 2, (20,), generator=g)) for _ in range(6)]
+    net = lambda: nn.Sequential(nn.Linear(5, 8), nn.Dropout(0.5), nn.ReLU(), nn.Linear(8, 2))  # noqa: E731
+    for batch_size in (None, 5):
+        problem = most.Problem.from_datasets(net, tasks, lambda o, y: F.cross_entropy(o, y, reduction="none"),
+                                             batch_size=batch_size)
+        method = most.MosT(n_models=2, rounds=6, lr=0.1, seed=0)
+        first = method.fit(problem)
+        assert torch.equal(first.params, method.fit(problem).params)
+        params = first.params
+        assert torch.equal(problem.loss_matrix(params), problem.loss_matrix(params))
+        # the masks differ between evaluations of a run: each draws its own seed
+        run = torch.Generator().manual_seed(4)
+        assert not torch.equal(problem.loss_matrix(params, generator=run), problem.loss_matrix(params, generator=run))
+        path = tmp_path / f"run{batch_size}.ckpt"
+
+        class Stop(Exception):
+            pass
+
+        def stop(record, _params):
+            if record.round == 3:
+                raise Stop
+
+        with pytest.raises(Stop):
+            method.fit(problem, callback=stop, checkpoint=Checkpoint(path, every=2))
+        assert torch.equal(method.fit(problem, checkpoint=Checkpoint(path, every=2)).params, first.params)
+    state = torch.get_rng_state()
+    problem.loss_matrix(params)
+    assert torch.equal(torch.get_rng_state(), state)  # torch's own generator is left as it was

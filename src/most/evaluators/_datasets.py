@@ -14,10 +14,16 @@ means by a segment sum (:meth:`torch.Tensor.index_add`). The reverse pass of wei
 (linear combiners) is one backward pass through that; the gradients of selected objectives
 (min-norm combiners) are taken objective by objective in one vectorised call, each over its own
 rows (the datasets padded to the longest, with a mask).
+
+Random layers in training mode (dropout) draw their masks from torch's random generator, forked
+and seeded for each pass from a seed the evaluation draws from the run's generator (a fixed one
+without a generator), so that a run with them is reproducible and resumes from a checkpoint to
+the uninterrupted result, as the mini-batches do.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable, Sequence, cast
 
@@ -27,6 +33,7 @@ from torch.func import grad_and_value, vmap
 
 from ._base import Evaluator
 from .._modules import ModuleLayout
+from .._random import derive_seed
 from .._validation import check_positive_int
 
 PerSampleLoss = Callable[..., Tensor]
@@ -48,12 +55,18 @@ class _Draw:
     objective's row count ``counts``; the same rows laid out per objective, ``slots [n, L]``
     with ``mask [n, L]``. ``width``: the common count when every objective has as many rows."""
 
-    __slots__ = ("flat", "owner", "counts", "slots", "mask", "width")
+    __slots__ = ("flat", "owner", "counts", "slots", "mask", "width", "seed")
 
     def __init__(self, flat: Tensor | None, owner: Tensor, counts: Tensor, slots: Tensor, mask: Tensor,
-                 width: int | None):
+                 width: int | None, seed: int | None = None):
         self.flat, self.owner, self.counts, self.slots, self.mask = flat, owner, counts, slots, mask
         self.width = width
+        #: the seed of the random layers' draws in this evaluation's passes (``None``: the module has none)
+        self.seed = seed
+
+    def seeded(self, seed: int) -> "_Draw":
+        """The same rows, with the random layers' seed ``seed``."""
+        return _Draw(self.flat, self.owner, self.counts, self.slots, self.mask, self.width, seed)
 
 
 class DatasetsEvaluator(Evaluator):
@@ -91,7 +104,10 @@ class DatasetsEvaluator(Evaluator):
         slots[owner, rows - starts[owner]] = rows
         mask = slots >= 0
         width = int(counts[0]) if bool((counts == counts[0]).all()) else None
-        self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask, width)
+        #: whether the module has random layers in training mode (dropout): its passes are seeded
+        self.random = bool(random_layers(layout.template))
+        self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask, width,
+                         0 if self.random else None)
         self._keys_mask = mask.cpu()
         self._slots_cpu = self.all.slots.cpu()
         self._per_row: int | None = None  # values a row makes in a forward pass, counted when first needed
@@ -101,8 +117,10 @@ class DatasetsEvaluator(Evaluator):
         """All rows, or with a generator and a ``batch_size`` b, b rows of each objective drawn
         without replacement (each objective's rows ranked by uniform keys from ``generator``,
         drawn on the CPU: the same rows on every device)."""
-        if generator is None or self.batch_size is None:
+        if generator is None:
             return self.all
+        if self.batch_size is None:
+            return self.all.seeded(derive_seed(generator)) if self.random else self.all
         b, n = self.batch_size, self.n_objectives
         keys = torch.rand(self._keys_mask.shape, generator=generator).masked_fill_(~self._keys_mask, 2.0)
         pick = keys.topk(b, dim=1, largest=False, sorted=True).indices
@@ -110,7 +128,16 @@ class DatasetsEvaluator(Evaluator):
         device = slots.device
         owner = torch.arange(n, device=device).repeat_interleave(b)
         counts = torch.full((n,), b, dtype=torch.long, device=device)
-        return _Draw(slots.reshape(-1), owner, counts, slots, torch.ones_like(slots, dtype=torch.bool), b)
+        return _Draw(slots.reshape(-1), owner, counts, slots, torch.ones_like(slots, dtype=torch.bool), b,
+                     derive_seed(generator) if self.random else None)
+
+    def _rng(self, draw: _Draw, offset: int):
+        """The context of a pass with random layers: torch's generator forked and seeded with the
+        draw's seed plus ``offset`` (one per pass, so that a pass run again draws the same); a
+        no-op for a module without random layers."""
+        if draw.seed is None:
+            return contextlib.nullcontext()
+        return _seeded_rng((draw.seed + offset) % 2**63, self.data[0].device)
 
     def _rows(self, flat: Tensor | None) -> tuple[Tensor, ...]:
         return self.data if flat is None else tuple(t[flat] for t in self.data)
@@ -160,9 +187,10 @@ class DatasetsEvaluator(Evaluator):
         rows = self._rows(flat)
         if self._affine is not None:
             return self._affine_rows(params, rows)
-        if self.vectorize(len(rows[0])):
-            return vmap(self.per_row, in_dims=(0,) + (None,) * len(rows), randomness="same")(params, *rows)
-        return torch.stack([self.per_row(theta, *rows) for theta in params])
+        with self._rng(draw, 0 if positions is None else 1 + int(positions[0])):  # a chunk: its first position
+            if self.vectorize(len(rows[0])):
+                return vmap(self.per_row, in_dims=(0,) + (None,) * len(rows), randomness="same")(params, *rows)
+            return torch.stack([self.per_row(theta, *rows) for theta in params])
 
     def _affine_rows(self, params: Tensor, rows: tuple[Tensor, ...]) -> Tensor:
         """``[m, rows]`` for a module that is one affine map (``nn.Linear``): every model's outputs
@@ -244,9 +272,25 @@ class DatasetsEvaluator(Evaluator):
         def one_model(theta: Tensor, idx: Tensor) -> Tensor:
             return per_objective(theta, draw.slots[idx], draw.mask[idx])[0]
 
-        with torch.enable_grad():
+        with torch.enable_grad(), self._rng(draw, -1):
             jac = vmap(one_model, randomness="same")(params.detach(), rows)
         return jac.detach()
+
+
+def random_layers(template: torch.nn.Module) -> list[str]:
+    """The names of ``template``'s layers that draw at random in training mode (dropout of a
+    positive rate, randomised leaky ReLU)."""
+    return [name for name, module in template.named_modules() if module.training and (
+        (isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0)
+        or isinstance(module, torch.nn.RReLU))]
+
+
+@contextlib.contextmanager
+def _seeded_rng(seed: int, device: torch.device):
+    """torch's generator (the CPU's, and ``device``'s when it is a GPU) forked and seeded with ``seed``."""
+    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
+        torch.manual_seed(seed)
+        yield
 
 
 def stack_datasets(datasets, objective_index=None, n_objectives=None

@@ -241,7 +241,9 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
                 ``requires_grad=False`` stay as the template has them and are not trained.
                 Batch normalisation must be in evaluation mode (the objectives' rows are
                 evaluated together, so batch statistics would mix them; :meth:`from_module`
-                keeps one batch per objective).
+                keeps one batch per objective). Random layers in training mode (dropout) draw
+                their masks from a seed each evaluation draws from the run's generator (a fixed
+                one without it): a run with them is reproducible and resumes from checkpoints.
             datasets: one tuple of tensors per objective, ``(inputs, *targets)``, each with one
                 row per sample (lengths may differ between objectives); or, with
                 ``objective_index``, one tuple of stacked tensors of all objectives' rows.
