@@ -347,3 +347,71 @@ def test_dropout_draws_from_the_runs_generator_so_runs_repeat_and_resume(tmp_pat
     state = torch.get_rng_state()
     problem.loss_matrix(params)
     assert torch.equal(torch.get_rng_state(), state)  # torch's own generator is left as it was
+
+
+def test_labels_params_and_data_of_the_wrong_kind_are_refused_with_the_fix_named():
+    x = torch.randn(10, 5)
+    y = (x[:, 0] > 0).to(torch.uint8)
+    ce = lambda o, t: F.cross_entropy(o, t, reduction="none")  # noqa: E731
+    # uint8 labels run in the loss alone but not vectorised over the models: refused up front
+    with pytest.raises(ValueError, match=r"gather\(\).*labels of dtype uint8.*`y.long\(\)`"):
+        most.Problem.from_datasets(lambda: nn.Linear(5, 2), [(x[:4], y[:4]), (x[4:], y[4:])], ce)
+    problem = most.Problem.from_datasets(lambda: nn.Linear(5, 2), [(x[:4], y[:4].long()), (x[4:], y[4:].long())], ce)
+    theta = problem.initial_params(2, torch.Generator().manual_seed(0))
+    with pytest.raises(ValueError, match=r"one model's parameters: pass params\[None\]"):
+        problem.to_modules(theta[0])
+    with pytest.raises(ValueError, match=r"params has no model"):
+        problem.loss_matrix(theta[:0])
+    with pytest.raises(ValueError, match=r"params are float64 but the module's parameters are float32"):
+        problem.loss_matrix(theta.double())
+    with pytest.raises(TypeError, match=r"params must be a tensor"):
+        problem.loss_matrix(theta.tolist())
+    assert len(problem.to_modules(theta[:1])) == 1
+    with pytest.raises(ValueError, match=r"on the 'meta' device"):
+        most.Problem.from_datasets(lambda: nn.Linear(5, 2), [(x.to("meta"), y.long().to("meta"))], ce)
+
+
+def test_torchs_ignore_index_marks_rows_the_loss_skips_and_other_negative_labels_are_refused():
+    x, y = torch.randn(6, 4), torch.randint(0, 3, (6,))
+    y[0] = -100
+    loss = lambda o, t: F.cross_entropy(o, t, reduction="none", ignore_index=-100)  # noqa: E731
+    problem = most.Problem.from_datasets(lambda: nn.Linear(4, 3), [(x[:3], y[:3]), (x[3:], y[3:])], loss)
+    theta = problem.initial_params(1, torch.Generator().manual_seed(0))
+    module = problem.to_modules(theta)[0]
+    with torch.no_grad():
+        expected = loss(module(x[:3]), y[:3]).mean()  # the ignored row counts as a loss of 0
+    torch.testing.assert_close(problem.loss_matrix(theta)[0, 0], expected)
+    y[0] = -1
+    with pytest.raises(ValueError, match=r"class label -1, outside the model's 3 outputs.*-100 for a row the loss "
+                                         r"ignores"):
+        most.Problem.from_datasets(lambda: nn.Linear(4, 3), [(x[:3], y[:3]), (x[3:], y[3:])], loss)
+
+
+def test_a_recurrent_module_is_refused_naming_vectorize_false_which_from_module_takes():
+    g = torch.Generator().manual_seed(0)
+
+    class Recurrent(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn, self.head = nn.GRU(4, 5, batch_first=True), nn.Linear(5, 2)
+
+        def forward(self, x, scale=1.0):
+            return self.head(self.rnn(x)[0][:, -1]) * scale
+
+    tasks = [(torch.randn(n, 3, 4, generator=g), torch.randint(0, 2, (n,), generator=g)) for n in (5, 9, 3)]
+    ce = lambda o, t: F.cross_entropy(o, t, reduction="none")  # noqa: E731
+    with pytest.raises(ValueError, match=r"cannot batch an operation of the module.*Problem.from_module.*"
+                                         r"vectorize=False"):
+        most.Problem.from_datasets(Recurrent, tasks, ce)
+    # keyword inputs reach the module's forward
+    objectives = [lambda f, x=x, y=y: ce(f(x, scale=2.0), y).mean() for x, y in tasks]
+    with pytest.raises(ValueError, match=r"cannot batch an operation of the objectives.*vectorize=False"):
+        most.MosT(n_models=2, rounds=2, lr=0.1).fit(most.Problem.from_module(Recurrent, objectives))
+    problem = most.Problem.from_module(Recurrent, objectives, vectorize=False)
+    result = most.MosT(n_models=2, rounds=2, lr=0.1, combiner=most.MinNorm(), seed=0).fit(problem)
+    module = result.to_modules()[0]
+    with torch.no_grad():  # the module given back computes the losses the run reports
+        torch.testing.assert_close(result.losses[:, 0], torch.stack([ce(module(x, scale=2.0), y).mean()
+                                                                     for x, y in tasks]))
+    with pytest.raises(TypeError, match="`vectorize` must be True or False"):
+        most.Problem.from_module(Recurrent, objectives, vectorize="no")

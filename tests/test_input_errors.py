@@ -78,6 +78,22 @@ def test_method_settings_refuse_non_finite(build):
         build()
 
 
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(optimizer="adam"), r"`optimizer` must be a most.optim.UpdateRule \(e.g. most.optim.Adam\(\)\); got 'adam'"),
+    (dict(optimizer=most.optim.Adam), r"`optimizer` must be an instance, not the class most.optim.Adam"),
+    (dict(extension=3), r"`extension` must be a most.DirichletExtension or most.TchebycheffExtension"),
+    (dict(extension=most.DirichletExtension), r"`extension` must be an instance"),
+    (dict(progress="no"), r"`progress` must be True or False; got 'no'"),
+])
+def test_method_components_of_the_wrong_kind_are_refused_when_the_method_is_built(kwargs, match):
+    with pytest.raises(TypeError, match=match):
+        most.MosT(n_models=2, **kwargs)
+    if "extension" not in kwargs:  # every method shares these fields
+        with pytest.raises(TypeError, match=match):
+            most.Linearization(n_models=2, **kwargs)
+    assert most.MosT(n_models=2, progress=np.bool_(True)).progress is True
+
+
 # ---------------------------------------------------------------- 2. transport
 def test_sinkhorn_refuses_infinite_reg():
     with pytest.raises(ValueError, match=r"`reg` must be a positive finite number; got inf"):

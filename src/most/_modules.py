@@ -129,16 +129,17 @@ class ModuleLayout:
         parts = torch.split(theta, self.sizes)
         return {k: p.reshape(s) for k, p, s in zip(self.names, parts, self.shapes)}
 
-    def forward(self, theta: Tensor, *inputs: Tensor) -> Tensor:
-        """The template module run on ``inputs`` with the parameters ``theta [d]`` (batch
-        normalisation in training mode with each batch's statistics, updating nothing)."""
-        return functional_call(self._batch_template, {**self.fixed, **self.unflatten(theta)}, inputs)
+    def forward(self, theta: Tensor, *inputs: Tensor, **kwargs) -> Tensor:
+        """The template module run on ``inputs`` (and keyword inputs ``kwargs``) with the
+        parameters ``theta [d]`` (batch normalisation in training mode with each batch's
+        statistics, updating nothing)."""
+        return functional_call(self._batch_template, {**self.fixed, **self.unflatten(theta)}, inputs, kwargs)
 
-    def tracking_forward(self, theta: Tensor, statistics: dict[str, Tensor], *inputs: Tensor) -> Tensor:
+    def tracking_forward(self, theta: Tensor, statistics: dict[str, Tensor], *inputs: Tensor, **kwargs) -> Tensor:
         """:meth:`forward` that also updates the running statistics ``statistics`` (one model's,
         by name, see :meth:`init_statistics`) in place, as the template module in training mode
         updates its buffers. For passes without gradients."""
-        return functional_call(self.template, {**self.fixed, **statistics, **self.unflatten(theta)}, inputs)
+        return functional_call(self.template, {**self.fixed, **statistics, **self.unflatten(theta)}, inputs, kwargs)
 
     def init_statistics(self, m: int, device: torch.device | None = None) -> dict[str, Tensor]:
         """The running statistics of ``m`` models, each the template's: ``{name: [m, ...]}``

@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from ._random import seeded
 from ._threads import threads_for
-from ._validation import check_positive, check_positive_int, check_seed
+from ._validation import check_bool, check_component, check_positive, check_positive_int, check_seed
 from .checkpoint import Checkpoint
 from .engine import Job, Result, RoundRecord, drive_batch, run
 from .methods import (
@@ -176,6 +176,8 @@ class Method:
         for name, check in (("seed", check_seed), ("n_models", check_positive_int), ("rounds", check_positive_int),
                             ("inner_steps", check_positive_int), ("lr", check_positive)):
             object.__setattr__(self, name, check(getattr(self, name), name=name))
+        object.__setattr__(self, "progress", check_bool(self.progress, name="progress"))
+        check_component(self.optimizer, name="optimizer", example="most.optim.Adam()", base=UpdateRule)
 
     def components(self) -> tuple[Assignment, Weighting, Combiner]:
         raise NotImplementedError
@@ -283,6 +285,11 @@ class MosT(TransportConfig, Method):
 
     def __post_init__(self):
         super().__post_init__()  # Method's checks, then the transport configuration's
+        if self.extension is not None:
+            check_component(self.extension, name="extension", example="most.DirichletExtension(n_extra=20)")
+            if not isinstance(self.extension, (DirichletExtension, TchebycheffExtension)):
+                raise TypeError("`extension` must be a most.DirichletExtension or most.TchebycheffExtension (e.g. "
+                                f"most.DirichletExtension(n_extra=20)), or None; got {self.extension!r}.")
         for name, kind in (("seeding", KMeansSeeding), ("reseed", Reseed)):
             value = getattr(self, name)
             if value is not None and not callable(value):

@@ -48,10 +48,18 @@ def objective_errors(problem: Problem, params: Tensor) -> Iterator[None]:
     try:
         yield
     except (RuntimeError, IndexError) as exc:  # IndexError: e.g. a function written for a batch of models
+        message = " ".join(str(exc).split())[:300]
+        if "Batching rule not implemented" in message and problem.vectorize:
+            advice = ("torch.func.vmap, which evaluates the models together, cannot batch an operation of the "
+                      "objectives (a recurrent layer such as nn.LSTM, say): build the problem with vectorize=False "
+                      "(Problem.from_module(..., vectorize=False), Problem.from_function(..., vectorize=False)) "
+                      "to evaluate the models one after another.")
+        else:
+            advice = ("Check that every objective takes parameters of that size and dtype (and, for modules, "
+                      "inputs of the module's size and dtype).")
         raise ValueError(
             f"The objectives fail on the models' parameters (a tensor of shape [{problem.dim}] each, "
-            f"{params.dtype}): {' '.join(str(exc).split())[:300]}. Check that every objective takes parameters "
-            "of that size and dtype (and, for modules, inputs of the module's size and dtype)."
+            f"{params.dtype}): {message}. {advice}"
         ) from exc
 
 

@@ -34,9 +34,12 @@ from torch.func import grad_and_value, vmap
 from ._base import Evaluator
 from .._modules import ModuleLayout
 from .._random import derive_seed
-from .._validation import check_positive_int
+from .._validation import check_has_data, check_positive_int
 
 PerSampleLoss = Callable[..., Tensor]
+
+#: torch's ``ignore_index``: a class label its classification losses skip
+_IGNORE_INDEX = -100
 
 #: The values (model outputs and the module's intermediates, about) one vectorised pass over rows
 #: may hold at once: an evaluation over more rows runs in chunks of rows (2^25, 128 MiB in float32).
@@ -364,6 +367,8 @@ def _dataset(d, what: str) -> tuple[Tensor, ...]:
                      "(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y)) (NumPy's floats are float64; "
                      "a module's parameters are float32 unless made otherwise)." if arrays else "")
         )
+    for t in d:
+        check_has_data(t, name=what)
     lengths = {int(t.shape[0]) if t.ndim else -1 for t in d}
     if -1 in lengths:
         raise ValueError(f"{what} holds a 0-d tensor; every tensor needs one row per sample.")
@@ -428,13 +433,15 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
         if isinstance(output, Tensor) and output.ndim == 2 and output.shape[1] > 1:  # a classifier's scores
             for t, target in enumerate(data[1:], start=1):
                 if target.ndim == 1 and not target.is_floating_point() and target.dtype != torch.bool:
-                    bad = (target < 0) | (target >= output.shape[1])
+                    # -100 is torch's ignore_index: a row its classification losses skip (loss 0)
+                    bad = ((target < 0) & (target != _IGNORE_INDEX)) | (target >= output.shape[1])
                     if bool(bad.any()):
                         row = int(bad.nonzero()[0])
                         raise ValueError(
                             f"{label(int(evaluator.all.owner[row]))} has the class label {int(target[row])}, outside "
-                            f"the model's {output.shape[1]} outputs (labels 0..{output.shape[1] - 1}). Check the "
-                            "labels, or give the model as many outputs as there are classes."
+                            f"the model's {output.shape[1]} outputs (labels 0..{output.shape[1] - 1}, or -100 for a "
+                            "row the loss ignores, torch's ignore_index). Check the labels, or give the model as "
+                            "many outputs as there are classes."
                         )
         try:
             per = evaluator.loss(output, *(t[first] for t in data[1:]))
@@ -453,3 +460,31 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
         )
     if not per.is_floating_point():
         raise TypeError(f"`loss` returned losses of dtype {per.dtype}; they must be floating point.")
+    _check_vectorised(evaluator, theta, first)
+
+
+def _check_vectorised(evaluator: DatasetsEvaluator, theta: Tensor, first: Tensor) -> None:
+    """Runs the module and the loss on the same rows as the evaluations do, vectorised over the
+    models (:func:`torch.func.vmap`), where some operations fail that run alone: integer class
+    labels of another dtype than int64 (``gather`` in ``cross_entropy``), layers vmap has no
+    batching rule for (recurrent ones). Refused here, naming the cause, instead of at the first
+    round."""
+    rows = tuple(t[first] for t in evaluator.data)
+    try:
+        with torch.no_grad():
+            vmap(evaluator.per_row, in_dims=(0,) + (None,) * len(rows), randomness="same")(theta[None], *rows)
+    except Exception as exc:
+        message = " ".join(str(exc).split())[:300]
+        labels = [t for t in rows[1:] if not t.is_floating_point() and t.dtype not in (torch.int64, torch.bool)]
+        if labels:
+            hint = (f" The targets hold integer labels of dtype {str(labels[0].dtype).removeprefix('torch.')}: "
+                    "torch's losses take class labels as int64 there; convert them with `y.long()`.")
+        elif "Batching rule not implemented" in message or "vmap" in message:
+            hint = (" torch.func.vmap, which evaluates the models together, cannot batch an operation of the module "
+                    "(recurrent layers such as nn.LSTM or nn.GRU, say). Build the problem with "
+                    "Problem.from_module, one objective per dataset, with vectorize=False (the models are then "
+                    "evaluated one after another).")
+        else:
+            hint = ""
+        raise ValueError(f"The module and `loss` fail when the models are evaluated together (torch.func.vmap): "
+                         f"{message}.{hint}") from exc

@@ -83,7 +83,7 @@ class RunningStatistics:
             trial = current if bool(who.all()) else {k: v.clone() for k, v in current.items()}
 
             def run(theta: Tensor, buffers: dict[str, Tensor], objective=objective) -> Tensor:
-                out = objective(lambda *inputs: self.layout.tracking_forward(theta, buffers, *inputs))
+                out = objective(lambda *inputs, **kwargs: self.layout.tracking_forward(theta, buffers, *inputs, **kwargs))
                 return out if isinstance(out, Tensor) else torch.zeros(())
 
             with torch.no_grad():

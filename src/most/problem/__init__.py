@@ -181,6 +181,7 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
         *,
         names: Sequence[str] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        vectorize: bool = True,
     ) -> "Problem":
         """A problem over the parameters of an ``nn.Module``.
 
@@ -190,8 +191,12 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
                 under the solver's seed.
             objectives: one callable per objective, ``objective(forward) -> scalar``,
                 where ``forward(*inputs)`` runs the module with the parameters of the
-                model being evaluated. A callable may draw a fresh mini-batch each time it
+                model being evaluated (keyword inputs, ``forward(x, mask=m)``, go to the
+                module's ``forward`` too). A callable may draw a fresh mini-batch each time it
                 is called; the same batch is used for all m models of one evaluation.
+            vectorize: evaluate the m models with :func:`torch.func.vmap` (default); ``False``
+                evaluates them one after another, for modules with operations vmap cannot
+                batch (recurrent layers such as ``nn.LSTM``).
 
         Parameters with ``requires_grad=False`` are not trained (they keep the template's
         values). Batch normalisation in training mode normalises each forward pass by its
@@ -209,7 +214,7 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
             >>> problem.dim, problem.n_objectives
             (4, 4)
         """
-        return cls(**module_fields(model, objectives, names=names, metadata=metadata))
+        return cls(**module_fields(model, objectives, names=names, metadata=metadata, vectorize=vectorize))
 
     @classmethod
     def from_datasets(

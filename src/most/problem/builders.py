@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .._modules import BATCH_STATISTICS, BATCH_STATISTICS_WAYS, ModuleLayout, batch_statistics_layers, check_factory
-from .._validation import as_tensor, check_has_data
+from .._validation import as_tensor, check_bool, check_has_data
 from ..evaluators import (DatasetsEvaluator, PerObjective, RunningStatistics, check_batch_size, check_loss,
                          instance_losses, objective_loss, stack_datasets, tracked)
 
@@ -34,6 +34,7 @@ def module_fields(
     *,
     names: Sequence[str] | None = None,
     metadata: Mapping[str, Any] | None = None,
+    vectorize: bool = True,
 ) -> dict[str, Any]:
     """The fields of :meth:`most.Problem.from_module`'s problem: one loss callable per objective of
     a module's forward pass at the flat parameters."""
@@ -43,8 +44,8 @@ def module_fields(
     layout = ModuleLayout(model)
 
     def forward_of(theta: Tensor) -> Callable[..., Tensor]:
-        def forward(*inputs: Tensor) -> Tensor:
-            return layout.forward(theta, *inputs)
+        def forward(*inputs: Tensor, **kwargs) -> Tensor:
+            return layout.forward(theta, *inputs, **kwargs)
 
         return forward
 
@@ -59,7 +60,8 @@ def module_fields(
     fn = PerObjective(losses, one)
     statistics = RunningStatistics(layout, objectives) if layout.statistics_names else None
     return dict(fn=fn, dim=layout.dim, n_objectives=len(objectives), init=layout.init, names=names,
-                metadata=dict(metadata or {}), layout=layout, statistics=statistics)
+                metadata=dict(metadata or {}), layout=layout, statistics=statistics,
+                vectorize=check_bool(vectorize, name="vectorize"))
 
 
 def datasets_fields(

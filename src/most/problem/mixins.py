@@ -234,8 +234,19 @@ class Evaluations:
             raise ValueError(f"rows must have shape [m={params.shape[0]}, k]; got {tuple(rows.shape)}.")
 
     def _check_params(self, params: Tensor) -> Tensor:
+        if not isinstance(params, Tensor):
+            raise TypeError(f"params must be a tensor [m, {self.dim}] (one row per model); got {type(params).__name__}.")
         if params.ndim != 2 or params.shape[1] != self.dim:
-            raise ValueError(f"params must have shape [m, {self.dim}]; got {tuple(params.shape)}.")
+            hint = " (one model's parameters: pass params[None])" if params.shape == (self.dim,) else ""
+            raise ValueError(f"params must have shape [m, {self.dim}]{hint}; got {tuple(params.shape)}.")
+        if params.shape[0] == 0:
+            raise ValueError(f"params has no model (shape {tuple(params.shape)}); give at least one row.")
+        layout = getattr(self, "layout", None)
+        if layout is not None and layout.names:
+            dtype = layout.template.get_parameter(layout.names[0]).dtype
+            if params.dtype != dtype:
+                raise ValueError(f"params are {str(params.dtype).removeprefix('torch.')} but the module's parameters "
+                                 f"are {str(dtype).removeprefix('torch.')}; convert them with params.to({dtype}).")
         return params
 
 
@@ -271,6 +282,9 @@ class ModuleAccess:
         if self.layout is None:
             raise ValueError("to_modules() needs a problem built with Problem.from_module or "
                              "Problem.from_datasets (from a module).")
+        check = getattr(self, "_check_params", None)  # the shape, kind and dtype a problem's evaluations take
+        if check is not None:
+            params = check(params)
         return self.layout.to_modules(params, None if statistics is None else dict(statistics))
 
     @property
