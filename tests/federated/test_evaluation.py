@@ -284,7 +284,9 @@ def test_paired_difference_needs_two_seeds():
     "call, match",
     [
         (lambda: select_models([0.1, 0.2]), r"`val_accuracy`.*\(2,\)"),
-        (lambda: select_models([[0.1, float("nan")]]), r"`val_accuracy`.*NaN"),
+        (lambda: select_models([[0.1, float("inf")]]), r"`val_accuracy`.*contains inf"),
+        (lambda: worst_k_percent([float("nan"), float("nan")]), r"`acc` is NaN for every client"),
+        (lambda: summarise([[0.1, 0.2]], [[float("nan")] * 2]), r"no client has test samples"),
         (lambda: client_accuracy([[0.1, 0.2]], [0, 1]), r"`choice`.*\(1, 2\).*\(2,\)"),
         (lambda: client_accuracy([[0.1, 0.2]], [2]), r"`choice`.*0 \.\. 1"),
         (lambda: summarise([[0.1, 0.2]], [[0.1, 0.2, 0.3]]), r"`val_acc` and `test_acc`.*\(1, 2\).*\(1, 3\)"),
@@ -482,3 +484,37 @@ def test_gamma_drift_skip_empty_leaves_out_rows_without_mass():
     assert gamma_drift([[0.0, 0.0]], [[0.5, 0.5]], skip_empty=True) == 0.0
     with pytest.raises(ValueError, match="`prev`.*all-zero row 1"):
         gamma_drift(prev, plan)
+
+
+def test_nan_marks_a_client_without_samples_as_a_federated_result_writes_it():
+    """A client with no validation sample takes its lowest-loss (or first) model; one with no test
+    sample is left out of every summary, so they equal the result's own numbers."""
+    import warnings
+
+    import most.federated as fl
+    from most.federated import evaluation
+
+    g = torch.Generator().manual_seed(0)
+
+    def client(n_val, n_test):
+        x = torch.randn(20 + n_val + n_test, 8, generator=g)
+        y = (x[:, 0] > 0).long()
+        a, b = 20, 20 + n_val
+        return fl.ClientData(x[:a], y[:a], x[a:b], y[a:b], x[b:], y[b:])
+
+    data = fl.FederatedDataset.from_clients([client(6, 6) for _ in range(4)] + [client(0, 0), client(0, 5)],
+                                            name="toy", n_classes=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # some clients have no validation samples
+        result = fl.run_federated(data, fl.logistic_regression(8, 2), fl.methods.FedAvg(n_models=2),
+                                  fl.FederatedConfig(rounds=2, seed=0))
+    s = summarise(result.val_accuracy, result.test_accuracy, choice=result.choice)
+    assert s["mean"] == pytest.approx(result.mean_accuracy) and sum(s["choice_counts"]) == result.n_tested == 5
+    # without a choice, a client without validation samples takes model 0 (the result's took its lowest training loss)
+    assert summarise(result.val_accuracy, result.test_accuracy)["choice_counts"] == [2, 3]
+    assert worst_k_percent(result.client_accuracy, fractions=(1.0,))["worst100"] == pytest.approx(result.mean_accuracy)
+    nan = float("nan")
+    assert select_models([[nan, nan], [0.2, nan]]).tolist() == [0, 0]
+    assert select_models([[nan, nan]], loss=[[0.9, 0.1]]).tolist() == [1]  # no validation: the loss decides
+    assert oracle_accuracy([[0.5, 0.9], [nan, nan]]) == 0.9
+    assert evaluation.pooled_accuracy([1.0, nan], sizes=[10, 0]) == 1.0

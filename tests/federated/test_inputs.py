@@ -361,3 +361,83 @@ def test_the_worst_variant_is_centralised_only():
     with pytest.raises(ValueError, match="reads the losses or parameters at the models"):
         most.variants.apply("worst", fl.methods.MosT(n_models=2))
     assert isinstance(most.variants.apply("worst", most.MosT(n_models=2)).combiner, most.SmoothMax)
+
+
+def test_a_method_of_ones_own_with_a_combiner_the_runtime_cannot_run_is_refused_before_any_work(data):
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class SmoothMaxMethod(fl.methods.FederatedMethod):
+        def components(self):
+            return most.methods.TransportAssignment(), most.methods.GammaWeights(), most.methods.SmoothMax()
+
+    model = fl.logistic_regression(5, 3)
+    with pytest.raises(ValueError, match=r"SmoothMaxMethod's combiner SmoothMax\(...\) reads the losses.*WeightedSum"):
+        fl.check_inputs(data, model, SmoothMaxMethod(n_models=2), fl.FederatedConfig(rounds=2))
+
+
+def test_a_fixed_preference_plan_takes_its_rows_under_partial_participation(data):
+    from dataclasses import dataclass
+
+    from most.baselines import PreferenceAssignment
+
+    @dataclass(frozen=True)
+    class Preferences(fl.methods.FederatedMethod):
+        def components(self):
+            return PreferenceAssignment(), most.methods.GammaWeights(), most.methods.WeightedSum()
+
+    config = fl.FederatedConfig(rounds=3, seed=0, participation=0.5, eval_every=0)
+    result = fl.run_federated(data, fl.logistic_regression(5, 3), Preferences(n_models=2), config)
+    assert math.isfinite(result.mean_accuracy)
+    plan = PreferenceAssignment()
+    plan.reset(6, 2, torch.Generator().manual_seed(0))
+    full = plan(torch.zeros(6, 2, dtype=torch.float64), 0, 1)
+    assert torch.equal(plan.rows(torch.tensor([4, 1])), full[[4, 1]])
+    with pytest.raises(ValueError, match=r"plan is for \(6, 2\).*the losses are \(3, 2\).*rows\(objectives\)"):
+        plan(torch.zeros(3, 2), 0, 1)
+
+
+def test_local_training_checks_its_arguments(data):
+    from most.federated.clients import local_train
+
+    model = fl.logistic_regression(60, 10)
+    params = model.init(2, torch.Generator().manual_seed(0))
+    x, y, w = torch.randn(3, 5, 60), torch.zeros(3, 5, dtype=torch.long), torch.ones(3, 5)
+    with pytest.raises(ValueError, match=r"P = 2 pairs' padded samples.*got \(3, 5, 60\)"):
+        local_train(model, params, x, y, w, epochs=1, batch_size=2, lr=0.1)
+    for kwargs, match in ((dict(batch_size=0), "batch_size"), (dict(epochs=-1), "epochs"),
+                          (dict(lr=float("nan")), "lr")):
+        settings = dict(epochs=1, batch_size=2, lr=0.1) | kwargs
+        with pytest.raises(ValueError, match=match):
+            local_train(model, params, x[:2], y[:2], w[:2], **settings)
+    with pytest.raises(ValueError, match=r"`params` must have shape \[P, 610\]"):
+        local_train(model, params[0], x[:2], y[:2], w[:2], epochs=1, batch_size=2, lr=0.1)
+    assert local_train(model, params, x[:2], y[:2], w[:2], epochs=1, batch_size=2, lr=0.1).shape == (2, 610)
+
+
+def test_models_that_draw_at_random_or_return_a_tuple_are_refused_naming_the_fix(data):
+    from torch import nn
+
+    class Pair(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(5, 3)
+
+        def forward(self, x):
+            return self.linear(x), x
+
+    config = fl.FederatedConfig(rounds=1)
+    with pytest.raises(ValueError, match=r"forward returned a tuple. Return the logits alone"):
+        fl.run_federated(data, fl.FlatModel(Pair), FedAvg(1), config)
+    dropout = fl.FlatModel(lambda: nn.Sequential(nn.Linear(5, 3), nn.Dropout(0.2)))
+    with pytest.raises(ValueError, match=r"Dropout layer in training mode.*`layer.eval\(\)`"):
+        fl.run_federated(data, dropout, FedAvg(1), config)
+    evaluated = fl.FlatModel(lambda: nn.Sequential(nn.Linear(5, 3), nn.Dropout(0.2)).eval())
+    assert math.isfinite(fl.run_federated(data, evaluated, FedAvg(1), config).mean_accuracy)
+
+
+def test_client_features_are_data_not_part_of_a_graph():
+    x = torch.randn(10, 4, requires_grad=True)
+    client = fl.ClientData(x[:6], torch.zeros(6, dtype=torch.long), x[6:8], torch.zeros(2, dtype=torch.long),
+                           x[8:], torch.zeros(2, dtype=torch.long))
+    assert not any(t.requires_grad for t in (client.x_train, client.x_val, client.x_test))

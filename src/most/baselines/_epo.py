@@ -161,9 +161,23 @@ class PreferenceAssignment(Assignment):
         self._plan = (r.T / m).contiguous()  # float64; cast to the losses' dtype when used
 
     def __call__(self, losses, round, total, previous=None):
-        if self._plan is None or self._plan.shape != losses.shape:
+        if self._plan is None:
             raise RuntimeError("PreferenceAssignment.reset(n, m, generator) must be called before the first round.")
+        if self._plan.shape != losses.shape:
+            raise ValueError(f"PreferenceAssignment's plan is for {tuple(self._plan.shape)} (objectives, models); the "
+                             f"losses are {tuple(losses.shape)}. Where only some objectives take part in a round "
+                             "(federated clients sampled by participation), the round's plan is rows(objectives).")
         return self._plan.to(losses)
+
+    #: the plan is fixed at reset: a round in which only some objectives take part uses its rows
+    fixed: ClassVar[bool] = True
+
+    def rows(self, objectives: Tensor) -> Tensor:
+        """The fixed plan's rows of ``objectives`` (indices among all n): the plan of a round in
+        which only those objectives take part (federated clients sampled by participation)."""
+        if self._plan is None:
+            raise RuntimeError("PreferenceAssignment.reset(n, m, generator) must be called before the first round.")
+        return self._plan[objectives.to(self._plan.device)]
 
     def __repr__(self):
         pref = None if self.preferences is None else self.preferences.tolist()

@@ -14,7 +14,7 @@ from torch import Tensor
 from .._validation import public_path
 from .data import FederatedDataset
 from .config import FederatedConfig
-from .models import FlatModel
+from .models import FlatModel, NotLogits
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -128,6 +128,11 @@ def _check_parameter_names(method, model: FlatModel) -> None:
     resolved now, so a name the model lacks, or a range past its parameters, is refused before
     any work."""
     _, _, combiner = method.components()
+    if getattr(combiner, "centralised_only", False):  # a method of one's own whose components() return it
+        raise ValueError(f"{type(method).__name__}'s combiner {type(combiner).__name__}(...) reads the losses or "
+                         "parameters at the models, which the federated runtime does not have (it combines the "
+                         "clients' updates); return most.WeightedSum() or most.MinNorm() from components(). For a "
+                         "set objective over clients use most.federated.methods.SetScalarization.")
     combiner.resolve(model.coordinates).check_dim(model.dim, model=model.name)
 
 
@@ -144,6 +149,8 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
            "from the data.")
     try:
         out = model.template_logits(x)
+    except NotLogits:
+        raise
     except Exception as exc:  # noqa: BLE001 (any error of the user's module on the data)
         reason = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
         reason = f"{type(exc).__name__}: {reason}"
@@ -175,7 +182,11 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
                          "module so that it runs on such a batch (its sizes fit the data: input size "
                          f"{size}, {dataset.n_classes} classes)."
                          + (" A layer with batch statistics (BatchNorm) cannot train on batches of one sample: use "
-                            "batch_size >= 2." if len(x) == 1 else "")) from exc
+                            "batch_size >= 2." if len(x) == 1 else "")
+                         + (" The module draws at random (a Dropout layer in training mode, say), which the runtime, "
+                            "training the (client, model) pairs together, does not support: put such layers in "
+                            "evaluation mode in the factory (`layer.eval()`, or `net.eval()`)."
+                            if "random" in reason.lower() else "")) from exc
     if out.ndim != 2 or out.shape[0] != len(x):
         raise ValueError(f"The model {model.name} must return logits of shape [batch, n_classes]; on {batch} "
                          f"it returned shape {tuple(out.shape)}.")

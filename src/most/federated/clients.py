@@ -15,7 +15,7 @@ from torch import Tensor
 from torch.nn.functional import cross_entropy
 
 from .._host import to_device
-from .._validation import check_bool, check_positive_int
+from .._validation import check_bool, check_non_negative, check_positive_int
 from .data import FederatedDataset
 from .evaluation import pooled_loss
 from .models import FlatModel
@@ -208,6 +208,7 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
     Returns:
         ``[P, d]`` the locally trained models.
     """
+    _check_train_args(model, params, x, y, w, epochs, batch_size, lr, prox_mu)
     if seeds is not None and len(seeds) != len(y):
         raise ValueError(f"`seeds` must have one seed per pair: {len(seeds)} seeds for {len(y)} pairs.")
     if sample_weight is not None and tuple(sample_weight.shape) != tuple(w.shape):
@@ -216,6 +217,29 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
     keys = batch_orders(w, epochs, generator=generator, seeds=seeds, max_pairs=max_pairs)
     return train_pairs(model, params, x, y, w, keys, batch_size=batch_size, lr=lr, prox_mu=prox_mu, max_pairs=max_pairs,
                 sample_weight=sample_weight)
+
+
+def _check_train_args(model, params, x, y, w, epochs, batch_size, lr, prox_mu) -> None:
+    """:func:`local_train`'s arguments: the model, ``params [P, d]``, the pairs' data with ``P``
+    rows of ``N`` samples each, and the settings of local SGD."""
+    if not isinstance(model, FlatModel):
+        raise TypeError(f"`model` must be a most.federated.FlatModel (e.g. fl.logistic_regression(dim, n_classes)); "
+                        f"got {type(model).__name__}.")
+    for name, t in (("params", params), ("x", x), ("y", y), ("w", w)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"`{name}` must be a tensor; got {type(t).__name__}.")
+    if params.ndim != 2 or params.shape[1] != model.dim:
+        raise ValueError(f"`params` must have shape [P, {model.dim}] (the starting models of the P pairs, "
+                         f"{model.dim} parameters of {model.name} each); got {tuple(params.shape)}.")
+    pairs = params.shape[0]
+    if w.ndim != 2 or y.shape != w.shape or x.ndim < 2 or tuple(x.shape[:2]) != tuple(w.shape) or w.shape[0] != pairs:
+        raise ValueError(f"`x`, `y` and `w` must hold the P = {pairs} pairs' padded samples, [P, N, ...], [P, N] and "
+                         f"[P, N] (one row per row of `params`); got {tuple(x.shape)}, {tuple(y.shape)} and "
+                         f"{tuple(w.shape)}.")
+    check_positive_int(epochs, name="epochs")
+    check_positive_int(batch_size, name="batch_size")
+    check_non_negative(lr, name="lr")
+    check_non_negative(prox_mu, name="prox_mu")
 
 
 def batch_orders(w: Tensor, epochs: int, *, generator: torch.Generator | None = None, seeds: list[int] | None = None,

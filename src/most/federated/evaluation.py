@@ -21,8 +21,12 @@ methods over seeds with a paired t interval.
 
 Inputs may be tensors (any device) or array-likes; matrices are ``[n_clients, m_models]``.
 Arrays returned per client follow the input: a tensor for a tensor, a NumPy array otherwise.
-Scalars are Python floats. Bad input (wrong or mismatched shapes, NaN or inf) raises a
-``ValueError`` that names the argument and its shape.
+Scalars are Python floats. An accuracy of NaN marks a client without samples in that split, as
+:class:`~most.federated.FederatedResult` writes it: a NaN validation accuracy counts below any
+other (the client takes its first model, or its lowest loss), and a client whose test accuracy
+is NaN is left out of the summaries (:func:`worst_k_percent`, :func:`oracle_accuracy`,
+:func:`summarise`). Other bad input (wrong or mismatched shapes, inf) raises a ``ValueError``
+that names the argument and its shape.
 
 Examples:
     >>> val = [[0.6, 0.8], [0.9, 0.5], [0.7, 0.7]]
@@ -98,6 +102,26 @@ def _vector(x, name: str) -> np.ndarray:
     return _check(_array(x, name), name, 1, "a vector of shape [n_clients]")
 
 
+def _accuracies(x, name: str, ndim: int = 2) -> np.ndarray:
+    """Accuracies (``[n_clients, m_models]``, or ``[n_clients]`` with ``ndim=1``) where NaN marks a
+    client without samples in the split; inf is refused."""
+    what = "a matrix of shape [n_clients, m_models]" if ndim == 2 else "a vector of shape [n_clients]"
+    a = _check(_array(x, name), name, ndim, what, finite=False)
+    if np.isinf(a).any():
+        first = tuple(int(i) for i in np.argwhere(np.isinf(a))[0])
+        raise ValueError(f"`{name}` (shape {a.shape}) contains inf, first at index {first}; accuracies lie in [0, 1] "
+                         "(NaN marks a client without samples in the split).")
+    return a
+
+
+def _measured(a: np.ndarray, name: str) -> np.ndarray:
+    """The clients (rows) of ``a`` with an accuracy; a ``ValueError`` when none has one."""
+    keep = ~np.isnan(a) if a.ndim == 1 else ~np.isnan(a).all(axis=1)
+    if not keep.any():
+        raise ValueError(f"`{name}` is NaN for every client: no client has samples in the split to be scored on.")
+    return a[keep]
+
+
 def _same_shape(a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> None:
     if a.shape != b.shape:
         raise ValueError(f"`{name_a}` and `{name_b}` must have the same shape; got {a.shape} and {b.shape}.")
@@ -137,7 +161,8 @@ def select_models(val_accuracy, loss=None):
     come first.
 
     Args:
-        val_accuracy: ``[n_clients, m]`` validation accuracy of every model on every client.
+        val_accuracy: ``[n_clients, m]`` validation accuracy of every model on every client
+            (NaN: no validation sample, below any accuracy).
         loss: optional ``[n_clients, m]`` loss of every model on every client that breaks the
             ties; NaN counts as the highest loss.
 
@@ -152,7 +177,8 @@ def select_models(val_accuracy, loss=None):
     >>> select_models(torch.tensor([[0.2, 0.4]]))
     tensor([1])
     """
-    a = _matrix(val_accuracy, "val_accuracy")
+    a = _accuracies(val_accuracy, "val_accuracy")
+    a = np.where(np.isnan(a), -np.inf, a)  # no validation sample: below any accuracy
     choice = np.argmax(a, axis=1)  # argmax returns the first maximum
     if loss is not None:
         b = _matrix(loss, "loss", finite=False)
@@ -231,7 +257,7 @@ def client_accuracy(test_accuracy, choice):
     >>> client_accuracy([[0.5, 0.9], [0.8, 0.4]], [1, 0])
     array([0.9, 0.8])
     """
-    a = _matrix(test_accuracy, "test_accuracy")
+    a = _accuracies(test_accuracy, "test_accuracy")
     c = _array(choice, "choice")
     if c.shape != (a.shape[0],):
         raise ValueError(
@@ -262,7 +288,7 @@ def worst_k_percent(acc, fractions: Sequence[float] = WORST_FRACTIONS) -> dict[s
     >>> worst_k_percent([0.9, 0.1, 0.5], fractions=(0.1,))
     {'worst10': 0.1}
     """
-    a = _vector(acc, "acc")
+    a = _measured(_accuracies(acc, "acc", ndim=1), "acc")  # a NaN client (no test sample) is left out
     out: dict[str, float] = {}
     for f in fractions:
         f = float(f)
@@ -278,7 +304,8 @@ def oracle_accuracy(test_accuracy) -> float:
     >>> round(oracle_accuracy([[0.5, 0.9], [0.8, 0.4], [0.6, 0.3]]), 4)
     0.7667
     """
-    return float(_matrix(test_accuracy, "test_accuracy").max(axis=1).mean())
+    a = _measured(_accuracies(test_accuracy, "test_accuracy"), "test_accuracy")  # clients with test samples
+    return float(np.nanmax(a, axis=1).mean())
 
 
 def pooled_accuracy(client_accuracy, sizes) -> float:
@@ -294,7 +321,8 @@ def pooled_accuracy(client_accuracy, sizes) -> float:
     if n.shape != acc.shape or not np.isfinite(n).all() or (n < 0).any() or n.sum() <= 0:
         raise ValueError(f"`sizes` must hold one non-negative test-set size per client ({acc.shape[0]}), not all "
                          f"zero; got shape {n.shape}.")
-    return float((n * acc).sum() / n.sum())
+    scored = ~np.isnan(acc)  # a client without test samples (NaN, size 0) counts for nothing
+    return float((n[scored] * acc[scored]).sum() / n[scored].sum())
 
 
 # --------------------------------------------------------------------------- diversity
@@ -422,7 +450,8 @@ def gamma_drift(prev, plan, *, skip_empty: bool = False) -> float:
 
 
 def summarise(val_acc, test_acc, *, choice=None, sizes=None) -> dict:
-    """Per-run summary: select on validation, score on test.
+    """Per-run summary: select on validation, score on test (clients whose chosen model's test
+    accuracy is NaN, without test samples, left out).
 
     Returns a dict with ``mean`` (mean client accuracy), ``worst20`` .. ``worst80``,
     ``oracle`` (:func:`oracle_accuracy`) and ``choice_counts`` (a list: how many clients chose
@@ -435,19 +464,27 @@ def summarise(val_acc, test_acc, *, choice=None, sizes=None) -> dict:
     >>> s["mean"], s["worst20"], s["oracle"], s["choice_counts"], s["pooled"]
     (0.75, 0.5, 0.75, [1, 1], 0.625)
     """
-    v = _matrix(val_acc, "val_acc")
-    t = _matrix(test_acc, "test_acc")
+    v = _accuracies(val_acc, "val_acc")
+    t = _accuracies(test_acc, "test_acc")
     _same_shape(v, t, "val_acc", "test_acc")
     if choice is None:
         choice = select_models(v)
     acc = client_accuracy(t, choice)  # validates a given choice (integer indices in 0 .. m - 1)
-    choice = _array(choice, "choice").astype(np.int64)
+    tested = ~np.isnan(acc)  # the clients with test samples; the others are left out
+    if not tested.any():
+        raise ValueError("`test_acc` is NaN for every client's chosen model: no client has test samples to be "
+                         "scored on.")
+    choice = _array(choice, "choice").astype(np.int64)[tested]
+    acc, t = acc[tested], t[tested]
     out: dict = {"mean": float(acc.mean())}
     out.update(worst_k_percent(acc))
     out["oracle"] = oracle_accuracy(t)
     out["choice_counts"] = np.bincount(choice, minlength=v.shape[1]).astype(int).tolist()
     if sizes is not None:
-        out["pooled"] = pooled_accuracy(acc, sizes)
+        n = _array(sizes, "sizes")
+        if n.shape != tested.shape:
+            raise ValueError(f"`sizes` must hold one test-set size per client ({tested.shape[0]}); got shape {n.shape}.")
+        out["pooled"] = pooled_accuracy(acc, n[tested])
     return out
 
 

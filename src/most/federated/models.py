@@ -32,6 +32,10 @@ from .._random import derive_seed
 __all__ = ["FlatModel", "logistic_regression", "cnn"]
 
 
+class NotLogits(ValueError):
+    """A model whose forward returns something else than one tensor of logits (a tuple, say)."""
+
+
 @dataclass(frozen=True, eq=False)
 class FlatModel:
     """An architecture whose parameters are handled as flat vectors ``[d]``.
@@ -132,7 +136,12 @@ class FlatModel:
             return functional_call(self._template, {**buffers, **self.unflatten(t)}, (inputs,))
 
         with torch.random.fork_rng(devices=[]), torch.no_grad():
-            return vmap(logits, in_dims=(0, None))(theta, x)[0]
+            out = vmap(logits, in_dims=(0, None))(theta, x)
+        if not isinstance(out, Tensor):
+            raise NotLogits(f"The model {self.name} must return one tensor of logits [batch, n_classes]; its forward "
+                            f"returned a {type(out).__name__}. Return the logits alone (e.g. `return self.head(h)`, "
+                            "not `return logits, h`).")
+        return out[0]
 
     def input_mismatch(self, shape: tuple[int, ...]) -> str | None:
         """What the module's first layer takes, in words, when that differs from samples of

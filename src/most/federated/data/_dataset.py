@@ -58,7 +58,7 @@ def _as_features(x, *, what: str) -> Tensor:
     t = _numeric(x, what=what, labels=False)
     if t.is_complex():
         raise ValueError(f"{what} must be real; got dtype {t.dtype}.")
-    t = t.to(torch.float32)
+    t = t.detach().to(torch.float32)  # data, not a leaf of a graph: no gradient flows into it
     if t.ndim < 2:
         raise ValueError(f"{what} must have shape [N, *input_shape]; got shape {tuple(t.shape)}.")
     # numpy's check is much faster than torch.isfinite on large CPU image tensors.
