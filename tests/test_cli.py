@@ -130,6 +130,27 @@ def test_set_overrides_the_file_and_is_checked_as_the_file_is(tmp_path):
                     "part that has spaces in quotes", code=2)
 
 
+def test_an_interrupted_run_names_the_command_that_resumes_it_with_every_setting(tmp_path, monkeypatch):
+    import shlex
+
+    import most.experiments
+
+    def interrupted(experiment, *args, **kwargs):
+        assert experiment.name == "changed"  # the --set values were applied
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(most.experiments, "run_experiment", interrupted)
+    path = tmp_path / "exp.toml"
+    path.write_text(CENTRAL)
+    out = tmp_path / "with space"
+    result = runner.invoke(app, ["run", str(path), "--out", str(out), "--quiet", "--no-batch", "--set",
+                                 'name="changed"', "--set", "methods.MosT.lr=0.05"])
+    assert result.exit_code == 130
+    hint = result.output.split("with: ", 1)[1].strip()
+    assert shlex.split(hint) == ["most", "run", str(path), "--out", str(out), "--resume", "--no-batch", "--quiet",
+                                 "--set", 'name="changed"', "--set", "methods.MosT.lr=0.05"]
+
+
 def test_dry_run_makes_the_checks_of_the_run(tmp_path):
     path = tmp_path / "fed.toml"
     path.write_text(FED)  # 9 models, 8 clients

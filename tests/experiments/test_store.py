@@ -107,6 +107,36 @@ def test_a_refused_run_leaves_no_folder_behind(tmp_path):
     assert not (tmp_path / "central").exists()
 
 
+_HOLD = ("import sys, time\nfrom pathlib import Path\nfrom most.experiments.store import WriterLock\n"
+         "Path(sys.argv[1]).mkdir(parents=True, exist_ok=True)\nWriterLock(Path(sys.argv[1])).__enter__()\n"
+         "print('held', flush=True)\ntime.sleep(60)\n")
+
+
+def test_a_run_refused_by_another_writer_never_removes_its_folder_or_lock(tmp_path, monkeypatch):
+    """Two calls that both find the folder missing (a job started twice): the one that gets the
+    lock second is refused, and the folder and lock of the first stay as they are."""
+    root = tmp_path / "central"
+    holder: list[subprocess.Popen] = []
+    mkdir = Path.mkdir
+
+    def raced_mkdir(self, *args, **kwargs):
+        if self == root and not holder:  # between this call's check and its mkdir, another takes the folder
+            process = subprocess.Popen([sys.executable, "-c", _HOLD, str(root)], stdout=subprocess.PIPE, text=True)
+            holder.append(process)
+            assert process.stdout.readline().strip() == "held"
+        return mkdir(self, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "mkdir", raced_mkdir)
+    try:
+        with pytest.raises(BusyFolderError, match="being written by another process"):
+            _run(CENTRAL, tmp_path)
+        assert holder and (root / ".lock").is_file() and _taken_elsewhere(root)
+    finally:
+        for process in holder:
+            process.kill()
+            process.wait()
+
+
 def test_a_link_at_the_experiment_folder_is_refused_and_nothing_lands_at_its_target(tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()

@@ -187,8 +187,13 @@ def run_cmd(
     except ValueError as exc:  # e.g. a run diverged: finished runs and checkpoints are kept
         raise Failure(f"{exc} Finished runs are kept; fix the file and run the command again.", 1) from exc
     except KeyboardInterrupt:
+        import shlex
+
+        again = ["most", "run", str(experiment), "--out", str(out), "--resume",
+                 *(f"--threads={threads}" for _ in range(threads != 1)), *(["--no-batch"] if not batch else []),
+                 *(["--quiet"] if quiet else []), *(arg for item in overrides or () for arg in ("--set", item))]
         typer.echo(f"\nInterrupted. Finished runs are kept; continue the others from their last checkpoint "
-                   f"with: most run {experiment} --out {out} --resume", err=True)
+                   f"with: {shlex.join(again)}", err=True)
         raise typer.Exit(130) from None
     typer.echo(f"Done. Table: most report {root}   Figures: most plot {root}")
 

@@ -19,7 +19,7 @@ from ..checkpoint import atomic_write_text, differing_paths
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
 from .._json import dumps
-from .store import RunFolder, WriterLock, check_no_links, check_not_linked, remove_leftovers, seedless
+from .store import BusyFolderError, RunFolder, WriterLock, check_no_links, check_not_linked, remove_leftovers, seedless
 
 if TYPE_CHECKING:
     from ..federated import FederatedResult
@@ -400,17 +400,32 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     check_not_linked(Path(out), root / "runs")
     created = [p for p in (root, Path(out)) if not p.exists()]
     root.mkdir(parents=True, exist_ok=True)
+    lock = WriterLock(root)
     try:
-        with WriterLock(root):
-            return _run_locked(experiment, root, resume=resume, restart=restart, progress=progress, echo=echo,
-                               batch=batch)
+        lock.__enter__()
+    except BusyFolderError:
+        raise  # another process holds the folder (it may have made it a moment ago): nothing here is touched
     except BaseException:
-        if root in created and {p.name for p in root.iterdir()} <= {".lock"}:  # refused before anything was written
-            (root / ".lock").unlink(missing_ok=True)
-            for folder in created:
-                if not any(folder.iterdir()):
-                    folder.rmdir()
+        _remove_unwritten(root, created)
         raise
+    try:
+        return _run_locked(experiment, root, resume=resume, restart=restart, progress=progress, echo=echo,
+                           batch=batch)
+    except BaseException:
+        _remove_unwritten(root, created)  # still holding the lock: no other process is in the folder
+        raise
+    finally:
+        lock.__exit__(None, None, None)
+
+
+def _remove_unwritten(root: Path, created: list[Path]) -> None:
+    """Removes the folders this call made (``created``) where a refusal left nothing in them but
+    the lock file, so that a call refused before any work leaves no trace."""
+    if root in created and root.is_dir() and {p.name for p in root.iterdir()} <= {".lock"}:
+        (root / ".lock").unlink(missing_ok=True)
+        for folder in created:
+            if folder.is_dir() and not any(folder.iterdir()):
+                folder.rmdir()
 
 
 def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bool, progress: bool,
