@@ -248,6 +248,11 @@ def test_bench_errors_are_one_line(tmp_path):
     (tmp_path / "runs.jsonl").write_text("not json\n")
     _one_line_error(runner.invoke(app, ["bench", "few-objective", "--problem", "zdt1", "--seed", "0", "--resume",
                                         "--out", str(tmp_path), "--quiet"]), str(tmp_path / "runs.jsonl"), code=2)
+    # refused after the folder was made and locked, before any run: the new folders go again
+    new = tmp_path / "new" / "structure"
+    _one_line_error(runner.invoke(app, ["bench", "structure", "--lr", "1e9", "--seed", "0", "--out", str(new),
+                                        "--quiet"]), "smaller `lr`")
+    assert not (tmp_path / "new").exists()
 
 
 def test_flower_credentials_error_is_one_line(tmp_path):
@@ -346,3 +351,18 @@ def test_a_warning_for_the_user_is_one_line(tmp_path):
     lines = [line for line in res.stderr.splitlines() if "WarmUp(rounds=5)" in line]
     assert lines and all(line.startswith("Warning: MosT(warmup=WarmUp(rounds=5)) with rounds=2") for line in lines)
     assert ".py:" not in res.stderr  # no file and line of the library or of typer
+
+
+def test_report_of_a_folder_this_user_may_only_read_prints_the_table_and_says_why_no_file(results, monkeypatch):
+    import most.experiments
+    from most.experiments import report
+
+    def read_only(folder, *, write=True):
+        if write:
+            raise PermissionError(13, "Permission denied", str(folder / ".report.md.1.tmp"))
+        return report(folder, write=False)
+
+    monkeypatch.setattr(most.experiments, "report", read_only)
+    res = runner.invoke(app, ["report", str(results)])
+    assert res.exit_code == 0 and res.stdout.startswith("# central") and "| MosT |" in res.stdout
+    assert "Note: report.md and report.csv were not written (Permission denied" in res.stderr

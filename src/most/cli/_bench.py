@@ -20,8 +20,12 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
         return
     out_folder(out)
     set_threads(threads)
+    made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this call creates
     try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
+    except ValueError:
+        _remove_unwritten(made)  # refused before any run: a new folder holding only the lock goes
+        raise
     except KeyboardInterrupt:  # every suite keeps its finished runs in OUT/runs (most.bench._runs)
         from ..bench import RUNS_DIR
 
@@ -31,6 +35,20 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     typer.echo(suite.table_markdown(results))
     n_figures = len(results["figures"])
     typer.echo(f"\nWrote {out}/results.json, table.md and {n_figures} figure{'' if n_figures == 1 else 's'}.")
+
+
+def _remove_unwritten(made: list[Path]) -> None:
+    """Removes the folders this call made where nothing but the lock file (and empty folders) was
+    written: a call refused before its first run leaves no trace."""
+    for folder in made:  # the deepest first
+        if not folder.is_dir():
+            continue
+        entries = list(folder.rglob("*"))
+        if any(e.is_file() and e.name != ".lock" for e in entries):
+            return
+        for entry in sorted(entries, key=lambda e: len(e.parts), reverse=True):
+            entry.unlink() if entry.is_file() else entry.rmdir()
+        folder.rmdir()
 
 
 _JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads); the results are "

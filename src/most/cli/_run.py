@@ -235,7 +235,8 @@ def report_cmd(
                                    show_default=False),
 ) -> None:
     """Print the table of a results folder (mean ± std over seeds, per method and swept value)
-    and write RESULTS/report.md and RESULTS/report.csv. Nothing is re-run.
+    and write RESULTS/report.md and RESULTS/report.csv. Nothing is re-run. In a folder this user
+    may only read, the table is printed and the files are not written (a note says so).
 
     Example:
 
@@ -243,7 +244,12 @@ def report_cmd(
     """
     from ..experiments import report
 
-    typer.echo(report(results))
+    typer.echo(report(results, write=False))
+    try:
+        report(results)
+    except PermissionError as exc:
+        typer.echo(f"Note: report.md and report.csv were not written ({exc.strerror}: {exc.filename}); this user may "
+                   "only read the folder. The table is above.", err=True)
 
 
 @app.command("plot")
