@@ -346,3 +346,23 @@ def test_the_report_says_which_groups_pick_their_clients_models_otherwise(tmp_pa
     assert ("(except: FedEM, its mixture of the models (weights by EM); LocalOnly, its own model)." in text)
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
     assert rows["FedEM"][6] == "–" and rows["LocalOnly"][6] == "–" and rows["IFCA"][6] != "–"
+
+
+def test_the_gamma_figure_draws_the_groups_with_a_drift_when_another_has_one_plan(tmp_path, monkeypatch):
+    """A group with a single plan (no drift yet) leaves the others' Γ-over-rounds figure drawn."""
+    from most.federated import figures
+
+    table = with_(tables.CENTRAL, seeds=[0], methods={"MosT": {"n_models": 3, "rounds": 1, "lr": 0.1},
+                                                       "MosT (longer)": {"type": "MosT", "n_models": 3, "rounds": 6,
+                                                                         "lr": 0.1}})
+    run_experiment(parse_experiment(table), tmp_path, progress=False, echo=lambda s: None)
+    drawn: list[list[str]] = []
+    real = figures.sparsity_drift
+
+    def spy(sparsity, drift, **kwargs):
+        drawn.append(list(drift))
+        return real(sparsity, drift, **kwargs)
+
+    monkeypatch.setattr(figures, "sparsity_drift", spy)
+    names = {Path(f).name for f in plot(tmp_path / "central", formats=("png",))}
+    assert "sparsity_drift.png" in names and drawn == [["MosT (longer)"]]

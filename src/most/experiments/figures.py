@@ -206,9 +206,11 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
             drift[g] = [m["gamma_drift"] for m in history if "gamma_drift" in m]
             switches[g] = figures.switch_share(owners) if len(owners) >= 2 else []
             start[g] = next(m["round"] for m in history if "gamma_sparsity" in m) if sparsity[g] else 0
-    if sparsity and all(len(d) for d in drift.values()):
-        fig = figures.sparsity_drift(sparsity, drift, cumulative=True, start=start,
-                                     switches={g: v for g, v in switches.items() if len(v)},
+    moving = [g for g in sparsity if len(drift.get(g, []))]  # groups with two plans or more (a drift to draw)
+    if moving:
+        fig = figures.sparsity_drift({g: sparsity[g] for g in moving}, {g: drift[g] for g in moving}, cumulative=True,
+                                     start={g: start[g] for g in moving},
+                                     switches={g: switches[g] for g in moving if len(switches.get(g, []))},
                                      title=f"{root.name}: Γ over the rounds ({which})")
         _save(fig, out / "sparsity_drift", formats, written)
 
