@@ -192,21 +192,22 @@ def _hints(obj) -> dict[str, Any]:
         return {}
 
 
-def _check(name: str, path: str, value, fields: dict[str, Any], defaults: set[str]):
+def _check(name: str, path: str, value, fields: dict[str, Any], defaults: set[str], hidden=()):
     unknown = [k for k in value if k not in fields]
     if unknown:
-        raise _unknown(path, unknown[0], list(fields))
+        raise _unknown(path, unknown[0], [k for k in fields if k not in hidden])
     missing = [k for k in fields if k not in value and k not in defaults]
     if missing:
         raise ConfigError(f"{_join(path, missing[0])}: required by {name} and missing.")
     return {k: _coerce(v, fields[k], _join(path, k)) for k, v in value.items()}
 
 
-def build(cls: type, table: dict, *, path: str = ""):
+def build(cls: type, table: dict, *, path: str = "", hidden=()):
     """``cls(**table)`` for a dataclass ``cls``, each value checked against its field's type.
 
     Raises :class:`ConfigError` for unknown keys, missing required keys, wrong types, and for
-    the errors the class itself raises on bad values (with the path prefixed).
+    the errors the class itself raises on bad values (with the path prefixed). ``hidden``: fields
+    the caller sets itself, left out of the keys an unknown key's error lists.
     """
     if not isinstance(table, dict):
         raise ConfigError(f"{path or cls.__name__}: expected a table of {cls.__name__}'s fields; got {table!r}.")
@@ -216,7 +217,7 @@ def build(cls: type, table: dict, *, path: str = ""):
     fields = {f.name: hints.get(f.name, Any) for f in dataclasses.fields(cls) if f.init and not f.name.startswith("_")}
     defaults = {f.name for f in dataclasses.fields(cls)
                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING}
-    kwargs = _check(cls.__name__, path, table, fields, defaults)
+    kwargs = _check(cls.__name__, path, table, fields, defaults, hidden)
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as exc:

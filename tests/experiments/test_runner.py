@@ -130,6 +130,13 @@ def test_experiment_errors_name_the_key():
         (_with(FED, sweep={"methods.MosT.server_lr": 3.0}), r"sweep\.\"methods\.MosT\.server_lr\": expected a "
                                                             r"non-empty list"),
         (_with(FED, sweep={"methods.Nope.lr": [1.0]}), r"no method labelled 'Nope'"),
+        (_with(FED, sweep={"methods.MosT": [1.0]}), r"name the field of 'MosT' to sweep too, such as "
+                                                    r"\"methods\.MosT\.lr\""),
+        (_with(FED, sweep={"methods.MosT.server_lr": [1.0, 1.0]}), r"the sweep repeats the value"),
+        (_with(FED, methods={"ü": {"type": "MosT", "n_models": 2}, "é": {"type": "MosT", "n_models": 2}}),
+         r"the labels 'ü' and 'é' give one folder name"),
+        (_with(FED, methods={"MosT": {"n_models": 2, "fo": 1}}), r"unknown key\. Allowed keys: n_models, server_lr, "
+                                                                r"(?!.*\bseed\b)"),
         (_with(FED, sweep={"methods.MosT.server_lr": [1.0, "big"]}), r"methods\.MosT\.server_lr: expected a number"),
         (_with(FED, seeds=[0, 0]), r"seeds: repeated"),
         (_with(FED, problem={"name": "zdt"}), r"federated .* or centralised .* not both"),

@@ -60,7 +60,7 @@ _RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left 
 # Options the `most bench` commands share, each command giving its own default.
 _Methods = Annotated[list[str], typer.Option("--method", help="Repeat to choose (default: all). See --list-methods.")]
 _Seeds = Annotated[list[int], typer.Option("--seed", min=0, max=2**64 - 1, help="Repeat for several seeds.")]
-_AdamLr = Annotated[float, typer.Option(min=0.0, help="Adam's learning rate, the same for every method.")]
+_AdamLr = Annotated[float, typer.Option(help="Adam's learning rate (positive), the same for every method.")]
 _Threads = Annotated[int, typer.Option(min=1, help="torch threads.")]
 _ListMethods = Annotated[bool, typer.Option("--list-methods", help="Print the method names and exit.")]
 _Quiet = Annotated[bool, typer.Option("--quiet", help="No progress bar.")]
@@ -121,7 +121,7 @@ def bench_structure(
     methods: _Methods = [],
     seeds: _Seeds = list(range(20)),
     rounds: int = typer.Option(300, min=1, help="Gradient steps per model, the same for every method."),
-    lr: float = typer.Option(0.05, min=0.0, help="SGD step size, the same for every method."),
+    lr: float = typer.Option(0.05, help="SGD step size (positive), the same for every method."),
     threads: int = typer.Option(1, min=1, help="torch threads; these problems are tiny, so 1 is fastest."),
     list_methods: _ListMethods = False, quiet: _Quiet = False,
     resume: _Resume = False, restart: _Restart = False, jobs: _Jobs = 1,
@@ -243,7 +243,7 @@ def bench_federated(
     rounds: int = typer.Option(100, min=1, help="Communication rounds."),
     local_epochs: int = typer.Option(1, min=1, help="Local epochs K per round."),
     batch_size: int = typer.Option(10, min=1, help="Local mini-batch size."),
-    lr: float = typer.Option(0.05, min=0.0, help="Local learning rate (the same for every method)."),
+    lr: float = typer.Option(0.05, help="Local learning rate (positive; the same for every method)."),
     participation: float = typer.Option(1.0, help="Fraction of clients per round."),
     server_lrs: list[float] = typer.Option([1.0, 3.0, 5.0, 7.0], "--server-lr",
                                            help="Server steps searched on validation (repeat); the default is "

@@ -269,7 +269,16 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
     folders = [r.folder for r in runs]
     if len(set(folders)) != len(folders):
         dup = next(f for f in folders if folders.count(f) > 1)
-        raise ConfigError(f"methods: two runs would share the folder {dup!r}; give the methods distinct labels.")
+        a, b = [r for r in runs if r.folder == dup][:2]
+        if a.label != b.label:
+            why = (f"the labels {a.label!r} and {b.label!r} give one folder name (folder names keep ASCII letters, "
+                   "digits and . _ -); rename one")
+        elif a.sweep == b.sweep:
+            why = f"the sweep repeats the value(s) {a.sweep}; give each value once"
+        else:
+            why = (f"the swept values {a.sweep} and {b.sweep} of {a.label!r} are written alike in a folder name; "
+                   "give distinct values")
+        raise ConfigError(f"methods: two runs would share the folder {dup!r}: {why}.")
     return Experiment(name=name, kind=kind, runs=tuple(runs), checkpoint_every=every, source=source)
 
 
@@ -324,8 +333,11 @@ def _check_sweep(table: dict, methods: dict) -> dict:
         if head[0] not in ("data", "model", "federated", "problem", "methods") or len(head) < 2:
             raise ConfigError(f"sweep.\"{key}\": a swept key is a dotted path into the file, such as "
                               "\"methods.MosT.diversity\" or \"federated.lr\".")
-        if head[0] == "methods" and (len(head) < 3 or head[1] not in methods):
+        if head[0] == "methods" and head[1] not in methods:
             raise ConfigError(f"sweep.\"{key}\": no method labelled {head[1]!r}; labels: {', '.join(methods)}.")
+        if head[0] == "methods" and len(head) < 3:
+            raise ConfigError(f"sweep.\"{key}\": name the field of {head[1]!r} to sweep too, such as "
+                              f"\"methods.{head[1]}.lr\".")
         if head[0] in ("data", "model", "federated", "problem") and head[0] not in table:
             raise ConfigError(f"sweep.\"{key}\": this experiment has no [{head[0]}] table.")
     return sweep
@@ -438,7 +450,7 @@ def _method(registry: dict, label: str, table: dict, seed: int | None):
     cls = registry[type_name]
     if seed is not None and any(f.name == "seed" for f in dataclasses.fields(cls)):
         table["seed"] = seed
-    return build(cls, table, path=f"methods.{label}")
+    return build(cls, table, path=f"methods.{label}", hidden=tuple(_RESERVED))
 
 
 def _build(run: RunSpec) -> dict[str, Any]:
