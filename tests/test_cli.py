@@ -366,3 +366,13 @@ def test_report_of_a_folder_this_user_may_only_read_prints_the_table_and_says_wh
     res = runner.invoke(app, ["report", str(results)])
     assert res.exit_code == 0 and res.stdout.startswith("# central") and "| MosT |" in res.stdout
     assert "Note: report.md and report.csv were not written (Permission denied" in res.stderr
+
+
+def test_a_warning_raised_by_the_checks_and_again_by_the_run_is_shown_once_per_command(tmp_path):
+    path = tmp_path / "fed.toml"
+    path.write_text(FED.replace("n_models = 9", "n_models = 2"))  # 4 rounds, all in MosT's 5-round warm-up
+    res = subprocess.run([sys.executable, "-m", "most.cli", "run", str(path), "--out", str(tmp_path / "a"), "--quiet"],
+                         capture_output=True, text=True, timeout=300, env=dict(os.environ, OMP_NUM_THREADS="1"))
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("every round is a warm-up round") == 1, res.stderr
+    assert res.stderr.startswith("Warning: MosT(warmup=WarmUp(rounds=5)) with rounds=4")

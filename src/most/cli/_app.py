@@ -197,6 +197,23 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show the traceback 
         import warnings
 
         warnings.formatwarning = _one_line_warning
+        warnings.showwarning = _once_per_command(warnings.showwarning)
+
+
+def _once_per_command(show):
+    """``warnings.showwarning`` that shows each warning's text once in a command: the checks made
+    before the runs and the runs themselves raise the same warning from two places."""
+    base = getattr(show, "__wrapped__", show)  # a wrapper of an earlier command is replaced, not wrapped again
+    seen: set[tuple[type, str]] = set()
+
+    def once(message, category, filename, lineno, file=None, line=None):
+        key = (category, str(message))
+        if key not in seen:
+            seen.add(key)
+            base(message, category, filename, lineno, file, line)
+
+    once.__wrapped__ = base  # type: ignore[attr-defined]
+    return once
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
