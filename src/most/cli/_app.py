@@ -212,7 +212,7 @@ def _once_per_command(show):
             seen.add(key)
             base(message, category, filename, lineno, file, line)
 
-    once.__wrapped__ = base  # type: ignore[attr-defined]
+    once.__wrapped__ = base
     return once
 
 
