@@ -105,9 +105,15 @@ def load_encoder(path: str | Path | None = None) -> "FrozenEncoder":
             f"No encoder folder at {path}: `path` must be a local folder with a BERT-type model "
             "(config.json, weights, tokenizer files). Nothing is downloaded."
         )
-    with _offline():
-        tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # loading local weights: no bar of its own (callers show theirs)
+    try:
+        with _offline():
+            tokenizer = transformers.AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+            model = transformers.AutoModel.from_pretrained(str(path), local_files_only=True)
+    finally:
+        if bars:
+            transformers.utils.logging.enable_progress_bar()
     return FrozenEncoder(tokenizer, model)
 
 
