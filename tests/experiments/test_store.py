@@ -3,6 +3,7 @@ an interrupted write, folders `most run` did not write (most.experiments.store).
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -233,3 +234,16 @@ def test_a_refused_resume_changes_no_file(tmp_path):
     assert result["resumed_from_round"] == 10 and result["seconds"] >= first
     elapsed = [line["elapsed"] for line in RunFolder(root / "runs" / "MosT" / "seed0").metrics()]
     assert elapsed == sorted(elapsed) and len(elapsed) == 30
+
+
+def test_an_experiment_is_not_written_into_a_bench_suites_folder(tmp_path):
+    from most.bench._runs import RunStore
+
+    store = RunStore(tmp_path / "central", {"a": 1}, suite="mtl", folder=lambda key: "x")
+    folder = RunFolder(tmp_path / "central" / "runs" / "x" / "seed0")
+    folder.path.mkdir(parents=True)
+    (folder.path / "config.json").write_text(json.dumps({"suite": "mtl", "settings": {"a": 1}}))
+    del store
+    with pytest.raises(ConfigError, match=r"holds the runs of `most bench mtl`.*another --out"):
+        _run(CENTRAL, tmp_path)
+    assert sorted(p.name for p in (tmp_path / "central" / "runs").iterdir()) == ["x"]  # nothing added

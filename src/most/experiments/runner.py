@@ -418,6 +418,22 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
         lock.__exit__(None, None, None)
 
 
+def _check_not_a_bench(root: Path) -> None:
+    """Refuses an experiment folder that holds the runs of a `most bench` suite (a bench's output
+    folder whose name is the experiment's): the runs of the two would mix, and neither could
+    resume."""
+    runs = root / "runs"
+    if not runs.is_dir() or runs.is_symlink():
+        return
+    for config_file in runs.rglob("config.json"):
+        suite = RunFolder(config_file.parent).stored_config() or {}
+        if isinstance(suite.get("suite"), str):
+            raise ConfigError(f"{root} holds the runs of `most bench {suite['suite']}` ({config_file.parent}); an "
+                              "experiment's runs would mix with them. Write to another --out, or rename the "
+                              "experiment (`name = ...`).")
+        return  # the first run folder tells whose folder it is
+
+
 def _remove_unwritten(root: Path, created: list[Path]) -> None:
     """Removes the folders this call made (``created``) where a refusal left nothing in them but
     the lock file, so that a call refused before any work leaves no trace."""
@@ -431,6 +447,7 @@ def _remove_unwritten(root: Path, created: list[Path]) -> None:
 def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bool, progress: bool,
                 echo: Callable[[str], None], batch: bool) -> Path:
     """:func:`run_experiment` once it holds the folder's lock."""
+    _check_not_a_bench(root)
     folders = [(run, RunFolder(root / "runs" / run.folder)) for run in experiment.runs]
     for _, folder in folders:
         check_not_linked(root, folder.path)
