@@ -376,3 +376,22 @@ def test_a_warning_raised_by_the_checks_and_again_by_the_run_is_shown_once_per_c
     assert res.returncode == 0, res.stderr
     assert res.stderr.count("every round is a warm-up round") == 1, res.stderr
     assert res.stderr.startswith("Warning: MosT(warmup=WarmUp(rounds=5)) with rounds=4")
+
+
+def test_a_bench_refused_by_another_writer_leaves_its_folder_and_lock(tmp_path, monkeypatch):
+    """A bench call whose folder was made and locked by another call meanwhile is refused, and
+    touches nothing; one refused for its own input removes the folder it made."""
+    from most.bench import structure
+    from most.experiments.store import BusyFolderError
+
+    out = tmp_path / "new" / "structure"
+
+    def taken(config, **kwargs):  # another process made the folder and holds its lock
+        out.mkdir(parents=True)
+        (out / ".lock").write_text("process 1 on host: most bench structure\n")
+        raise BusyFolderError(f"{out} is being written by another process (process 1 on host).")
+
+    monkeypatch.setattr(structure, "run_benchmark", taken)
+    _one_line_error(runner.invoke(app, ["bench", "structure", "--seed", "0", "--out", str(out), "--quiet"]),
+                    "another process")
+    assert (out / ".lock").is_file()

@@ -387,31 +387,62 @@ def test_torchs_ignore_index_marks_rows_the_loss_skips_and_other_negative_labels
         most.Problem.from_datasets(lambda: nn.Linear(4, 3), [(x[:3], y[:3]), (x[3:], y[3:])], loss)
 
 
-def test_a_recurrent_module_is_refused_naming_vectorize_false_which_from_module_takes():
+def test_a_recurrent_module_runs_model_by_model_and_from_module_takes_vectorize_false():
+    """vmap cannot batch a recurrent layer: from_datasets runs such a module model by model (both
+    combiners), and from_module takes vectorize=False, which its batch-norm statistics follow."""
     g = torch.Generator().manual_seed(0)
 
     class Recurrent(nn.Module):
-        def __init__(self):
+        def __init__(self, norm=False):
             super().__init__()
             self.rnn, self.head = nn.GRU(4, 5, batch_first=True), nn.Linear(5, 2)
+            self.norm = nn.BatchNorm1d(5) if norm else nn.Identity()
 
         def forward(self, x, scale=1.0):
-            return self.head(self.rnn(x)[0][:, -1]) * scale
+            return self.head(self.norm(self.rnn(x)[0][:, -1])) * scale
 
     tasks = [(torch.randn(n, 3, 4, generator=g), torch.randint(0, 2, (n,), generator=g)) for n in (5, 9, 3)]
     ce = lambda o, t: F.cross_entropy(o, t, reduction="none")  # noqa: E731
-    with pytest.raises(ValueError, match=r"cannot batch an operation of the module.*Problem.from_module.*"
-                                         r"vectorize=False"):
-        most.Problem.from_datasets(Recurrent, tasks, ce)
+    problem = most.Problem.from_datasets(Recurrent, tasks, ce)
+    assert not problem.evaluation.vmappable
+    for combiner in (most.WeightedSum(), most.MinNorm()):
+        result = most.MosT(n_models=2, rounds=2, lr=0.1, combiner=combiner, seed=0).fit(problem)
+        module = result.to_modules()[0]
+        with torch.no_grad():  # the module given back computes the losses the run reports
+            torch.testing.assert_close(result.losses[:, 0], torch.stack([ce(module(x), y).mean() for x, y in tasks]))
     # keyword inputs reach the module's forward
     objectives = [lambda f, x=x, y=y: ce(f(x, scale=2.0), y).mean() for x, y in tasks]
     with pytest.raises(ValueError, match=r"cannot batch an operation of the objectives.*vectorize=False"):
         most.MosT(n_models=2, rounds=2, lr=0.1).fit(most.Problem.from_module(Recurrent, objectives))
-    problem = most.Problem.from_module(Recurrent, objectives, vectorize=False)
-    result = most.MosT(n_models=2, rounds=2, lr=0.1, combiner=most.MinNorm(), seed=0).fit(problem)
-    module = result.to_modules()[0]
-    with torch.no_grad():  # the module given back computes the losses the run reports
-        torch.testing.assert_close(result.losses[:, 0], torch.stack([ce(module(x, scale=2.0), y).mean()
-                                                                     for x, y in tasks]))
+    for norm in (False, True):
+        build = lambda norm=norm: Recurrent(norm)  # noqa: E731
+        problem = most.Problem.from_module(build, objectives, vectorize=False)
+        result = most.MosT(n_models=2, rounds=2, lr=0.1, combiner=most.MinNorm(), seed=0).fit(problem)
+        assert torch.isfinite(result.losses).all() and (result.statistics is not None) == norm
     with pytest.raises(TypeError, match="`vectorize` must be True or False"):
         most.Problem.from_module(Recurrent, objectives, vectorize="no")
+
+
+def test_dropout_under_a_min_norm_combiner_and_mixed_dtype_modules_run():
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randn(12, 5, generator=g), torch.randint(0, 2, (12,), generator=g)) for _ in range(3)]
+    ce = lambda o, y: F.cross_entropy(o, y, reduction="none")  # noqa: E731
+    net = lambda: nn.Sequential(nn.Linear(5, 8), nn.Dropout(0.5), nn.ReLU(), nn.Linear(8, 2))  # noqa: E731
+    problem = most.Problem.from_datasets(net, tasks, ce, batch_size=4)
+    method = most.MosT(n_models=2, rounds=3, lr=0.1, combiner=most.MinNorm(), seed=0)
+    assert torch.equal(method.fit(problem).params, method.fit(problem).params)
+
+    class Scale(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.t = nn.Parameter(torch.ones((), dtype=torch.float64))
+
+        def forward(self, x):
+            return x * self.t
+
+    # a float32 layer and a float64 parameter: the flat vector (the initial parameters) is float64
+    x = torch.randn(5, 3, dtype=torch.float64)
+    mixed = most.Problem.from_module(lambda: nn.Sequential(nn.Linear(3, 2), Scale()),
+                                     [lambda f: f(x).pow(2).mean(), lambda f: (f(x) - 1).pow(2).mean()])
+    result = most.MosT(n_models=2, rounds=2, lr=0.1).fit(mixed)
+    assert result.params.dtype == torch.float64 and len(mixed.to_modules(result.params)) == 2

@@ -35,7 +35,8 @@ GROUP_KEYS = ("group_ari", "group_ari_loss_pick", "group_ari_plan")
 _VALIDATION_PICK = F.FederatedMethod.pick
 #: what the table says of each pick rule a table can be scored under (:mod:`most.bench._rescore`)
 PICK_RULE_WORDS = {
-    "validation": "its most accurate model on validation (the first of equally accurate ones: the paper's protocol)",
+    "validation": "its most accurate model on validation (the first of equally accurate ones: the paper's protocol; "
+                  "a client without validation samples, its lowest loss on its training data)",
     "validation-then-loss": "its most accurate model on validation, equally accurate ones told apart by the lowest "
                             "loss on its training and validation data pooled",
     "loss": "its model with the lowest loss on its training and validation data pooled",

@@ -29,7 +29,13 @@ __all__ = ["PICK_RULES", "RescoreError", "rescore", "rescore_folder", "repick"]
 
 
 def _validation(val, loss):
-    return ev.select_models(val)
+    # as the runtime picks (most.federated.server.choose_models): a client without validation
+    # samples (an all-NaN row) takes its lowest-loss model where it has a loss
+    choice = ev.select_models(val)
+    if loss is not None:
+        by_loss = np.isnan(val).all(1) & ~np.isnan(loss).any(1)
+        choice = np.where(by_loss, ev.select_by_loss(loss), choice)
+    return choice
 
 
 def _validation_then_loss(val, loss):
@@ -41,7 +47,7 @@ def _loss(val, loss):
 
 
 #: name -> (rule, what the table says of it): ``rule(val_accuracy, selection_loss) -> [n]``
-#: indices, with a client's missing validation accuracy given as -1 and its missing loss as NaN
+#: indices, with NaN where a client has no validation sample (or no loss)
 PICK_RULES: dict[str, tuple[Callable, str]] = {
     name: (rule, PICK_RULE_WORDS[name])
     for name, rule in (("validation", _validation), ("validation-then-loss", _validation_then_loss), ("loss", _loss))}
@@ -73,7 +79,7 @@ def repick(run: dict, pick: str) -> dict:
     if loss is None and pick != "validation":
         raise RescoreError(f"The run of seed {run.get('seed')} has no selection loss (its engine did not measure "
                            f"the final models' training loss), so the rule {pick!r} cannot score it.")
-    choice = np.asarray(rule(np.nan_to_num(val, nan=-1.0), loss), dtype=np.int64)
+    choice = np.asarray(rule(val, loss), dtype=np.int64)
     per_client = test[np.arange(len(choice)), choice]
     tested = ~np.isnan(per_client)  # a client without test samples has no accuracy
     sizes = [s for s, t in zip(mats["test_sizes"], tested) if t]

@@ -20,11 +20,15 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
         return
     out_folder(out)
     set_threads(threads)
+    from ..experiments.store import BusyFolderError
+
     made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this call creates
     try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
+    except BusyFolderError:
+        raise  # another process holds the folder (it may have made it a moment ago): nothing is touched
     except ValueError:
-        _remove_unwritten(made)  # refused before any run: a new folder holding only the lock goes
+        _remove_unwritten(made)  # refused before any run: a new folder holding only this call's lock goes
         raise
     except KeyboardInterrupt:  # every suite keeps its finished runs in OUT/runs (most.bench._runs)
         from ..bench import RUNS_DIR

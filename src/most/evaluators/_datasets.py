@@ -114,6 +114,9 @@ class DatasetsEvaluator(Evaluator):
         self._keys_mask = mask.cpu()
         self._slots_cpu = self.all.slots.cpu()
         self._per_row: int | None = None  # values a row makes in a forward pass, counted when first needed
+        #: whether vmap can batch the module over the models (not a recurrent layer, say): when not,
+        #: every pass runs the models one after another (set by check_loss's probe)
+        self.vmappable = True
 
     # ------------------------------------------------------------------ the rows of an evaluation
     def draw(self, generator: torch.Generator | None) -> _Draw:
@@ -182,7 +185,7 @@ class DatasetsEvaluator(Evaluator):
         another (larger passes: vmap's batched forms of a layer with a model axis, e.g. a
         grouped convolution, or a batched product with inputs shared by every model, are slower
         than the plain layer run m times)."""
-        return rows * max(self._values_per_row(), self._input_values) <= _VMAP_VALUES
+        return self.vmappable and rows * max(self._values_per_row(), self._input_values) <= _VMAP_VALUES
 
     def _per_rows(self, params: Tensor, draw: _Draw, positions: Tensor | None) -> Tensor:
         """``[m, rows]``: the losses of the draw's rows at ``positions`` (all: ``None``) at every model."""
@@ -190,7 +193,8 @@ class DatasetsEvaluator(Evaluator):
         rows = self._rows(flat)
         if self._affine is not None:
             return self._affine_rows(params, rows)
-        with self._rng(draw, 0 if positions is None else 1 + int(positions[0])):  # a chunk: its first position
+        offset = 0 if positions is None or draw.seed is None else 1 + int(positions[0])  # a chunk: its first position
+        with self._rng(draw, offset):
             if self.vectorize(len(rows[0])):
                 return vmap(self.per_row, in_dims=(0,) + (None,) * len(rows), randomness="same")(params, *rows)
             return torch.stack([self.per_row(theta, *rows) for theta in params])
@@ -268,9 +272,16 @@ class DatasetsEvaluator(Evaluator):
             weights = mask.to(per.dtype)
             return (per * weights).sum() / weights.sum()
 
+        if not self.vmappable:  # objective by objective, model by model
+            with torch.enable_grad(), self._rng(draw, -1):
+                step = grad_and_value(objective)
+                jac = torch.stack([torch.stack([step(theta, draw.slots[i], draw.mask[i])[0] for i in idx.tolist()])
+                                   for theta, idx in zip(params.detach(), rows)])
+            return jac.detach()
         k, width = int(rows.shape[1]), int(draw.slots.shape[1])
         chunk = max(1, _PASS_VALUES // (params.shape[0] * width * self._values_per_row()))
-        per_objective = vmap(grad_and_value(objective), in_dims=(None, 0, 0), chunk_size=chunk if chunk < k else None)
+        per_objective = vmap(grad_and_value(objective), in_dims=(None, 0, 0), chunk_size=chunk if chunk < k else None,
+                             randomness="same")
 
         def one_model(theta: Tensor, idx: Tensor) -> Tensor:
             return per_objective(theta, draw.slots[idx], draw.mask[idx])[0]
@@ -291,8 +302,12 @@ def random_layers(template: torch.nn.Module) -> list[str]:
 @contextlib.contextmanager
 def _seeded_rng(seed: int, device: torch.device):
     """torch's generator (the CPU's, and ``device``'s when it is a GPU) forked and seeded with ``seed``."""
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(seed)
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device] if cuda else []):
+        torch.default_generator.manual_seed(seed)  # only the generators forked here: the others stay as they are
+        if cuda:
+            torch.cuda.default_generators[device.index if device.index is not None else torch.cuda.current_device()
+                                          ].manual_seed(seed)
         yield
 
 
@@ -466,9 +481,9 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
 def _check_vectorised(evaluator: DatasetsEvaluator, theta: Tensor, first: Tensor) -> None:
     """Runs the module and the loss on the same rows as the evaluations do, vectorised over the
     models (:func:`torch.func.vmap`), where some operations fail that run alone: integer class
-    labels of another dtype than int64 (``gather`` in ``cross_entropy``), layers vmap has no
-    batching rule for (recurrent ones). Refused here, naming the cause, instead of at the first
-    round."""
+    labels of another dtype than int64 (``gather`` in ``cross_entropy``), refused here naming the
+    fix, and layers vmap has no batching rule for (recurrent ones), which the evaluator then runs
+    model by model (``vmappable``)."""
     rows = tuple(t[first] for t in evaluator.data)
     try:
         with torch.no_grad():
@@ -477,14 +492,9 @@ def _check_vectorised(evaluator: DatasetsEvaluator, theta: Tensor, first: Tensor
         message = " ".join(str(exc).split())[:300]
         labels = [t for t in rows[1:] if not t.is_floating_point() and t.dtype not in (torch.int64, torch.bool)]
         if labels:
-            hint = (f" The targets hold integer labels of dtype {str(labels[0].dtype).removeprefix('torch.')}: "
-                    "torch's losses take class labels as int64 there; convert them with `y.long()`.")
-        elif "Batching rule not implemented" in message or "vmap" in message:
-            hint = (" torch.func.vmap, which evaluates the models together, cannot batch an operation of the module "
-                    "(recurrent layers such as nn.LSTM or nn.GRU, say). Build the problem with "
-                    "Problem.from_module, one objective per dataset, with vectorize=False (the models are then "
-                    "evaluated one after another).")
-        else:
-            hint = ""
-        raise ValueError(f"The module and `loss` fail when the models are evaluated together (torch.func.vmap): "
-                         f"{message}.{hint}") from exc
+            raise ValueError(
+                f"The module and `loss` fail when the models are evaluated together (torch.func.vmap): {message}. "
+                f"The targets hold integer labels of dtype {str(labels[0].dtype).removeprefix('torch.')}: torch's "
+                "losses take class labels as int64 there; convert them with `y.long()`.") from exc
+        # an operation vmap cannot batch (a recurrent layer, say): the models run one after another
+        evaluator.vmappable = False

@@ -32,15 +32,19 @@ class RunningStatistics:
         masked: whether :meth:`update` reads which objectives each model serves (``False`` for a
             problem whose objectives are mixtures of these, e.g. MosT-E's: every model then
             updates its statistics on every objective).
+        vectorize: update the models' statistics under :func:`torch.func.vmap` where the layers
+            allow it (``False``: one model after another, as the problem's evaluations).
     """
 
     def __init__(self, layout: ModuleLayout, objectives: Sequence[Callable[[Callable[..., Tensor]], Tensor]],
-                 masked: bool = True):
+                 masked: bool = True, vectorize: bool = True):
         self.layout, self.objectives, self.masked = layout, list(objectives), masked
+        self.vectorize = vectorize
         # a layer with momentum=None takes the cumulative average, whose factor 1 / batches counted
-        # is a Python number: its models are updated one after another instead of under vmap
-        self._vectorize = all(layout.template.get_submodule(name).momentum is not None
-                              for name in layout.statistics_layers)
+        # is a Python number: its models are updated one after another instead of under vmap, as are
+        # those of a problem evaluated model by model (vectorize=False: a module vmap cannot batch)
+        self._vectorize = vectorize and all(layout.template.get_submodule(name).momentum is not None
+                                            for name in layout.statistics_layers)
 
     @property
     def names(self) -> list[str]:
@@ -49,7 +53,7 @@ class RunningStatistics:
 
     def everywhere(self) -> "RunningStatistics":
         """These statistics, updated on every objective whichever a model serves."""
-        return RunningStatistics(self.layout, self.objectives, masked=False)
+        return RunningStatistics(self.layout, self.objectives, masked=False, vectorize=self.vectorize)
 
     def init(self, m: int, device: torch.device | None = None) -> dict[str, Tensor]:
         """The statistics of ``m`` fresh models: the template's, ``{name: [m, ...]}``."""

@@ -58,10 +58,10 @@ def module_fields(
         return objective_loss(objectives[k](forward_of(theta)), k, labels, tracked(theta))
 
     fn = PerObjective(losses, one)
-    statistics = RunningStatistics(layout, objectives) if layout.statistics_names else None
+    vectorize = check_bool(vectorize, name="vectorize")
+    statistics = RunningStatistics(layout, objectives, vectorize=vectorize) if layout.statistics_names else None
     return dict(fn=fn, dim=layout.dim, n_objectives=len(objectives), init=layout.init, names=names,
-                metadata=dict(metadata or {}), layout=layout, statistics=statistics,
-                vectorize=check_bool(vectorize, name="vectorize"))
+                metadata=dict(metadata or {}), layout=layout, statistics=statistics, vectorize=vectorize)
 
 
 def datasets_fields(

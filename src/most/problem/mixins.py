@@ -243,7 +243,10 @@ class Evaluations:
             raise ValueError(f"params has no model (shape {tuple(params.shape)}); give at least one row.")
         layout = getattr(self, "layout", None)
         if layout is not None and layout.names:
-            dtype = layout.template.get_parameter(layout.names[0]).dtype
+            # the flat vector's dtype: that of the module's trainable parameters, promoted as the
+            # models' initial parameters are (torch.cat of them)
+            dtypes = {layout.template.get_parameter(k).dtype for k in layout.names}
+            dtype = dtypes.pop() if len(dtypes) == 1 else params.dtype  # mixed: any promotion is the module's
             if params.dtype != dtype:
                 raise ValueError(f"params are {str(params.dtype).removeprefix('torch.')} but the module's parameters "
                                  f"are {str(dtype).removeprefix('torch.')}; convert them with params.to({dtype}).")
