@@ -366,3 +366,16 @@ def test_the_gamma_figure_draws_the_groups_with_a_drift_when_another_has_one_pla
     monkeypatch.setattr(figures, "sparsity_drift", spy)
     names = {Path(f).name for f in plot(tmp_path / "central", formats=("png",))}
     assert "sparsity_drift.png" in names and drawn == [["MosT (longer)"]]
+
+
+def test_a_run_folder_copied_under_another_seed_or_group_is_named_not_averaged(results):
+    from most.experiments.store import CorruptFileError
+
+    runs = results / "central" / "runs"
+    shutil.copytree(runs / "MosT" / "seed0", runs / "MosT" / "seed5")  # one run would count as two seeds
+    with pytest.raises(CorruptFileError, match=r"configuration of seed 0, but it lies in the folder 'seed5'"):
+        report(results / "central", write=False)
+    shutil.rmtree(runs / "MosT" / "seed5")
+    shutil.copy(runs / "MosT" / "seed0" / "result.json", runs / "Linearization" / "seed0" / "result.json")
+    with pytest.raises(CorruptFileError, match=r"result of group 'MosT', but its run is group 'Linearization'"):
+        report(results / "central", write=False)

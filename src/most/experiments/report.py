@@ -12,6 +12,7 @@ import io
 import json
 import math
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -85,11 +86,19 @@ def _checked(run: Run) -> Run:
 
 
 def group_of(run: Run) -> str:
-    folder, config, _ = run
+    folder, config, result = run
     group = config.get("group")
     if isinstance(group, str) and folder.path.parent.parent.name == "runs" and safe_name(group) != folder.path.parent.name:
         raise CorruptFileError(folder.config_file, f"it is the configuration of group {group!r}, but it lies in "
                                f"the folder of {folder.path.parent.name!r} (copied from another run?)")
+    seed, named = config.get("seed"), re.fullmatch(r"seed(\d+)", folder.path.name)
+    if named and isinstance(seed, int) and not isinstance(seed, bool) and int(named.group(1)) != seed:
+        raise CorruptFileError(folder.config_file, f"it is the configuration of seed {seed}, but it lies in the "
+                               f"folder {folder.path.name!r} (copied from another run?)")
+    for key, value in (("group", group), ("seed", seed)):  # the result, of the run its folder holds
+        if isinstance(result, dict) and key in result and value is not None and result[key] != value:
+            raise CorruptFileError(folder.result_file, f"it is the result of {key} {result[key]!r}, but its run is "
+                                   f"{key} {value!r} (copied from another run?)")
     return group if isinstance(group, str) else folder.path.parent.name
 
 
