@@ -84,14 +84,19 @@ def test_method_settings_refuse_non_finite(build):
     (dict(extension=3), r"`extension` must be a most.DirichletExtension or most.TchebycheffExtension"),
     (dict(extension=most.DirichletExtension), r"`extension` must be an instance"),
     (dict(progress="no"), r"`progress` must be True or False; got 'no'"),
+    (dict(seeding=most.KMeansSeeding), r"`seeding` must be an instance, not the class"),
+    (dict(reseed=most.Reseed), r"`reseed` must be an instance, not the class"),
 ])
 def test_method_components_of_the_wrong_kind_are_refused_when_the_method_is_built(kwargs, match):
     with pytest.raises(TypeError, match=match):
         most.MosT(n_models=2, **kwargs)
-    if "extension" not in kwargs:  # every method shares these fields
+    if not {"extension", "seeding", "reseed"} & set(kwargs):  # every method shares these fields
         with pytest.raises(TypeError, match=match):
             most.Linearization(n_models=2, **kwargs)
     assert most.MosT(n_models=2, progress=np.bool_(True)).progress is True
+    for until in ("0.5", True):
+        with pytest.raises(ValueError, match="`until` must be a non-negative finite number"):
+            most.Reseed(until=until)
 
 
 # ---------------------------------------------------------------- 2. transport

@@ -109,3 +109,24 @@ def test_measured_rows_leave_out_missing_values_and_read_seeds_of_other_sizes_at
     # three values at the quantiles 1/6, 1/2, 5/6 read at 1/8, 3/8, 5/8, 7/8 (the ends held)
     assert rows[0] == pytest.approx([0.1, 0.1 + 0.4 * 0.625, 0.5 + 0.4 * 0.375, 0.9])
     assert plots.measured_rows([[float("nan")]]) == []
+
+
+def test_front_panels_take_lists_and_refuse_empty_or_misshaped_input():
+    front = [[0.0, 1.0], [0.5, 0.5], [1.0, 0.0]]
+    fig = plots.hypervolume_areas({"a": [[0.2, 0.5], [0.6, 0.1]]}, reference=[1.1, 1.1], front=front)
+    assert len(fig.axes[0].collections) >= 2  # the dominated area and the points
+    plt.close(fig)
+    plt.close(plots.pareto_fronts({"a": [[0.2, 0.5]]}, front=front))
+    for draw in (lambda p: plots.pareto_fronts(p), lambda p: plots.hypervolume_areas(p, reference=[1, 1])):
+        with pytest.raises(ValueError, match="`points` must map at least one method"):
+            draw({})
+        with pytest.raises(ValueError, match=r"`points\['a'\]` must be \[k, 2\]"):
+            draw({"a": np.zeros((0, 2))})
+    with pytest.raises(ValueError, match=r"`front` must be \[K, 2\]"):
+        plots.pareto_fronts({"a": [[0.2, 0.5]]}, front=[0.1, 0.2])
+    with pytest.raises(ValueError, match="`values` must map at least one method"):
+        plots.per_objective_bars({}, ylabel="loss")
+    with pytest.raises(ValueError, match=r"`values\['a'\]` must be a non-empty list of finite losses"):
+        plots.per_objective_bars({"a": [0.1, float("nan")]}, ylabel="loss")
+    with pytest.raises(ValueError, match="`keys` is empty"):
+        plots.grouped_bars({"a": {"x": 1.0}}, keys=[])

@@ -232,3 +232,13 @@ def test_the_elbow_threshold_is_relative_with_a_floor_for_a_zero_best():
     assert elbow_threshold({1: 10.0, 2: -2.0}, 0.5) == pytest.approx(-1.0)  # negative losses: |best|
     # an exact fit: 1e-13 is zero up to rounding, not 10x worse than 1e-14
     assert elbow_threshold({1: 40.0, 2: 1e-13, 3: 1e-14}, 0.05) > 1e-13
+
+
+def test_a_count_no_plan_can_serve_is_refused_before_any_fit(monkeypatch):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method = most.MosT(n_models=1, rounds=5, lr=0.1, marginals=most.LoadBounds(min_objectives=2))
+    fits = []
+    monkeypatch.setattr(most.MosT, "fit", lambda self, *a, **k: fits.append(self.n_models))
+    with pytest.raises(ValueError, match=r"Each of the 4 models must serve at least min_objectives=2"):
+        most.choose_n_models(method, problem, n_models=[1, 2, 3, 4])
+    assert fits == []  # refused before the fits of m = 1, 2, 3 were made (and lost)

@@ -157,3 +157,14 @@ def test_callbacks_and_checkpoints_need_one_entry_per_method():
     with pytest.raises(ValueError, match="one entry \\(or None\\) per method: 2 methods, got 1"):
         most.fit_batch(problem, [most.MosT(n_models=2), most.MosT(n_models=2, seed=1)], callbacks=[None])
     assert not calls
+
+
+def test_two_runs_given_one_checkpoint_file_are_refused_before_any_round(tmp_path):
+    from most.checkpoint import Checkpoint
+
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    methods = [most.MosT(2, rounds=3, seed=0), most.MosT(2, rounds=3, seed=1)]
+    with pytest.raises(ValueError, match=r"`checkpoints` 0 and 1 are the same file"):
+        most.fit_batch(problem, methods, checkpoints=[Checkpoint(tmp_path / "a.ckpt"),
+                                                      Checkpoint(tmp_path / "." / "a.ckpt")])
+    assert not (tmp_path / "a.ckpt").exists()

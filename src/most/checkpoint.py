@@ -88,6 +88,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.filename is None:  # a write refused (a full disk, a file-size limit): name the file written
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
     finally:
         tmp.unlink(missing_ok=True)
     _fsync_dir(path.parent)

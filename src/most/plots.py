@@ -346,6 +346,8 @@ def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str
         percent: the values are fractions, drawn in %.
     """
     check_nonempty(table, "table")
+    if not len(keys):
+        raise ValueError("`keys` is empty: give the groups to draw, e.g. the domains or tasks of the table.")
     for name, row in table.items():
         missing = [k for k in keys if k not in row]
         if missing:
@@ -383,6 +385,12 @@ def per_objective_bars(values: Mapping[str, Sequence[float]], *, ylabel: str, ti
     """Per-objective losses of several methods, each sorted worst (largest) to best, on a log
     axis against the objective's rank (:func:`profile` draws the same against the rank as a
     quantile, with seeds and accuracies)."""
+    check_nonempty(values, "values")
+    for name, v in values.items():
+        a = np.asarray(v, dtype=float)
+        if a.ndim != 1 or not len(a) or not np.isfinite(a).all():
+            raise ValueError(f"`values[{name!r}]` must be a non-empty list of finite losses (one per objective); "
+                             f"got shape {a.shape}" + ("" if a.ndim != 1 or not len(a) else " with NaN or inf") + ".")
     fig, ax = plt.subplots(figsize=(6.5, 3.6))
     for k, (name, v) in enumerate(values.items()):
         v = np.sort(np.asarray(v, dtype=float))[::-1]
@@ -406,6 +414,21 @@ def _grid(k: int):
     return fig, axes.ravel()
 
 
+def _points(points: Mapping, front=None) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
+    """The panels' points (method -> ``[k, 2]``, k >= 1) and the front (``[K, 2]``) as arrays."""
+    check_nonempty(points, "points")
+    out = {}
+    for name, pts in points.items():
+        a = np.asarray(pts, dtype=float)
+        if a.ndim != 2 or a.shape[1] != 2 or not len(a):
+            raise ValueError(f"`points[{name!r}]` must be [k, 2] objective values (k >= 1); got shape {a.shape}.")
+        out[name] = a
+    f = None if front is None else np.asarray(front, dtype=float)
+    if f is not None and (f.ndim != 2 or f.shape[1] != 2 or not len(f)):
+        raise ValueError(f"`front` must be [K, 2] points of the true front (K >= 1); got shape {f.shape}.")
+    return out, f
+
+
 def _finish_panels(fig, axes, labels, title, path):
     axes[0].set_xlabel(labels[0])
     axes[0].set_ylabel(labels[1])
@@ -422,11 +445,10 @@ def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None
     ``points`` maps a method name to its ``[k, 2]`` objective values; ``reference`` draws the
     hypervolume reference box.
     """
+    points, f = _points(points, front)
     fig, axes = _grid(len(points))
     for ax, (name, pts) in zip(axes, points.items()):
-        pts = np.asarray(pts, dtype=float)
-        if front is not None:
-            f = np.asarray(front, dtype=float)
+        if f is not None:
             ax.plot(f[:, 0], f[:, 1], ".", ms=1.2, color="0.6", label="true front")
         if reference is not None:
             ax.axvline(reference[0], color="0.8", lw=0.8, ls="--")
@@ -440,10 +462,10 @@ def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None
 def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, reference, front=None,
                       labels=("objective 1", "objective 2"), title: str = "", path=None):
     """One panel per method: the region its solutions dominate inside the reference box (2-D)."""
+    points, f = _points(points, front)
     fig, axes = _grid(len(points))
     r = np.asarray(reference, dtype=float)
     for k, (ax, (name, pts)) in enumerate(zip(axes, points.items())):
-        pts = np.asarray(pts, dtype=float)
         inside = pts[(pts < r).all(1)]
         inside = inside[np.argsort(inside[:, 0])]
         # staircase of the non-dominated points: each adds the rectangle up to the next point's f1
@@ -454,12 +476,11 @@ def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, refere
             best = y
             nxt = next((q[0] for q in inside[i + 1:] if q[1] < y), r[0])
             ax.fill_between([x, nxt], [y, y], [r[1], r[1]], color=f"C{k % 10}", alpha=0.35, lw=0)
-        if front is not None:
-            f = np.asarray(front, dtype=float)
+        if f is not None:
             ax.plot(f[:, 0], f[:, 1], ".", ms=1.0, color="0.5")
         ax.scatter(pts[:, 0], pts[:, 1], s=18, color="k", zorder=3)
         ax.set_xlim(min(pts[:, 0].min(), 0.0) - 0.02, r[0] * 1.05 if r[0] > 0 else r[0] + 0.05)
-        ax.set_ylim(min(pts[:, 1].min(), front[:, 1].min() if front is not None else np.inf) - 0.05, r[1])
+        ax.set_ylim(min(pts[:, 1].min(), f[:, 1].min() if f is not None else np.inf) - 0.05, r[1])
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
     return _finish_panels(fig, axes, labels, title, path)

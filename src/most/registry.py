@@ -153,9 +153,11 @@ VARIANTS: dict[str, tuple[Callable, str]] = {
     "worst": (_lazy(combiner="SmoothMax"), "each model descends a smooth maximum of its objectives' losses: the "
                                             "few-for-many worst objective instead of the average (centralised)"),
     "L": (_lazy(weighting="GammaWeights", combiner="WeightedSum"),
-          "Gamma-weighted mean of gradients (or updates) instead of the min-norm direction"),
-    "literal": (_lazy(weighting="GammaWeights"), "Gamma-weighted min-norm (GammaWeights), everything else "
-                                                    "unchanged"),
+          "Gamma-weighted mean of gradients (or updates): GammaWeights with WeightedSum (the paper's ablation of "
+          "its min-norm direction; on the default, whose combiner is WeightedSum, the same as literal)"),
+    "literal": (_lazy(weighting="GammaWeights"), "Gamma-weighting (GammaWeights) instead of the majority share, "
+                                                    "every other component of the base unchanged (Gamma-weighted "
+                                                    "min-norm on a min-norm base such as paper)"),
     "E": (_lazy(extension="DirichletExtension"), "MosT-E: 20 Dirichlet(1) mixtures of the objectives added "
                                                     "(centralised only)"),
 }

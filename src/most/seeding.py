@@ -272,11 +272,13 @@ class Reseed:
         if self.candidates is not None:
             check_positive_int(self.candidates, name="candidates")
         check_non_negative(self.min_gain, name="min_gain")
-        if not 0.0 <= self.until <= 1.0:
+        check_non_negative(self.until, name="until")  # a number (not a string or a bool) ...
+        if not 0.0 <= self.until <= 1.0:  # ... in [0, 1]
             raise ValueError(f"Reseed `until` must lie in [0, 1] (a fraction of the rounds); got {self.until!r}.")
         if not isinstance(self.spread, bool):
             raise TypeError(f"Reseed `spread` must be True or False; got {self.spread!r}.")
         check_positive_int(self.spread_steps, name="spread_steps", minimum=2)
+        check_non_negative(self.spread_start, name="spread_start")
         if not 0.0 <= self.spread_start <= 1.0:
             raise ValueError(f"Reseed `spread_start` must lie in [0, 1] (a fraction of the rounds); "
                              f"got {self.spread_start!r}.")

@@ -241,6 +241,8 @@ def choose_n_models(method, train: Problem, validation: Problem | None = None, *
     tolerance = check_non_negative(tolerance, name="tolerance")
     progress = check_bool(progress, name="progress")
     ms = _check_range(n_models, train.n_objectives, method.added_objectives())
+    for m in ms:  # every count's own checks (e.g. load bounds no plan of m models can meet), before any fit
+        dataclasses.replace(method, n_models=m)._prepared(train)
     from tqdm.auto import tqdm
 
     scores, worst, train_scores, results = {}, {}, {}, {}

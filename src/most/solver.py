@@ -19,6 +19,7 @@ Examples:
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Sequence, cast
 
@@ -122,6 +123,14 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
                              f"methods, got {len(given) if isinstance(given, Sequence) else type(given).__name__}.")
     callbacks = [None] * len(methods) if callbacks is None else list(callbacks)
     checkpoints = [None] * len(methods) if checkpoints is None else list(checkpoints)
+    seen: dict[str, int] = {}
+    for i, checkpoint in enumerate(checkpoints):  # each run saves its own state: one file each
+        if checkpoint is not None:
+            key = os.path.realpath(checkpoint.path)
+            if key in seen:
+                raise ValueError(f"`checkpoints` {seen[key]} and {i} are the same file ({checkpoint.path}): each run "
+                                 "saves its own state there, so one would overwrite the other; give each its own path.")
+            seen[key] = i
     failures: dict[int, Exception] = {}
     work = sum(method.n_models for method in methods) * problem.n_objectives * problem.dim
     with threads_for(work):
@@ -292,8 +301,10 @@ class MosT(TransportConfig, Method):
                                 f"most.DirichletExtension(n_extra=20)), or None; got {self.extension!r}.")
         for name, kind in (("seeding", KMeansSeeding), ("reseed", Reseed)):
             value = getattr(self, name)
-            if value is not None and not callable(value):
-                raise TypeError(f"`{name}` must be a most.seeding.{kind.__name__} (or None); got {value!r}.")
+            if value is not None:
+                check_component(value, name=name, example=f"most.seeding.{kind.__name__}()")
+                if not callable(value):
+                    raise TypeError(f"`{name}` must be a most.seeding.{kind.__name__} (or None); got {value!r}.")
 
     def components(self):
         return self.transport_assignment(), self.weighting, self.combiner

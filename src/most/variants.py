@@ -24,8 +24,11 @@ loop. The table itself lives in the one registry (:data:`most.registry.VARIANTS`
 * ``M`` -- "models select objectives": the alpha constraint dropped.
 * ``worst`` -- each model descends a smooth maximum of its objectives' losses: the few-for-many
   worst objective instead of the average (centralised).
-* ``L`` -- Gamma-weighted mean of gradients (or updates) instead of the min-norm direction.
-* ``literal`` -- Gamma-weighted min-norm (GammaWeights), everything else unchanged.
+* ``L`` -- Gamma-weighted mean of gradients (or updates): GammaWeights with WeightedSum (the
+  paper's ablation of its min-norm direction; on the default, whose combiner is WeightedSum, the
+  same as ``literal``).
+* ``literal`` -- Gamma-weighting (GammaWeights) instead of the majority share, every other
+  component of the base unchanged (Gamma-weighted min-norm on a min-norm base such as ``paper``).
 * ``E`` -- MosT-E: 20 Dirichlet(1) mixtures of the objectives added (centralised only).
 
 w-MGDA, linear scalarisation and MGDA are separate methods:

@@ -88,7 +88,9 @@ def _os_error(exc: OSError) -> str:
                             "name, the method labels or --out",
         errno.EACCES: "this user may not write there: write to another --out or change the permissions",
         errno.EPERM: "this user may not write there: write to another --out or change the permissions",
-        errno.EDQUOT: "the disk quota is used up: free some space or write to another --out"}
+        errno.EDQUOT: "the disk quota is used up: free some space or write to another --out",
+        errno.EFBIG: "the file is larger than this process may write (`ulimit -f`): raise the limit or write to "
+                     "another --out"}
     hint = hints.get(exc.errno, "check the path")
     return f"{exc.strerror}: {path} ({hint})."
 

@@ -163,9 +163,14 @@ class RunFolder:
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0 else 0.0
 
     def append_metrics(self, line: dict) -> None:
-        with open(self.metrics_file, "a") as f:
-            f.write(dumps(line) + "\n")
-            f.flush()
+        try:
+            with open(self.metrics_file, "a") as f:
+                f.write(dumps(line) + "\n")
+                f.flush()
+        except OSError as exc:
+            if exc.filename is None:  # a write refused (a full disk, a file-size limit): name the file
+                raise OSError(exc.errno, exc.strerror, str(self.metrics_file)) from exc
+            raise
 
     def write_final(self, tensors: dict[str, torch.Tensor | None]) -> None:
         buffer = io.BytesIO()
