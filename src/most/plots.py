@@ -445,9 +445,9 @@ def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None
     ``points`` maps a method name to its ``[k, 2]`` objective values; ``reference`` draws the
     hypervolume reference box.
     """
-    points, f = _points(points, front)
-    fig, axes = _grid(len(points))
-    for ax, (name, pts) in zip(axes, points.items()):
+    arrays, f = _points(points, front)
+    fig, axes = _grid(len(arrays))
+    for ax, (name, pts) in zip(axes, arrays.items()):
         if f is not None:
             ax.plot(f[:, 0], f[:, 1], ".", ms=1.2, color="0.6", label="true front")
         if reference is not None:
@@ -462,10 +462,10 @@ def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None
 def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, reference, front=None,
                       labels=("objective 1", "objective 2"), title: str = "", path=None):
     """One panel per method: the region its solutions dominate inside the reference box (2-D)."""
-    points, f = _points(points, front)
-    fig, axes = _grid(len(points))
+    arrays, f = _points(points, front)
+    fig, axes = _grid(len(arrays))
     r = np.asarray(reference, dtype=float)
-    for k, (ax, (name, pts)) in enumerate(zip(axes, points.items())):
+    for k, (ax, (name, pts)) in enumerate(zip(axes, arrays.items())):
         inside = pts[(pts < r).all(1)]
         inside = inside[np.argsort(inside[:, 0])]
         # staircase of the non-dominated points: each adds the rectangle up to the next point's f1
