@@ -253,7 +253,9 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
                 row per sample (lengths may differ between objectives); or, with
                 ``objective_index``, one tuple of stacked tensors of all objectives' rows.
             loss: ``loss(output, *targets) -> [rows]``, one loss per row (not reduced), e.g.
-                ``lambda out, y: F.cross_entropy(out, y, reduction="none")``.
+                ``lambda out, y: F.cross_entropy(out, y, reduction="none")``. A class label of
+                -100 (torch's ``ignore_index``) is accepted: such a row's loss is 0 and it still
+                counts in its objective's mean.
             objective_index: ``[N]`` integers, the objective of each stacked row.
             n_objectives: with ``objective_index``: n (default: its largest value + 1).
             batch_size: rows per objective drawn without replacement at each evaluation of a run
