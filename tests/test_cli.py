@@ -253,6 +253,12 @@ def test_bench_errors_are_one_line(tmp_path):
     _one_line_error(runner.invoke(app, ["bench", "structure", "--lr", "1e9", "--seed", "0", "--out", str(new),
                                         "--quiet"]), "smaller `lr`")
     assert not (tmp_path / "new").exists()
+    # through a folder the call makes and "..": only what the call made goes, never a folder that was there
+    (tmp_path / "kept" / "empty").mkdir(parents=True)
+    around = tmp_path / "made" / ".." / "kept" / "sub"
+    _one_line_error(runner.invoke(app, ["bench", "structure", "--lr", "1e9", "--seed", "0", "--out", str(around),
+                                        "--quiet"]), "smaller `lr`")
+    assert (tmp_path / "kept" / "empty").is_dir() and not (tmp_path / "kept" / "sub").exists()
 
 
 def test_flower_credentials_error_is_one_line(tmp_path):
@@ -353,19 +359,18 @@ def test_a_warning_for_the_user_is_one_line(tmp_path):
     assert ".py:" not in res.stderr  # no file and line of the library or of typer
 
 
-def test_report_of_a_folder_this_user_may_only_read_prints_the_table_and_says_why_no_file(results, monkeypatch):
-    import most.experiments
-    from most.experiments import report
+@pytest.mark.parametrize("code, words", [(13, "Permission denied"), (30, "Read-only file system")])
+def test_report_of_a_folder_this_user_may_only_read_prints_the_table_and_says_why_no_file(results, monkeypatch,
+                                                                                          code, words):
+    import most.checkpoint
 
-    def read_only(folder, *, write=True):
-        if write:
-            raise PermissionError(13, "Permission denied", str(folder / ".report.md.1.tmp"))
-        return report(folder, write=False)
+    def refused(path, data):
+        raise OSError(code, words, str(path))
 
-    monkeypatch.setattr(most.experiments, "report", read_only)
+    monkeypatch.setattr(most.checkpoint, "atomic_write_bytes", refused)
     res = runner.invoke(app, ["report", str(results)])
     assert res.exit_code == 0 and res.stdout.startswith("# central") and "| MosT |" in res.stdout
-    assert "Note: report.md and report.csv were not written (Permission denied" in res.stderr
+    assert f"Note: report.md and report.csv were not written ({words}: " in res.stderr
 
 
 def test_a_warning_raised_by_the_checks_and_again_by_the_run_is_shown_once_per_command(tmp_path):

@@ -89,7 +89,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        if exc.filename is None:  # a write refused (a full disk, a file-size limit): name the file written
+        if exc.filename in (None, str(tmp)):  # a write refused (a full disk, a read-only folder): name the file
             raise OSError(exc.errno, exc.strerror, str(path)) from exc
         raise
     finally:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import warnings
 from pathlib import Path
 
 import click
@@ -196,10 +197,16 @@ def _main(debug: bool = typer.Option(False, "--debug", help="Show the traceback 
         most bench federated --rho 0 0
     """
     if not debug:  # a warning for the user is one line, without the file and source line it was raised at
-        import warnings
-
         warnings.formatwarning = _one_line_warning
         warnings.showwarning = _once_per_command(warnings.showwarning)
+    else:  # every warning, as Python shows it (an earlier command of this process may have set the above)
+        warnings.showwarning = getattr(warnings.showwarning, "__wrapped__", warnings.showwarning)
+        if warnings.formatwarning is _one_line_warning:
+            warnings.formatwarning = _FORMAT_WARNING
+
+
+#: Python's own warning format, which --debug keeps
+_FORMAT_WARNING = warnings.formatwarning
 
 
 def _once_per_command(show):

@@ -3,6 +3,7 @@ prompts, federated), sharing their options and how a suite is run (:func:`_run_s
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Annotated, cast
 
@@ -22,7 +23,8 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     set_threads(threads)
     from ..experiments.store import BusyFolderError
 
-    made = [p for p in (out, *out.parents) if not p.exists()]  # the folders this call creates
+    where = Path(os.path.abspath(out))  # "a/new/../b": the folders it names, not its spelling
+    made = [p for p in (where, *where.parents) if not p.exists()]  # the folders this call creates
     try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
     except BusyFolderError:
@@ -44,15 +46,18 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
 def _remove_unwritten(made: list[Path]) -> None:
     """Removes the folders this call made where nothing but the lock file (and empty folders) was
     written: a call refused before its first run leaves no trace."""
-    for folder in made:  # the deepest first
-        if not folder.is_dir():
-            continue
-        entries = list(folder.rglob("*"))
-        if any(e.is_file() and e.name != ".lock" for e in entries):
-            return
-        for entry in sorted(entries, key=lambda e: len(e.parts), reverse=True):
-            entry.unlink() if entry.is_file() else entry.rmdir()
-        folder.rmdir()
+    try:  # a cleanup never hides the refusal (on Windows an open lock file cannot be removed)
+        for folder in made:  # the deepest first
+            if not folder.is_dir():
+                continue
+            entries = list(folder.rglob("*"))
+            if any(e.name != ".lock" and not e.is_dir() for e in entries):
+                return
+            for entry in sorted(entries, key=lambda e: len(e.parts), reverse=True):
+                entry.rmdir() if entry.is_dir() else entry.unlink()
+            folder.rmdir()
+    except OSError:
+        pass
 
 
 _JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads); the results are "

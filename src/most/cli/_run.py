@@ -244,12 +244,16 @@ def report_cmd(
     """
     from ..experiments import report
 
+    import errno
+
     typer.echo(report(results, write=False))
     try:
         report(results)
-    except PermissionError as exc:
-        typer.echo(f"Note: report.md and report.csv were not written ({exc.strerror}: {exc.filename}); this user may "
-                   "only read the folder. The table is above.", err=True)
+    except OSError as exc:
+        if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise
+        typer.echo(f"Note: report.md and report.csv were not written ({exc.strerror}: {exc.filename}); the folder "
+                   "may only be read here. The table is above.", err=True)
 
 
 @app.command("plot")

@@ -398,7 +398,8 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
         raise ValueError(f"The results root {out} is a file, not a folder; choose a folder (it is created if missing).")
     root = Path(out) / experiment.name
     check_not_linked(Path(out), root / "runs")
-    created = [p for p in (root, Path(out)) if not p.exists()]
+    where = Path(os.path.abspath(out))  # "a/new/../b": the folders it names, not its spelling
+    created = [p for p in (where / experiment.name, where) if not p.exists()]
     root.mkdir(parents=True, exist_ok=True)
     lock = WriterLock(root)
     try:
@@ -437,11 +438,15 @@ def _check_not_a_bench(root: Path) -> None:
 def _remove_unwritten(root: Path, created: list[Path]) -> None:
     """Removes the folders this call made (``created``) where a refusal left nothing in them but
     the lock file, so that a call refused before any work leaves no trace."""
+    root = Path(os.path.abspath(root))
     if root in created and root.is_dir() and {p.name for p in root.iterdir()} <= {".lock"}:
-        (root / ".lock").unlink(missing_ok=True)
-        for folder in created:
-            if folder.is_dir() and not any(folder.iterdir()):
-                folder.rmdir()
+        try:  # a cleanup never hides the refusal (on Windows an open lock file cannot be removed)
+            (root / ".lock").unlink(missing_ok=True)
+            for folder in created:
+                if folder.is_dir() and not any(folder.iterdir()):
+                    folder.rmdir()
+        except OSError:
+            pass
 
 
 def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bool, progress: bool,
