@@ -117,6 +117,10 @@ def test_another_preprocessing_gets_its_own_entry_and_a_damaged_one_is_rebuilt(t
     rebuilt = cached_features(files, cache=tmp_path / "cache", progress=False)
     torch.testing.assert_close(rebuilt, a)
     assert torch.load(entry, weights_only=True)["features"].shape == (2, 1280)
+    key = feature_key(files)
+    for foreign in ({"key": key, "features": torch.zeros(2, 7)}, {"key": key}):  # the right key, wrong contents
+        torch.save(foreign, entry)
+        torch.testing.assert_close(cached_features(files, cache=tmp_path / "cache", progress=False), a)
 
 
 @needs_weights

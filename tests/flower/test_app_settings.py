@@ -91,3 +91,15 @@ def test_the_apps_defaults_are_the_librarys_where_the_library_has_one():
     example = tomllib.loads((Path(__file__).parents[2] / "examples/flower/pyproject.toml").read_text())
     keys = {k.replace("-", "_") for k in example["tool"]["flwr"]["app"]["config"]}
     assert keys == {f.name for f in dataclasses.fields(AppSettings)}
+
+
+@pytest.mark.parametrize("values, message", [
+    (dict(warmup_rounds=-1), "`warmup-rounds` must be an int >= 0"),
+    (dict(method="FineTuning", fine_tune_epochs=0), "`fine-tune-epochs` must be an int >= 1"),
+    (dict(num_clients=0), "`num-clients` must be an int >= 1"),
+    (dict(timeout=-5.0), "`timeout` must be a positive number"),
+    (dict(wait_for_clients=-1.0), "`wait-for-clients` must be a non-negative number"),
+])
+def test_bad_numbers_are_refused_naming_the_apps_own_setting(values, message):
+    with pytest.raises(ValueError, match=message):
+        _settings(**values)

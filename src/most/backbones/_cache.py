@@ -28,6 +28,9 @@ from torch import Tensor
 from ._preprocess import Preprocess
 from ._weights import WEIGHTS_SHA256, efficientnet_lite0
 
+#: the width of EfficientNet-Lite0's pooled features
+FEATURE_DIM = 1280
+
 __all__ = ["CACHE_ENV", "cache_dir", "cached_features", "compute_features", "feature_key", "files_digest"]
 
 #: Environment variable naming the cache folder (default ``~/.cache/most``).
@@ -167,8 +170,9 @@ def cached_features(files: Sequence[str | os.PathLike], *, root: str | os.PathLi
             stored = torch.load(path, map_location="cpu", weights_only=True)
         except Exception:  # a damaged or foreign file: computed again below and replaced
             stored = None
-        if isinstance(stored, dict) and stored.get("key") == key and stored["features"].shape[0] == len(paths):
-            return stored["features"]
+        found = stored.get("features") if isinstance(stored, dict) and stored.get("key") == key else None
+        if isinstance(found, Tensor) and tuple(found.shape) == (len(paths), FEATURE_DIM) and found.dtype == torch.float32:
+            return found
     features = compute_features(paths, preprocess=preprocess, batch_size=batch_size, progress=progress,
                                 description=description)
     _save_atomic({"key": key, "names": _names(paths, None if root is None else Path(root)),

@@ -32,6 +32,7 @@ import torch
 from flwr.serverapp import ServerApp
 
 from ..checkpoint import atomic_write_bytes, atomic_write_text
+from .._validation import check_non_negative, check_positive, check_positive_int
 from ..config import build, did_you_mean
 from .._json import dumps
 from .. import registry
@@ -132,6 +133,12 @@ class AppSettings:
         file's are (:func:`most.config.build`: unknown keys with a suggestion, wrong types)."""
         values = {str(key).replace("-", "_"): value for key, value in dict(run_config).items()}
         settings = build(cls, values, path="run-config")
+        # the settings the library's components check under their own names, checked here under the app's
+        for key, check, minimum in (("warmup-rounds", check_positive_int, 0), ("fine-tune-epochs", check_positive_int, 1),
+                                    ("num-clients", check_positive_int, 1)):
+            check(getattr(settings, key.replace("-", "_")), name=key, minimum=minimum)
+        check_positive(settings.timeout, name="timeout")
+        check_non_negative(settings.wait_for_clients, name="wait-for-clients")
         for key, value, known in (("method", settings.method, METHODS), ("dataset", settings.dataset, SAMPLES),
                                   ("model", settings.model, registry.models())):
             if value not in known:
