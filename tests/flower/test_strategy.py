@@ -293,9 +293,9 @@ def test_bad_nodes_are_reported_clearly(data, model):
     outside = LocalGrid(_app(data, model), 3, node_config=lambda k: {"partition-id": k + 5})
     with pytest.raises(ValueError, match="outside 0..2"):
         MostStrategy(F.FedAvg(1), model, _config(), n_clients=3).run(outside)
-    other = fl.logistic_regression(60, 3)
+    other = fl.logistic_regression(60, 12)  # outputs for every label, but not the server's model
     wrong = LocalGrid(make_client_app(lambda ctx: ClientSpec(other, data.clients[0], int(ctx.node_config["partition-id"]))), 2)
-    with pytest.raises(ValueError, match="model of 183 parameters"):
+    with pytest.raises(ValueError, match="model of 732 parameters"):
         MostStrategy(F.FedAvg(1), model, _config(), n_clients=2).run(wrong)
     with pytest.raises(ValueError, match="at least as many clients as models"):
         MostStrategy(F.MosT(5), model, _config(), n_clients=3)
@@ -495,3 +495,24 @@ def test_credentials_command_reports_a_bad_host_without_a_traceback(tmp_path):
 
     res = CliRunner().invoke(app, ["flower", "credentials", str(tmp_path / "c"), "--host", ""])
     assert res.exit_code == 2 and "at least one IP or DNS name" in res.output
+
+
+def test_a_client_whose_labels_the_model_cannot_score_stops_the_server_naming_it(data, model):
+    """Bad labels are a fault of the deployment, not a client that dropped out: the client refuses
+    its data when first asked, and the server stops with the reason (the in-process runtime
+    refuses the same before any round)."""
+    def load(ctx):
+        k = int(ctx.node_config["partition-id"])
+        c = data.clients[k]
+        if k == 2:
+            c = fl.ClientData(c.x_train, c.y_train + 5, c.x_val, c.y_val, c.x_test, c.y_test)
+        return ClientSpec(model, c, k)
+
+    top = int(data.clients[2].y_train.max()) + 5
+    with pytest.raises(ValueError, match=rf"client 2 has the class label {top}, but the model .* has 10 outputs"):
+        ClientSpec(model, fl.ClientData(*(t + 5 if i == 1 else t for i, t in enumerate(
+            (data.clients[2].x_train, data.clients[2].y_train, data.clients[2].x_val, data.clients[2].y_val,
+             data.clients[2].x_test, data.clients[2].y_test)))), 2)
+    strategy = MostStrategy(F.FedAvg(2), model, _config(rounds=2), n_clients=N)
+    with pytest.raises(ValueError, match=rf"^Node \d+: client 2 has the class label {top}"):
+        strategy.run(LocalGrid(make_client_app(load), N))

@@ -47,6 +47,11 @@ __all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "clien
            "make_client_app"]
 
 
+#: marks a client's refusal of its own data, which stops the server (a fault of the deployment,
+#: not a client that dropped out)
+CLIENT_DATA_ERROR = "[most: client data]"
+
+
 @dataclass(frozen=True, eq=False)
 class ClientSpec:
     """What a ClientApp needs to know about its node: the model architecture, the client's
@@ -64,6 +69,14 @@ class ClientSpec:
             raise ValueError(f"`data` must be a most.federated.ClientData; got {type(self.data).__name__}.")
         if not isinstance(self.client, int) or self.client < 0:
             raise ValueError(f"`client` must be a non-negative int (the client's index); got {self.client!r}.")
+        labels = [y for y in (self.data.y_train, self.data.y_val, self.data.y_test) if len(y)]
+        if labels:  # the model's outputs cover the client's labels (the in-process runtime checks the same)
+            outputs = int(self.model.template_logits(self.data.x_train[:1]).shape[-1])
+            top = max(int(y.max()) for y in labels)
+            if top >= outputs:
+                raise ValueError(f"{CLIENT_DATA_ERROR} client {self.client} has the class label {top}, but the model "
+                                 f"{self.model.name} has {outputs} outputs (labels 0..{outputs - 1}). Check the "
+                                 "client's labels, or give the model one output per class.")
 
 
 def _split(data: ClientData, split: str, limit: int | None = None) -> Padded:

@@ -14,6 +14,7 @@ import time
 from flwr.app import ConfigRecord, Message, RecordDict
 
 from . import protocol as P
+from .client import CLIENT_DATA_ERROR
 
 __all__ = ["ClientNodes", "message"]
 
@@ -69,6 +70,9 @@ class ClientNodes:
         for reply in replies:
             node = reply.metadata.src_node_id
             if reply.has_error():
+                if CLIENT_DATA_ERROR in reply.error.reason:  # its data do not fit the model: stop, naming it
+                    reason = reply.error.reason[reply.error.reason.index(CLIENT_DATA_ERROR) + len(CLIENT_DATA_ERROR):]
+                    raise ValueError(f"Node {node}:{reason.splitlines()[0] if reason.strip() else ''}")
                 log.warning("Node %s did not describe itself: %s", node, reply.error.reason)
                 continue
             metrics = reply.content[P.METRICS]
