@@ -218,7 +218,7 @@ def bench_prompts(
 ) -> None:
     """Mixture of soft prompts (Table 4): m soft prompts on a frozen MiniLM encoder, every training
     instance an objective; MosT against MGDA and linearization; a dispatcher trained on validation
-    picks the prompt of each test instance. Needs the extra: pip install 'most\\[prompts]'.
+    picks the prompt of each test instance. Needs the extra: pip install 'most-transport\\[prompts]'.
 
     Writes OUT/results.json (every run: dispatched, single-prompt and oracle accuracy, seconds),
     OUT/table.md (mean ± std over seeds) and OUT/accuracy.png. Each finished run is kept as a
