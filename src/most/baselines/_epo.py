@@ -74,7 +74,8 @@ from torch import Tensor
 
 from .._validation import check_positive
 from .._random import dirichlet
-from ..methods import Assignment, Combiner
+from ..methods import Combiner
+from ..methods.assignments import FixedPlanAssignment
 from ..mgda import min_norm
 
 __all__ = ["PreferenceAssignment", "EPOCombiner", "check_preferences", "default_preferences", "epo_coefficients"]
@@ -130,7 +131,7 @@ def default_preferences(n: int, m: int, generator: torch.Generator | None = None
     return dirichlet(generator, 1.0, n, m, dtype=torch.float64)
 
 
-class PreferenceAssignment(Assignment):
+class PreferenceAssignment(FixedPlanAssignment):
     """A fixed plan whose column j is model j's preference vector ``r_j``, scaled by 1/m.
 
     Args:
@@ -159,25 +160,6 @@ class PreferenceAssignment(Assignment):
             r = self.preferences
         r = r / r.sum(1, keepdim=True)
         self._plan = (r.T / m).contiguous()  # float64; cast to the losses' dtype when used
-
-    def __call__(self, losses, round, total, previous=None):
-        if self._plan is None:
-            raise RuntimeError("PreferenceAssignment.reset(n, m, generator) must be called before the first round.")
-        if self._plan.shape != losses.shape:
-            raise ValueError(f"PreferenceAssignment's plan is for {tuple(self._plan.shape)} (objectives, models); the "
-                             f"losses are {tuple(losses.shape)}. Where only some objectives take part in a round "
-                             "(federated clients sampled by participation), the round's plan is rows(objectives).")
-        return self._plan.to(losses)
-
-    #: the plan is fixed at reset: a round in which only some objectives take part uses its rows
-    fixed: ClassVar[bool] = True
-
-    def rows(self, objectives: Tensor) -> Tensor:
-        """The fixed plan's rows of ``objectives`` (indices among all n): the plan of a round in
-        which only those objectives take part (federated clients sampled by participation)."""
-        if self._plan is None:
-            raise RuntimeError("PreferenceAssignment.reset(n, m, generator) must be called before the first round.")
-        return self._plan[objectives.to(self._plan.device)]
 
     def __repr__(self):
         pref = None if self.preferences is None else self.preferences.tolist()

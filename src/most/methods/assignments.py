@@ -122,7 +122,35 @@ class CappedTransportAssignment(Assignment):
         return transport.solve_capped(losses, a, b, max_share=1.0 / self.shares).plan
 
 
-class RandomAssignment(Assignment):
+class FixedPlanAssignment(Assignment):
+    """The base of a plan set once per run in :meth:`reset` (``self._plan``, ``[n, m]``), the same
+    every round: a round in which only some objectives take part (federated clients sampled by
+    participation) uses its :meth:`rows`."""
+
+    fixed: ClassVar[bool] = True
+    _plan: Tensor | None = None
+
+    def _fixed_plan(self) -> Tensor:
+        if self._plan is None:
+            raise RuntimeError(f"{type(self).__name__}.reset(n, m, generator) must be called before the first round.")
+        return self._plan
+
+    def __call__(self, losses, round, total, previous=None):
+        plan = self._fixed_plan()
+        if plan.shape != losses.shape:
+            raise ValueError(f"{type(self).__name__}'s plan is for {tuple(plan.shape)} (objectives, models); the "
+                             f"losses are {tuple(losses.shape)}. Where only some objectives take part in a round "
+                             "(federated clients sampled by participation), the round's plan is rows(objectives).")
+        return plan.to(losses)
+
+    def rows(self, objectives: Tensor) -> Tensor:
+        """The fixed plan's rows of ``objectives`` (indices among all n): the plan of a round in
+        which only those objectives take part (federated clients sampled by participation)."""
+        plan = self._fixed_plan()
+        return plan[objectives.to(plan.device)]
+
+
+class RandomAssignment(FixedPlanAssignment):
     """A fixed random plan: column j is a Dirichlet(c) draw over objectives, scaled to 1/m.
 
     The plan is drawn once per run (in :meth:`reset`, from the run's seed). With
@@ -132,24 +160,10 @@ class RandomAssignment(Assignment):
 
     def __init__(self, concentration: float = 1.0):
         self.concentration = check_positive(concentration, name="concentration")
-        self._plan: Tensor | None = None
+        self._plan = None
 
     def reset(self, n, m, generator):
         self._plan = dirichlet(generator, self.concentration, n, m).T / m  # column j: model j's draw
-
-    def __call__(self, losses, round, total, previous=None):
-        if self._plan is None or self._plan.shape != losses.shape:
-            raise RuntimeError("RandomAssignment.reset(n, m, generator) must be called before the first round.")
-        return self._plan.to(losses)
-
-    fixed: ClassVar[bool] = True
-
-    def rows(self, objectives: Tensor) -> Tensor:
-        """The fixed plan's rows of ``objectives`` (indices among all n): the plan of a round in
-        which only those objectives take part (federated clients sampled by participation)."""
-        if self._plan is None:
-            raise RuntimeError("RandomAssignment.reset(n, m, generator) must be called before the first round.")
-        return self._plan[objectives.to(self._plan.device)]
 
     def __repr__(self):
         return f"RandomAssignment(concentration={self.concentration!r})"
