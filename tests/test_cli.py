@@ -303,6 +303,11 @@ def test_an_out_path_that_is_a_file_is_one_line_naming_the_option(tmp_path):
 
     with pytest.raises(ValueError, match="is a file, not a folder"):
         run_experiment(parse_experiment(tomllib.loads(experiment.read_text())), afile, progress=False)
+    dangling = tmp_path / "link"
+    dangling.symlink_to(tmp_path / "nowhere")
+    for args in (["run", str(experiment), "--out", str(dangling)], ["bench", "few-objective", "--out", str(dangling)]):
+        res = CliRunner().invoke(app, args)
+        assert res.exit_code == 2 and f"is a symbolic link to {tmp_path / 'nowhere'}, which does not exist" in res.stderr
 
 
 def test_threads_far_above_the_cores_are_refused(tmp_path):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import warnings
 from pathlib import Path
 
@@ -47,6 +48,9 @@ def out_folder(out: Path | None, option: str = "--out") -> None:
     """Refuses an output path that exists and is not a folder, before any work."""
     if out is not None and out.exists() and not out.is_dir():
         raise Failure(f"{option} {out} is a file, not a folder; choose a folder (it is created if missing).")
+    if out is not None and out.is_symlink() and not out.exists():
+        raise Failure(f"{option} {out} is a symbolic link to {os.readlink(out)}, which does not exist; create that "
+                      "folder, or choose another.")
 
 
 def _user_error(exc: Exception) -> tuple[str, int] | None:
