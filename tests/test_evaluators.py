@@ -144,3 +144,27 @@ def test_mapped_objectives_of_mini_batches_draw_them_from_the_runs_generator():
     first = fit.fit(base)
     assert 3 * 4 in rows_seen  # the rounds evaluate mini-batches of 4 rows per objective
     assert torch.equal(first.params, fit.fit(base).params)  # drawn from the run's seed: reproducible
+
+
+def test_a_ridge_on_a_problem_with_its_own_evaluator_goes_through_that_evaluator():
+    """SumOfMinimum's ridge on a from_datasets problem (PenalisedEvaluator) equals the ridge on the
+    same objectives as a function: losses, the reverse pass and the selected gradients."""
+    from most.baselines._few_for_many import _with_ridge
+    from most.evaluators import PenalisedEvaluator
+
+    ridged, reference = _with_ridge(_datasets(), 2.0), _with_ridge(_function(), 2.0)
+    assert type(ridged.evaluation) is PenalisedEvaluator
+    torch.testing.assert_close(ridged.loss_matrix(PARAMS), reference.loss_matrix(PARAMS))
+    _, jac = reference.jacobian(PARAMS)
+    w = torch.rand(3, N, generator=torch.Generator().manual_seed(1))
+    values, pullback = ridged.losses_with_pullback(PARAMS)
+    torch.testing.assert_close(values, reference.loss_matrix(PARAMS))
+    torch.testing.assert_close(pullback(w), torch.einsum("mn,mnd->md", w, jac))
+    rows = torch.tensor([[0, 2], [1, 1], [N - 1, 3]])
+    expected = jac.gather(1, rows[..., None].expand(-1, -1, FEATURES + 1))
+    torch.testing.assert_close(ridged.active_jacobian(PARAMS, rows)[1], expected)
+    torch.testing.assert_close(ridged.active_gradients(PARAMS, rows), expected)
+    fit = most.baselines.SumOfMinimum(n_models=2, rounds=5, lr=0.05, seeding="init")
+    plain, penalised = fit.fit(_datasets()), most.baselines.SumOfMinimum(
+        n_models=2, rounds=5, lr=0.05, seeding="init", ridge=5.0).fit(_datasets())
+    assert penalised.params.norm() < plain.params.norm()  # the ridge pulls the models toward 0

@@ -103,6 +103,7 @@ import torch
 from torch import Tensor
 
 from .._validation import check_non_negative, check_positive, check_positive_int
+from ..evaluators import PenalisedEvaluator
 from ..methods import Assignment, Combiner, GammaWeights, WeightedSum
 from ..problem import Problem
 from ..solver import Method
@@ -412,7 +413,9 @@ def _with_ridge(problem: Problem, rho: float) -> Problem:
     def fn(theta: Tensor) -> Tensor:
         return base(theta) + 0.5 * rho * theta.pow(2).sum()
 
-    return replace(problem, fn=fn, metadata={**problem.metadata, "ridge": rho})
+    # a problem with an evaluator of its own (from_datasets: its mini-batches and chunks) keeps it
+    evaluator = None if problem.evaluator is None else PenalisedEvaluator(problem.evaluator, rho)
+    return replace(problem, fn=fn, evaluator=evaluator, metadata={**problem.metadata, "ridge": rho})
 
 
 # ============================================================================ methods

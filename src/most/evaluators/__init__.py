@@ -13,7 +13,8 @@ uses the protocol alone. One evaluator per kind of problem, each in its own modu
   (:meth:`most.Problem.from_datasets`), all objectives in one vectorised pass, with mini-batches
   drawn from the run's generator;
 * :class:`MappedEvaluator` -- objectives made from another evaluator's losses
-  (:meth:`most.Problem.map_objectives`, MosT-E's extensions), through that evaluator's passes.
+  (:meth:`most.Problem.map_objectives`, MosT-E's extensions), through that evaluator's passes;
+  :class:`PenalisedEvaluator` -- another evaluator's objectives plus a ridge on the parameters.
 
 Each keeps the memory budget of its own passes (its chunk sizes) to itself. Beside them,
 :class:`RunningStatistics` keeps each model's running statistics of batch normalisation for a
@@ -31,11 +32,11 @@ from ._checks import objective_loss, tracked
 from ._datasets import DatasetsEvaluator, check_batch_size, check_loss, stack_datasets
 from ._function import FunctionEvaluator
 from ._instances import InstancesEvaluator, instance_losses
-from ._mapped import MappedEvaluator
+from ._mapped import MappedEvaluator, PenalisedEvaluator
 from ._module import ModuleEvaluator, PerObjective
 from ._statistics import RunningStatistics
 
 # active_rows ... stack_datasets: the helpers most.problem builds problems with (not in __all__)
 
 __all__ = ["Evaluator", "FunctionEvaluator", "ModuleEvaluator", "InstancesEvaluator", "DatasetsEvaluator", "MappedEvaluator",
-           "RunningStatistics"]
+           "PenalisedEvaluator", "RunningStatistics"]

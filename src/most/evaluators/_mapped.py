@@ -59,3 +59,49 @@ class MappedEvaluator(Evaluator):
 
     def key(self) -> tuple:
         return (id(self),)
+
+
+class PenalisedEvaluator(Evaluator):
+    """A base evaluator's objectives, each plus ``(rho / 2) ||theta||^2`` (a ridge on the
+    parameters, :class:`~most.baselines.SumOfMinimum`'s ``ridge``), through the base's own
+    passes: the penalty's value and gradient ``rho theta`` are added to the base's.
+
+    Args:
+        base: the evaluator of the objectives without the penalty.
+        rho: the penalty's weight (>= 0).
+    """
+
+    def __init__(self, base: Evaluator, rho: float):
+        self.base, self.rho, self.n_objectives = base, float(rho), base.n_objectives
+        self.stochastic = base.stochastic
+
+    def _penalty(self, params: Tensor, like: Tensor) -> Tensor:
+        """``[1, m]``: each model's penalty, in ``like``'s dtype."""
+        return (0.5 * self.rho * params.detach().pow(2).sum(1)).to(like)[None]
+
+    def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        losses = self.base.loss_matrix(params, generator=generator)
+        return losses + self._penalty(params, losses)
+
+    def losses_with_pullback(self, params: Tensor, *, generator: torch.Generator | None = None
+                             ) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        losses, pullback = self.base.losses_with_pullback(params, generator=generator)
+        theta = params.detach()
+
+        def penalised(weights: Tensor) -> Tensor:
+            return pullback(weights) + self.rho * weights.sum(1, keepdim=True).to(theta) * theta
+
+        return losses + self._penalty(params, losses), penalised
+
+    def active_jacobian(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None
+                        ) -> tuple[Tensor, Tensor]:
+        losses, grads = self.base.active_jacobian(params, rows, generator=generator)
+        return losses + self._penalty(params, losses), grads + self.rho * params.detach()[:, None, :].to(grads)
+
+    def active_gradients(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None
+                         ) -> Tensor:
+        grads = self.base.active_gradients(params, rows, generator=generator)
+        return grads + self.rho * params.detach()[:, None, :].to(grads)
+
+    def key(self) -> tuple:
+        return (id(self),)
