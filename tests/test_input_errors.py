@@ -632,3 +632,40 @@ def test_a_module_on_two_devices_is_refused_naming_a_tensor_on_each_and_the_fix(
     with pytest.raises(ValueError, match="2 devices"):
         most.Problem.from_datasets(Split, [(x, torch.zeros(5, 1)) for x in xs],
                                    lambda out, y: (out - y).pow(2).sum(-1))
+
+
+def test_problems_and_baselines_refuse_bad_values_where_they_are_given():
+    from most.baselines import STCHSetCombiner, TCHSetCombiner
+    from most.problems import mixed_regression, quadratic_clusters, zafar_synthetic, zdt, zdt_front
+
+    for build in (quadratic_clusters, mixed_regression):
+        for seed in (1.5, True, -1, 2**64):
+            with pytest.raises(ValueError, match=r"`seed` must be an int in \[0, 2\*\*64\)"):
+                build(seed=seed)
+    assert torch.equal(quadratic_clusters(seed=np.int64(3)).loss_matrix(torch.zeros(1, 2)),
+                       quadratic_clusters(seed=3).loss_matrix(torch.zeros(1, 2)))
+    a, b = zafar_synthetic(50, disc_factor=np.float32(0.5), seed=1), zafar_synthetic(50, disc_factor=0.5, seed=1)
+    assert torch.equal(a.X, b.X) and torch.equal(a.z, b.z)
+    for seed in (None, -1, 1.5):
+        with pytest.raises(ValueError, match=r"`seed` must be an int"):
+            zafar_synthetic(50, seed=seed)
+    with pytest.raises(ValueError, match=r"`seed` must be an int"):
+        b.split(seed=-1)
+    for name in (1, None):
+        with pytest.raises(ValueError, match="Unknown ZDT problem"):
+            zdt(name)
+    assert zdt_front("ZDT1").shape == zdt_front("zdt1").shape
+    with pytest.raises(ValueError, match="`n_points` must be an int >= 2"):
+        zdt_front("zdt1", -3)
+    for combiner in (TCHSetCombiner, STCHSetCombiner):
+        with pytest.raises(ValueError, match="`preference` must be non-negative"):
+            combiner(preference=(-1.0, -1.0))
+        with pytest.raises(ValueError, match="`ideal` contains NaN or inf"):
+            combiner(ideal=(float("nan"), 0.0))
+    # the centralised baselines' components are built (and checked) with the method
+    with pytest.raises(ValueError, match="`concentration` must be a positive number"):
+        most.Linearization(n_models=2, concentration=-1)
+    with pytest.raises(ValueError, match="`concentration` must be a positive number"):
+        most.WeightedMGDA(n_models=2, concentration=0)
+    with pytest.raises(ValueError, match="max_iter"):
+        most.MGDA(n_models=2, max_iter=-5)

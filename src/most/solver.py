@@ -187,6 +187,8 @@ class Method:
             object.__setattr__(self, name, check(getattr(self, name), name=name))
         object.__setattr__(self, "progress", check_bool(self.progress, name="progress"))
         check_component(self.optimizer, name="optimizer", example="most.optim.Adam()", base=UpdateRule)
+        if type(self).components is not Method.components:  # the components' own checks, before any fit
+            self.components()
 
     def components(self) -> tuple[Assignment, Weighting, Combiner]:
         raise NotImplementedError

@@ -288,6 +288,15 @@ class SetCombiner(Combiner):
         return self.coefficients(losses)
 
 
+def _check_set_vectors(combiner) -> None:
+    """A set combiner's ``preference`` (non-negative) and ``ideal`` (finite), as tuples of floats."""
+    if combiner.preference is not None:
+        object.__setattr__(combiner, "preference",
+                           _as_vector(combiner.preference, name="preference", non_negative=True))
+    if combiner.ideal is not None:
+        object.__setattr__(combiner, "ideal", _as_vector(combiner.ideal, name="ideal"))
+
+
 @dataclass(frozen=True)
 class TCHSetCombiner(SetCombiner):
     """The TCH-Set subgradient as coefficients on the Jacobian rows (the weights are ignored).
@@ -298,6 +307,9 @@ class TCHSetCombiner(SetCombiner):
 
     preference: tuple[float, ...] | None = None
     ideal: tuple[float, ...] | None = None
+
+    def __post_init__(self):
+        _check_set_vectors(self)
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -326,6 +338,7 @@ class STCHSetCombiner(SetCombiner):
     smoothing: float = 0.1
 
     def __post_init__(self):
+        _check_set_vectors(self)
         check_positive(self.smoothing, name="smoothing")
 
     def coefficients(self, losses: Tensor) -> Tensor:

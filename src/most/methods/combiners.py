@@ -15,7 +15,7 @@ from typing import Callable, ClassVar, Literal
 import torch
 from torch import Tensor
 
-from .._validation import check_positive
+from .._validation import check_positive, check_positive_int
 from ..mgda import combine_min_norm
 
 
@@ -110,6 +110,10 @@ class MinNorm(Combiner):
     active_only: ClassVar[bool] = True
 
     def __post_init__(self):
+        if self.max_iter is not None:
+            object.__setattr__(self, "max_iter", check_positive_int(self.max_iter, name="max_iter"))
+        if self.tol is not None:
+            object.__setattr__(self, "tol", check_positive(self.tol, name="tol"))
         c = self.coordinates
         if c is None or (isinstance(c, str) and c):
             return

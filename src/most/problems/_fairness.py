@@ -56,7 +56,7 @@ from torch import Tensor
 from torch.nn.functional import softplus
 
 from .._random import stratified_split
-from .._validation import check_positive_int
+from .._validation import as_number, check_positive_int, check_seed
 from ..problem import Problem
 
 __all__ = ["FairnessData", "load_german_credit", "zafar_synthetic", "GERMAN_CREDIT_ENV"]
@@ -149,7 +149,7 @@ class FairnessData:
             raise ValueError(f"`fractions` must be three positive numbers (train, val, test); got {fractions!r}.")
         if abs(sum(fractions) - 1.0) > 1e-6:
             raise ValueError(f"`fractions` must sum to 1; they sum to {sum(fractions):.8g}.")
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(check_seed(seed))
         y = self.y.cpu().numpy().astype(np.int64)
         z = self.z.cpu().numpy().astype(np.int64)
         # strata (y, z) shuffled and dealt out in the fractions (most._random.stratified_split)
@@ -293,9 +293,13 @@ def zafar_synthetic(n_samples: int = 2000, *, disc_factor: float = math.pi / 4, 
     check_positive_int(n_samples, name="n_samples", minimum=2)
     if n_samples % 2:
         raise ValueError(f"`n_samples` must be even (n_samples / 2 points per class); got {n_samples}.")
-    if isinstance(disc_factor, bool) or not isinstance(disc_factor, (int, float)) or not math.isfinite(disc_factor):
+    try:
+        disc_factor = float(as_number(disc_factor, name="disc_factor"))
+    except ValueError:
+        raise ValueError(f"`disc_factor` must be a finite number (an angle in radians); got {disc_factor!r}.") from None
+    if not math.isfinite(disc_factor):
         raise ValueError(f"`disc_factor` must be a finite number (an angle in radians); got {disc_factor!r}.")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(check_seed(seed))
     half = n_samples // 2
     nv1 = multivariate_normal(mean=[2.0, 2.0], cov=[[5.0, 1.0], [1.0, 5.0]])
     nv2 = multivariate_normal(mean=[-2.0, -2.0], cov=[[10.0, 1.0], [1.0, 3.0]])

@@ -7,7 +7,7 @@ import torch
 from torch import Tensor
 
 from .._random import seeded
-from .._validation import check_non_negative, check_positive, check_positive_int
+from .._validation import check_non_negative, check_positive, check_positive_int, check_seed
 from ..problem import Problem
 
 
@@ -25,7 +25,7 @@ def quadratic_clusters(n_clusters: int = 4, per_cluster: int = 8, dim: int = 2, 
     check_positive_int(dim, name="dim", minimum=2)
     check_positive(separation, name="separation")
     check_non_negative(spread, name="spread")
-    g = seeded(seed)
+    g = seeded(check_seed(seed))
     radius = separation / (2 * math.sin(math.pi / n_clusters)) if n_clusters > 1 else 0.0
     angles = 2 * math.pi * torch.arange(n_clusters, dtype=torch.float64) / n_clusters
     means = torch.zeros(n_clusters, dim, dtype=torch.float64)
@@ -103,7 +103,7 @@ def mixed_regression(n_objectives: int = 40, n_groups: int = 4, dim: int = 10, *
     check_positive_int(samples, name="samples")
     check_non_negative(noise, name="noise")
     check_non_negative(individual, name="individual")
-    g = seeded(seed)
+    g = seeded(check_seed(seed))
     dtype = torch.get_default_dtype()
     betas = 2.0 * torch.randn(n_groups, dim, generator=g, dtype=dtype)
     groups = torch.arange(n_objectives) % n_groups

@@ -34,9 +34,17 @@ def _h(name: str, ratio: Tensor, f1: Tensor) -> Tensor:
     return 1.0 - _safe_sqrt(ratio) - ratio * torch.sin(10 * math.pi * f1)
 
 
+def _zdt_name(name) -> str:
+    """``name`` as one of ``zdt1``, ``zdt2``, ``zdt3`` (any case)."""
+    if not isinstance(name, str) or name.lower() not in ZDT_REFERENCE_POINTS:
+        raise ValueError(f"Unknown ZDT problem {name!r}; choose 'zdt1', 'zdt2' or 'zdt3'.")
+    return name.lower()
+
+
 def zdt_front(name: str, n_points: int = 2001) -> np.ndarray:
     """The true Pareto front of ZDT1/2/3 (g = 1), ``[k, 2]``, sorted by f1."""
-    f1 = np.linspace(0.0, 1.0, n_points)
+    name = _zdt_name(name)
+    f1 = np.linspace(0.0, 1.0, check_positive_int(n_points, name="n_points", minimum=2))
     if name == "zdt1":
         return np.stack([f1, 1 - np.sqrt(f1)], 1)
     if name == "zdt2":
@@ -67,9 +75,7 @@ def zdt(name: str = "zdt1", n_var: int = 30) -> Problem:
         >>> problem.loss_matrix(x).squeeze(1)   # on the front: (0.25, 1 - 0.5)
         tensor([0.2500, 0.5000])
     """
-    name = name.lower()
-    if name not in ZDT_REFERENCE_POINTS:
-        raise ValueError(f"Unknown ZDT problem {name!r}; choose 'zdt1', 'zdt2' or 'zdt3'.")
+    name = _zdt_name(name)
     check_positive_int(n_var, name="n_var", minimum=2)
 
     front = zdt_front(name)
