@@ -80,16 +80,13 @@ def repick(run: dict, pick: str) -> dict:
         raise RescoreError(f"The run of seed {run.get('seed')} has no selection loss (its engine did not measure "
                            f"the final models' training loss), so the rule {pick!r} cannot score it.")
     choice = np.asarray(rule(val, loss), dtype=np.int64)
-    per_client = test[np.arange(len(choice)), choice]
-    tested = ~np.isnan(per_client)  # a client without test samples has no accuracy
-    sizes = [s for s, t in zip(mats["test_sizes"], tested) if t]
-    summary = ev.summarise(np.nan_to_num(val[tested], nan=-1.0), test[tested], choice=choice[tested], sizes=sizes)
+    # a client without test samples (NaN) is left out of the summary, as the bench leaves it out
+    summary = ev.summarise(val, test, choice=choice, sizes=mats["test_sizes"])
     out.update({k: v for k, v in summary.items() if k != "oracle"})
-    out["per_client"] = per_client.tolist()
+    out["per_client"] = ev.client_accuracy(test, choice).tolist()
     if mats.get("groups") is not None and "group_ari" in run:
         out["group_ari"] = ev.adjusted_rand_index(choice.tolist(), mats["groups"])
-    mats_out = out["matrices"]
-    mats_out["choice"] = choice.tolist()
+    out["matrices"]["choice"] = choice.tolist()
     return out
 
 

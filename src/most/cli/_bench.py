@@ -3,7 +3,6 @@ prompts, federated), sharing their options and how a suite is run (:func:`_run_s
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated, cast
 
@@ -21,16 +20,15 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
         return
     out_folder(out)
     set_threads(threads)
-    from ..experiments.store import BusyFolderError
+    from ..experiments.store import BusyFolderError, missing_folders, remove_unwritten
 
-    where = Path(os.path.abspath(out))  # "a/new/../b": the folders it names, not its spelling
-    made = [p for p in (where, *where.parents) if not p.exists()]  # the folders this call creates
+    made = missing_folders(out)  # the folders this call creates
     try:  # bad input (a ValueError, a missing folder or extra) is one line, before any work
         results = suite.run_benchmark(make_config(), **run_options)
     except BusyFolderError:
         raise  # another process holds the folder (it may have made it a moment ago): nothing is touched
     except ValueError:
-        _remove_unwritten(made)  # refused before any run: a new folder holding only this call's lock goes
+        remove_unwritten(made)  # refused before any run: a new folder holding only this call's lock goes
         raise
     except KeyboardInterrupt:  # every suite keeps its finished runs in OUT/runs (most.bench._runs)
         from ..bench import RUNS_DIR
@@ -41,23 +39,6 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     typer.echo(suite.table_markdown(results))
     n_figures = len(results["figures"])
     typer.echo(f"\nWrote {out}/results.json, table.md and {n_figures} figure{'' if n_figures == 1 else 's'}.")
-
-
-def _remove_unwritten(made: list[Path]) -> None:
-    """Removes the folders this call made where nothing but the lock file (and empty folders) was
-    written: a call refused before its first run leaves no trace."""
-    try:  # a cleanup never hides the refusal (on Windows an open lock file cannot be removed)
-        for folder in made:  # the deepest first
-            if not folder.is_dir():
-                continue
-            entries = list(folder.rglob("*"))
-            if any(e.name != ".lock" and not e.is_dir() for e in entries):
-                return
-            for entry in sorted(entries, key=lambda e: len(e.parts), reverse=True):
-                entry.rmdir() if entry.is_dir() else entry.unlink()
-            folder.rmdir()
-    except OSError:
-        pass
 
 
 _JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads); the results are "

@@ -19,7 +19,8 @@ from ..checkpoint import atomic_write_text, differing_paths
 from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
 from .._json import dumps
-from .store import BusyFolderError, RunFolder, WriterLock, check_no_links, check_not_linked, remove_leftovers, seedless
+from .store import (BusyFolderError, RunFolder, WriterLock, check_no_links, check_not_linked, missing_folders,
+                    remove_leftovers, remove_unwritten, seedless)
 
 if TYPE_CHECKING:
     from ..federated import FederatedResult
@@ -398,8 +399,7 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
         raise ValueError(f"The results root {out} is a file, not a folder; choose a folder (it is created if missing).")
     root = Path(out) / experiment.name
     check_not_linked(Path(out), root / "runs")
-    where = Path(os.path.abspath(out))  # "a/new/../b": the folders it names, not its spelling
-    created = [p for p in (where / experiment.name, where) if not p.exists()]
+    created = missing_folders(root)
     root.mkdir(parents=True, exist_ok=True)
     lock = WriterLock(root)
     try:
@@ -407,13 +407,13 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     except BusyFolderError:
         raise  # another process holds the folder (it may have made it a moment ago): nothing here is touched
     except BaseException:
-        _remove_unwritten(root, created)
+        remove_unwritten(created)
         raise
     try:
         return _run_locked(experiment, root, resume=resume, restart=restart, progress=progress, echo=echo,
                            batch=batch)
     except BaseException:
-        _remove_unwritten(root, created)  # still holding the lock: no other process is in the folder
+        remove_unwritten(created)  # still holding the lock: no other process is in the folder
         raise
     finally:
         lock.__exit__(None, None, None)
@@ -433,20 +433,6 @@ def _check_not_a_bench(root: Path) -> None:
                               "experiment's runs would mix with them. Write to another --out, or rename the "
                               "experiment (`name = ...`).")
         return  # the first run folder tells whose folder it is
-
-
-def _remove_unwritten(root: Path, created: list[Path]) -> None:
-    """Removes the folders this call made (``created``) where a refusal left nothing in them but
-    the lock file, so that a call refused before any work leaves no trace."""
-    root = Path(os.path.abspath(root))
-    if root in created and root.is_dir() and {p.name for p in root.iterdir()} <= {".lock"}:
-        try:  # a cleanup never hides the refusal (on Windows an open lock file cannot be removed)
-            (root / ".lock").unlink(missing_ok=True)
-            for folder in created:
-                if folder.is_dir() and not any(folder.iterdir()):
-                    folder.rmdir()
-        except OSError:
-            pass
 
 
 def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bool, progress: bool,

@@ -310,6 +310,34 @@ def check_not_linked(base: Path, path: Path) -> None:
                               "a link. Replace it with a real folder or file, or choose another output folder.")
 
 
+def missing_folders(path: str | os.PathLike) -> list[Path]:
+    """``path`` and those of its parents that do not exist yet, deepest first: the folders a
+    ``mkdir(parents=True)`` of it makes. Absolute and normalised, so that ``a/new/../b`` names
+    the folders it reaches (``a/b``), never one that existed before."""
+    where = Path(os.path.abspath(path))
+    return [p for p in (where, *where.parents) if not p.exists()]
+
+
+def remove_unwritten(made: list[Path]) -> None:
+    """Removes the folders ``made`` (:func:`missing_folders`, taken before they were made),
+    deepest first, that hold nothing but lock files and empty folders: a call refused before any
+    work leaves no trace. It stops at the first folder that holds a file. A removal that fails
+    (an open lock file on Windows) is left as it is, so that a cleanup never hides the refusal
+    it follows."""
+    try:
+        for folder in made:
+            if not folder.is_dir():
+                continue
+            entries = list(folder.rglob("*"))
+            if any(e.name != ".lock" and not e.is_dir() for e in entries):
+                return
+            for entry in sorted(entries, key=lambda e: len(e.parts), reverse=True):
+                entry.rmdir() if entry.is_dir() else entry.unlink()
+            folder.rmdir()
+    except OSError:
+        pass
+
+
 def remove_leftovers(folder: Path) -> None:
     """Removes what an interrupted write can leave in a run folder: the temporary files of an
     atomic write (``.NAME.PID.tmp``) and, once ``result.json`` marks the run done, its
