@@ -246,12 +246,12 @@ def report_cmd(
 
     import errno
 
-    typer.echo(report(results, write=False))
     try:
-        report(results)
+        typer.echo(report(results))
     except OSError as exc:
         if exc.errno not in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise
+        typer.echo(report(results, write=False))  # the folder may only be read: the table alone
         typer.echo(f"Note: report.md and report.csv were not written ({exc.strerror}: {exc.filename}); the folder "
                    "may only be read here. The table is above.", err=True)
 
