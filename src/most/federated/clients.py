@@ -161,16 +161,21 @@ def _logits(model: FlatModel, params: Tensor, data: Padded, clients: Tensor | No
     return logits.reshape(params.shape[0], n, N, -1), y, w  # [m, n, N, C]; padding rows are 0
 
 
-def _check_evaluate_args(model, params, data, clients, max_samples, return_probs) -> None:
+def _check_model_params(model, params, rows: str, what: str) -> None:
+    """A :class:`FlatModel` and ``params [rows, d]`` of it (``what`` says what the rows are)."""
     if not isinstance(model, FlatModel):
         raise TypeError(f"`model` must be a most.federated.FlatModel (e.g. fl.logistic_regression(dim, n_classes)); "
                         f"got {type(model).__name__}.")
     if not isinstance(params, Tensor):
-        raise TypeError(f"`params` must be a tensor [m, d] of flat model parameters (e.g. model.init(m, generator)); "
-                        f"got {type(params).__name__}.")
+        raise TypeError(f"`params` must be a tensor [{rows}, d] of flat model parameters (e.g. model.init(m, "
+                        f"generator)); got {type(params).__name__}.")
     if params.ndim != 2 or params.shape[1] != model.dim:
-        raise ValueError(f"`params` must have shape [m, {model.dim}] (m models of the {model.dim} parameters of "
-                         f"{model.name}); got {tuple(params.shape)}.")
+        raise ValueError(f"`params` must have shape [{rows}, {model.dim}] ({what}, {model.dim} parameters of "
+                         f"{model.name} each); got {tuple(params.shape)}.")
+
+
+def _check_evaluate_args(model, params, data, clients, max_samples, return_probs) -> None:
+    _check_model_params(model, params, "m", "m models")
     if not isinstance(data, Padded):
         raise TypeError(f"`data` must be a most.federated.clients.Padded split (e.g. fl.pad_split(dataset, 'val')); "
                         f"got {type(data).__name__}.")
@@ -222,15 +227,10 @@ def local_train(model: FlatModel, params: Tensor, x: Tensor, y: Tensor, w: Tenso
 def _check_train_args(model, params, x, y, w, epochs, batch_size, lr, prox_mu) -> None:
     """:func:`local_train`'s arguments: the model, ``params [P, d]``, the pairs' data with ``P``
     rows of ``N`` samples each, and the settings of local SGD."""
-    if not isinstance(model, FlatModel):
-        raise TypeError(f"`model` must be a most.federated.FlatModel (e.g. fl.logistic_regression(dim, n_classes)); "
-                        f"got {type(model).__name__}.")
-    for name, t in (("params", params), ("x", x), ("y", y), ("w", w)):
+    _check_model_params(model, params, "P", "the starting models of the P pairs")
+    for name, t in (("x", x), ("y", y), ("w", w)):
         if not isinstance(t, Tensor):
             raise TypeError(f"`{name}` must be a tensor; got {type(t).__name__}.")
-    if params.ndim != 2 or params.shape[1] != model.dim:
-        raise ValueError(f"`params` must have shape [P, {model.dim}] (the starting models of the P pairs, "
-                         f"{model.dim} parameters of {model.name} each); got {tuple(params.shape)}.")
     pairs = params.shape[0]
     if w.ndim != 2 or y.shape != w.shape or x.ndim < 2 or tuple(x.shape[:2]) != tuple(w.shape) or w.shape[0] != pairs:
         raise ValueError(f"`x`, `y` and `w` must hold the P = {pairs} pairs' padded samples, [P, N, ...], [P, N] and "
