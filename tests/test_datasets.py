@@ -14,7 +14,7 @@ from torch import nn
 
 import most
 from most.evaluators import _datasets
-from most.checkpoint import Checkpoint
+from tests._shared import stopped_then_resumed
 
 
 def _squared(out, y):
@@ -183,18 +183,7 @@ def test_a_mini_batch_run_is_reproducible_and_resumes_to_its_uninterrupted_resul
     method = most.MosT(n_models=2, rounds=8, lr=0.05, seed=0)
     reference = method.fit(problem)
     assert torch.equal(method.fit(problem).params, reference.params)
-    ckpt = Checkpoint(tmp_path / "c", every=3)
-
-    class Kill(Exception):
-        pass
-
-    def kill(record, params):
-        if record.round == 4:
-            raise Kill
-
-    with pytest.raises(Kill):
-        method.fit(problem, callback=kill, checkpoint=ckpt)
-    assert torch.equal(method.fit(problem, checkpoint=ckpt).params, reference.params)
+    assert torch.equal(stopped_then_resumed(method, problem, tmp_path / "c", every=3, at=4).params, reference.params)
     # the final losses are exact (every row), as the selection of a model per objective needs
     torch.testing.assert_close(reference.losses, problem.loss_matrix(reference.params))
 
@@ -332,18 +321,8 @@ def test_dropout_draws_from_the_runs_generator_so_runs_repeat_and_resume(tmp_pat
         # the masks differ between evaluations of a run: each draws its own seed
         run = torch.Generator().manual_seed(4)
         assert not torch.equal(problem.loss_matrix(params, generator=run), problem.loss_matrix(params, generator=run))
-        path = tmp_path / f"run{batch_size}.ckpt"
-
-        class Stop(Exception):
-            pass
-
-        def stop(record, _params):
-            if record.round == 3:
-                raise Stop
-
-        with pytest.raises(Stop):
-            method.fit(problem, callback=stop, checkpoint=Checkpoint(path, every=2))
-        assert torch.equal(method.fit(problem, checkpoint=Checkpoint(path, every=2)).params, first.params)
+        resumed = stopped_then_resumed(method, problem, tmp_path / f"run{batch_size}.ckpt", every=2, at=3)
+        assert torch.equal(resumed.params, first.params)
     state = torch.get_rng_state()
     problem.loss_matrix(params)
     assert torch.equal(torch.get_rng_state(), state)  # torch's own generator is left as it was

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import most
-from most.checkpoint import Checkpoint
+from tests._shared import stopped_then_resumed
 from most.seeding import KMeansSeeding, Reseed, minimise_each
 
 F64 = torch.float64
@@ -110,17 +110,7 @@ def test_the_default_is_deterministic_and_resumes_to_the_same_models(tmp_path):
     whole = method.fit(problem)
     torch.testing.assert_close(method.fit(problem).params, whole.params, atol=0, rtol=0)
 
-    class Stop(Exception):
-        pass
-
-    def stop_at_35(record, params):
-        if record.round == 35:
-            raise Stop
-
-    ckpt = Checkpoint(tmp_path / "ckpt", every=10)
-    with pytest.raises(Stop):
-        method.fit(problem, checkpoint=ckpt, callback=stop_at_35)
-    resumed = method.fit(problem, checkpoint=ckpt)
+    resumed = stopped_then_resumed(method, problem, tmp_path / "ckpt", every=10, at=35)
     torch.testing.assert_close(resumed.params, whole.params, atol=0, rtol=0)
     assert [r.moved for r in resumed.history] == [r.moved for r in whole.history]
 
@@ -282,16 +272,7 @@ def test_recommended_zdt3_call_reaches_99_percent_on_a_seed_that_missed_and_resu
     moved = [(r.round, r.moved) for r in whole.history if r.moved is not None]
     assert moved and all(400 <= t < 600 for t, _ in moved)  # within the spread's window
 
-    class Stop(Exception):
-        pass
-
-    def stop_after_first_move(record, params):
-        if record.round == moved[0][0] + 15:
-            raise Stop
-
-    ckpt = Checkpoint(tmp_path / "ckpt", every=20)  # saved after each attempt, a move included
-    with pytest.raises(Stop):
-        method.fit(problem, checkpoint=ckpt, callback=stop_after_first_move)
-    resumed = method.fit(problem, checkpoint=ckpt)
+    # saved every 20 rounds (after each attempt, a move included); stopped 15 rounds after the first move
+    resumed = stopped_then_resumed(method, problem, tmp_path / "ckpt", every=20, at=moved[0][0] + 15)
     torch.testing.assert_close(resumed.params, whole.params, atol=0, rtol=0)
     assert [(r.round, r.moved) for r in resumed.history if r.moved is not None] == moved
