@@ -142,6 +142,28 @@ def test_evaluations_in_pieces_equal_one_pass(monkeypatch):
     torch.testing.assert_close(fast.active_gradients(params, rows), jac)
 
 
+def test_token_inputs_are_counted_through_the_embedding_so_large_passes_run_in_pieces(monkeypatch):
+    # the chunk size comes from a pass over two zero inputs of the data's dtype: float zeros
+    # would fail in nn.Embedding and leave only the input ids counted (one pass for all rows)
+    class Tokens(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.head = nn.Embedding(50, 16), nn.Linear(16, 2)
+
+        def forward(self, x):
+            return self.head(self.embed(x).mean(1))
+
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randint(0, 50, (40, 8), generator=g), torch.randint(0, 2, (40,), generator=g)) for _ in range(3)]
+    problem = most.Problem.from_datasets(Tokens, tasks, lambda out, y: F.cross_entropy(out, y, reduction="none"))
+    assert problem.evaluator._values_per_row() == 2 * (8 * 16 + 2)  # the embeddings and the logits, twice
+    params = _params(problem)
+    whole = problem.loss_matrix(params)
+    monkeypatch.setattr(_datasets, "_PASS_VALUES", 3 * 10 * 260)  # ten rows a piece
+    assert len(problem.evaluator._chunks(3, problem.evaluator.all)) == 12
+    torch.testing.assert_close(problem.loss_matrix(params), whole)
+
+
 # ----------------------------------------------------------------------------- mini-batches
 def _marked(lengths=(5, 8, 6)):
     """Objective i's rows have targets 100 i + r (r their row): a loss equal to the target shows the rows drawn."""

@@ -110,7 +110,7 @@ class ModuleLayout:
         #: buffers and frozen parameters: the template's, the same for every model
         self.fixed = {k: p.detach() for k, p in named if not p.requires_grad}
         self.fixed.update(template.named_buffers())
-        self._values: dict[tuple[int, ...], int] = {}
+        self._values: dict[tuple[tuple[int, ...], torch.dtype], int] = {}
         #: ``(out, in)`` when the module is one affine map of its flattened inputs, every parameter
         #: trained (``theta`` = the weight row-major, then the bias), else ``None``
         self.affine = None if self.frozen else affine_shape(template)
@@ -147,14 +147,15 @@ class ModuleLayout:
         buffers = dict(self.template.named_buffers())
         return {k: buffers[k].detach().to(device).expand(m, *buffers[k].shape).clone() for k in self.statistics_names}
 
-    def values_per_sample(self, input_shape: tuple[int, ...]) -> int:
-        """About how many numbers one input of shape ``input_shape`` makes in a forward pass (see
-        :func:`values_per_sample`); measured once per shape."""
-        if input_shape not in self._values:
+    def values_per_sample(self, input_shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> int:
+        """About how many numbers one input of shape ``input_shape`` and ``dtype`` makes in a
+        forward pass (see :func:`values_per_sample`); measured once per shape and dtype."""
+        key = (input_shape, dtype)
+        if key not in self._values:
             state = {k: torch.zeros(s) for k, s in zip(self.names, self.shapes)}
             state.update({k: v.detach().to("cpu").clone() for k, v in self.fixed.items()})
-            self._values[input_shape] = values_per_sample(self.template, state, input_shape)
-        return self._values[input_shape]
+            self._values[key] = values_per_sample(self.template, state, input_shape, dtype)
+        return self._values[key]
 
     def init(self, m: int, generator: torch.Generator) -> Tensor:
         """``[m, d]``: the trainable parameters of ``m`` fresh modules from the factory, built
@@ -188,12 +189,14 @@ class ModuleLayout:
         return parameter_range(self.template, name, trainable_only=True)
 
 
-def values_per_sample(template: nn.Module, state: dict[str, Tensor], input_shape: tuple[int, ...]) -> int:
+def values_per_sample(template: nn.Module, state: dict[str, Tensor], input_shape: tuple[int, ...],
+                      dtype: torch.dtype = torch.float32) -> int:
     """About how many numbers one input of shape ``input_shape`` makes in a forward pass of
     ``template`` with ``state`` (CPU tensors): twice the outputs of its leaf submodules (for the
-    functional steps between them), from a pass over two zero inputs. Evaluations size their
-    chunks with it, so that a convolutional model is evaluated in pieces that fit where a linear
-    one goes in one. A module that cannot run so counts its inputs alone."""
+    functional steps between them), from a pass over two zero inputs of ``dtype`` (the data's:
+    token ids for an embedding are integers). Evaluations size their chunks with it, so that a
+    convolutional model is evaluated in pieces that fit where a linear one goes in one. A module
+    that cannot run so counts its inputs alone."""
     total = 0
 
     def count(_module, _inputs, output):
@@ -207,7 +210,7 @@ def values_per_sample(template: nn.Module, state: dict[str, Tensor], input_shape
         # two zero samples on the CPU: the meta device would do, but its first use imports
         # torch's decompositions (sympy, torch._dynamo: about 1 s in a fresh process)
         with torch.no_grad():
-            functional_call(template, state, (torch.zeros(2, *input_shape),))
+            functional_call(template, state, (torch.zeros(2, *input_shape, dtype=dtype),))
         total //= 2
     except Exception:
         total = math.prod(input_shape)

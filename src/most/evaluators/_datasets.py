@@ -176,7 +176,7 @@ class DatasetsEvaluator(Evaluator):
 
     def _values_per_row(self) -> int:
         if self._per_row is None:
-            self._per_row = self.layout.values_per_sample(tuple(self.data[0].shape[1:]))
+            self._per_row = self.layout.values_per_sample(tuple(self.data[0].shape[1:]), self.data[0].dtype)
         return self._per_row
 
     def vectorize(self, rows: int) -> bool:
