@@ -293,8 +293,16 @@ def test_labels_outside_the_classes_are_refused_naming_the_objective():
 
 
 def test_a_loss_that_is_not_one_number_per_row_is_refused():
-    _bad(r"one loss per row, shape \[rows\] \(here \[5\]\); got \[\]", _mlp(), _regression(),
+    _bad(r"one loss per row, shape \[rows\] \(here \[10\]\); got \[\]", _mlp(), _regression(),
          lambda out, y: ((out - y) ** 2).mean())
+    # with one objective too (the check runs on two rows at least): a mean, and [rows, 1] against
+    # [rows] targets, which broadcasts to [rows, rows]
+    one = [(torch.randn(6, 4), torch.randint(0, 3, (6,)))]
+    _bad(r"one loss per row, shape \[rows\] \(here \[2\]\); got \[\]", _mlp(4, 3), one,
+         lambda out, y: F.cross_entropy(out, y))
+    _bad(r"one loss per row, shape \[rows\] \(here \[2\]\); got \[2, 2\]", lambda: nn.Linear(4, 1),
+         [(torch.randn(6, 4), torch.randn(6))], lambda out, y: (out - y) ** 2)
+    _bad(r"got \[2, 2\]", lambda: nn.Linear(4, 1), [(torch.randn(1, 4), torch.randn(1))], lambda out, y: (out - y) ** 2)
     _bad(r"`loss` must be callable", _mlp(), _regression(), "mse")
 
 

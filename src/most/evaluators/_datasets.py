@@ -428,11 +428,14 @@ def check_batch_size(batch_size, counts: Tensor, label: Callable[[int], str]) ->
 
 
 def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int], str]) -> None:
-    """Runs the module and ``loss`` once on the first row of every objective (at ``theta``) and
-    checks the targets' class indices against the output, before any work: one loss per row,
-    floating point; integer targets ``[rows]`` of a module with several outputs ``[rows, C]`` (a
-    classifier's scores) within ``[0, C)``."""
-    data, first = evaluator.data, evaluator.all.slots[:, 0]
+    """Runs the module and ``loss`` once on the first two rows of every objective (at ``theta``;
+    an objective of one row gives it twice) and checks the targets' class indices against the
+    output, before any work: one loss per row, floating point; integer targets ``[rows]`` of a
+    module with several outputs ``[rows, C]`` (a classifier's scores) within ``[0, C)``. Two rows
+    at least, so that a loss reduced over the rows, or broadcast to ``[rows, rows]``, shows even
+    with a single objective."""
+    slots = evaluator.all.slots  # an objective's missing slots hold its first row
+    data, first = evaluator.data, slots[:, [0, 1] if slots.shape[1] > 1 else [0, 0]].reshape(-1)
     with torch.no_grad():
         try:
             output = evaluator.layout.forward(theta, data[0][first])
@@ -466,7 +469,7 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
                 f"{' '.join(str(exc).split())[:300]}."
             ) from exc
     rows = len(first)
-    if not isinstance(per, Tensor) or per.numel() != rows or (per.ndim != 1 and per.shape[0] != rows):
+    if not isinstance(per, Tensor) or per.numel() != rows or per.ndim == 0 or per.shape[0] != rows:
         shape = list(per.shape) if isinstance(per, Tensor) else type(per).__name__
         raise ValueError(
             f"`loss(output, *targets)` must return one loss per row, shape [rows] (here [{rows}]); got {shape}. "
