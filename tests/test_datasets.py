@@ -353,6 +353,9 @@ def test_dropout_draws_from_the_runs_generator_so_runs_repeat_and_resume(tmp_pat
         assert not torch.equal(problem.loss_matrix(params, generator=run), problem.loss_matrix(params, generator=run))
         resumed = stopped_then_resumed(method, problem, tmp_path / f"run{batch_size}.ckpt", every=2, at=3)
         assert torch.equal(resumed.params, first.params)
+        # batched with another run, each keeps its own evaluations and draws
+        assert problem.stochastic
+        assert torch.equal(most.fit_batch(problem, [method, method.replace(seed=1)])[0].params, first.params)
     state = torch.get_rng_state()
     problem.loss_matrix(params)
     assert torch.equal(torch.get_rng_state(), state)  # torch's own generator is left as it was

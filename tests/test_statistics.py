@@ -14,6 +14,7 @@ from torch import nn
 
 import most
 from most.checkpoint import Checkpoint
+from tests._shared import stopped_then_resumed
 
 _SQ = lambda out, y: ((out - y) ** 2).mean()  # noqa: E731
 
@@ -194,3 +195,36 @@ def test_datasets_refuse_batch_statistics_that_would_mix_objectives():
         most.Problem.from_datasets(model, _data(), lambda out, y: ((out - y) ** 2).sum(-1))
     stored = lambda: nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Linear(6, 2)).eval()  # noqa: E731
     most.Problem.from_datasets(stored, _data(), lambda out, y: ((out - y) ** 2).sum(-1))  # fixed statistics: taken
+
+
+def test_dropout_in_from_module_draws_from_the_runs_generator_so_runs_repeat_resume_and_batch(tmp_path):
+    """Dropout (with batch normalisation, whose per-round statistics pass runs the dropout too):
+    each evaluation's masks come from a seed drawn from the run's generator, so a seeded run
+    repeats, a resumed one equals it, a run batched with another equals its fit, and torch's own
+    generator is left as it was."""
+    g = torch.Generator().manual_seed(0)
+    data = [(torch.randn(12, 4, generator=g), torch.randn(12, 1, generator=g)) for _ in range(5)]
+    net = lambda: nn.Sequential(nn.Linear(4, 6), nn.BatchNorm1d(6), nn.Dropout(0.5), nn.ReLU(),  # noqa: E731
+                                nn.Linear(6, 1))
+    problem = most.Problem.from_module(net, [lambda f, x=x, y=y: ((f(x) - y) ** 2).mean() for x, y in data])
+    assert problem.stochastic
+    method = most.MosT(n_models=2, rounds=6, lr=0.05, seed=0)
+    whole = method.fit(problem)
+    assert torch.equal(method.fit(problem).params, whole.params)
+    assert not torch.equal(most.MosT(n_models=2, rounds=6, lr=0.05, seed=1).fit(problem).params, whole.params)
+    resumed = stopped_then_resumed(method, problem, tmp_path / "run.ckpt", every=2, at=3)
+    batched = most.fit_batch(problem, [method, method.replace(seed=1)])[0]
+    for other in (resumed, batched):
+        assert torch.equal(other.params, whole.params)
+        for name, value in whole.statistics.items():
+            assert torch.equal(other.statistics[name], value), name
+    state = torch.get_rng_state()
+    assert torch.equal(problem.loss_matrix(whole.params), problem.loss_matrix(whole.params))
+    assert torch.equal(torch.get_rng_state(), state)
+    # a module without random layers does not draw from the run's generator
+    plain = most.Problem.from_module(lambda: nn.Linear(4, 1), [lambda f, x=x, y=y: ((f(x) - y) ** 2).mean()
+                                                              for x, y in data])
+    run = torch.Generator().manual_seed(3)
+    before = run.get_state()
+    plain.loss_matrix(torch.zeros(2, 5), generator=run)
+    assert not plain.stochastic and torch.equal(run.get_state(), before)

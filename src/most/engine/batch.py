@@ -24,8 +24,8 @@ R = TypeVar("R")
 def objectives_key(problem: Problem, generator: torch.Generator) -> tuple:
     """Problems with equal keys compute the same losses from the same parameters (the same
     function and instances): their runs' evaluations can be one call. The runs of a
-    :attr:`~most.Problem.stochastic` problem draw their mini-batches from their own generators,
-    so each keeps its evaluations."""
+    :attr:`~most.Problem.stochastic` problem draw their mini-batches (or dropout masks) from
+    their own generators, so each keeps its evaluations."""
     return problem.evaluation.key() + ((id(generator),) if problem.stochastic else ())
 
 

@@ -126,7 +126,7 @@ class Loop:
         lam, min_norm_s, step_grad_s = yield from self.path.steps(self, t, losses, jac, weights)
         if self.statistics is not None:  # the forward passes of the round's models over the objectives they serve
             keeper = cast("RunningStatistics", self.problem.statistics)  # the problem whose statistics these are
-            self.statistics = keeper.update(start, self.statistics, weights > 0)
+            self.statistics = keeper.update(start, self.statistics, weights > 0, self.generator)
         moved = self._reseed(t)
         record = RoundRecord(round=t, plan=self.plan.detach().cpu(), losses=losses.detach().cpu(),
                              weights=lam.detach().cpu(), transport_seconds=transport_s, min_norm_seconds=min_norm_s,

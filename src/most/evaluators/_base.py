@@ -7,9 +7,10 @@ problem that computes them in its own way (:meth:`most.Problem.from_datasets`) i
 and :class:`most.Problem` hands its evaluations to it.
 
 Every method takes the run's ``generator``: an evaluator whose objectives are estimated on
-mini-batches (``stochastic``) draws them from it, so a run is reproducible and resumes from a
-checkpoint (which holds the generator's state). Without a generator it evaluates the
-objectives exactly (on all data).
+mini-batches, or whose module has random layers such as dropout (``stochastic``), draws them
+from it, so a run is reproducible and resumes from a checkpoint (which holds the generator's
+state). Without a generator it evaluates the objectives exactly (on all data, random layers
+from a fixed seed).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ class Evaluator:
 
     #: the number of objectives n
     n_objectives: int
-    #: whether evaluations with a generator draw from it (mini-batches): runs of
-    #: :func:`most.fit_batch` then keep their evaluations apart, each with its own draws
+    #: whether evaluations with a generator draw from it (mini-batches, random layers' masks):
+    #: runs of :func:`most.fit_batch` then keep their evaluations apart, each with its own draws
     stochastic: bool = False
 
     def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:

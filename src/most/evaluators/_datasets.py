@@ -93,7 +93,6 @@ class DatasetsEvaluator(Evaluator):
             data, owner = tuple(t[order] for t in data), owner[order]
         self.layout, self.data, self.loss = layout, data, loss
         self.n_objectives, self.batch_size = n_objectives, batch_size
-        self.stochastic = batch_size is not None
         self._input_values = math.prod(data[0].shape[1:])
         # one affine map of each row's (flattened) inputs: plain nn.Linear on [rows, in], or Flatten + Linear
         affine = layout.affine
@@ -109,6 +108,7 @@ class DatasetsEvaluator(Evaluator):
         width = int(counts[0]) if bool((counts == counts[0]).all()) else None
         #: whether the module has random layers in training mode (dropout): its passes are seeded
         self.random = bool(random_layers(layout.template))
+        self.stochastic = batch_size is not None or self.random
         self.all = _Draw(None, owner, counts, torch.where(mask, slots, slots[:, :1]), mask, width,
                          0 if self.random else None)
         self._keys_mask = mask.cpu()
@@ -143,7 +143,7 @@ class DatasetsEvaluator(Evaluator):
         no-op for a module without random layers."""
         if draw.seed is None:
             return contextlib.nullcontext()
-        return _seeded_rng((draw.seed + offset) % 2**63, self.data[0].device)
+        return seeded_rng((draw.seed + offset) % 2**63, self.data[0].device)
 
     def _rows(self, flat: Tensor | None) -> tuple[Tensor, ...]:
         return self.data if flat is None else tuple(t[flat] for t in self.data)
@@ -300,7 +300,7 @@ def random_layers(template: torch.nn.Module) -> list[str]:
 
 
 @contextlib.contextmanager
-def _seeded_rng(seed: int, device: torch.device):
+def seeded_rng(seed: int, device: torch.device):
     """torch's generator (the CPU's, and ``device``'s when it is a GPU) forked and seeded with ``seed``."""
     cuda = device.type == "cuda"
     with torch.random.fork_rng(devices=[device] if cuda else []):

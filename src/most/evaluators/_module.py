@@ -8,21 +8,26 @@ pass through the whole loss function per row (or per parameter) costs ``min(k, d
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 import torch
 from torch import Tensor
 from torch.func import grad_and_value
 
+from .._random import derive_seed
+from ._datasets import seeded_rng
 from ._function import FunctionEvaluator
 
 
 class PerObjective:
     """A loss function ``theta -> [n]`` that can also evaluate objective ``k`` alone,
-    ``one(k, theta) -> scalar`` (built by :meth:`most.Problem.from_module`)."""
+    ``one(k, theta) -> scalar`` (built by :meth:`most.Problem.from_module`); ``random``: whether
+    the module has random layers in training mode (dropout), whose passes are then seeded."""
 
-    def __init__(self, losses: Callable[[Tensor], Tensor], one: Callable[[int, Tensor], Tensor]):
-        self._losses, self.one = losses, one
+    def __init__(self, losses: Callable[[Tensor], Tensor], one: Callable[[int, Tensor], Tensor],
+                 random: bool = False):
+        self._losses, self.one, self.random = losses, one, random
 
     def __call__(self, theta: Tensor) -> Tensor:
         return self._losses(theta)
@@ -30,15 +35,46 @@ class PerObjective:
 
 class ModuleEvaluator(FunctionEvaluator):
     """The evaluations of a problem whose objectives can be evaluated one at a time (``fn`` a
-    :class:`PerObjective`)."""
+    :class:`PerObjective`).
+
+    A module with random layers in training mode (dropout) draws their masks from torch's
+    generator, forked and seeded for each evaluation from a seed drawn from the run's generator
+    (a fixed one without it), as :class:`~most.evaluators.DatasetsEvaluator` does: a run with
+    them is reproducible and resumes from a checkpoint, and so are the mini-batches that
+    objectives draw with torch's generator in such a run."""
 
     fn: PerObjective
 
+    def __init__(self, fn: PerObjective, dim: int, n_objectives: int, vectorize: bool = True):
+        super().__init__(fn, dim, n_objectives, vectorize)
+        self.stochastic = fn.random
+
+    def _rng(self, generator: torch.Generator | None, device: torch.device):
+        """The context of one evaluation: torch's generator seeded from ``generator`` for a module
+        with random layers; a no-op otherwise (the run's generator is not drawn from)."""
+        if not self.fn.random:
+            return contextlib.nullcontext()
+        return seeded_rng(0 if generator is None else derive_seed(generator), device)
+
+    def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
+        with self._rng(generator, params.device):
+            return super().loss_matrix(params)
+
+    def jacobian(self, params: Tensor, *, generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+        with self._rng(generator, params.device):
+            return super().jacobian(params)
+
+    def losses_with_pullback(self, params: Tensor, *, generator: torch.Generator | None = None
+                             ) -> tuple[Tensor, Callable[[Tensor], Tensor]]:
+        with self._rng(generator, params.device):  # the pullback reuses this pass's masks (its graph)
+            return super().losses_with_pullback(params)
+
     def active_jacobian(self, params: Tensor, rows: Tensor, *, generator: torch.Generator | None = None
                         ) -> tuple[Tensor, Tensor]:
-        if min(int(rows.shape[1]), self.dim) > 1:
-            return self._objective_gradients(params, rows)
-        return super().active_jacobian(params, rows, generator=generator)
+        with self._rng(generator, params.device):
+            if min(int(rows.shape[1]), self.dim) > 1:
+                return self._objective_gradients(params, rows)
+            return super().active_jacobian(params, rows)
 
     def forward_rows(self, k: int) -> bool:
         return min(k, self.dim) <= 1 and super().forward_rows(k)

@@ -21,6 +21,8 @@ from torch import Tensor
 from torch.func import vmap
 
 from .._modules import ModuleLayout, check_statistics
+from .._random import derive_seed
+from ._datasets import random_layers, seeded_rng
 
 
 class RunningStatistics:
@@ -45,6 +47,7 @@ class RunningStatistics:
         # those of a problem evaluated model by model (vectorize=False: a module vmap cannot batch)
         self._vectorize = vectorize and all(layout.template.get_submodule(name).momentum is not None
                                             for name in layout.statistics_layers)
+        self._random = bool(random_layers(layout.template))
 
     @property
     def names(self) -> list[str]:
@@ -67,13 +70,21 @@ class RunningStatistics:
             v[model] = fresh[k][0].to(v)
         return out
 
-    def update(self, params: Tensor, statistics: dict[str, Tensor], served: Tensor | None = None) -> dict[str, Tensor]:
+    def update(self, params: Tensor, statistics: dict[str, Tensor], served: Tensor | None = None,
+               generator: torch.Generator | None = None) -> dict[str, Tensor]:
         """The statistics after a forward pass in training mode of each model ``params [m, dim]``
         over each objective it serves (``served [m, n]`` bool; ``None`` or an unmasked instance:
         every objective), in objective order. The m models of one objective run at once (one
         after another for a layer with ``momentum=None``); an
         objective that draws a mini-batch at each call draws one for this pass, as for an
-        evaluation."""
+        evaluation. Random layers (dropout) draw from torch's generator seeded from ``generator``
+        (the run's; a fixed seed without it), as the evaluations do."""
+        if self._random:
+            with seeded_rng(0 if generator is None else derive_seed(generator), params.device):
+                return self._update(params, statistics, served)
+        return self._update(params, statistics, served)
+
+    def _update(self, params: Tensor, statistics: dict[str, Tensor], served: Tensor | None) -> dict[str, Tensor]:
         m = int(params.shape[0])
         check_statistics(statistics, self.names, m)
         if served is None or not self.masked:

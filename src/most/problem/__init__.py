@@ -199,10 +199,16 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
                 batch (recurrent layers such as ``nn.LSTM``).
 
         Parameters with ``requires_grad=False`` are not trained (they keep the template's
-        values). Batch normalisation in training mode normalises each forward pass by its
-        batch's statistics, and every model keeps its own running statistics, updated once per
-        round over the objectives it serves (:attr:`Result.statistics`; ``result.to_modules()``
-        returns modules holding them); a layer in evaluation mode keeps its stored statistics.
+        values). Random layers in training mode (dropout) draw their masks from torch's
+        generator, seeded for each evaluation from the run's generator (a fixed seed without
+        it), so a run with them repeats under its seed and resumes from checkpoints. Mini-batches
+        that the callables draw themselves come from torch's generator: seed it
+        (``torch.manual_seed``) before a fit to repeat it, or use :meth:`from_datasets` with a
+        ``batch_size``, whose batches come from the run's generator. Batch normalisation in
+        training mode normalises each forward pass by its batch's statistics, and every model
+        keeps its own running statistics, updated once per round over the objectives it serves
+        (:attr:`Result.statistics`; ``result.to_modules()`` returns modules holding them); a
+        layer in evaluation mode keeps its stored statistics.
 
         Examples:
             >>> import torch, most

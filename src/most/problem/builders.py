@@ -18,7 +18,7 @@ from torch import Tensor, nn
 from .._modules import BATCH_STATISTICS, BATCH_STATISTICS_WAYS, ModuleLayout, batch_statistics_layers, check_factory
 from .._validation import as_tensor, check_bool, check_has_data
 from ..evaluators import (DatasetsEvaluator, PerObjective, RunningStatistics, check_batch_size, check_loss,
-                         instance_losses, objective_loss, stack_datasets, tracked)
+                         instance_losses, objective_loss, random_layers, stack_datasets, tracked)
 
 __all__ = ["LossFunction", "Initializer", "Projection", "module_fields", "datasets_fields", "instances_fields",
            "check_names", "check_bounds", "check_module_objectives", "float_init"]
@@ -57,7 +57,7 @@ def module_fields(
     def one(k: int, theta: Tensor) -> Tensor:
         return objective_loss(objectives[k](forward_of(theta)), k, labels, tracked(theta))
 
-    fn = PerObjective(losses, one)
+    fn = PerObjective(losses, one, random=bool(random_layers(layout.template)))
     vectorize = check_bool(vectorize, name="vectorize")
     statistics = RunningStatistics(layout, objectives, vectorize=vectorize) if layout.statistics_names else None
     return dict(fn=fn, dim=layout.dim, n_objectives=len(objectives), init=layout.init, names=names,

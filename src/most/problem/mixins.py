@@ -126,8 +126,10 @@ class Evaluations:
 
     @property
     def stochastic(self) -> bool:
-        """Whether evaluations given a generator estimate the objectives on mini-batches drawn from
-        it (:meth:`from_datasets` with a ``batch_size``); without one they are exact."""
+        """Whether evaluations given a generator draw from it: mini-batches (:meth:`from_datasets`
+        with a ``batch_size``) or the masks of random layers in training mode (dropout, in
+        :meth:`from_datasets` and :meth:`from_module`); without one they are exact (random
+        layers from a fixed seed)."""
         return self._evaluation.stochastic
 
     def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
