@@ -3,6 +3,7 @@ the run differs from the one that wrote it, and every method resumes to its unin
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pathlib
 import pickle
@@ -119,6 +120,53 @@ def test_python_api_resume_with_other_settings_is_refused_naming_them(tmp_path):
         most.MosT(n_models=2, rounds=10, lr=0.1, reseed=None).fit(problem, checkpoint=ckpt)
     with pytest.raises(CheckpointMismatchError, match=r"assignment\.diversity"):
         most.MosT(n_models=2, rounds=10, lr=0.1, diversity=0.5).fit(problem, checkpoint=ckpt)
+
+
+@pytest.mark.parametrize("make, other, name", [
+    (lambda: most.baselines.EPO(n_models=2, rounds=6, lr=0.05, preferences=[[0.9, 0.1, 0.0], [0.1, 0.9, 0.0]]),
+     lambda: most.baselines.EPO(n_models=2, rounds=6, lr=0.05, preferences=[[0.5, 0.5, 0.0], [0.1, 0.9, 0.0]]),
+     "method.preferences"),
+    (lambda: most.Linearization(n_models=2, rounds=6, lr=0.05, concentration=0.5),
+     lambda: most.Linearization(n_models=2, rounds=6, lr=0.05, concentration=5.0), "method.concentration"),
+    (lambda: most.baselines.SumOfMinimum(n_models=2, rounds=6, lr=0.05, ridge=0.0),
+     lambda: most.baselines.SumOfMinimum(n_models=2, rounds=6, lr=0.05, ridge=1.0), "method.ridge"),
+])
+def test_a_method_setting_the_loop_does_not_see_is_part_of_the_checkpoint(tmp_path, make, other, name):
+    """Settings that act through a fixed plan (preferences, a Dirichlet concentration), the problem
+    (a ridge) or the seeding are not among the loop's components: the method's own settings
+    are kept in the checkpoint, so that resuming with another value is refused, not run with the
+    saved one; its progress bar is not a setting."""
+    problem = most.Problem.from_function(lambda t: torch.stack([(t ** 2).sum(), ((t - 1) ** 2).sum(),
+                                                                ((t + 1) ** 2).sum()]), dim=2, n_objectives=3)
+    ckpt = Checkpoint(tmp_path / "c", every=2)
+    whole = make().fit(problem)
+    with pytest.raises(KeyboardInterrupt):
+        def stop(record, params):
+            if record.round == 3:
+                raise KeyboardInterrupt
+        make().fit(problem, callback=stop, checkpoint=ckpt)
+    with pytest.raises(CheckpointMismatchError, match=name.replace(".", r"\.")):
+        other().fit(problem, checkpoint=ckpt)
+    resumed = dataclasses.replace(make(), progress=True).fit(problem, checkpoint=ckpt)
+    assert torch.equal(resumed.params, whole.params)
+
+
+def test_a_checkpoint_without_the_methods_settings_still_resumes(tmp_path):
+    """A checkpoint written before the method's settings were kept resumes on the loop's alone."""
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method = most.MosT(n_models=2, rounds=6, lr=0.1)
+    whole = method.fit(problem)
+    path = tmp_path / "c"
+    with pytest.raises(KeyboardInterrupt):
+        def stop(record, params):
+            if record.round == 3:
+                raise KeyboardInterrupt
+        method.fit(problem, callback=stop, checkpoint=Checkpoint(path, every=2))
+    payload = torch.load(path, weights_only=True)
+    assert "method" in payload["settings"]
+    del payload["settings"]["method"]
+    torch.save(payload, path)
+    assert torch.equal(method.fit(problem, checkpoint=Checkpoint(path, every=2)).params, whole.params)
 
 
 def test_federated_resume_with_other_settings_is_refused(tmp_path):

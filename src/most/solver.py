@@ -230,7 +230,8 @@ class Method:
                 problem = same[0]
             else:
                 prepared.append((extension, mixtures, problem))
-        return Job.start(problem, progress=False, callback=callback, checkpoint=checkpoint, **self._arguments())
+        return Job.start(problem, progress=False, callback=callback, checkpoint=checkpoint, method=self,
+                         **self._arguments())
 
     def fit(self, problem: Problem, *, callback=None, checkpoint: Checkpoint | None = None) -> Result:
         """Trains ``n_models`` models on ``problem`` and returns a :class:`Result`.
@@ -244,7 +245,7 @@ class Method:
                 "most.Problem.from_function(...) or most.Problem.from_module(...)."
             )
         return run(self._prepared(problem), progress=self.progress, callback=callback, checkpoint=checkpoint,
-                   **self._arguments())
+                   method=self, **self._arguments())
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 from .._random import seeded
 from .._threads import threads_for
 from .._validation import check_component, check_positive, check_positive_int, check_seed
-from ..checkpoint import Checkpoint, CheckpointError, restore_into
+from ..checkpoint import Checkpoint, CheckpointError, fingerprint, restore_into
 from ..methods import Assignment, Combiner, Weighting
 from ..optim import SGD, UpdateRule
 from ..problem import Problem
@@ -171,7 +171,7 @@ class Job:
     def start(cls, problem: Problem, *, n_models: int, rounds: int, inner_steps: int, lr: float,
               assignment: Assignment, weighting: Weighting, combiner: Combiner, seed: int, progress: bool,
               description: str, callback, optimizer: UpdateRule | None, checkpoint: Checkpoint | None,
-              seeding: KMeansSeeding | None, reseed: Reseed | None) -> "Job":
+              seeding: KMeansSeeding | None, reseed: Reseed | None, method: object | None = None) -> "Job":
         """Everything before the first round: the initial models, their seeding and, with a
         checkpoint, the state to continue from (arguments as :func:`run`'s, checked)."""
         for value, name, base, example in ((assignment, "assignment", Assignment, "most.methods.TransportAssignment()"),
@@ -197,6 +197,8 @@ class Job:
                         optimizer=optimizer, **loop.components)
         if seeding is not None or reseed is not None:  # named only when used, so that the settings of runs without them stay as they are
             settings.update(seeding=seeding, reseed=reseed)
+        if method is not None:  # every setting of the method, also those the loop does not see (a ridge, a preference)
+            settings["method"] = {k: v for k, v in fingerprint(method).items() if k != "progress"}
         start = 0
         state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
         if state is not None:
@@ -245,6 +247,7 @@ def run(
     checkpoint: Checkpoint | None = None,
     seeding: KMeansSeeding | None = None,
     reseed: Reseed | None = None,
+    method: object | None = None,
 ) -> Result:
     """Runs the round loop of Algorithm 1 with the given components.
 
@@ -258,6 +261,8 @@ def run(
     restore). ``seeding`` places the
     initial models (:class:`~most.seeding.KMeansSeeding`; ``None``: the problem's ``init``);
     ``reseed`` moves a badly placed model at fixed rounds (:class:`~most.seeding.Reseed`).
+    ``method``: the method whose run this is (a dataclass); its settings, but ``progress``, join
+    the loop's in the checkpoint, so that resuming with another setting is refused.
     """
     check_positive_int(n_models, name="n_models")
     check_positive_int(rounds, name="rounds")
@@ -269,5 +274,5 @@ def run(
         job = Job.start(problem, n_models=n_models, rounds=rounds, inner_steps=inner_steps, lr=lr,
                         assignment=assignment, weighting=weighting, combiner=combiner, seed=seed, progress=progress,
                         description=description, callback=callback, optimizer=optimizer, checkpoint=checkpoint,
-                        seeding=seeding, reseed=reseed)
+                        seeding=seeding, reseed=reseed, method=method)
         return drive(job.steps(), problem, job.generator)
