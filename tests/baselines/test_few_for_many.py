@@ -339,6 +339,45 @@ def test_wrong_preference_or_ideal_length_is_rejected_before_the_run(method):
         tch_set(torch.ones(5, 2), preference=[1.0, 2.0])
 
 
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])
+def test_set_values_of_integer_and_bool_losses_equal_those_of_the_same_losses_in_float(dtype):
+    # the preference and ideal are fractions: they must not be cast to the losses' dtype
+    L = torch.tensor([[1, 3], [4, 2], [0, 0]]).to(dtype)
+    for kwargs in (dict(preference=[0.5, 0.5, 0.5]), dict(ideal=[0.5, 0.5, 0.5]),
+                   dict(preference=[0.3, 1.0, 0.7], ideal=[0.25, 0.5, -0.5])):
+        expected = tch_set(L.double(), **kwargs)
+        assert float(tch_set(L, **kwargs)) == pytest.approx(float(expected))
+        assert float(stch_set(L, smoothing=0.01, **kwargs)) == pytest.approx(
+            float(stch_set(L.double(), smoothing=0.01, **kwargs)))
+        assert tch_set(L, **kwargs).is_floating_point()
+    assert float(tch_set(L.numpy().tolist(), preference=[0.5, 0.5, 0.5])) == pytest.approx(
+        float(tch_set(L.double(), preference=[0.5, 0.5, 0.5])))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: SumOfMinimum(n_models=3, seed_steps=0),
+    lambda: SumOfMinimum(n_models=3, seed_steps=0, seeding="kmeans++", algorithm="gradient"),
+])
+def test_zero_seed_steps_are_refused_with_kmeanspp_seeding(make):
+    # with no steps every seeded model is the same start: the models would begin as copies
+    with pytest.raises(ValueError, match=r"`seed_steps` must be >= 1 with k-means\+\+ seeding.*seeding='init'"):
+        make()
+
+
+def test_zero_seed_steps_are_accepted_where_nothing_is_seeded():
+    problem = quadratic_problem(0, n=6)
+    for method in (SumOfMinimum(n_models=3, rounds=2, seed_steps=0, seeding="init"),
+                   SumOfMinimum(n_models=3, rounds=2, seed_steps=0, algorithm="gradient")):
+        assert method.resolved_seeding == "init"
+        assert method.fit(problem).params.shape == (3, 3)
+
+
+def test_kmeanspp_seeding_refuses_zero_steps():
+    problem = quadratic_problem(0, n=6)
+    with pytest.raises(ValueError, match=r"`steps` must be an int >= 1"):
+        kmeanspp_seeding(problem, 3, torch.Generator().manual_seed(0), steps=0)
+
+
 def test_preferences_are_stored_as_tuples_and_accept_tensors():
     a = TCHSet(n_models=2, preference=torch.tensor([1.0, 2.0]), ideal=torch.zeros(2))
     b = TCHSet(n_models=2, preference=(1.0, 2.0), ideal=[0.0, 0.0])

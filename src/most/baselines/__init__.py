@@ -118,7 +118,7 @@ class EPO(Method):
 
     def __post_init__(self):
         super().__post_init__()
-        check_positive(self.eps, name="eps")
+        object.__setattr__(self, "eps", check_positive(self.eps, name="eps"))
         if self.preferences is not None:
             prefs = _as_nested_tuple(self.preferences)
             if len(prefs) != self.n_models:
@@ -150,8 +150,8 @@ class MOOSVGD(Method):
     def __post_init__(self):
         super().__post_init__()
         if self.bandwidth is not None:
-            check_positive(self.bandwidth, name="bandwidth")
-        check_non_negative(self.alpha, name="alpha")
+            object.__setattr__(self, "bandwidth", check_positive(self.bandwidth, name="bandwidth"))
+        object.__setattr__(self, "alpha", check_non_negative(self.alpha, name="alpha"))
 
     def components(self):
         return EqualAssignment(), GammaWeights(), SVGDCombiner(self.bandwidth, self.alpha)

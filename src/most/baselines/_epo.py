@@ -317,7 +317,7 @@ class EPOCombiner(Combiner):
     centralised_only: ClassVar[bool] = True
 
     def __post_init__(self):
-        check_positive(self.eps, name="eps")
+        object.__setattr__(self, "eps", check_positive(self.eps, name="eps"))
 
     def __call__(self, jacobian, weights, *, losses=None, params=None):
         if losses is None:

@@ -102,7 +102,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_non_negative, check_positive, check_positive_int
+from .._validation import as_tensor, check_non_negative, check_positive, check_positive_int
 from ..evaluators import PenalisedEvaluator
 from ..methods import Assignment, Combiner, GammaWeights, WeightedSum
 from ..problem import Problem
@@ -172,6 +172,9 @@ def _vector(values: tuple[float, ...] | None, n: int, default: float, like: Tens
 def _check_losses(losses: Tensor, *, name: str = "losses") -> Tensor:
     if not isinstance(losses, Tensor):
         losses = torch.as_tensor(np.asarray(losses, dtype=np.float64))
+    # integer and bool losses in the default float dtype: the preference and ideal vectors take
+    # the losses' dtype, and an integer one would truncate them
+    losses = as_tensor(losses, name=name)
     if losses.ndim != 2 or 0 in losses.shape:
         raise ValueError(f"`{name}` must be a loss matrix of shape [n, m] (objectives x models); got shape "
                          f"{tuple(losses.shape)}.")
@@ -339,7 +342,7 @@ class STCHSetCombiner(SetCombiner):
 
     def __post_init__(self):
         _check_set_vectors(self)
-        check_positive(self.smoothing, name="smoothing")
+        object.__setattr__(self, "smoothing", check_positive(self.smoothing, name="smoothing"))
 
     def coefficients(self, losses: Tensor) -> Tensor:
         """``c [m, n]`` for the model-major losses ``[m, n]``."""
@@ -399,8 +402,8 @@ def kmeanspp_seeding(problem: Problem, n_models: int, generator: torch.Generator
     objective alone, from one draw of the problem's own initial point.
     """
     check_positive_int(n_models, name="n_models")
-    check_positive_int(steps, name="steps", minimum=0)
-    check_positive(lr, name="lr")
+    steps = check_positive_int(steps, name="steps")  # with 0 steps every model would be the same start
+    lr = check_positive(lr, name="lr")
     n = problem.n_objectives
     if isinstance(problem.init, Tensor) and problem.init.ndim == 2:  # fixed [m, d] starts: take the first
         start = problem.apply_projection(problem.init[:1].detach().clone())[0]
@@ -483,7 +486,7 @@ class STCHSet(_SetScalarization):
 
     def __post_init__(self):
         super().__post_init__()
-        check_positive(self.smoothing, name="smoothing")
+        object.__setattr__(self, "smoothing", check_positive(self.smoothing, name="smoothing"))
 
     def components(self):
         return BestModelAssignment(), GammaWeights(), STCHSetCombiner(self.preference, self.ideal, self.smoothing)
@@ -502,8 +505,10 @@ class SumOfMinimum(Method):
         seeding: ``"kmeans++"`` (:func:`kmeanspp_seeding`) or ``"init"`` (the problem's own
             initial models); ``None`` picks ``"kmeans++"`` for Lloyd and ``"init"`` for the
             gradient algorithm.
-        seed_steps: gradient steps that approximate each seeded objective's minimiser.
-        seed_lr: their step size (``None``: ``lr``).
+        seed_steps: gradient steps that approximate each seeded objective's minimiser; at
+            least 1 with ``"kmeans++"`` (with none, every model would start at the same
+            point). Unused with ``"init"``.
+        seed_lr: their step size (``None``: ``lr``); unused with ``"init"``.
         ridge: rho >= 0; adds ``(rho / 2) ||x||^2`` to every objective.
     """
 
@@ -520,10 +525,19 @@ class SumOfMinimum(Method):
         if self.seeding not in (None, "kmeans++", "init"):
             raise ValueError(f"`seeding` must be 'kmeans++', 'init' or None (the algorithm's default); "
                              f"got {self.seeding!r}.")
-        check_positive_int(self.seed_steps, name="seed_steps", minimum=0)
+        # stored as the plain numbers they were checked as (a NumPy scalar or 0-d tensor is accepted)
+        object.__setattr__(self, "seed_steps", check_positive_int(self.seed_steps, name="seed_steps", minimum=0))
+        if self.seed_steps == 0 and self.resolved_seeding == "kmeans++":
+            # without steps every seeded model is the same draw of the initial point: the ties then
+            # give every objective to model 0 and the copies sit unused
+            raise ValueError(
+                "`seed_steps` must be >= 1 with k-means++ seeding: with 0 steps every model starts at the "
+                "same point, so Lloyd's first assignment gives every objective to one model. Pass "
+                "seed_steps >= 1, or seeding='init' to start from the problem's own initial models."
+            )
         if self.seed_lr is not None:
-            check_positive(self.seed_lr, name="seed_lr")
-        check_non_negative(self.ridge, name="ridge")
+            object.__setattr__(self, "seed_lr", check_positive(self.seed_lr, name="seed_lr"))
+        object.__setattr__(self, "ridge", check_non_negative(self.ridge, name="ridge"))
 
     @property
     def resolved_seeding(self) -> str:

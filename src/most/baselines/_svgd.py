@@ -83,8 +83,8 @@ class SVGDCombiner(Combiner):
 
     def __post_init__(self):
         if self.bandwidth is not None:
-            check_positive(self.bandwidth, name="bandwidth")
-        check_non_negative(self.alpha, name="alpha")
+            object.__setattr__(self, "bandwidth", check_positive(self.bandwidth, name="bandwidth"))
+        object.__setattr__(self, "alpha", check_non_negative(self.alpha, name="alpha"))
 
     def kernel_bandwidth(self, params: Tensor) -> float:
         """The bandwidth used for these particles: ``bandwidth`` or the median heuristic."""
