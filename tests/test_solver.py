@@ -339,3 +339,22 @@ def test_models_keep_their_dtype_when_the_objectives_compute_in_another(name):
     wide = method.fit(dataclasses.replace(problem, init=torch.zeros(3, dtype=torch.float64)))
     assert wide.params.dtype == torch.float64
     torch.testing.assert_close(result.params.double(), wide.params, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("cls, name, value", [
+    (most.Linearization, "concentration", 0.5), (most.WeightedMGDA, "concentration", 0.5),
+    (most.MGDA, "tol", 1e-5), (most.MGDA, "max_iter", 50)])
+@pytest.mark.parametrize("wrap", [np.array, lambda v: np.array([v]), torch.tensor])
+def test_method_settings_given_as_arrays_are_stored_as_plain_numbers(cls, name, value, wrap):
+    """A NumPy scalar or a 0-d or one-element array or tensor is stored as the number it was
+    checked as: the method hashes and equals the one built from the number, and fits."""
+    if isinstance(value, int) and wrap(value).ndim:
+        pytest.skip("a count is given as a scalar, not as a one-element array")
+    method = cls(n_models=2, rounds=2, lr=0.01, **{name: wrap(value)})
+    stored = getattr(method, name)
+    assert type(stored) is type(value) and stored == pytest.approx(value)  # float32 tensors round it
+    plain = cls(n_models=2, rounds=2, lr=0.01, **{name: stored})
+    assert method == plain and hash(method) == hash(plain)
+    problem = most.Problem.from_function(lambda t: torch.stack([(t ** 2).sum(), ((t - 1) ** 2).sum()]), dim=2,
+                                         n_objectives=2)
+    assert torch.isfinite(method.fit(problem).params).all()

@@ -346,6 +346,11 @@ class Linearization(Method):
 
     concentration: float = 1.0
 
+    def __post_init__(self):
+        # stored as the plain number it was checked as (a NumPy scalar or 0-d tensor is accepted)
+        object.__setattr__(self, "concentration", check_positive(self.concentration, name="concentration"))
+        super().__post_init__()
+
     def components(self):
         return RandomAssignment(self.concentration), GammaWeights(), WeightedSum()
 
@@ -357,6 +362,14 @@ class MGDA(Method):
     max_iter: int | None = None
     tol: float | None = None
 
+    def __post_init__(self):
+        # stored as the plain numbers they were checked as (hashable, as the method is)
+        if self.max_iter is not None:
+            object.__setattr__(self, "max_iter", check_positive_int(self.max_iter, name="max_iter"))
+        if self.tol is not None:
+            object.__setattr__(self, "tol", check_positive(self.tol, name="tol"))
+        super().__post_init__()
+
     def components(self):
         return EqualAssignment(), GammaWeights(), MinNorm(self.max_iter, self.tol)
 
@@ -366,6 +379,11 @@ class WeightedMGDA(Method):
     """w-MGDA (Appendix E): MGDA on objectives reweighted by a fixed random plan."""
 
     concentration: float = 1.0
+
+    def __post_init__(self):
+        # stored as the plain number it was checked as (a NumPy scalar or 0-d tensor is accepted)
+        object.__setattr__(self, "concentration", check_positive(self.concentration, name="concentration"))
+        super().__post_init__()
 
     def components(self):
         return RandomAssignment(self.concentration), GammaWeights(), MinNorm()
