@@ -2,6 +2,7 @@
 
 import pickle
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -11,6 +12,8 @@ pytest.importorskip("sklearn")
 from sklearn.base import clone
 from sklearn.exceptions import NotFittedError
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import accuracy_score, r2_score
+from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import parametrize_with_checks
 
 from most.sklearn import MosTClassifier, MosTRegressor
@@ -289,3 +292,98 @@ def test_bad_inputs_say_what_to_do():
     clf.set_params(routing="dispatcher")
     with pytest.raises(ValueError, match="routing='dispatcher' was set after fit.*call fit again"):
         clf.predict(np.zeros((4, 2)))
+
+
+def test_a_failed_fit_leaves_the_estimator_as_it_was():
+    X, y, groups = side_data(0, [-1, 1], per_group=10)
+    clf = MosTClassifier(n_models=3, rounds=5)  # 3 models, 2 groups: refused
+    with pytest.raises(ValueError, match="n_models=3 but groups has only 2 distinct labels"):
+        clf.fit(X, y, groups=groups)
+    assert not [name for name in vars(clf) if name.endswith("_")]
+    with pytest.raises(NotFittedError):
+        clf.predict(X)
+
+    clf.set_params(n_models=2, random_state=0).fit(X, y, groups=groups)
+    before, pred = dict(vars(clf)), clf.predict(X, groups=groups)
+    X3 = np.c_[X, X[:, :1]]  # refits on 3 features, each refused after X itself was accepted
+    for fit in (
+        lambda: clf.fit(X3, y, groups=groups[:-1]),
+        lambda: clf.fit(X3, y, groups=np.zeros(len(X))),
+        lambda: clf.fit(X3, np.ones(len(X)), groups=groups),
+        lambda: clf.fit(X3 * 1e200, y, groups=groups),
+    ):
+        with pytest.raises(ValueError):
+            fit()
+        assert vars(clf).keys() == before.keys()
+        assert all(vars(clf)[name] is value for name, value in before.items())
+        np.testing.assert_array_equal(clf.predict(X, groups=groups), pred)
+
+    reg = MosTRegressor(n_models=2, rounds=5, random_state=0).fit(X, y * 1.0, groups=groups)
+    with pytest.raises(ValueError, match="groups in fit has 19 labels"):
+        reg.fit(X3, y * 1.0, groups=groups[:-1])
+    assert reg.n_features_in_ == 2 and reg.predict(X).shape == (len(X),)
+
+
+def test_a_feature_constant_in_training_is_left_unscaled_like_standard_scaler():
+    # 0.1 is not exact in float64, so its column's standard deviation is rounding error, not 0
+    rng = np.random.default_rng(0)
+    x0 = rng.normal(size=60)
+    X = np.c_[x0, np.full(60, 0.1), np.zeros(60)]
+    groups = np.repeat(np.arange(3), 20)
+    reg = MosTRegressor(n_models=1, rounds=100, random_state=0).fit(X, 2 * x0 + 1, groups=groups)
+    np.testing.assert_array_equal(reg.scale_[1:], [1.0, 1.0])
+    np.testing.assert_allclose(reg.scale_, StandardScaler().fit(X).scale_)
+    # changing the constant feature moves the predictions a little, not by 1 / rounding error
+    Xt = np.array([[1.0, 0.1, 0.0], [1.0, 0.1 + 1e-9, 0.0], [1.0, 0.2, 0.0], [1.0, 0.1, 0.1]])
+    np.testing.assert_allclose(reg.predict(Xt), 3.0, atol=0.05)
+
+    clf = MosTClassifier(n_models=1, rounds=100, random_state=0).fit(X, x0 > 0, groups=groups)
+    Xc = np.array([[1.0, 0.1, 0.0], [1.0, 0.0, 0.0], [-1.0, 0.1, 0.0], [-1.0, 0.2, 0.0]])
+    np.testing.assert_array_equal(clf.predict(Xc), [True, True, False, False])
+
+    flat = MosTRegressor(n_models=1, rounds=5, random_state=0).fit(X, np.full(60, 0.1), groups=groups)
+    assert flat.y_scale_[0] == 1.0
+
+
+@pytest.mark.parametrize("missing", [np.nan, None])
+def test_missing_group_labels_in_object_arrays_are_refused(missing):
+    X, y, groups = side_data(0, [-1, 1, -1], per_group=10)
+    labels = groups.astype(object)
+    labels[10:15] = missing  # e.g. a pandas column with gaps
+    with pytest.raises(ValueError, match="groups in fit contains NaN or None; every sample needs a group label"):
+        MosTClassifier(n_models=2, rounds=5).fit(X, y, groups=labels)
+    clf = MosTClassifier(n_models=2, rounds=5, random_state=0).fit(X, y, groups=groups.astype(object))
+    with pytest.raises(ValueError, match="groups in predict contains NaN or None"):
+        clf.predict(X, groups=labels)
+
+
+@pytest.mark.parametrize("Estimator, metric", [(MosTClassifier, accuracy_score), (MosTRegressor, r2_score)])
+def test_score_takes_sample_weight_third_and_groups_by_keyword(Estimator, metric):
+    X, y, groups = side_data(0, [-1, 1, -1, 1], per_group=20)
+    y = y if Estimator is MosTClassifier else y * 1.0
+    est = Estimator(n_models=2, rounds=60, random_state=0).fit(X, y, groups=groups)
+    weight = np.where(groups == 0, 3.5, 0.5)  # as labels, values no group has
+    weighted = metric(y, est.predict(X), sample_weight=weight)
+    assert weighted != pytest.approx(metric(y, est.predict(X)))  # the weights matter here
+    assert est.score(X, y, weight) == pytest.approx(weighted)
+    assert est.score(X, y, weight, groups=groups) == pytest.approx(
+        metric(y, est.predict(X, groups=groups), sample_weight=weight)
+    )
+    with pytest.raises(TypeError):
+        est.score(X, y, weight, groups)
+    with pytest.raises(TypeError):  # fit has no sample_weight: a third positional argument is refused
+        est.fit(X, y, groups)
+
+
+def test_the_scores_the_docs_example_comments_are_the_scores_it_prints():
+    page = (Path(__file__).resolve().parents[1] / "docs" / "sklearn.md").read_text("utf-8")
+    example = page.split("```python\n")[1].split("```")[0]  # the page's first example
+    printed: list = []
+    exec(example, {"print": printed.append})
+    prints = [line for line in example.splitlines() if line.startswith("print(")]
+    assert len(prints) == len(printed)
+    commented = [(re.search(r"# .*about ([0-9.]+)$", line), out) for line, out in zip(prints, printed)]
+    assert [m for m, _ in commented if m], "the example comments no score"
+    for m, out in commented:
+        if m:
+            assert float(out) == pytest.approx(float(m.group(1)), abs=0.01), m.string

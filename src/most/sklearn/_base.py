@@ -3,7 +3,8 @@ trained by :class:`most.MosT`), the routing of samples to models and the outputs
 
 from __future__ import annotations
 
-from typing import Any, Literal, cast
+from contextlib import contextmanager
+from typing import Any, Iterator, Literal, cast
 
 import numpy as np
 import torch
@@ -23,6 +24,8 @@ from ._model import DTYPE, all_models, forward, initializer, layer_sizes, n_para
 #: Seeds are drawn below this bound from ``random_state`` (numpy's int32 limit).
 _MAX_SEED = np.iinfo(np.int32).max
 _Transport = Literal["exact", "sinkhorn", "newton", "ipot"]
+#: What ``validate_data(..., reset=True)`` sets on the estimator, before the fit's own checks run.
+_INPUT_ATTRIBUTES = ("n_features_in_", "feature_names_in_")
 
 
 class MosTEstimator(BaseEstimator):
@@ -136,6 +139,22 @@ class MosTEstimator(BaseEstimator):
         if self.routing == "dispatcher":
             fitted["dispatcher_"] = self._fit_dispatcher(Xt.numpy(), group_model[group_index], seed)
         return fitted
+
+    @contextmanager
+    def _unchanged_on_failure(self) -> Iterator[None]:
+        """Around a whole fit: when it fails, puts back the ``n_features_in_`` and
+        ``feature_names_in_`` that ``validate_data(..., reset=True)`` replaced (or removes them
+        on a first fit), so that a failed fit leaves the estimator as it was."""
+        saved = {name: vars(self)[name] for name in _INPUT_ATTRIBUTES if name in vars(self)}
+        try:
+            yield
+        except BaseException:
+            for name in _INPUT_ATTRIBUTES:
+                if name in saved:
+                    setattr(self, name, saved[name])
+                elif name in vars(self):
+                    delattr(self, name)
+            raise
 
     def _set_fitted(self, fitted: dict[str, Any]) -> None:
         for stale in ("dispatcher_", "coef_", "intercept_"):

@@ -25,8 +25,14 @@ _ROUTINGS = ("average", "dispatcher")
 
 
 def moments(a: np.ndarray, *, name: str) -> tuple[np.ndarray, np.ndarray]:
-    """Per-column mean and standard deviation (1 where it is 0) used to standardise ``a``
-    ``[n_samples, k]``; a column whose values overflow them in float64 is refused."""
+    """Per-column mean and standard deviation (1 for a constant column) used to standardise ``a``
+    ``[n_samples, k]``; a column whose values overflow them in float64 is refused.
+
+    A column is constant when its standard deviation is within the rounding error of its mean,
+    ``n_samples * eps * |mean|`` (the bound of scikit-learn's ``StandardScaler``): in float64 a
+    column of 0.1 has a tiny standard deviation, not 0, and dividing by it would blow up any
+    later change of that feature.
+    """
     with np.errstate(over="ignore", invalid="ignore"):
         mean, scale = a.mean(axis=0), a.std(axis=0)
     bad = ~(np.isfinite(mean) & np.isfinite(scale))
@@ -38,7 +44,8 @@ def moments(a: np.ndarray, *, name: str) -> tuple[np.ndarray, np.ndarray]:
             f"before fit, e.g. divide by a constant such as `np.abs({name}).max()`"
             + (" (and multiply the predictions by it)." if name == "y" else " (and X at predict time too).")
         )
-    return mean, np.where(scale > 0, scale, 1.0)
+    constant = scale <= a.shape[0] * np.finfo(np.float64).eps * np.abs(mean)
+    return mean, np.where(constant, 1.0, scale)
 
 
 def finite_predictions(out: np.ndarray) -> np.ndarray:
@@ -99,6 +106,17 @@ def check_params(est: BaseEstimator) -> tuple[int, ...]:
     return sizes
 
 
+def _is_missing(label: Any) -> bool:
+    """Whether a group label is missing: None, or a value unequal to itself (NaN, NaT), or one whose
+    equality is neither true nor false (pandas' NA)."""
+    if label is None:
+        return True
+    try:
+        return bool(label != label)
+    except TypeError:
+        return True
+
+
 def check_groups(groups: Any, n_samples: int, *, where: str) -> np.ndarray:
     groups = np.asarray(groups)
     if groups.ndim != 1:
@@ -113,6 +131,10 @@ def check_groups(groups: Any, n_samples: int, *, where: str) -> np.ndarray:
     if groups.dtype.kind == "f" and np.isnan(groups).any():
         raise ValueError(f"groups in {where} contains NaN; every sample needs a group label.")
     if groups.dtype.kind == "O":
+        # A missing label (NaN, None) is not a group: NaN is unequal to everything, itself included,
+        # so np.unique would make each NaN sample a group of its own and leave the labels unsorted.
+        if any(_is_missing(g) for g in groups):
+            raise ValueError(f"groups in {where} contains NaN or None; every sample needs a group label.")
         try:
             np.unique(groups)
         except TypeError as exc:

@@ -73,21 +73,24 @@ class MosTClassifier(ClassifierMixin, MosTEstimator):
         2
     """
 
-    def fit(self, X: Any, y: Any, groups: Any = None) -> "MosTClassifier":
+    def fit(self, X: Any, y: Any, *, groups: Any = None) -> "MosTClassifier":
         """Trains the models; one objective per distinct label of ``groups``.
 
         Args:
             X: features, ``[n_samples, n_features]``.
             y: class labels, ``[n_samples]``.
             groups: group label of each sample, ``[n_samples]``; ``None`` is one group.
+                Keyword-only: in scikit-learn a third positional argument of ``fit`` is
+                ``sample_weight``, which must not be taken for group labels.
 
         Returns:
             self
         """
-        X, y = validate_data(self, X, y, reset=True, dtype=np.float64, y_numeric=False)
-        y = column_or_1d(y, warn=True)
-        check_classification_targets(y)
-        self._set_fitted(self._fit(X, y, groups))
+        with self._unchanged_on_failure():
+            X, y = validate_data(self, X, y, reset=True, dtype=np.float64, y_numeric=False)
+            y = column_or_1d(y, warn=True)
+            check_classification_targets(y)
+            self._set_fitted(self._fit(X, y, groups))
         return self
 
     def _encode_targets(self, y):
@@ -124,8 +127,11 @@ class MosTClassifier(ClassifierMixin, MosTEstimator):
         labels = self._outputs(X, groups).argmax(1)
         return self.classes_[labels]
 
-    def score(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> float:
-        """Accuracy of :meth:`predict` with ``groups``."""
+    def score(self, X: Any, y: Any, sample_weight: Any = None, *, groups: Any = None) -> float:
+        """Accuracy of :meth:`predict` with ``groups``, weighted by ``sample_weight``.
+
+        ``sample_weight`` is the third positional argument, as in scikit-learn; ``groups`` is
+        keyword-only, so that weights are never taken for group labels."""
         return float(accuracy_score(y, self.predict(X, groups=groups), sample_weight=sample_weight))
 
 
@@ -161,22 +167,25 @@ class MosTRegressor(RegressorMixin, MosTEstimator):
         [-3.0, 3.0]
     """
 
-    def fit(self, X: Any, y: Any, groups: Any = None) -> "MosTRegressor":
+    def fit(self, X: Any, y: Any, *, groups: Any = None) -> "MosTRegressor":
         """Trains the models; one objective per distinct label of ``groups``.
 
         Args:
             X: features, ``[n_samples, n_features]``.
             y: targets, ``[n_samples]`` or ``[n_samples, n_outputs]``.
             groups: group label of each sample, ``[n_samples]``; ``None`` is one group.
+                Keyword-only: in scikit-learn a third positional argument of ``fit`` is
+                ``sample_weight``, which must not be taken for group labels.
 
         Returns:
             self
         """
-        X, y = validate_data(self, X, y, reset=True, dtype=np.float64, y_numeric=True, multi_output=True)
-        fitted = self._fit(X, y, groups)
-        if not fitted["_layers"][1:]:  # one layer: a linear model
-            fitted.update(self._linear_coefficients(fitted))
-        self._set_fitted(fitted)
+        with self._unchanged_on_failure():
+            X, y = validate_data(self, X, y, reset=True, dtype=np.float64, y_numeric=True, multi_output=True)
+            fitted = self._fit(X, y, groups)
+            if not fitted["_layers"][1:]:  # one layer: a linear model
+                fitted.update(self._linear_coefficients(fitted))
+            self._set_fitted(fitted)
         return self
 
     def _encode_targets(self, y):
@@ -211,6 +220,9 @@ class MosTRegressor(RegressorMixin, MosTEstimator):
             out = finite_predictions(self._outputs(X, groups) * self.y_scale_ + self.y_mean_)
         return out[:, 0] if self._single_output else out
 
-    def score(self, X: Any, y: Any, groups: Any = None, sample_weight: Any = None) -> float:
-        """R^2 of :meth:`predict` with ``groups``."""
+    def score(self, X: Any, y: Any, sample_weight: Any = None, *, groups: Any = None) -> float:
+        """R^2 of :meth:`predict` with ``groups``, weighted by ``sample_weight``.
+
+        ``sample_weight`` is the third positional argument, as in scikit-learn; ``groups`` is
+        keyword-only, so that weights are never taken for group labels."""
         return float(r2_score(y, self.predict(X, groups=groups), sample_weight=sample_weight))
