@@ -419,3 +419,21 @@ def test_a_run_never_writes_through_a_symbolic_link(tmp_path, where):
                        echo=lambda s: None)
     assert sorted(p.name for p in victim.iterdir()) == ["metrics.jsonl"]
     assert (victim / "metrics.jsonl").read_text() == ""
+
+
+def test_a_path_given_as_the_checkpoint_is_refused_naming_the_wrapper(tmp_path):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    path = str(tmp_path / "run.ckpt")
+    method = most.MosT(n_models=2, rounds=3, lr=0.1)
+    wrap = r"must be a most\.checkpoint\.Checkpoint or None; got the path '.*'\. Wrap it: most\.checkpoint\.Checkpoint\('"
+    with pytest.raises(TypeError, match="`checkpoint` " + wrap):
+        method.fit(problem, checkpoint=path)
+    with pytest.raises(TypeError, match=r"`checkpoints\[1\]` " + wrap):
+        most.fit_batch(problem, [method, method.replace(seed=1)], checkpoints=[None, path])
+    with pytest.raises(TypeError, match=r"`checkpoint` must be a most\.checkpoint\.Checkpoint or None; got int"):
+        method.fit(problem, checkpoint=5)
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=4, samples_per_client=30, seed=0)
+    with pytest.raises(TypeError, match="`checkpoint` " + wrap):
+        fl.run_federated(data, fl.logistic_regression(60, 10), fl.methods.FedAvg(n_models=1),
+                         fl.FederatedConfig(rounds=2), checkpoint=tmp_path / "fl.ckpt")
+    assert not (tmp_path / "run.ckpt").exists() and not (tmp_path / "fl.ckpt").exists()

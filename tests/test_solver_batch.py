@@ -37,6 +37,18 @@ def test_every_centralised_method_in_a_batch_ends_as_its_own_fit_bit_for_bit(nam
         assert _same(result, method.fit(problem)), method
 
 
+def test_runs_that_share_one_fixed_plan_assignment_object_each_keep_their_own_plan():
+    """replace() shares a component object between methods; an assignment that keeps its plan
+    from reset (a fixed random plan) is copied per run, so each run's plan is its seed's."""
+    problem, _ = _clusters()
+    base = most.MosT(n_models=3, rounds=5, lr=0.05, assignment=most.methods.RandomAssignment(1.0))
+    runs = [base.replace(seed=s) for s in (0, 1)]
+    batch = most.fit_batch(problem, runs)
+    for method, result in zip(runs, batch):
+        assert _same(result, method.fit(problem)), method
+    assert not torch.equal(batch[0].assignment, batch[1].assignment)
+
+
 def test_runs_on_the_same_objectives_share_their_evaluations():
     problem, calls = _clusters()
     runs = [most.MosT(n_models=3, rounds=20, lr=0.05, seed=s, seeding=None, reseed=None) for s in range(4)]

@@ -417,3 +417,15 @@ class Checkpoint:
 
     def remove(self) -> None:
         self.path.unlink(missing_ok=True)
+
+
+def check_checkpoint(value, *, name: str = "checkpoint") -> None:
+    """Refuses a ``checkpoint`` that is neither ``None`` nor a :class:`Checkpoint`, naming the fix
+    (a path is wrapped: ``Checkpoint(path, every=10)``)."""
+    if value is None or isinstance(value, Checkpoint):
+        return
+    wanted = f"`{name}` must be a most.checkpoint.Checkpoint or None"
+    if isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"{wanted}; got the path {str(value)!r}. Wrap it: "
+                        f"most.checkpoint.Checkpoint({str(value)!r}, every=10).")
+    raise TypeError(f"{wanted}; got {type(value).__name__} {_short(value)}.")

@@ -30,7 +30,7 @@ from tqdm.auto import tqdm
 from ._random import seeded
 from ._threads import threads_for
 from ._validation import check_bool, check_component, check_positive, check_positive_int, check_seed
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, check_checkpoint
 from .engine import Job, Result, RoundRecord, drive_batch, run
 from .methods import (
     Assignment,
@@ -125,6 +125,7 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
     checkpoints = [None] * len(methods) if checkpoints is None else list(checkpoints)
     seen: dict[str, int] = {}
     for i, checkpoint in enumerate(checkpoints):  # each run saves its own state: one file each
+        check_checkpoint(checkpoint, name=f"checkpoints[{i}]")
         if checkpoint is not None:
             key = os.path.realpath(checkpoint.path)
             if key in seen:

@@ -15,6 +15,7 @@ alone (:func:`run`), or several runs' together (:func:`most.fit_batch`).
 
 from __future__ import annotations
 
+import copy
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Generator, cast
@@ -26,7 +27,7 @@ from tqdm.auto import tqdm
 from .._random import seeded
 from .._threads import threads_for
 from .._validation import check_component, check_positive, check_positive_int, check_seed
-from ..checkpoint import Checkpoint, CheckpointError, fingerprint, restore_into
+from ..checkpoint import Checkpoint, CheckpointError, check_checkpoint, fingerprint, restore_into
 from ..methods import Assignment, Combiner, Weighting
 from ..optim import SGD, UpdateRule
 from ..problem import Problem
@@ -178,6 +179,7 @@ class Job:
                                            (weighting, "weighting", Weighting, "most.methods.MajorityShare()"),
                                            (combiner, "combiner", Combiner, "most.methods.WeightedSum()")):
             check_component(value, name=name, example=example, base=base)
+        check_checkpoint(checkpoint)
         n, m = problem.n_objectives, n_models
         generator = seeded(seed)
         optimizer = SGD() if optimizer is None else optimizer
@@ -187,6 +189,9 @@ class Job:
         if seeding is not None:  # the objectives are checked where the user's errors show first
             check_finite(first_losses(problem, params), None, problem, 0, None)
             params = seeding(problem, m, generator, lr=lr, optimizer=optimizer, run_steps=rounds * inner_steps)
+        # the run's own copy: an assignment that keeps state from reset (a fixed plan) may be the
+        # same object in several runs (methods made by replace), which fit_batch runs together
+        assignment = copy.copy(assignment)
         assignment.reset(n, m, generator)
         combiner = combiner.resolve(problem.coordinates)  # a parameter name in MinNorm(coordinates=...)
         statistics = None if problem.statistics is None else problem.statistics.init(m, params.device)
