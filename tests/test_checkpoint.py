@@ -147,6 +147,10 @@ def test_a_method_setting_the_loop_does_not_see_is_part_of_the_checkpoint(tmp_pa
         make().fit(problem, callback=stop, checkpoint=ckpt)
     with pytest.raises(CheckpointMismatchError, match=name.replace(".", r"\.")):
         other().fit(problem, checkpoint=ckpt)
+    # with a loop setting changed too, both are named, each once
+    with pytest.raises(CheckpointMismatchError, match=r"settings: lr \(0\.05 in the checkpoint, 0\.01 now\); "
+                       + name.replace(".", r"\.") + r" \([^;]*\)\. Resume"):
+        dataclasses.replace(other(), lr=0.01).fit(problem, checkpoint=ckpt)
     resumed = dataclasses.replace(make(), progress=True).fit(problem, checkpoint=ckpt)
     assert torch.equal(resumed.params, whole.params)
 

@@ -164,6 +164,17 @@ def test_token_inputs_are_counted_through_the_embedding_so_large_passes_run_in_p
     torch.testing.assert_close(problem.loss_matrix(params), whole)
 
 
+def test_a_double_precision_module_is_counted_through_its_layers():
+    # the pass that sizes the pieces runs the module with zeros of its parameters' dtype and the
+    # data's: float32 parameters against float64 data would fail and count the inputs alone
+    net = lambda: nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.Flatten(), nn.Linear(4 * 36, 2)).double()  # noqa: E731
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randn(5, 1, 6, 6, generator=g, dtype=torch.float64), torch.randint(0, 2, (5,), generator=g))
+             for _ in range(2)]
+    problem = most.Problem.from_datasets(net, tasks, lambda out, y: F.cross_entropy(out, y, reduction="none"))
+    assert problem.evaluator._values_per_row() == 2 * (4 * 36 + 4 * 36 + 2)  # conv, flatten, logits; twice
+
+
 # ----------------------------------------------------------------------------- mini-batches
 def _marked(lengths=(5, 8, 6)):
     """Objective i's rows have targets 100 i + r (r their row): a loss equal to the target shows the rows drawn."""

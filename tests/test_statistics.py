@@ -221,6 +221,11 @@ def test_dropout_in_from_module_draws_from_the_runs_generator_so_runs_repeat_res
     state = torch.get_rng_state()
     assert torch.equal(problem.loss_matrix(whole.params), problem.loss_matrix(whole.params))
     assert torch.equal(torch.get_rng_state(), state)
+    # problems made from it keep its seeded evaluations: MosT-E's objectives, sum-of-minimum's
+    # ridge and its k-means++ seeding
+    for derived in (most.MosT(n_models=2, rounds=4, lr=0.05, extension=most.methods.DirichletExtension(3)),
+                    most.baselines.SumOfMinimum(n_models=2, rounds=4, lr=0.05, ridge=0.1, seed_steps=3)):
+        assert torch.equal(derived.fit(problem).params, derived.fit(problem).params), derived
     # a module without random layers does not draw from the run's generator
     plain = most.Problem.from_module(lambda: nn.Linear(4, 1), [lambda f, x=x, y=y: ((f(x) - y) ** 2).mean()
                                                               for x, y in data])

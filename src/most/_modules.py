@@ -152,7 +152,8 @@ class ModuleLayout:
         forward pass (see :func:`values_per_sample`); measured once per shape and dtype."""
         key = (input_shape, dtype)
         if key not in self._values:
-            state = {k: torch.zeros(s) for k, s in zip(self.names, self.shapes)}
+            params = dict(self.template.named_parameters())  # zeros of each parameter's own dtype
+            state = {k: torch.zeros(s, dtype=params[k].dtype) for k, s in zip(self.names, self.shapes)}
             state.update({k: v.detach().to("cpu").clone() for k, v in self.fixed.items()})
             self._values[key] = values_per_sample(self.template, state, input_shape, dtype)
         return self._values[key]

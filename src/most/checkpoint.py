@@ -14,9 +14,10 @@ the resumed run (:func:`restore_into`); no object is ever built from the file. C
 written by older versions as pickles are refused with a message, never unpickled.
 
 **Same run only.** A checkpoint records a fingerprint: the loop's settings (sizes, rounds,
-seed, step size, every component's constructor arguments) and whatever the caller adds
-(``Checkpoint(..., fingerprint=...)``; ``most run`` adds the run's whole resolved
-configuration). Resuming with any of these changed raises :class:`CheckpointMismatchError`
+seed, step size, every component's constructor arguments), the method's own settings but its
+progress bar (those the loop does not see, such as a ridge or preference vectors), and
+whatever the caller adds (``Checkpoint(..., fingerprint=...)``; ``most run`` adds the run's
+whole resolved configuration). Resuming with any of these changed raises :class:`CheckpointMismatchError`
 naming the keys that differ.
 
 **Atomic.** The state goes to a temporary file in the same folder, is flushed to disk, and
@@ -267,6 +268,13 @@ def differing_paths(old, new, path: str = "") -> list[tuple[str, object, object]
     return []
 
 
+def _repeated(field: str, loop_paths: set[str]) -> bool:
+    """Whether the method's setting ``field`` differs where a loop setting of the same name does
+    (``rounds``; ``n_models`` as ``m``; a component's ``eps`` as ``combiner.eps``)."""
+    name = "m" if field == "n_models" else field
+    return any(path == name or path.split(".")[0] == name or path.endswith("." + name) for path in loop_paths)
+
+
 def _differences(old, new) -> list[str]:
     return [f"{path} ({_short(a)} in the checkpoint, {_short(b)} now)" for path, a, b in differing_paths(old, new)]
 
@@ -363,14 +371,17 @@ class Checkpoint:
         if self.fingerprint is not None:
             diffs += _differences(payload["fingerprint"], self.fingerprint)
         if settings is not None:
-            new = fingerprint(settings)
-            if isinstance(payload["settings"], dict) and "method" not in payload["settings"]:
-                new.pop("method", None)  # a checkpoint written before the method's settings were kept
-            found = _differences(payload["settings"], new)
-            # the method's settings repeat the loop's (rounds, lr, a combiner's eps): named by the
-            # loop's where those differ, by the method's for the settings only it holds
-            loop = [d for d in found if not d.startswith("method.")]
-            diffs += loop or found
+            old, new = payload["settings"], fingerprint(settings)
+            if isinstance(old, dict) and ("method" not in old or "method" not in new):
+                # a checkpoint written before the method's settings were kept, or a run of the loop
+                # alone (most.solver.run): compared on the loop's settings
+                old, new = {k: v for k, v in old.items() if k != "method"}, {k: v for k, v in new.items() if k != "method"}
+            found = differing_paths(old, new)
+            # the method's settings repeat the loop's (rounds, lr, a combiner's eps): each difference
+            # is named once, by the loop's setting where it has one
+            loop = {path for path, _, _ in found if not path.startswith("method.")}
+            diffs += [f"{path} ({_short(a)} in the checkpoint, {_short(b)} now)" for path, a, b in found
+                      if not (path.startswith("method.") and _repeated(path.split(".")[1], loop))]
         if diffs:
             raise CheckpointMismatchError(
                 f"The checkpoint {self.path} was written by a run with other settings: {'; '.join(diffs[:6])}"

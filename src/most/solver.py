@@ -67,8 +67,9 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
     (every ZDT run of the few-objective table; every registered method on the tests' quadratics);
     where a run's plan follows the last bits (a tie between models), its path can part from the
     unbatched one as it would on another machine. Objectives that draw a mini-batch at each call
-    draw one for all runs of an evaluation; a :meth:`~most.Problem.from_datasets` problem with a
-    ``batch_size`` draws each run's from the run's own generator, so those runs keep their
+    draw one for all runs of an evaluation; a :attr:`~most.Problem.stochastic` problem (a
+    :meth:`~most.Problem.from_datasets` problem with a ``batch_size``, or a module with dropout)
+    draws each run's batches and masks from the run's own generator, so those runs keep their
     evaluations and end as their fits.
 
     Runs share evaluations when their prepared problems compute the same function: the same
@@ -342,8 +343,8 @@ class MosT(TransportConfig, Method):
 
 
 @dataclass(frozen=True)
-class Linearization(Method):
-    """Linear scalarisation: model j minimises ``w_j . L`` for a random ``w_j ~ Dir(c)``."""
+class _RandomPlanMethod(Method):
+    """The fields of the methods whose plan is a fixed random draw (:class:`RandomAssignment`)."""
 
     concentration: float = 1.0
 
@@ -351,6 +352,11 @@ class Linearization(Method):
         # stored as the plain number it was checked as (a NumPy scalar or 0-d tensor is accepted)
         object.__setattr__(self, "concentration", check_positive(self.concentration, name="concentration"))
         super().__post_init__()
+
+
+@dataclass(frozen=True)
+class Linearization(_RandomPlanMethod):
+    """Linear scalarisation: model j minimises ``w_j . L`` for a random ``w_j ~ Dir(c)``."""
 
     def components(self):
         return RandomAssignment(self.concentration), GammaWeights(), WeightedSum()
@@ -376,15 +382,8 @@ class MGDA(Method):
 
 
 @dataclass(frozen=True)
-class WeightedMGDA(Method):
+class WeightedMGDA(_RandomPlanMethod):
     """w-MGDA (Appendix E): MGDA on objectives reweighted by a fixed random plan."""
-
-    concentration: float = 1.0
-
-    def __post_init__(self):
-        # stored as the plain number it was checked as (a NumPy scalar or 0-d tensor is accepted)
-        object.__setattr__(self, "concentration", check_positive(self.concentration, name="concentration"))
-        super().__post_init__()
 
     def components(self):
         return RandomAssignment(self.concentration), GammaWeights(), MinNorm()

@@ -94,6 +94,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 from abc import abstractmethod
 from dataclasses import dataclass, replace
 from typing import ClassVar, Literal, Sequence
@@ -103,7 +104,7 @@ import torch
 from torch import Tensor
 
 from .._validation import as_tensor, check_non_negative, check_positive, check_positive_int
-from ..evaluators import PenalisedEvaluator
+from ..evaluators import PenalisedEvaluator, run_rng
 from ..methods import Assignment, Combiner, GammaWeights, WeightedSum
 from ..problem import Problem
 from ..solver import Method
@@ -410,6 +411,14 @@ def kmeanspp_seeding(problem: Problem, n_models: int, generator: torch.Generator
     else:
         start = problem.initial_params(1, generator)[0]
     first = int(torch.randint(n, (1,), generator=generator))
+    # a problem whose evaluations draw at random (dropout) draws here from the run's generator too
+    with run_rng(generator, start.device) if problem.stochastic else contextlib.nullcontext():
+        return _kmeanspp_from(problem, n_models, generator, start, first, steps, lr)
+
+
+def _kmeanspp_from(problem: Problem, n_models: int, generator: torch.Generator, start: Tensor, first: int,
+                   steps: int, lr: float) -> Tensor:
+    n = problem.n_objectives
     chosen = [_minimise_one(problem, first, start, steps, lr)]
     for _ in range(1, n_models):
         _, jac = problem.jacobian(torch.stack(chosen))
@@ -429,8 +438,10 @@ def _with_ridge(problem: Problem, rho: float) -> Problem:
     def fn(theta: Tensor) -> Tensor:
         return base(theta) + 0.5 * rho * theta.pow(2).sum()
 
-    # a problem with an evaluator of its own (from_datasets: its mini-batches and chunks) keeps it
-    evaluator = None if problem.evaluator is None else PenalisedEvaluator(problem.evaluator, rho)
+    # a problem with an evaluator of its own (from_datasets: its mini-batches and chunks), or whose
+    # evaluations draw from the run's generator (dropout in from_module), keeps it
+    kept = problem.kept_evaluator()
+    evaluator = None if kept is None else PenalisedEvaluator(kept, rho)
     return replace(problem, fn=fn, evaluator=evaluator, metadata={**problem.metadata, "ridge": rho})
 
 

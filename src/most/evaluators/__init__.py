@@ -29,7 +29,7 @@ Examples:
 
 from ._base import Evaluator, active_rows, check_weights
 from ._checks import objective_loss, tracked
-from ._datasets import DatasetsEvaluator, check_batch_size, check_loss, random_layers, stack_datasets
+from ._datasets import DatasetsEvaluator, check_batch_size, check_loss, random_layers, run_rng, stack_datasets
 from ._function import FunctionEvaluator
 from ._instances import InstancesEvaluator, instance_losses
 from ._mapped import MappedEvaluator, PenalisedEvaluator

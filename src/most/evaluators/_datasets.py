@@ -311,6 +311,12 @@ def seeded_rng(seed: int, device: torch.device):
         yield
 
 
+def run_rng(generator: torch.Generator | None, device: torch.device):
+    """The context of one evaluation with random layers: torch's generator forked and seeded
+    from a seed drawn from the run's ``generator`` (a fixed seed, 0, without one)."""
+    return seeded_rng(0 if generator is None else derive_seed(generator), device)
+
+
 def stack_datasets(datasets, objective_index=None, n_objectives=None
                    ) -> tuple[tuple[Tensor, ...], Tensor, int]:
     """The datasets as stacked rows ``(data, owner [N], n)``, checked: one tuple of tensors per

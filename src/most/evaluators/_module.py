@@ -15,8 +15,7 @@ import torch
 from torch import Tensor
 from torch.func import grad_and_value
 
-from .._random import derive_seed
-from ._datasets import seeded_rng
+from ._datasets import run_rng
 from ._function import FunctionEvaluator
 
 
@@ -54,7 +53,7 @@ class ModuleEvaluator(FunctionEvaluator):
         with random layers; a no-op otherwise (the run's generator is not drawn from)."""
         if not self.fn.random:
             return contextlib.nullcontext()
-        return seeded_rng(0 if generator is None else derive_seed(generator), device)
+        return run_rng(generator, device)
 
     def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         with self._rng(generator, params.device):

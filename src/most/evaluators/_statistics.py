@@ -21,8 +21,7 @@ from torch import Tensor
 from torch.func import vmap
 
 from .._modules import ModuleLayout, check_statistics
-from .._random import derive_seed
-from ._datasets import random_layers, seeded_rng
+from ._datasets import random_layers, run_rng
 
 
 class RunningStatistics:
@@ -80,7 +79,7 @@ class RunningStatistics:
         evaluation. Random layers (dropout) draw from torch's generator seeded from ``generator``
         (the run's; a fixed seed without it), as the evaluations do."""
         if self._random:
-            with seeded_rng(0 if generator is None else derive_seed(generator), params.device):
+            with run_rng(generator, params.device):
                 return self._update(params, statistics, served)
         return self._update(params, statistics, served)
 

@@ -324,16 +324,27 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
         return self.map_objectives(lambda losses: weights.to(losses) @ losses, int(weights.shape[0]),
                                    names=names, **metadata)
 
+    def kept_evaluator(self) -> Evaluator | None:
+        """The evaluator a problem derived from this one (new objectives, a penalty) must go
+        through: the one given to it (:meth:`from_datasets`), or its own when its evaluations
+        draw from the run's generator (:attr:`stochastic`: random layers of a :meth:`from_module`
+        model); ``None`` when the derived problem's function evaluates it alike."""
+        if self.evaluator is not None:
+            return self.evaluator
+        return self._evaluation if self._evaluation.stochastic else None
+
     def map_objectives(
         self, transform: Callable[[Tensor], Tensor], n_objectives: int, *, names: Sequence[str] | None = None,
         **metadata: Any,
     ) -> "Problem":
         """A problem whose objectives are ``transform(L(theta))`` (``[n] -> [n_objectives]``).
 
-        A problem with an evaluator of its own (:meth:`from_datasets`) keeps it: the new
-        objectives are evaluated through its passes (its mini-batches, drawn from the run's
-        generator, and its chunks; :class:`~most.evaluators.MappedEvaluator`)."""
+        A problem with an evaluator of its own (:meth:`from_datasets`), or whose evaluations
+        draw from the run's generator (a :meth:`from_module` model with dropout), keeps it: the
+        new objectives are evaluated through its passes (its mini-batches and random layers,
+        drawn from the run's generator, and its chunks; :class:`~most.evaluators.MappedEvaluator`)."""
         base = self.fn
+        kept = self.kept_evaluator()
 
         def fn(theta: Tensor) -> Tensor:
             return transform(base(theta))
@@ -349,7 +360,7 @@ class Problem(ModuleAccess, Evaluations, ParameterSpace):
             bounds=self.bounds,
             metadata={**self.metadata, **metadata},
             layout=self.layout,
-            evaluator=None if self.evaluator is None else MappedEvaluator(self.evaluator, transform, n_objectives),
+            evaluator=None if kept is None else MappedEvaluator(kept, transform, n_objectives),
             statistics=None if self.statistics is None else self.statistics.everywhere(),
         )
 
