@@ -441,3 +441,49 @@ def test_a_path_given_as_the_checkpoint_is_refused_naming_the_wrapper(tmp_path):
         fl.run_federated(data, fl.logistic_regression(60, 10), fl.methods.FedAvg(n_models=1),
                          fl.FederatedConfig(rounds=2), checkpoint=tmp_path / "fl.ckpt")
     assert not (tmp_path / "run.ckpt").exists() and not (tmp_path / "fl.ckpt").exists()
+
+
+# ----------------------------------------------------------------------------- atomic writes
+def test_a_checkpoint_path_that_is_a_link_is_written_through_and_stays_a_link(tmp_path):
+    from most.checkpoint import atomic_write_bytes
+
+    store = tmp_path / "store"
+    store.mkdir()
+    (tmp_path / "run.ckpt").symlink_to(store / "run.ckpt")  # dangling until the first save
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method = most.MosT(n_models=2, rounds=6, lr=0.1)
+    whole = method.fit(problem)
+    with pytest.raises(KeyboardInterrupt):
+        def stop(record, params):
+            if record.round == 3:
+                raise KeyboardInterrupt
+        method.fit(problem, callback=stop, checkpoint=Checkpoint(tmp_path / "run.ckpt", every=2))
+    assert (tmp_path / "run.ckpt").is_symlink() and (store / "run.ckpt").is_file()
+    assert torch.equal(method.fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt", every=2)).params, whole.params)
+    assert (tmp_path / "run.ckpt").is_symlink()
+    atomic_write_bytes(tmp_path / "run.ckpt", b"new")
+    assert (store / "run.ckpt").read_bytes() == b"new" and not list(tmp_path.glob(".*.tmp"))
+
+
+def test_writers_in_two_threads_never_share_a_temporary_file(tmp_path):
+    import threading
+
+    from most.checkpoint import atomic_write_bytes
+
+    target, errors = tmp_path / "f.bin", []
+    payloads = [bytes([i]) * 200_000 for i in range(2)]
+
+    def write(i):
+        try:
+            for _ in range(20):
+                atomic_write_bytes(target, payloads[i])
+        except OSError as exc:  # a temporary file replaced or removed by the other writer
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and target.read_bytes() in payloads
+    assert not list(tmp_path.glob(".*.tmp"))

@@ -43,6 +43,7 @@ import hashlib
 import io
 import os
 import pickle
+import secrets
 import types
 from pathlib import Path
 
@@ -79,22 +80,33 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Writes ``data`` to ``path`` so that readers see the old file or the new one, never a part."""
-    path = Path(path)
+    """Writes ``data`` to ``path`` so that readers see the old file or the new one, never a part.
+
+    The data go to a temporary file of a name of its own (``.NAME.*.tmp``: two writers, threads
+    or processes, never share one) beside the file, which then replaces it. A ``path`` that is a
+    symbolic link is written through, as ``open`` would: its target is replaced, the link kept."""
+    given = Path(path)
+    path = Path(os.path.realpath(given))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp: Path | None = None
     try:
-        with open(tmp, "wb") as f:
+        # a name of its own ("x": created here, never another writer's), with the usual permissions
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
+        with open(tmp, "xb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except OSError as exc:
-        if exc.filename in (None, str(tmp)):  # a write refused (a full disk, a read-only folder): name the file
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        if exc.filename in (None, str(tmp), str(path.parent)):  # a write refused (a full disk, a read-only
+            raise OSError(exc.errno, exc.strerror, str(given)) from exc  # folder): the file named, not its temporary
         raise
     finally:
-        tmp.unlink(missing_ok=True)
+        if tmp is not None:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # a read-only folder: the error above already says why
+                pass
     _fsync_dir(path.parent)
 
 
@@ -440,3 +452,18 @@ def check_checkpoint(value, *, name: str = "checkpoint") -> None:
         raise TypeError(f"{wanted}; got the path {str(value)!r}. Wrap it: "
                         f"most.checkpoint.Checkpoint({str(value)!r}, every=10).")
     raise TypeError(f"{wanted}; got {type(value).__name__} {_short(value)}.")
+
+
+def check_checkpoints(checkpoints: list) -> None:
+    """Refuses entries that are neither ``None`` nor a :class:`Checkpoint`, and two that are the
+    same file (each run saves its own state there: one would overwrite the other's)."""
+    seen: dict[str, int] = {}
+    for i, checkpoint in enumerate(checkpoints):
+        check_checkpoint(checkpoint, name="checkpoint" if len(checkpoints) == 1 else f"checkpoints[{i}]")
+        if checkpoint is None:
+            continue
+        key = os.path.realpath(checkpoint.path)
+        if key in seen:
+            raise ValueError(f"`checkpoints` {seen[key]} and {i} are the same file ({checkpoint.path}): each run "
+                             "saves its own state there, so one would overwrite the other; give each its own path.")
+        seen[key] = i

@@ -19,7 +19,6 @@ Examples:
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field, replace
 from typing import Callable, Literal, Sequence, cast
 
@@ -30,7 +29,7 @@ from tqdm.auto import tqdm
 from ._random import seeded
 from ._threads import threads_for
 from ._validation import check_bool, check_component, check_positive, check_positive_int, check_seed
-from .checkpoint import Checkpoint, check_checkpoint
+from .checkpoint import Checkpoint, check_checkpoints
 from .engine import Job, Result, RoundRecord, drive_batch, run
 from .methods import (
     Assignment,
@@ -124,15 +123,7 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
                              f"methods, got {len(given) if isinstance(given, Sequence) else type(given).__name__}.")
     callbacks = [None] * len(methods) if callbacks is None else list(callbacks)
     checkpoints = [None] * len(methods) if checkpoints is None else list(checkpoints)
-    seen: dict[str, int] = {}
-    for i, checkpoint in enumerate(checkpoints):  # each run saves its own state: one file each
-        check_checkpoint(checkpoint, name=f"checkpoints[{i}]")
-        if checkpoint is not None:
-            key = os.path.realpath(checkpoint.path)
-            if key in seen:
-                raise ValueError(f"`checkpoints` {seen[key]} and {i} are the same file ({checkpoint.path}): each run "
-                                 "saves its own state there, so one would overwrite the other; give each its own path.")
-            seen[key] = i
+    check_checkpoints(checkpoints)
     failures: dict[int, Exception] = {}
     work = sum(method.n_models for method in methods) * problem.n_objectives * problem.dim
     with threads_for(work):

@@ -168,6 +168,10 @@ def test_bad_batches_are_refused_saying_how_to_fix_them(uneven):
         fl.run_batch(uneven, model, [(F.FedAvg(2), config), (F.FedAvg(2), {"rounds": 3})])
     with pytest.raises(ValueError, match="one Checkpoint"):
         fl.run_batch(uneven, model, [(F.FedAvg(2), config)], checkpoints=[None, None])
+    one_file = [Checkpoint("same.ckpt"), Checkpoint("./same.ckpt")]  # each run saves its own state
+    with pytest.raises(ValueError, match=r"`checkpoints` 0 and 1 are the same file"):
+        fl.run_batch(uneven, model, [(F.FedAvg(2), config), (F.FedAvg(2), fl.FederatedConfig(rounds=3, seed=1))],
+                     checkpoints=one_file)
     runs = [(F.FedAvg(2), config), (F.FedAvg(2), fl.FederatedConfig(rounds=4)), (F.FedAvg(2), config),
             (F.FedAvg(2), fl.FederatedConfig(rounds=3, batch_size=5, seed=3))]
     assert fl.batch_groups(runs) == [[0, 2], [1], [3]]

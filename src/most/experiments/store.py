@@ -340,7 +340,7 @@ def remove_unwritten(made: list[Path]) -> None:
 
 def remove_leftovers(folder: Path) -> None:
     """Removes what an interrupted write can leave in a run folder: the temporary files of an
-    atomic write (``.NAME.PID.tmp``) and, once ``result.json`` marks the run done, its
+    atomic write (``.NAME.*.tmp``) and, once ``result.json`` marks the run done, its
     checkpoint. Called under the folder's :class:`WriterLock`, when no write is under way."""
     if not folder.is_dir():
         return

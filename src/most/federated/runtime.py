@@ -33,7 +33,7 @@ from torch.nn.functional import cross_entropy
 
 from .._host import HOST_SOLVE_MAX, to_device, to_host
 from .._threads import threads_for
-from ..checkpoint import Checkpoint, check_checkpoint
+from ..checkpoint import Checkpoint, check_checkpoints
 from .data import FederatedDataset
 from .evaluation import pooled_loss
 from .models import FlatModel
@@ -108,8 +108,7 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
     if len(checkpoints) != len(runs):
         raise ValueError(f"`checkpoints` must give one Checkpoint (or None) per run: {len(checkpoints)} for "
                          f"{len(runs)} runs.")
-    for i, checkpoint in enumerate(checkpoints):
-        check_checkpoint(checkpoint, name="checkpoint" if len(runs) == 1 else f"checkpoints[{i}]")
+    check_checkpoints(checkpoints)
     from tqdm.auto import tqdm
 
     for method, config in runs:
