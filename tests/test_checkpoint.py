@@ -403,6 +403,29 @@ def test_a_checkpoint_whose_round_was_edited_is_refused(tmp_path, round_):
         method.fit(problem, checkpoint=ckpt)
 
 
+@pytest.mark.parametrize("edit, found", [
+    (lambda state: state.pop("opt_state"), "its 'opt_state' is missing"),
+    (lambda state: state.pop("combiner"), "its 'combiner' is missing"),
+    (lambda state: [part.append(v) for part, v in zip(  # a round's record with a field of another version
+        (state["history"]["items"][0]["keys"], state["history"]["items"][0]["values"]), ("new_field", 1))],
+     "unexpected keyword argument 'new_field'"),
+])
+def test_a_checkpoint_missing_a_part_or_of_another_version_is_a_checkpoint_error(tmp_path, edit, found):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    ckpt = Checkpoint(tmp_path / "c", every=2)
+    method = most.MosT(n_models=2, rounds=6, lr=0.1)
+    with pytest.raises(KeyboardInterrupt):
+        def stop(record, params):
+            if record.round == 3:
+                raise KeyboardInterrupt
+        method.fit(problem, callback=stop, checkpoint=ckpt)
+    payload = torch.load(ckpt.path, weights_only=True)
+    edit(payload["state"])
+    torch.save(payload, ckpt.path)
+    with pytest.raises(CheckpointError, match=r"damaged or was written by another version \(.*" + found):
+        method.fit(problem, checkpoint=ckpt)
+
+
 @pytest.mark.parametrize("where", ["run folder", "group folder", "file"])
 def test_a_run_never_writes_through_a_symbolic_link(tmp_path, where):
     victim = tmp_path / "victim"

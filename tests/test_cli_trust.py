@@ -165,6 +165,10 @@ def test_every_accepted_seed_gives_its_own_run_up_to_2_to_the_64():
 def test_a_seed_outside_the_promised_range_is_refused_naming_the_range(seed):
     with pytest.raises(ValueError, match=r"`seed` must be an int in \[0, 2\*\*64\)"):
         most.MosT(n_models=2, seed=seed)
+    for make in (lambda: fl.fedprox_synthetic(0, 0, n_clients=4, samples_per_client=30, seed=seed),
+                 lambda: fl.mixture_synthetic(n_clients=4, seed=seed)):
+        with pytest.raises(ValueError, match=r"`seed` must be an int in \[0, 2\*\*64\)"):
+            make()
     with pytest.raises(ConfigError, match=r"seeds: each seed must be an int in \[0, 2\*\*64\)"):
         parse_experiment(tomllib.loads(CENTRAL.replace("seeds = [0]", f"seeds = [{seed}]")))
 

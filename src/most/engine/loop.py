@@ -89,17 +89,26 @@ class Loop:
                 got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
                 raise CheckpointError(f"The checkpoint is damaged: its {key} should be a tensor of shape {list(shape)}; "
                                       f"found {got}. Delete it (or use --restart) to start the run over.")
-        self.params, self.opt_state, self.plan = state["params"], state["opt_state"], state["plan"]
-        self.history = [RoundRecord(**record) for record in state["history"]]
+        if self.statistics is not None and "statistics" not in state:
+            raise CheckpointError("The checkpoint holds no running statistics of the module's batch normalisation, "
+                                  "which this run keeps; it was saved by another problem. Remove it or use "
+                                  "another checkpoint folder.")
+        try:
+            opt_state, history = state["opt_state"], [RoundRecord(**record) for record in state["history"]]
+            for name, obj in self.components.items():
+                restore_into(obj, state[name], generator)
+            start = int(state["round"])
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+            # a part missing or of another form: an edited or damaged file, or another version's
+            what = f"its {exc.args[0]!r} is missing" if isinstance(exc, KeyError) else " ".join(str(exc).split())[:200]
+            raise CheckpointError(f"The checkpoint is damaged or was written by another version ({what}). Delete it "
+                                  "(or use --restart) to start the run over.") from None
+        self.params, self.opt_state, self.plan, self.history = state["params"], opt_state, state["plan"], history
         if self.statistics is not None:
-            if "statistics" not in state:
-                raise ValueError("The checkpoint holds no running statistics of the module's batch normalisation, "
-                                 "which this run keeps; it was saved by another problem. Remove it or use "
-                                 "another checkpoint folder.")
             self.statistics = state["statistics"]
-        for name, obj in self.components.items():
-            restore_into(obj, state[name], generator)
-        return int(state["round"])
+        return start
 
     def step(self, direction: Tensor) -> None:
         """``theta <- project(update(theta, direction))``: the update rule's step of size ``lr``

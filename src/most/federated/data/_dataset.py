@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..._random import derive_seed
-from ..._validation import check_positive_int
+from ..._validation import check_positive_int, check_seed
 
 __all__ = ["ClientData", "FederatedDataset", "dirichlet_label_split"]
 
@@ -471,8 +471,8 @@ def numpy_rng(seed) -> np.random.Generator:
     if isinstance(seed, torch.Generator):
         return np.random.default_rng(derive_seed(seed))
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"`seed` must be an int, a numpy Generator or a torch.Generator; got {seed!r}.")
-    return np.random.default_rng(int(seed))
+        raise ValueError(f"`seed` must be an int in [0, 2**64), a numpy Generator or a torch.Generator; got {seed!r}.")
+    return np.random.default_rng(check_seed(seed))  # the seeds the rest of the library takes
 
 
 def check_fraction_number(value, *, name: str, positive: bool = True) -> float:
