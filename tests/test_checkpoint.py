@@ -510,3 +510,29 @@ def test_writers_in_two_threads_never_share_a_temporary_file(tmp_path):
         t.join()
     assert not errors and target.read_bytes() in payloads
     assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_a_checkpoint_folder_that_takes_no_files_is_refused_before_the_first_round(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    import most.checkpoint as checkpoint_module
+
+    def read_only(file, mode="r", *args, **kwargs):  # as a read-only file system answers
+        if any(c in mode for c in "wxa"):
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return builtins.open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_module, "open", read_only, raising=False)
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    rounds = []
+    with pytest.raises(OSError, match=f"Read-only file system: '{tmp_path / 'ck'}'"):
+        most.MosT(n_models=2, rounds=50, lr=0.1).fit(problem, checkpoint=Checkpoint(tmp_path / "ck" / "run", every=100),
+                                                     callback=lambda record, params: rounds.append(record.round))
+    assert rounds == []
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=4, samples_per_client=30, seed=0)
+    with pytest.raises(OSError, match="Read-only file system"):
+        fl.run_federated(data, fl.logistic_regression(60, 10), fl.methods.FedAvg(n_models=1),
+                         fl.FederatedConfig(rounds=2), checkpoint=Checkpoint(tmp_path / "fl" / "run"),
+                         callback=lambda log, params: rounds.append(log))
+    assert rounds == []

@@ -92,10 +92,35 @@ def test_an_out_folder_name_too_long_is_one_line(tmp_path):
 # ----------------------------------------------------------------------------- other commands
 def test_choose_m_over_a_huge_range_says_so_in_a_short_line(tmp_path):
     (tmp_path / "e.toml").write_text(CENTRAL)
-    res = CliRunner().invoke(app, ["choose-m", str(tmp_path / "e.toml"), "--n-models", "1:1000000",
+    res = CliRunner().invoke(app, ["choose-m", str(tmp_path / "e.toml"), "--n-models", "1:1000",
                                    "--out", str(tmp_path / "c")])
-    err = _one_line_error(res, "and 999983 more (up to 1000000)", code=2)
+    err = _one_line_error(res, "and 983 more (up to 1000)", code=2)
     assert len(err) < 500
+    # a range of more counts than choose-m fits is refused before its list is made
+    res = CliRunner().invoke(app, ["choose-m", str(tmp_path / "e.toml"), "--n-models", "1:1000000000",
+                                   "--out", str(tmp_path / "c")])
+    _one_line_error(res, "asks for 1000000000 fits, one per count; give at most 1000 counts", code=2)
+    assert not (tmp_path / "c").exists()
+
+
+def test_demo_refuses_an_out_folder_that_takes_no_files_before_any_fit(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    import most.checkpoint as checkpoint_module
+
+    def read_only(file, mode="r", *args, **kwargs):  # as a read-only file system answers
+        if any(c in mode for c in "wxa"):
+            raise OSError(errno.EROFS, "Read-only file system", str(file))
+        return builtins.open(file, mode, *args, **kwargs)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("a fit ran before the folder was checked")
+
+    monkeypatch.setattr(checkpoint_module, "open", read_only, raising=False)
+    monkeypatch.setattr(most.MosT, "fit", no_fit)
+    res = CliRunner().invoke(app, ["demo", "--out", str(tmp_path / "d"), "--quiet"])
+    _one_line_error(res, "Read-only file system", str(tmp_path / "d"), "write to another --out", code=2)
 
 
 def test_plot_errors_other_than_the_seed_do_not_name_the_seed(tmp_path):
@@ -114,6 +139,12 @@ def test_flower_credentials_refuse_a_host_no_client_could_match(tmp_path, host, 
         check_host(host)
     res = CliRunner().invoke(app, ["flower", "credentials", str(tmp_path / "c"), "--host", host])
     _one_line_error(res, needle, code=2)
+    assert not (tmp_path / "c").exists()
+
+
+def test_flower_credentials_refuse_a_validity_past_the_last_date_before_making_the_folder(tmp_path):
+    res = CliRunner().invoke(app, ["flower", "credentials", str(tmp_path / "c"), "--valid-days", "3000000"])
+    _one_line_error(res, "--valid-days: `valid_days` must be at most", "9999-12-31", code=2)
     assert not (tmp_path / "c").exists()
 
 

@@ -110,6 +110,24 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     _fsync_dir(path.parent)
 
 
+def check_writable_folder(folder: str | os.PathLike) -> None:
+    """Creates ``folder`` (and its parents) if missing and checks that a file can be made there,
+    so that a run refuses a read-only or unwritable place before any work instead of at its
+    first save; an ``OSError`` naming the folder otherwise."""
+    folder = Path(os.path.realpath(folder))
+    probe = folder / f".most-write-check.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with open(probe, "xb"):
+            pass
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror, str(folder)) from exc
+    try:
+        probe.unlink()
+    except OSError:  # made but not removable: the folder still takes the run's files
+        pass
+
+
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:
     """:func:`atomic_write_bytes` for text (UTF-8)."""
     atomic_write_bytes(path, text.encode("utf-8"))
@@ -325,6 +343,11 @@ class Checkpoint:
     def exists(self) -> bool:
         return self.path.is_file()
 
+    def check_writable(self) -> None:
+        """Creates the checkpoint's folder if missing and checks that it takes files: called by a
+        run before its first round, so that a place it cannot save to is refused before any work."""
+        check_writable_folder(Path(os.path.realpath(self.path)).parent)
+
     def save(self, state: dict, generator: torch.Generator | None = None, *, settings: dict | None = None) -> None:
         """Saves ``state`` atomically, with ``generator``'s state and the run's fingerprint
         (``settings``, the loop's own, and the checkpoint's ``fingerprint``)."""
@@ -462,6 +485,7 @@ def check_checkpoints(checkpoints: list) -> None:
         check_checkpoint(checkpoint, name="checkpoint" if len(checkpoints) == 1 else f"checkpoints[{i}]")
         if checkpoint is None:
             continue
+        checkpoint.check_writable()
         key = os.path.realpath(checkpoint.path)
         if key in seen:
             raise ValueError(f"`checkpoints` {seen[key]} and {i} are the same file ({checkpoint.path}): each run "

@@ -11,11 +11,18 @@ import typer
 from ._app import Failure, app, out_folder, set_threads
 
 
+#: the most counts --n-models may ask for (each is a fit of its own)
+_MAX_COUNTS = 1000
+
+
 def _model_counts(text: str) -> list[int]:
     """``--n-models``: ``A:B`` (A to B, both included) or a comma list ``1,2,4,8``."""
     try:
         if ":" in text:
             low, high = (int(part) for part in text.split(":"))
+            if high - low + 1 > _MAX_COUNTS:  # each count is a fit: refused before the list is made
+                raise Failure(f"--n-models {text!r} asks for {high - low + 1} fits, one per count; give at most "
+                              f"{_MAX_COUNTS} counts (e.g. 1:8, or a comma list such as 1,2,4,8,16).")
             counts = list(range(low, high + 1))
         else:
             counts = [int(part) for part in text.split(",")]

@@ -38,11 +38,12 @@ def demo(
     from ..problems import mixed_regression
     from ..solver import MGDA, Linearization, MosT
 
-    from ..checkpoint import atomic_write_text
+    from ..checkpoint import atomic_write_text, check_writable_folder
 
     if n_models > n_objectives:
         raise Failure(f"--n-models ({n_models}) must not exceed --n-objectives ({n_objectives}).")
     out_folder(out)
+    check_writable_folder(out)  # a folder the results cannot go to is refused before the fits
     data = mixed_regression(n_objectives=n_objectives, n_groups=n_models, seed=seed)
     train = data.problem("train")
     common: dict[str, Any] = dict(n_models=n_models, rounds=rounds, lr=0.05, seed=seed, progress=not quiet)
@@ -222,7 +223,7 @@ def flower_credentials(
     try:
         certs = make_certificates(out, hosts=host, valid_days=valid_days)
     except ValueError as exc:
-        raise Failure(f"--host: {exc}") from exc
+        raise Failure(f"{'--valid-days' if 'valid_days' in str(exc) else '--host'}: {exc}") from exc
     keys = [make_node_keys(out, k) for k in range(nodes)]
     typer.echo(f"CA: {certs.ca_cert}\nSuperLink: {certs.server_cert}, {certs.server_key} (hosts: {', '.join(host)})")
     for k in keys:

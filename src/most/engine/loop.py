@@ -189,6 +189,8 @@ class Job:
                                            (combiner, "combiner", Combiner, "most.methods.WeightedSum()")):
             check_component(value, name=name, example=example, base=base)
         check_checkpoint(checkpoint)
+        if checkpoint is not None:
+            checkpoint.check_writable()
         n, m = problem.n_objectives, n_models
         generator = seeded(seed)
         optimizer = SGD() if optimizer is None else optimizer

@@ -57,9 +57,13 @@ def make_certificates(
         check_host(host)
     if valid_days < 1:
         raise ValueError(f"`valid_days` must be at least 1; got {valid_days}.")
+    now = datetime.datetime.now(datetime.timezone.utc)
+    # a certificate's dates end at 9999-12-31 (X.509's and Python's last year); checked before any file
+    longest = (datetime.datetime(9999, 12, 31, tzinfo=datetime.timezone.utc) - now).days
+    if valid_days > longest:
+        raise ValueError(f"`valid_days` must be at most {longest} (certificates end by 9999-12-31); got {valid_days}.")
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
     validity = (now - datetime.timedelta(minutes=5), now + datetime.timedelta(days=valid_days))
 
     ca_key = ec.generate_private_key(ec.SECP256R1())
