@@ -405,3 +405,125 @@ def test_a_bench_refused_by_another_writer_leaves_its_folder_and_lock(tmp_path, 
     _one_line_error(runner.invoke(app, ["bench", "structure", "--seed", "0", "--out", str(out), "--quiet"]),
                     "another process")
     assert (out / ".lock").is_file()
+
+
+# ----------------------------------------------------------------------------- bench choices, checked before any run
+class _Reached(Exception):
+    """Raised by a suite's ``run_benchmark`` replaced in a test: the command got past its checks."""
+
+
+@pytest.fixture
+def no_runs(monkeypatch) -> list:
+    """Every suite's ``run_benchmark`` replaced by one that records its config and stops (``_Reached``)."""
+    from most.bench import federated, few_objective, mtl, prompts, structure
+
+    configs: list = []
+
+    def reached(config, **options):
+        configs.append(config)
+        raise _Reached
+
+    for suite in (federated, few_objective, mtl, prompts, structure):
+        monkeypatch.setattr(suite, "run_benchmark", reached)
+    return configs
+
+
+@pytest.mark.parametrize("args, words", [
+    (["few-objective", "--method", "MGDA", "--method", "EPO", "--method", "MGDA"], "Repeated method(s) ['MGDA']"),
+    (["few-objective", "--seed", "0", "--seed", "0"], "Repeated seed(s) [0]"),
+    (["few-objective", "--problem", "zdt1", "--problem", "zdt1"], "Repeated problem(s) ['zdt1']"),
+    (["structure", "--method", "MosT (default)", "--method", "MosT (default)"], "Repeated method(s)"),
+    (["structure", "--seed", "3", "--seed", "3"], "Repeated seed(s) [3]"),
+    (["structure", "--setting", "quadratic-equal", "--setting", "quadratic-equal"], "Repeated setting(s)"),
+    (["mtl", "--method", "MosT", "--method", "MosT"], "Repeated method(s) ['MosT']"),
+    (["mtl", "--seed", "1", "--seed", "2", "--seed", "1"], "Repeated seed(s) [1]"),
+    (["prompts", "--task", "wic", "--task", "wic"], "Repeated task(s) ['wic']"),
+    (["prompts", "--method", "MGDA", "--method", "MGDA"], "Repeated method(s) ['MGDA']"),
+    (["prompts", "--seed", "0", "--seed", "0"], "Repeated seed(s) [0]"),
+    (["federated", "--method", "MosT", "--method", "MosT", "--method", "FedAvg"], "Repeated method(s) ['MosT']"),
+    (["federated", "--seed", "0", "--seed", "0"], "Repeated seed(s) [0]"),
+    (["federated", "--server-lr", "1", "--server-lr", "1"], "Repeated server step(s) [1.0]"),
+])
+def test_a_bench_choice_given_twice_is_refused_before_any_run(tmp_path, no_runs, args, words):
+    # made twice, a run would count twice in the table ("± 0.00", a zero-width interval) or
+    # break it after every run was made
+    out = tmp_path / "out"
+    _one_line_error(runner.invoke(app, ["bench", *args, "--out", str(out), "--quiet"]), words, "once", code=2)
+    assert no_runs == [] and not out.exists()
+
+
+def _stored_federated_commands() -> list[list[str]]:
+    """The arguments of every whole `most bench federated` command in benchmarks/results/federated.md."""
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "federated.md").read_text()
+    text = re.sub(r"\\\n\s*", " ", text)  # a command continued over lines is one
+    commands = []
+    for line in text.splitlines():
+        for rest in line.split("most bench federated")[1:]:
+            rest = rest.split("`")[0].split(" #")[0]  # the end of inline code, a comment
+            if "..." not in rest:  # an abridged command
+                commands.append(shlex.split(rest))
+    return commands
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--model", "cnn"], ["`model` 'cnn'", "'synthetic'", "femnist or fashion"]),
+    (["--dataset", "mixture", "--model", "cnn"], ["`model` 'cnn'", "'mixture'"]),
+    (["--data-path", "somewhere"], ["`data_path`", "'synthetic'", "--dataset femnist or fashion"]),
+    (["--dataset", "mixture", "--cnn-channels", "32", "64"], ["`cnn_channels`", "'mixture'"]),
+    (["--dataset", "fashion", "--rho", "0.5", "0"], ["`rho`", "'fashion'", "--dataset synthetic"]),
+    (["--dataset", "femnist", "--sizes", "power_law"], ["`sizes`", "'femnist'", "--dataset synthetic"]),
+    (["--concentration", "100"], ["`concentration`", "'synthetic'", "--dataset fashion"]),
+    (["--dataset", "femnist", "--samples-per-client", "50"], ["`samples_per_client`", "'femnist'",
+                                                             "--dataset fashion"]),
+])
+def test_a_federated_option_of_another_data_set_is_refused_before_any_run(tmp_path, no_runs, args, words):
+    # it would be recorded in results.json, and not used
+    out = tmp_path / "out"
+    _one_line_error(runner.invoke(app, ["bench", "federated", *args, "--out", str(out), "--quiet"]),
+                    "does not apply to", *words, code=2)
+    assert no_runs == [] and not out.exists()
+
+
+def test_federated_options_at_their_defaults_and_the_stored_commands_are_accepted(tmp_path, no_runs):
+    for args in (["--dataset", "fashion", "--rho", "0", "0", "--sizes", "equal"],
+                 ["--data-path", str(tmp_path), "--dataset", "femnist", "--model", "cnn"],
+                 ["--model", "linear", "--concentration", "0.3", "--samples-per-client", "100"]):
+        res = runner.invoke(app, ["bench", "federated", *args, "--out", str(tmp_path / "out"), "--quiet"])
+        assert isinstance(res.exception, _Reached), (args, res.output)
+    commands = _stored_federated_commands()
+    assert len(commands) >= 30
+    for args in commands:
+        res = runner.invoke(app, ["bench", "federated", *args, "--out", str(tmp_path / "out")])
+        assert isinstance(res.exception, _Reached), (args, res.output)
+    assert len(no_runs) == 3 + len(commands)
+
+
+def test_an_interrupted_bench_says_to_resume_only_when_runs_were_kept(tmp_path, monkeypatch):
+    from most.bench import RUNS_DIR, structure
+
+    out = tmp_path / "new" / "structure"
+    finished = out / RUNS_DIR / "quadratic-equal" / "MosT" / "seed0" / "result.json"
+
+    def stopped(keep: bool):
+        def run_benchmark(config, **options):
+            out.mkdir(parents=True)
+            (out / ".lock").write_text("")
+            if keep:
+                finished.parent.mkdir(parents=True)
+                finished.write_text("{}")
+            raise KeyboardInterrupt
+
+        return run_benchmark
+
+    args = ["bench", "structure", "--seed", "0", "--out", str(out), "--quiet"]
+    monkeypatch.setattr(structure, "run_benchmark", stopped(keep=False))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 130 and "Interrupted before any run finished; nothing was kept." in res.stderr
+    assert "--resume" not in res.stderr and not (tmp_path / "new").exists()  # the folders it made go
+    monkeypatch.setattr(structure, "run_benchmark", stopped(keep=True))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 130 and "--resume" in res.stderr and f"{out / RUNS_DIR}" in " ".join(res.stderr.split())
+    assert finished.is_file()

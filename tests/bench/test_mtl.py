@@ -47,6 +47,40 @@ def test_a_short_run_learns_and_writes_its_table(features, tmp_path):
     assert "| MosT |" in (tmp_path / "table.md").read_text() and (tmp_path / "per_domain.png").exists()
 
 
+def test_the_loading_shows_no_progress_bar_unless_the_config_asks(tmp_path, monkeypatch):
+    # `most bench mtl --features efficientnet --quiet` showed the feature cache's bar
+    asked = []
+
+    def loaded(*args, **kwargs):
+        asked.append(kwargs.get("progress"))
+        raise FileNotFoundError("stop before any run")
+
+    monkeypatch.setattr(mtl, "load_office_caltech10", loaded)
+    for progress in (False, True):
+        with pytest.raises(FileNotFoundError, match="stop"):
+            mtl.run_benchmark(mtl.MTLConfig(features="efficientnet", seeds=(0,), data_path=tmp_path,
+                                            out=tmp_path / "out", progress=progress))
+    assert asked == [False, True]
+
+
+@needs_data
+@pytest.mark.parametrize("progress", [False, True])
+def test_the_loader_passes_progress_to_the_feature_cache(monkeypatch, progress):
+    import most.backbones
+    from most.problems import load_office_caltech10
+
+    asked = []
+
+    def cached(files, **kwargs):  # the features, without the backbone
+        asked.append(kwargs.get("progress", True))  # its default: a bar
+        return torch.zeros(len(files), 1280)
+
+    monkeypatch.setattr(most.backbones, "cached_features", cached)
+    data = load_office_caltech10(DATA, features="efficientnet", domains=("dslr", "webcam"), max_per_domain=10,
+                                 progress=progress)
+    assert asked == [progress, progress] and data.input_shape == (1280,)
+
+
 def test_efficientnet_features_are_a_known_kind():
     config = mtl.MTLConfig(features="efficientnet")
     assert config.features in mtl.FEATURES

@@ -288,3 +288,29 @@ def test_workers_start_their_blas_and_torch_pools_with_the_threads_asked_for(mon
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     assert list(_runs.in_workers(_thread_counts, [0, 1], processes=2, threads=1)) == [(1, [1])] * 2
     assert os.environ["OPENBLAS_NUM_THREADS"] == "3" and "OMP_NUM_THREADS" not in os.environ
+
+
+def test_at_most_one_worker_per_run_and_per_core(monkeypatch):
+    # `--jobs 1000` for one run started 1000 worker processes, each a Python process with torch
+    started: list[int] = []
+
+    def in_workers(worker, jobs, processes, threads):  # no process is started: the jobs run here
+        started.append(processes)
+        return map(worker, jobs)
+
+    def made(tasks, jobs) -> tuple[dict, list[int]]:
+        started.clear()
+        runs = dict(_runs.make_runs(tasks, jobs, here=lambda task: ("here", task),
+                                    worker=lambda job: (job[1], ("worker", job[1])), config=None))
+        return runs, list(started)
+
+    monkeypatch.setattr(_runs, "in_workers", in_workers)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    assert made([0, 1, 2], 1000) == ({t: ("worker", t) for t in range(3)}, [3])  # one per run
+    assert made(list(range(10)), 1000)[1] == [4]  # one per core
+    assert made(list(range(10)), 2)[1] == [2]
+    assert made([7], 1000) == ({7: ("here", 7)}, [])  # one run: made here
+    assert made([], 1000) == ({}, [])  # nothing to make: no worker
+    monkeypatch.setattr(os, "cpu_count", lambda: 1)
+    assert made([0, 1], 8) == ({0: ("here", 0), 1: ("here", 1)}, [])  # one core: made here
+    assert _runs.worker_count(1000, 3) == 1

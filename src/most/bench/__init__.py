@@ -33,12 +33,25 @@ RUNS_DIR = "runs"
 
 
 def check_choices(methods, known, seeds) -> None:
-    """The checks every suite's config makes: known method names, at least one seed."""
+    """The checks every suite's config makes: known method names, at least one seed, none of
+    either given twice."""
     unknown = [m for m in methods if m not in known]
     if unknown:
         raise ValueError(f"Unknown method(s) {unknown}; choose from {list(known)}.")
     if not seeds:
         raise ValueError("Give at least one seed.")
+    check_unique(methods, "method")
+    check_unique(seeds, "seed")
+
+
+def check_unique(values, what: str) -> None:
+    """Refuses a choice given more than once (``what`` names it: ``"method"``, ``"seed"``, ...):
+    its runs would be made twice and counted twice in the table (a zero spread, an interval
+    that looks significant), or fail when the table is made."""
+    values = list(values)
+    repeated = list(dict.fromkeys(v for i, v in enumerate(values) if v in values[:i]))
+    if repeated:
+        raise ValueError(f"Repeated {what}(s) {repeated}; give each {what} once.")
 
 
 @dataclass(frozen=True)

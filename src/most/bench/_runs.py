@@ -19,6 +19,7 @@ bits of the losses, which another kernel set (AVX2 or AVX-512) rounds differentl
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import weakref
 from pathlib import Path
@@ -175,7 +176,7 @@ class RunStore:
     def make(self, keys: list, jobs: int, *, here: Callable, worker: Callable, config, desc: str,
              postfix: Callable[[tuple], dict] | None = None) -> None:
         """Makes the runs of ``keys`` that are not finished (:func:`make_runs`: ``here(key)`` in this
-        process, or ``worker((config, key))`` in ``jobs`` worker processes) and records each one as
+        process, or ``worker((config, key))`` in up to ``jobs`` worker processes) and records each one as
         it ends, under a progress bar (``desc``; ``postfix(key)`` names the last run; off unless
         ``config.progress``)."""
         from tqdm.auto import tqdm
@@ -265,17 +266,27 @@ def in_workers(worker: Callable, jobs: list, processes: int, threads: int) -> It
         pool.join()
 
 
+def worker_count(jobs: int, tasks: int) -> int:
+    """The worker processes that make ``tasks`` jobs when ``jobs`` are asked for: at most one per
+    task and one per CPU core (``os.cpu_count()``), at least one. Each worker is a Python process
+    holding torch; one more than the tasks would idle, one more than the cores would only wait
+    for a core, and ``jobs=1000`` would fill the memory with processes."""
+    return max(1, min(jobs, tasks, os.cpu_count() or 1))
+
+
 def make_runs(tasks: list, jobs: int, *, here: Callable, worker: Callable, config) -> Iterator:
-    """Yields ``(task, run)`` for every task: ``here(task)`` in this process, in order (``jobs=1``),
-    or ``worker((config, task))``, which returns ``(task, run)``, in ``jobs`` worker processes
+    """Yields ``(task, run)`` for every task: ``here(task)`` in this process, in order (where
+    :func:`worker_count` gives one worker: ``jobs=1``, one task or one core), or
+    ``worker((config, task))``, which returns ``(task, run)``, in that many worker processes
     (:func:`in_workers`, with this process's torch thread count), in the order they finish."""
-    if jobs == 1:
+    processes = worker_count(jobs, len(tasks))
+    if processes == 1:
         for task in tasks:
             yield task, here(task)
         return
     import torch
 
-    yield from in_workers(worker, [(config, task) for task in tasks], jobs, torch.get_num_threads())
+    yield from in_workers(worker, [(config, task) for task in tasks], processes, torch.get_num_threads())
 
 
 def _worker_init(threads: int) -> None:

@@ -37,10 +37,10 @@ import numpy as np
 import torch
 
 from .._validation import check_positive_int
-from . import SuiteConfig, write_results
+from . import SuiteConfig, check_unique, write_results
 from ._curves import split_curves
 from .._kernels import software
-from ._runs import RunStore, folder_name
+from ._runs import RunStore, folder_name, worker_count
 from .rows import BuiltRow, MethodRow
 from ..federated import evaluation as ev
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist, mixture_synthetic
@@ -154,6 +154,19 @@ for _label, _row in METHODS.items():
 DATASETS = ("synthetic", "femnist", "fashion", "mixture", "mixture-reference")
 #: methods without a server step: one run per seed (at step 1), not one per step of the grid
 FIXED_STEP = frozenset({"Local only"})
+#: the data sets of images, on which ``model`` may be ``cnn``
+IMAGE_DATASETS = ("femnist", "fashion")
+#: the settings that apply to some data sets only: field -> (its default, what it sets, those data
+#: sets); with another data set a value other than the default is refused: it would be recorded in
+#: the results, not used
+DATASET_ONLY: dict[str, tuple[Any, str, tuple[str, ...]]] = {
+    "rho": ((0.0, 0.0), "the synthetic data's model and feature shifts", ("synthetic",)),
+    "sizes": ("equal", "the synthetic clients' sizes", ("synthetic",)),
+    "data_path": (None, "the folder FEMNIST or Fashion-MNIST is read from", IMAGE_DATASETS),
+    "cnn_channels": ((8, 16), "the widths of the CNN on the images", IMAGE_DATASETS),
+    "concentration": (0.3, "Fashion-MNIST's label skew", ("fashion",)),
+    "samples_per_client": (100, "Fashion-MNIST's client sizes", ("fashion",)),
+}
 
 
 def _groups(data) -> tuple[int, ...]:
@@ -189,8 +202,9 @@ class FederatedBenchConfig(SuiteConfig):
             replaced by each run's seed.
         server_lrs: server steps searched on validation for every method (the default, {1, 3, 5, 7},
             is the grid of the synthetic tables in the documentation's Benchmarks → Federated).
-        model: ``auto`` (logistic regression on synthetic data, the CNN on images), ``cnn`` or
-            ``linear`` (multinomial logistic regression on the pixels: a CPU-sized stand-in).
+        model: ``auto`` (logistic regression on synthetic data, the CNN on images), ``cnn`` (images
+            only) or ``linear`` (multinomial logistic regression on the pixels: a CPU-sized
+            stand-in; on the synthetic data sets, their logistic regression).
         cnn_channels: width of the CNN (FEMNIST, Fashion-MNIST); the paper's is (32, 64).
         samples_per_client: Fashion-MNIST average client size (keeps CPU runs short).
         rotation_groups: Fashion-MNIST only, instead of ``rotations``: the sizes of 1 to 4 groups
@@ -210,6 +224,11 @@ class FederatedBenchConfig(SuiteConfig):
             can be scored again under another pick rule without running it again
             (:func:`most.bench._rescore.rescore`; ``federated_tools.py rescore``).
         out: folder for results.json, table.md and the figures.
+
+    A setting that applies to other data sets only (:data:`DATASET_ONLY`: ``rho`` and ``sizes``
+    to ``synthetic``, ``data_path`` and ``cnn_channels`` to the images, ``concentration`` and
+    ``samples_per_client`` to ``fashion``; ``model="cnn"`` to the images) is refused unless
+    left at its default.
     """
 
     dataset: str = "synthetic"
@@ -268,13 +287,28 @@ class FederatedBenchConfig(SuiteConfig):
         if not (isinstance(self.concentration, (int, float)) and not isinstance(self.concentration, bool)
                 and math.isfinite(self.concentration) and self.concentration > 0):
             raise ValueError(f"`concentration` must be a positive number; got {self.concentration!r}.")
+        self._check_dataset_only()  # after the values' own checks: a bad value is named as such
         if self.rotations > 1 and self.dataset != "fashion":
             raise ValueError(f"`rotations` turns Fashion-MNIST's images; it does not apply to {self.dataset!r} "
                              "(use --dataset fashion, or leave rotations at 1).")
         if not self.server_lrs or min(self.server_lrs) <= 0:
             raise ValueError(f"`server_lrs` must be positive numbers; got {self.server_lrs}.")
+        check_unique(self.server_lrs, "server step")
         if not isinstance(self.keep_matrices, bool):
             raise ValueError(f"`keep_matrices` must be True or False; got {self.keep_matrices!r}.")
+
+    def _check_dataset_only(self) -> None:
+        """Refuses a setting that does not apply to ``dataset`` (:data:`DATASET_ONLY`), naming
+        the data sets it applies to."""
+        if self.model == "cnn" and self.dataset not in IMAGE_DATASETS:
+            raise ValueError(f"`model` 'cnn' trains a CNN on the images of FEMNIST or Fashion-MNIST; it does not "
+                             f"apply to {self.dataset!r}, whose model is logistic regression (use --dataset femnist "
+                             "or fashion, or leave `model` out).")
+        for name, (default, what, datasets) in DATASET_ONLY.items():
+            value = getattr(self, name)
+            if self.dataset not in datasets and (tuple(value) if isinstance(value, list) else value) != default:
+                raise ValueError(f"`{name}` sets {what}; it does not apply to {self.dataset!r} (use --dataset "
+                                 f"{' or '.join(datasets)}, or leave `{name}` out).")
 
     def plain(self) -> dict:
         """As :meth:`SuiteConfig.plain`; ``rotation_groups``, ``label_groups``, ``concentration``
@@ -485,13 +519,14 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
     made); ``restart`` removes them first, and without either finished runs are refused.
 
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
-    as this one); every run draws from its own seed, so the results are those of ``jobs=1``
-    (only the seconds differ). Methods added to :data:`METHODS` at run time (by a script) are
-    not known to the workers and need ``jobs=1``.
+    as this one; at most one per run and one per CPU core, :func:`~most.bench._runs.worker_count`);
+    every run draws from its own seed, so the results are those of ``jobs=1`` (only the seconds
+    differ). Methods added to :data:`METHODS` at run time (by a script) are not known to the
+    workers and need ``jobs=1``.
 
     ``batch`` (the default) makes the runs of one seed (every method, server step and extra
     value: they share the data) as one batched job (:func:`~most.federated.run_batch`), split
-    into ``jobs`` parts so that the workers share the work; the results equal those of
+    into one part per worker so that the workers share the work; the results equal those of
     ``batch=False``, run by run (only the seconds differ: each run's are its batch's, shared
     equally). A batch's runs are recorded when it ends; a stopped call loses the batches in
     progress, never a finished one."""
@@ -510,7 +545,8 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
              for eta in _steps(config, name) for extra in METHODS[name].extras]
     if batch:
         by_seed = [[task for task in tasks if task[0] == seed] for seed in config.seeds]
-        parts = [part[i::jobs] for part in by_seed for i in range(jobs) if part[i::jobs]]  # methods mixed
+        split = worker_count(jobs, len(tasks))  # one part of each seed per worker that makes them
+        parts = [part[i::split] for part in by_seed for i in range(split) if part[i::split]]  # methods mixed
         runs.make_batches(parts, jobs, here=lambda part: _make_batch(config, part, loaded), worker=_worker_batch,
                           config=config, desc=f"federated {config.label}", postfix=lambda task: {"seed": task[0]})
     else:

@@ -45,7 +45,7 @@ import torch
 
 from .. import plots
 from .._validation import check_positive_int
-from . import STORED_MOST, SuiteConfig, write_results
+from . import STORED_MOST, SuiteConfig, check_unique, write_results
 from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
@@ -156,6 +156,7 @@ class FewObjectiveConfig(SuiteConfig):
         unknown = [p for p in self.problems if p not in ZDT_PROBLEMS + FAIRNESS_PROBLEMS]
         if unknown:
             raise ValueError(f"Unknown problem(s) {unknown}; choose from {list(ZDT_PROBLEMS + FAIRNESS_PROBLEMS)}.")
+        check_unique(self.problems, "problem")
         if self.n_models < 2:
             raise ValueError(f"n_models must be at least 2 to trade objectives off; got {self.n_models}.")
 
@@ -372,8 +373,9 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: 
     finished runs are refused.
 
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
-    as this one); every run draws from its own seed, so the results are those of ``jobs=1``
-    (only the seconds differ).
+    as this one; at most one per run and one per CPU core, :func:`~most.bench._runs.worker_count`);
+    every run draws from its own seed, so the results are those of ``jobs=1`` (only the seconds
+    differ).
 
     ``batch`` (the default) makes the runs of one method on one problem (its seeds and, on the
     fairness problems, its learning rates and variants) as one :func:`~most.fit_batch`: the runs

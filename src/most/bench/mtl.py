@@ -242,13 +242,14 @@ def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = Fa
     with ``resume`` the runs kept there by an earlier call with the same settings are reused (the
     methods and seeds may differ: only the missing runs are made); ``restart`` removes them first,
     and without either finished runs are refused. ``jobs`` > 1 makes the runs in that many worker
-    processes, with the results of ``jobs=1`` (each run draws from its own seed)."""
+    processes (at most one per run and one per CPU core, :func:`~most.bench._runs.worker_count`),
+    with the results of ``jobs=1`` (each run draws from its own seed)."""
     check_positive_int(jobs, name="jobs")
     results: dict[str, Any] = {"config": config.plain(), **software(), "runs": [], "figures": []}
     datas = {}
     for seed in config.seeds:  # fail before any work if the data is missing
         datas[seed] = load_office_caltech10(config.data_path, features=config.features, seed=seed,
-                                            image_size=config.image_size)
+                                            image_size=config.image_size, progress=config.progress)
     results["domains"] = list(datas[config.seeds[0]].domains)
     runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="mtl", folder=_folder, resume=resume,
                     restart=restart)  # checked before any work
@@ -266,8 +267,9 @@ _worker_data: dict = {}
 def _worker_run(job):
     config, (name, seed) = job
     if seed not in _worker_data:
+        # no bar: the main process has computed and cached any features, and shows the runs' bar
         _worker_data[seed] = load_office_caltech10(config.data_path, features=config.features, seed=seed,
-                                                   image_size=config.image_size)
+                                                   image_size=config.image_size, progress=False)
     return (name, seed), _run_one(config, _worker_data[seed], name, seed)
 
 

@@ -41,7 +41,7 @@ import torch
 from torch.nn import functional as F
 
 from .._validation import check_positive, check_positive_int
-from . import STORED_MOST_SETTINGS, SuiteConfig, mean_std, write_results
+from . import STORED_MOST_SETTINGS, SuiteConfig, check_unique, mean_std, write_results
 from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
@@ -117,6 +117,7 @@ class PromptsConfig(SuiteConfig):
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown or not self.tasks:
             raise ValueError(f"Unknown or no task(s) {unknown}; choose from {list(TASKS)}.")
+        check_unique(self.tasks, "task")
         for name in ("n_models", "n_train", "n_tokens", "max_length", "rounds", "dispatcher_epochs"):
             check_positive_int(getattr(self, name), name=name)
         if isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0:

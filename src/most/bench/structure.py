@@ -51,7 +51,7 @@ from ..methods import Support, WeightedSum
 from ..problem import Problem
 from ..registry import CENTRALISED
 from ..solver import Method
-from . import SuiteConfig, mean_std, write_results
+from . import SuiteConfig, check_unique, mean_std, write_results
 from .._kernels import software
 from ._runs import RunStore, folder_name
 from .rows import BuiltRow, MethodRow
@@ -352,6 +352,7 @@ class StructureConfig(SuiteConfig):
             raise ValueError(f"Unknown setting(s) {unknown}; choose from {list(SETTINGS)}.")
         if not self.cases:
             raise ValueError("Give at least one setting.")
+        check_unique(self.cases, "setting")
         check_positive_int(self.rounds, name="rounds")
         check_positive(self.lr, name="lr")
 
@@ -490,8 +491,9 @@ def run_benchmark(config: StructureConfig, *, resume: bool = False, restart: boo
     are made); ``restart`` removes them first, and without either finished runs are refused.
 
     ``jobs`` > 1 makes the runs in that many worker processes (each with as many torch threads
-    as this one); every run draws from its own seed, so the results are those of ``jobs=1``
-    (only the seconds differ)."""
+    as this one; at most one per run and one per CPU core, :func:`~most.bench._runs.worker_count`);
+    every run draws from its own seed, so the results are those of ``jobs=1`` (only the seconds
+    differ)."""
     check_positive_int(jobs, name="jobs")
     results: dict[str, Any] = {"config": config.plain(), **software(), "threshold": THRESHOLD, "settings": {}}
     runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="structure", folder=_folder,

@@ -33,16 +33,20 @@ def _run_suite(suite, list_methods: bool, threads: int, out: Path, make_config, 
     except KeyboardInterrupt:  # every suite keeps its finished runs in OUT/runs (most.bench._runs)
         from ..bench import RUNS_DIR
 
-        typer.echo(f"\nInterrupted. The finished runs are kept in {out}/{RUNS_DIR}; repeat the command with --resume "
-                   "to continue from them.", err=True)
+        if any((out / RUNS_DIR).rglob("result.json")):  # a run folder's result.json marks it finished
+            typer.echo(f"\nInterrupted. The finished runs are kept in {out}/{RUNS_DIR}; repeat the command with "
+                       "--resume to continue from them.", err=True)
+        else:  # nothing to resume from: a new folder holding only this call's lock goes
+            remove_unwritten(made)
+            typer.echo("\nInterrupted before any run finished; nothing was kept.", err=True)
         raise typer.Exit(130) from None
     typer.echo(suite.table_markdown(results))
     n_figures = len(results["figures"])
     typer.echo(f"\nWrote {out}/results.json, table.md and {n_figures} figure{'' if n_figures == 1 else 's'}.")
 
 
-_JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads); the results are "
-              "those of --jobs 1.")
+_JOBS_HELP = ("Worker processes making the runs at once (each with --threads torch and BLAS threads), at most one "
+              "per run and one per CPU core (a larger --jobs starts no more); the results are those of --jobs 1.")
 _RESTART_HELP = "Start again, removing the run folders a stopped call left in OUT/runs/."
 _RESUME_HELP = ("Reuse the runs an interrupted call with the same settings left in OUT/runs/; only the "
                 "missing ones are made.")
@@ -239,7 +243,8 @@ def bench_federated(
                                            help="Server steps searched on validation (repeat); the default is "
                                                 "the grid of the paper's synthetic tables (docs: Benchmarks → Federated)."),
     data_path: Path = typer.Option(None, help="FEMNIST (LEAF) or Fashion-MNIST directory."),
-    model: str = typer.Option("auto", help="auto, cnn or linear (logistic regression on the pixels)."),
+    model: str = typer.Option("auto", help="auto, cnn (FEMNIST, Fashion-MNIST) or linear (logistic regression on "
+                              "the pixels)."),
     cnn_channels: tuple[int, int] = typer.Option((8, 16), help="Widths of the CNN's two conv layers; the paper's are 32 64."),
     device: str = typer.Option(None, help="Where the runs train: cpu (default), or cuda (cuda:N) on a GPU."),
     rotations: int = typer.Option(1, help="Fashion-MNIST: turn the images of r groups of clients by 0/90/180/270 "

@@ -348,13 +348,14 @@ def _subsample(labels: np.ndarray, cap: int, rng: np.random.Generator) -> np.nda
 
 
 def _backbone_features(files: list[Path], parts: list[np.ndarray], root: Path, cache_dir,
-                       domain: str) -> list[np.ndarray]:
+                       domain: str, progress: bool) -> list[np.ndarray]:
     """The EfficientNet-Lite0 features ``float32 [n, 1280]`` of each part's images, from the cache
-    (one entry for the images the parts use, in file order: a whole domain unless subsampled)."""
+    (one entry for the images the parts use, in file order: a whole domain unless subsampled);
+    ``progress``: a progress bar while they are computed."""
     from ..backbones import cached_features
 
     used = np.sort(np.concatenate(parts))
-    features = cached_features([files[j] for j in used], root=root, cache=cache_dir,
+    features = cached_features([files[j] for j in used], root=root, cache=cache_dir, progress=progress,
                                description=f"EfficientNet-Lite0 features, {domain}").numpy()
     return [features[np.searchsorted(used, i)] for i in parts]
 
@@ -371,7 +372,7 @@ def load_office_caltech10(path: str | os.PathLike | None = None, *, features: st
                           split: Sequence[float] = (0.6, 0.2, 0.2), seed: int = 0,
                           domains: Sequence[str] | str | None = None,
                           max_per_domain: int | None = None,
-                          cache_dir: str | os.PathLike | None = None) -> OfficeCaltech10:
+                          cache_dir: str | os.PathLike | None = None, progress: bool = True) -> OfficeCaltech10:
     """Office-Caltech10 (4 domains, 10 classes), split per domain into train/val/test.
 
     Args:
@@ -399,6 +400,8 @@ def load_office_caltech10(path: str | os.PathLike | None = None, *, features: st
         cache_dir: where ``"efficientnet"`` features are cached (default ``$MOST_CACHE``,
             else ``~/.cache/most``); one file per domain and subset of images, keyed by the
             weights, the preprocessing and the image files (:func:`most.backbones.feature_key`).
+        progress: show a progress bar (on stderr) while ``"efficientnet"`` features are
+            computed; a cache hit shows none.
 
     Split: per domain, each class is shuffled and the rows are dealt out to
     train/val/test so that the part sizes are within 1 of ``N * split`` and every class
@@ -450,7 +453,7 @@ def load_office_caltech10(path: str | os.PathLike | None = None, *, features: st
     root = _resolve_root(path)
     sources = {d: (_surf_file if features == "surf" else _image_dirs)(root, d) for d in selected}
     raw, parts, labels = _split_domains(sources, features, fractions, split, seed, max_per_domain)
-    out = _normalised(raw, parts, labels, features, image_size, root, cache_dir)
+    out = _normalised(raw, parts, labels, features, image_size, root, cache_dir, progress)
     return OfficeCaltech10(domains=selected, classes=OFFICE_CALTECH10_CLASSES, features=features,
                            input_shape=tuple(out["x_train"][selected[0]].shape[1:]), root=str(root), **out)
 
@@ -496,7 +499,7 @@ def _split_domains(sources: dict, features: str, fractions: tuple[float, float, 
 
 
 def _normalised(raw: dict, parts: dict[str, list[np.ndarray]], labels: dict[str, np.ndarray], features: str,
-                image_size: int, root: Path, cache_dir) -> dict[str, dict[str, Tensor]]:
+                image_size: int, root: Path, cache_dir, progress: bool) -> dict[str, dict[str, Tensor]]:
     """The fields ``x_*``, ``y_*``, ``mean``, ``std`` of :class:`OfficeCaltech10`: features read
     and normalised with statistics from each domain's training part."""
     keys = ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test", "mean", "std")
@@ -510,7 +513,7 @@ def _normalised(raw: dict, parts: dict[str, list[np.ndarray]], labels: dict[str,
             mean, std = _train_stats(xs[0], axis=(0,))
             stat_shape: tuple[int, ...] = (1, -1)
         elif features == "efficientnet":
-            xs = _backbone_features(raw[d], parts[d], root, cache_dir, d)
+            xs = _backbone_features(raw[d], parts[d], root, cache_dir, d, progress)
             mean, std = _train_stats(xs[0], axis=(0,))
             stat_shape = (1, -1)
         else:
