@@ -281,3 +281,17 @@ def test_bad_input_at_fit_and_in_combiners():
             MOOSVGD(n_models=2, **bad)
     with pytest.raises(ValueError, match="eps"):
         EPO(n_models=2, eps=0.0)
+
+
+def test_epo_takes_its_preferences_as_a_tensor_quietly_and_stores_them_as_tuples():
+    """The preferences are stored as nested tuples before the base builds the components, so a
+    tensor given by the user is not copied from a tensor (torch's copy-construct warning)."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        method = EPO(n_models=2, preferences=torch.tensor([[0.5, 0.5], [0.25, 0.75]]))
+    assert method.preferences == ((0.5, 0.5), (0.25, 0.75))
+    assert method == EPO(n_models=2, preferences=[[0.5, 0.5], [0.25, 0.75]])
+    with pytest.raises(ValueError, match="one row per model.*n_models = 3; got 2 rows"):
+        EPO(n_models=3, preferences=[[0.5, 0.5], [0.25, 0.75]])

@@ -117,16 +117,16 @@ class EPO(Method):
     eps: float = 1e-4
 
     def __post_init__(self):
-        super().__post_init__()
+        # the fields in their stored form first: the base's check builds the components from them
         object.__setattr__(self, "eps", check_positive(self.eps, name="eps"))
         if self.preferences is not None:
-            prefs = _as_nested_tuple(self.preferences)
-            if len(prefs) != self.n_models:
-                raise ValueError(
-                    f"`preferences` must have one row per model: shape [n_models, n] with n_models = "
-                    f"{self.n_models}; got {len(prefs)} rows."
-                )
-            object.__setattr__(self, "preferences", prefs)
+            object.__setattr__(self, "preferences", _as_nested_tuple(self.preferences))
+        super().__post_init__()
+        if self.preferences is not None and len(self.preferences) != self.n_models:
+            raise ValueError(
+                f"`preferences` must have one row per model: shape [n_models, n] with n_models = "
+                f"{self.n_models}; got {len(self.preferences)} rows."
+            )
 
     def components(self):
         prefs = None if self.preferences is None else torch.tensor(self.preferences, dtype=torch.float64)
