@@ -221,7 +221,8 @@ def _warn_if_most_never_leaves_its_warmup(method, config: FederatedConfig) -> No
         f"MosT(warmup={warmup}) with rounds={config.rounds}: every round is a warm-up round, "
         f"so MosT never assigns clients to models and the run is FedAvg with {method.n_models} copies of one model "
         "(the m models end identical, or one step apart where the warm-up's last round splits them). Use a shorter "
-        "warm-up (e.g. warmup=WarmUp(rounds=1), or warmup=None) or more "
+        "warm-up (e.g. warmup=WarmUp(rounds=1), or warmup=None; in an experiment file "
+        "warmup = { type = \"WarmUp\", rounds = 1 }, or warmup = \"none\") or more "
         f"rounds (more than {method.warmup_rounds - int(split_by_updates)}).", UserWarning, stacklevel=_caller_level())
 
 
