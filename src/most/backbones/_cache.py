@@ -17,6 +17,7 @@ reader sees a whole file or none, also when two processes build it at once.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
+from ..checkpoint import atomic_write_bytes
 from ._preprocess import Preprocess
 from ._weights import WEIGHTS_SHA256, efficientnet_lite0
 
@@ -100,13 +102,11 @@ def feature_key(files: Sequence[str | os.PathLike], *, root: str | os.PathLike |
 
 
 def _save_atomic(value: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        torch.save(value, tmp)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    """``torch.save`` of ``value`` to ``path`` through :func:`~most.checkpoint.atomic_write_bytes`
+    (a temporary name of its own per writer: two processes filling one cache never share one)."""
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    atomic_write_bytes(path, buffer.getvalue())
 
 
 @torch.no_grad()
