@@ -88,10 +88,9 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     given = Path(path)
     path = Path(os.path.realpath(given))
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp: Path | None = None
+    # a name of its own ("x": created here, never another writer's), with the usual permissions
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
     try:
-        # a name of its own ("x": created here, never another writer's), with the usual permissions
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp")
         with open(tmp, "xb") as f:
             f.write(data)
             f.flush()
@@ -102,11 +101,10 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
             raise OSError(exc.errno, exc.strerror, str(given)) from exc  # folder): the file named, not its temporary
         raise
     finally:
-        if tmp is not None:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:  # a read-only folder: the error above already says why
-                pass
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # a read-only folder: the error above already says why
+            pass
     _fsync_dir(path.parent)
 
 
@@ -305,8 +303,13 @@ def _repeated(field: str, loop_paths: set[str]) -> bool:
     return any(path == name or path.split(".")[0] == name or path.endswith("." + name) for path in loop_paths)
 
 
+def _described(found: list[tuple[str, object, object]]) -> list[str]:
+    """Each difference of :func:`differing_paths` as the mismatch message names it."""
+    return [f"{path} ({_short(a)} in the checkpoint, {_short(b)} now)" for path, a, b in found]
+
+
 def _differences(old, new) -> list[str]:
-    return [f"{path} ({_short(a)} in the checkpoint, {_short(b)} now)" for path, a, b in differing_paths(old, new)]
+    return _described(differing_paths(old, new))
 
 
 def _short(value) -> str:
@@ -415,8 +418,8 @@ class Checkpoint:
             # the method's settings repeat the loop's (rounds, lr, a combiner's eps): each difference
             # is named once, by the loop's setting where it has one
             loop = {path for path, _, _ in found if not path.startswith("method.")}
-            diffs += [f"{path} ({_short(a)} in the checkpoint, {_short(b)} now)" for path, a, b in found
-                      if not (path.startswith("method.") and _repeated(path.split(".")[1], loop))]
+            diffs += _described([(path, a, b) for path, a, b in found
+                                 if not (path.startswith("method.") and _repeated(path.split(".")[1], loop))])
         if diffs:
             raise CheckpointMismatchError(
                 f"The checkpoint {self.path} was written by a run with other settings: {'; '.join(diffs[:6])}"

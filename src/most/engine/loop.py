@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from .._random import seeded
 from .._threads import threads_for
 from .._validation import check_component, check_positive, check_positive_int, check_seed
-from ..checkpoint import Checkpoint, CheckpointError, check_checkpoint, fingerprint, restore_into
+from ..checkpoint import Checkpoint, CheckpointError, check_checkpoints, fingerprint, restore_into
 from ..methods import Assignment, Combiner, Weighting
 from ..optim import SGD, UpdateRule
 from ..problem import Problem
@@ -188,9 +188,6 @@ class Job:
                                            (weighting, "weighting", Weighting, "most.methods.MajorityShare()"),
                                            (combiner, "combiner", Combiner, "most.methods.WeightedSum()")):
             check_component(value, name=name, example=example, base=base)
-        check_checkpoint(checkpoint)
-        if checkpoint is not None:
-            checkpoint.check_writable()
         n, m = problem.n_objectives, n_models
         generator = seeded(seed)
         optimizer = SGD() if optimizer is None else optimizer
@@ -285,6 +282,7 @@ def run(
     check_positive_int(inner_steps, name="inner_steps")
     check_positive(lr, name="lr")
     seed = check_seed(seed)
+    check_checkpoints([checkpoint])  # fit_batch checks its own list (duplicates too) before its jobs start
     # one torch thread for small problems, torch's count for large ones (most.set_threads)
     with threads_for(n_models * problem.n_objectives * problem.dim):
         job = Job.start(problem, n_models=n_models, rounds=rounds, inner_steps=inner_steps, lr=lr,
