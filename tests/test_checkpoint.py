@@ -536,3 +536,75 @@ def test_a_checkpoint_folder_that_takes_no_files_is_refused_before_the_first_rou
                          fl.FederatedConfig(rounds=2), checkpoint=Checkpoint(tmp_path / "fl" / "run"),
                          callback=lambda log, params: rounds.append(log))
     assert rounds == []
+
+
+# ----------------------------------------------------------------------------- one run per file
+def _hold_in_another_process(path):
+    """A process that holds ``path``'s checkpoint lock until its stdin closes."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from most.checkpoint import Checkpoint, holding\n"
+            f"with holding([Checkpoint({str(path)!r})]):\n    print('held', flush=True); sys.stdin.read()\n")
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "held"
+    return process
+
+
+def test_a_checkpoint_another_process_uses_is_refused_before_the_first_round(tmp_path):
+    from most.checkpoint import CheckpointBusyError
+
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method, rounds = most.MosT(n_models=2, rounds=6, lr=0.1), []
+    process = _hold_in_another_process(tmp_path / "run.ckpt")
+    try:
+        with pytest.raises(CheckpointBusyError, match=rf"run.ckpt is in use by another run \(process {process.pid} "):
+            method.fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt"),
+                       callback=lambda record, params: rounds.append(record.round))
+        with pytest.raises(CheckpointBusyError):
+            most.fit_batch(problem, [method, dataclasses.replace(method, lr=0.2)],
+                           checkpoints=[Checkpoint(tmp_path / "other.ckpt"), Checkpoint(tmp_path / "run.ckpt")])
+        data = fl.fedprox_synthetic(0.5, 0.5, n_clients=4, samples_per_client=30, seed=0)
+        with pytest.raises(CheckpointBusyError):
+            fl.run_federated(data, fl.logistic_regression(60, 10), fl.methods.FedAvg(n_models=1),
+                             fl.FederatedConfig(rounds=2), checkpoint=Checkpoint(tmp_path / "run.ckpt"),
+                             callback=lambda log, params: rounds.append(log))
+    finally:
+        process.communicate("")
+    assert rounds == [] and not (tmp_path / "run.ckpt").exists()
+    assert not (tmp_path / "other.ckpt").exists()  # the batch held its first file and let it go unwritten
+    # once the other process is gone, the run goes ahead and its lock file goes with it
+    result = method.fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt"))
+    assert torch.equal(result.params, method.fit(problem).params)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+
+
+def test_a_second_run_in_the_same_process_is_refused_and_the_first_goes_on(tmp_path):
+    from most.checkpoint import CheckpointBusyError
+
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method, refused = most.MosT(n_models=2, rounds=6, lr=0.1), []
+
+    def nested(record, params):
+        if record.round == 1:
+            with pytest.raises(CheckpointBusyError, match=f"process {__import__('os').getpid()} "):
+                method.fit(problem, checkpoint=Checkpoint(tmp_path / "link.ckpt"))  # the same file, through a link
+            refused.append(record.round)
+
+    (tmp_path / "link.ckpt").symlink_to(tmp_path / "run.ckpt")
+    result = method.fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt", every=2), callback=nested)
+    assert refused == [1] and torch.equal(result.params, method.fit(problem).params)
+    assert Checkpoint(tmp_path / "run.ckpt").load()["round"] == 6
+    assert not list(tmp_path.glob(".*.lock"))
+
+
+def test_a_lock_file_left_by_a_killed_run_does_not_block_the_next(tmp_path):
+    import signal
+
+    process = _hold_in_another_process(tmp_path / "run.ckpt")
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert (tmp_path / ".run.ckpt.lock").is_file()  # a killed process removes nothing; the system dropped its lock
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    most.MosT(n_models=2, rounds=4, lr=0.1).fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]

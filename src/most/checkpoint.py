@@ -20,6 +20,12 @@ whatever the caller adds (``Checkpoint(..., fingerprint=...)``; ``most run`` add
 whole resolved configuration). Resuming with any of these changed raises :class:`CheckpointMismatchError`
 naming the keys that differ.
 
+**One run per file.** While a run uses a checkpoint it holds an advisory lock of the operating
+system on ``.NAME.lock`` beside it (:func:`holding`); a second run given the same file, in
+this process or another, is refused with :class:`CheckpointBusyError` before its first round,
+instead of the two overwriting each other's state. The lock file is removed when the run
+ends, and the system drops the lock of a process that is killed.
+
 **Atomic.** The state goes to a temporary file in the same folder, is flushed to disk, and
 then replaces the old checkpoint with :func:`os.replace`. A crash mid-write leaves the
 previous checkpoint intact (and at worst a stray ``*.tmp`` file, ignored on load).
@@ -37,6 +43,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -50,10 +57,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ._locks import holder_line, lock, unlock
 from ._validation import check_positive_int
 
-__all__ = ["Checkpoint", "CheckpointError", "CheckpointMismatchError", "atomic_write_bytes", "atomic_write_text",
-           "differing_paths", "fingerprint", "restore_into"]
+__all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointError", "CheckpointMismatchError", "atomic_write_bytes",
+           "atomic_write_text", "differing_paths", "fingerprint", "holding", "restore_into"]
 
 _CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, functools.partial, type)
 _KIND = "__checkpoint_kind__"  # tags the values that are not plain data
@@ -62,6 +70,10 @@ _FORMAT = 2  # 1 was the pickle of versions before 0.2
 
 class CheckpointError(ValueError):
     """A checkpoint that cannot be read safely (cut short, not a checkpoint, or holding objects)."""
+
+
+class CheckpointBusyError(CheckpointError):
+    """Another run, in this process or another, is using the same checkpoint file."""
 
 
 class CheckpointMismatchError(CheckpointError):
@@ -494,3 +506,61 @@ def check_checkpoints(checkpoints: list) -> None:
             raise ValueError(f"`checkpoints` {seen[key]} and {i} are the same file ({checkpoint.path}): each run "
                              "saves its own state there, so one would overwrite the other; give each its own path.")
         seen[key] = i
+
+
+def _lock_path(checkpoint: Checkpoint) -> Path:
+    """``.NAME.lock`` beside the file the checkpoint writes (through links, as its saves do)."""
+    real = Path(os.path.realpath(checkpoint.path))
+    return real.parent / f".{real.name}.lock"
+
+
+def _claim(checkpoint: Checkpoint) -> tuple[Path, int]:
+    """Takes ``checkpoint``'s lock: ``(lock file, its descriptor)``, or :class:`CheckpointBusyError`."""
+    path = _lock_path(checkpoint)
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+        try:
+            lock(fd)
+        except OSError:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "a run that has not said which"
+            os.close(fd)
+            raise CheckpointBusyError(
+                f"The checkpoint {checkpoint.path} is in use by another run ({holder}); two runs saving to one file "
+                "would overwrite each other's state. Wait for that run to end, or give this one another path."
+            ) from None
+        try:
+            current = os.stat(path)
+        except FileNotFoundError:
+            current = None
+        if current is not None and os.path.samestat(os.fstat(fd), current):
+            os.ftruncate(fd, 0)
+            os.write(fd, holder_line().encode())
+            return path, fd
+        # the holder before removed the file between our open and our lock: take the new one
+        unlock(fd)
+        os.close(fd)
+    raise CheckpointBusyError(f"The checkpoint {checkpoint.path}'s lock file {path} keeps being replaced by "
+                              "other runs; give this run another path.")
+
+
+def _release(path: Path, fd: int) -> None:
+    try:
+        path.unlink()  # while still held: a run waiting on this file finds it gone and makes a new one
+    except OSError:  # removed by hand, or open elsewhere on Windows: the lock still goes with the descriptor
+        pass
+    unlock(fd)
+    os.close(fd)
+
+
+@contextlib.contextmanager
+def holding(checkpoints: list):
+    """Holds the lock of each of ``checkpoints`` (``None`` entries skipped; checked first with
+    :func:`check_checkpoints`) while the block runs, so that no other run, in this process or
+    another, saves to the same file meanwhile (:class:`CheckpointBusyError` for the run that
+    comes second)."""
+    with contextlib.ExitStack() as stack:
+        for checkpoint in checkpoints:
+            if checkpoint is not None:
+                path, fd = _claim(checkpoint)
+                stack.callback(_release, path, fd)
+        yield

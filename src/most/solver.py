@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ._random import seeded
 from ._threads import threads_for
 from ._validation import check_bool, check_component, check_positive, check_positive_int, check_seed
-from .checkpoint import Checkpoint, check_checkpoints
+from .checkpoint import Checkpoint, check_checkpoints, holding
 from .engine import Job, Result, RoundRecord, drive_batch, run
 from .methods import (
     Assignment,
@@ -126,7 +126,7 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
     check_checkpoints(checkpoints)
     failures: dict[int, Exception] = {}
     work = sum(method.n_models for method in methods) * problem.n_objectives * problem.dim
-    with threads_for(work):
+    with holding(checkpoints), threads_for(work):
         prepared: list[tuple] = []  # (extension, mixtures, problem) made so far, to share equal ones
         jobs: list[Job | None] = []
         bar = tqdm(total=sum(method.rounds for method in methods), desc="fit_batch", disable=not progress,

@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 from .._json import dumps
+from .._locks import holder_line, lock, unlock
 from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text
 from ..config import ConfigError
 
@@ -240,7 +241,7 @@ class WriterLock:
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(self.path, flags, 0o644)
         try:
-            _lock(fd)
+            lock(fd)
         except OSError:
             holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "a process that has not said which"
             os.close(fd)
@@ -248,12 +249,8 @@ class WriterLock:
                 f"{self.root} is being written by another process ({holder}). Wait for it to finish, or stop it "
                 "(e.g. `kill PID`) and continue its runs with --resume."
             ) from None
-        import socket
-        import sys
-
         os.ftruncate(fd, 0)
-        command = " ".join(os.path.basename(a) if k == 0 else a for k, a in enumerate(sys.argv))[:200]
-        os.write(fd, f"process {os.getpid()} on {socket.gethostname()}: {command}\n".encode())
+        os.write(fd, holder_line().encode())
         self._key = key
         WriterLock._held[key] = [1, fd]
         return self
@@ -266,29 +263,9 @@ class WriterLock:
         if held[0] == 0:
             del WriterLock._held[self._key]
             os.ftruncate(held[1], 0)
-            _unlock(held[1])
+            unlock(held[1])
             os.close(held[1])
         self._key = None
-
-
-try:
-    import fcntl
-
-    def _lock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-
-    def _unlock(fd: int) -> None:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-except ImportError:  # Windows
-    import msvcrt
-
-    def _lock(fd: int) -> None:
-        # typeshed declares msvcrt's functions for win32 only, and mypy checks for this (POSIX) platform
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
-
-    def _unlock(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # as in _lock
 
 
 def check_not_linked(base: Path, path: Path) -> None:
@@ -340,11 +317,12 @@ def remove_unwritten(made: list[Path]) -> None:
 
 def remove_leftovers(folder: Path) -> None:
     """Removes what an interrupted write can leave in a run folder: the temporary files of an
-    atomic write (``.NAME.*.tmp``) and, once ``result.json`` marks the run done, its
-    checkpoint. Called under the folder's :class:`WriterLock`, when no write is under way."""
+    atomic write (``.NAME.*.tmp``), the lock file of a checkpoint whose run was killed
+    (``.NAME.lock``; no run holds it while the folder's lock is held) and, once ``result.json``
+    marks the run done, its checkpoint. Called under the folder's :class:`WriterLock`, when no write is under way."""
     if not folder.is_dir():
         return
-    for entry in folder.glob(".*.tmp"):
+    for entry in (*folder.glob(".*.tmp"), *folder.glob(".*.lock")):  # a checkpoint's lock left by a killed run
         if entry.is_file() and not entry.is_symlink():
             entry.unlink(missing_ok=True)
     if (folder / "result.json").is_file():

@@ -33,7 +33,7 @@ from torch.nn.functional import cross_entropy
 
 from .._host import HOST_SOLVE_MAX, to_device, to_host
 from .._threads import threads_for
-from ..checkpoint import Checkpoint, check_checkpoints
+from ..checkpoint import Checkpoint, check_checkpoints, holding
 from .data import FederatedDataset
 from .evaluation import pooled_loss
 from .models import FlatModel
@@ -119,7 +119,7 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
     # one torch thread when a local step is small work, torch's count otherwise (most.set_threads)
     pairs = min(sum(dataset.n_clients * method.n_models for method, _ in runs), _batch_pairs(device, len(runs)))
     work = pairs * config.batch_size * max(model.dim, model.values_per_sample(dataset.input_shape))
-    with threads_for(work):
+    with holding(checkpoints), threads_for(work):
         train, val, test = (pad_split(dataset, s).to(device) for s in ("train", "val", "test"))
         probe = train if config.loss_samples is None else Padded(
             train.x[:, : config.loss_samples], train.y[:, : config.loss_samples], train.w[:, : config.loss_samples],
