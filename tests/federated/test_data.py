@@ -131,6 +131,59 @@ def test_subset_and_summary():
     assert "min 20, median 20, max 20" in text
 
 
+def test_subset_takes_a_boolean_mask_as_numpy_and_torch_do():
+    data = fedprox_synthetic(0, 0, n_clients=5, samples_per_client=20)
+    keep = [True, False, True, False, True]
+    for mask in (keep, np.array(keep), torch.tensor(keep), [np.bool_(k) for k in keep],
+                 [torch.tensor(k) for k in keep]):
+        sub = data.subset(mask)
+        assert sub.client_ids == ("f_00000", "f_00002", "f_00004")  # the kept clients, in their order
+        assert [c is data.clients[k] for c, k in zip(sub.clients, (0, 2, 4))] == [True] * 3
+    # a mask of two clients is a mask, not the positions 1 and 0
+    two = data.subset([0, 1])
+    assert two.subset(np.array([True, False])).client_ids == ("f_00000",)
+    assert two.subset(torch.tensor([False, True])).client_ids == ("f_00001",)
+    with pytest.raises(ValueError, match="boolean mask of 4 entries, but the data set has 5 clients"):
+        data.subset(np.array([True, False, True, False]))
+    with pytest.raises(ValueError, match="selects none of the 5 clients"):
+        data.subset(torch.zeros(5, dtype=torch.bool))
+
+
+def test_subset_takes_integer_positions_of_any_kind_and_refuses_anything_else():
+    data = fedprox_synthetic(0, 0, n_clients=5, samples_per_client=20)
+    for positions in ([3, 1], np.array([3, 1]), torch.tensor([3, 1]), [np.int64(3), torch.tensor(1)], (3, 1)):
+        assert data.subset(positions).client_ids == ("f_00003", "f_00001")
+    for bad, match in [([1.7], r"whole client positions 0 \.\. 4 .*got 1\.7 \(float\)"),
+                       (np.array([1.0, 2.0]), r"got 1\.0 \(float\)"),
+                       (torch.tensor([0.0]), r"got 0\.0 \(float\)"),
+                       ([1, True], r"mixes booleans \(e\.g\. True\) with client positions"),
+                       ([np.bool_(False), 2], "mixes booleans"),
+                       (["1"], r"got '1' \(str\)"),
+                       ([], "at least one client"),
+                       (3, r"a sequence of client positions .*got 3\. For one client, pass a list: \[3\]"),
+                       ("01", "a sequence of client positions"),
+                       (np.array([[0, 1]]), r"1-D .*array of shape \(1, 2\)"),
+                       ([-1], "out of range for 5 clients"),
+                       ([1, 1], "must not repeat a client")]:
+        with pytest.raises(ValueError, match=match):
+            data.subset(bad)
+
+
+def test_dataset_refuses_non_integer_sizes_and_takes_numpy_and_tensor_integers():
+    good = _client(3)
+    data = FederatedDataset("toy", (good,), torch.tensor(3), (np.int64(2),), ("a",), groups=[torch.tensor(1)])
+    assert (data.n_classes, data.input_shape, data.groups) == (3, (2,), (1,))
+    assert type(data.n_classes) is int and type(data.input_shape[0]) is int
+    for shape in ((2.0,), (True,), ("2",), 2, (-2,)):
+        with pytest.raises(ValueError, match="`input_shape` must be a tuple of non-negative ints"):
+            FederatedDataset("toy", (good,), 3, shape, ("a",))
+    for n_classes in (3.0, True, torch.tensor(3.0)):
+        with pytest.raises(ValueError, match="`n_classes` must be an int >= 1"):
+            FederatedDataset("toy", (good,), n_classes, (2,), ("a",))
+    with pytest.raises(ValueError, match="non-negative whole numbers"):
+        FederatedDataset("toy", (good,), 3, (2,), ("a",), groups=[0.5])
+
+
 def test_split_counts():
     assert split_counts(100, (0.6, 0.2, 0.2)) == [60, 20, 20]
     for n in range(0, 40):
@@ -231,6 +284,44 @@ def test_dirichlet_split_partitions_every_index_once():
     assert all(np.array_equal(a, b) for a, b in zip(*from_torch))
     with pytest.raises(ValueError, match="concentration"):
         dirichlet_label_split(labels, 7, 0.0)
+
+
+def test_dirichlet_split_takes_numpy_and_tensor_scalars_and_refuses_what_is_no_positive_number():
+    labels = np.repeat(np.arange(4), 25)
+    reference = dirichlet_label_split(labels, 5, 0.5, seed=1)
+    for concentration in (np.float32(0.5), np.float64(0.5), torch.tensor(0.5), np.array(0.5)):
+        parts = dirichlet_label_split(labels, np.int64(5), concentration, seed=1)
+        assert all(np.array_equal(a, b) for a, b in zip(parts, reference))
+    assert len(dirichlet_label_split(labels, torch.tensor(5), np.int64(1), seed=1)) == 5
+    seeded = dirichlet_label_split(labels, 5, 0.5, seed=torch.tensor(1))  # the seed as a 0-d integer tensor
+    assert all(np.array_equal(a, b) for a, b in zip(seeded, reference))
+    for bad, match in [(True, "got True"), (np.bool_(True), "got np.True_"), (float("nan"), "got nan"),
+                       (np.float32("inf"), "got inf"), ("0.5", r"got '0\.5' \(a str"), (None, "got None"),
+                       (torch.tensor(True), "got a tensor .* dtype torch.bool"),
+                       (torch.tensor([0.5, 1.0]), r"got a tensor of shape \(2,\)")]:
+        with pytest.raises(ValueError, match="`concentration` must be a positive finite number; " + match):
+            dirichlet_label_split(labels, 5, bad)
+    for bad in (0, np.float32(0.0), torch.tensor(-1.0)):
+        with pytest.raises(ValueError, match="`concentration` must be a positive number"):
+            dirichlet_label_split(labels, 5, bad)
+    for seed in (1.5, True, -1, "3"):
+        with pytest.raises(ValueError, match=r"`seed` must be an int in \[0, 2\*\*64\), a numpy Generator"):
+            dirichlet_label_split(labels, 5, 0.5, seed=seed)
+
+
+def test_loaders_take_numpy_and_tensor_scalars_for_their_shifts_and_split():
+    reference = fedprox_synthetic(0.5, 0.5, n_clients=3, samples_per_client=20, seed=0)
+    same = fedprox_synthetic(np.float32(0.5), torch.tensor(0.5), n_clients=3, samples_per_client=20, seed=0,
+                             split=np.array([0.6, 0.2, 0.2]))
+    assert same.digest() == reference.digest()
+    for split, match in [(("0.6", "0.2", "0.2"), "a str"), ((True, 0, 0), "got True"), ((0.6, 0.4), "three numbers"),
+                         (0.6, "three numbers")]:
+        with pytest.raises(ValueError, match="`split` must be three numbers"):
+            fedprox_synthetic(0, 0, n_clients=3, split=split)
+        with pytest.raises(ValueError, match=match):
+            fedprox_synthetic(0, 0, n_clients=3, split=split)
+    with pytest.raises(ValueError, match="`model_shift` must be a non-negative finite number; got True"):
+        fedprox_synthetic(True, 0, n_clients=3)
 
 
 def test_dirichlet_smaller_concentration_more_skew():

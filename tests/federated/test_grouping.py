@@ -61,6 +61,41 @@ def test_class_gradients_are_each_clients_gradient_of_each_class_with_padding_le
     torch.testing.assert_close(small, count_sketch(grads, 7), rtol=1e-5, atol=1e-6)
 
 
+def _batch_norm_mlp(dim, n_classes):
+    """An MLP whose forward needs more than one sample (batch statistics, none kept)."""
+    return fl.FlatModel(lambda: nn.Sequential(nn.Linear(dim, 5), nn.BatchNorm1d(5, track_running_stats=False),
+                                              nn.Tanh(), nn.Linear(5, n_classes)), name="bn-mlp")
+
+
+def test_class_gradients_run_a_model_with_batch_statistics_and_take_the_classes_from_its_outputs():
+    g = torch.Generator().manual_seed(0)
+    model = _batch_norm_mlp(6, 5)  # 5 outputs, labels 0 .. 3 only: C is the model's
+    theta = model.init(1, g)[0]
+    # every (client, class) pair has 3 samples, so each pair's batch is its own samples alone and
+    # the batch statistics are those of the definition's batch
+    y = torch.tensor([[0, 1, 0, 1, 0, 1], [2, 0, 2, 0, 2, 0], [3, 3, 1, 1, 3, 1]])
+    x, w = torch.randn(3, 6, 6, generator=g), torch.ones(3, 6)
+    grads, counts = class_gradients(model, theta, x, y, w, sketch=10_000)
+    assert grads.shape == (3, 5, model.dim) and counts.shape == (3, 5)
+    torch.testing.assert_close(grads, _per_client_loop(model, theta, x, y, w, 5), rtol=1e-5, atol=1e-6)
+    assert torch.equal(counts[:, 4], torch.zeros(3)) and not grads[:, 4].any()
+    # no real sample at all: zero gradients and counts, one column per output
+    grads, counts = class_gradients(model, theta, x, y, torch.zeros(3, 6), sketch=10_000)
+    assert grads.shape == (3, 5, model.dim) and not grads.any() and not counts.any()
+
+
+def test_default_most_runs_a_model_with_batch_statistics_through_its_grouped_warm_up():
+    data = skewed_groups(sizes=(3, 3), per=30, dim=8, seed=0)
+    model = _batch_norm_mlp(8, 10)
+    method = F.MosT(2)  # the default warm-up reads each client's gradient per class in its last round
+    assert method.warmup is not None and method.warmup.groups is not None
+    config = fl.FederatedConfig(rounds=method.warmup.rounds + 2, batch_size=4, lr=0.1, eval_every=0, seed=0)
+    result = fl.run_federated(data, model, method, config)
+    assert [log.round for log in result.history] == list(range(config.rounds))
+    assert result.params.shape == (2, model.dim) and bool(result.params.isfinite().all())
+    assert 0.0 <= result.mean_accuracy <= 1.0
+
+
 def test_count_sketch_is_linear_keeps_short_vectors_and_inner_products_nearly():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(3, 20_000, generator=g, dtype=F64), torch.randn(20_000, generator=g, dtype=F64)

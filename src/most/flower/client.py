@@ -71,7 +71,7 @@ class ClientSpec:
             raise ValueError(f"`client` must be a non-negative int (the client's index); got {self.client!r}.")
         labels = [y for y in (self.data.y_train, self.data.y_val, self.data.y_test) if len(y)]
         if labels:  # the model's outputs cover the client's labels (the in-process runtime checks the same)
-            outputs = int(self.model.template_logits(self.data.x_train[:1]).shape[-1])
+            outputs = int(self.model.template_logits(self.data.x_train[:64]).shape[-1])  # a batch: a layer may need two
             top = max(int(y.max()) for y in labels)
             if top >= outputs:
                 raise ValueError(f"{CLIENT_DATA_ERROR} client {self.client} has the class label {top}, but the model "

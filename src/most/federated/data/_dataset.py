@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..._random import derive_seed
-from ..._validation import check_positive_int, check_seed
+from ..._validation import as_number, check_non_negative, check_positive, check_positive_int, check_seed
 
 __all__ = ["ClientData", "FederatedDataset", "dirichlet_label_split"]
 
@@ -82,6 +82,30 @@ def _as_labels(y, *, what: str) -> Tensor:
     elif t.dtype == torch.bool or t.is_complex():
         raise ValueError(f"{what} must hold integer class labels; got dtype {t.dtype}. " + _LABEL_FIX)
     return t.to(torch.int64)
+
+
+def _as_int(value) -> int | None:
+    """``value`` as an ``int`` when it is a whole number: a Python or NumPy integer, or an integer
+    0-d tensor or array (not a bool, which is a mask entry or a flag, not a position); else ``None``."""
+    if isinstance(value, (Tensor, np.ndarray)):
+        if value.ndim != 0:
+            return None
+        if isinstance(value, np.ndarray):
+            return int(value) if value.dtype.kind in "iu" else None
+        integral = not value.is_floating_point() and not value.is_complex() and value.dtype != torch.bool
+        return int(value) if integral else None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    return None
+
+
+def _is_bool(value) -> bool:
+    """Whether ``value`` is a Python or NumPy bool, or a boolean 0-d tensor or array."""
+    if isinstance(value, Tensor):
+        return value.ndim == 0 and value.dtype == torch.bool
+    if isinstance(value, np.ndarray):
+        return value.ndim == 0 and value.dtype.kind == "b"
+    return isinstance(value, (bool, np.bool_))
 
 
 def _split_size(split: str) -> property:
@@ -190,12 +214,15 @@ class FederatedDataset:
         for k, c in enumerate(clients):
             if not isinstance(c, ClientData):
                 raise ValueError(f"{self.name!r}: client {k} must be a ClientData; got {type(c).__name__}.")
-        n_classes = int(self.n_classes) if isinstance(self.n_classes, np.integer) else self.n_classes
-        check_positive_int(n_classes, name="n_classes")
+        n_classes = check_positive_int(self.n_classes, name="n_classes")
         try:
-            shape = tuple(int(s) for s in self.input_shape)
-        except TypeError:
-            raise ValueError(f"`input_shape` must be a tuple of ints; got {self.input_shape!r}.") from None
+            dims = [_as_int(s) for s in self.input_shape]
+        except TypeError:  # not iterable
+            dims = [None]
+        shape = tuple(d for d in dims if d is not None and d >= 0)
+        if len(shape) != len(dims):
+            raise ValueError(f"`input_shape` must be a tuple of non-negative ints (the shape of one sample, e.g. "
+                             f"(60,) or (1, 28, 28)); got {self.input_shape!r}.")
         ids = tuple(self.client_ids)
         if not all(isinstance(i, str) for i in ids):
             raise ValueError(f"{self.name!r}: `client_ids` must be strings; got {ids[:5]!r}...")
@@ -333,14 +360,27 @@ class FederatedDataset:
             )
         return "\n".join(lines)
 
-    def subset(self, indices: Sequence[int]) -> "FederatedDataset":
-        """The data set with only the clients at positions ``indices`` (in that order)."""
-        idx = [int(i) for i in (indices.tolist() if isinstance(indices, (Tensor, np.ndarray)) else indices)]
-        if not idx:
-            raise ValueError("`indices` must select at least one client.")
-        for i in idx:
-            if not 0 <= i < self.n_clients:
-                raise ValueError(f"client index {i} is out of range for {self.n_clients} clients.")
+    def subset(self, indices: Sequence[int] | Sequence[bool] | np.ndarray | Tensor) -> "FederatedDataset":
+        """The data set with only the clients that ``indices`` selects, either
+
+        * client positions ``0 .. n_clients - 1``, in the order given (a sequence of ints, or an
+          integer NumPy array or tensor), each at most once; or
+        * a boolean mask with one entry per client (a sequence of bools, or a boolean NumPy array
+          or tensor), keeping the clients where it is ``True`` in their order, as NumPy and torch
+          index with a mask.
+
+        Anything else is refused with a ``ValueError``: a float (``1.7`` is no position), bools
+        mixed with ints, a mask of the wrong length, a position out of range or repeated.
+
+        >>> import torch
+        >>> def client():
+        ...     return ClientData(torch.zeros(2, 1), torch.zeros(2), torch.zeros(1, 1), torch.zeros(1),
+        ...                       torch.zeros(1, 1), torch.zeros(1))
+        >>> data = FederatedDataset.from_clients([client(), client(), client()], name="toy", n_classes=2)
+        >>> data.subset([2, 0]).client_ids, data.subset([False, True, True]).client_ids
+        (('client_2', 'client_0'), ('client_1', 'client_2'))
+        """
+        idx = self._positions(indices)
         if len(set(idx)) != len(idx):
             raise ValueError(f"`indices` must not repeat a client; got {idx}.")
         return FederatedDataset(
@@ -351,6 +391,46 @@ class FederatedDataset:
             client_ids=tuple(self.client_ids[i] for i in idx),
             groups=None if self.groups is None else tuple(self.groups[i] for i in idx),
         )
+
+    def _positions(self, indices) -> list[int]:
+        """The client positions that ``indices`` (positions or a boolean mask) selects, checked."""
+        n = self.n_clients
+        if isinstance(indices, (Tensor, np.ndarray)) and indices.ndim != 1:
+            raise ValueError(f"`indices` must be a 1-D sequence of client positions or a boolean mask of {n} entries; "
+                             f"got {'a tensor' if isinstance(indices, Tensor) else 'an array'} of shape "
+                             f"{tuple(indices.shape)}.")
+        if isinstance(indices, (str, bytes)) or not hasattr(indices, "__iter__"):
+            one = f" For one client, pass a list: [{indices!r}]." if _as_int(indices) is not None else ""
+            raise ValueError(f"`indices` must be a sequence of client positions (e.g. [0, 2]) or a boolean mask of {n} "
+                             f"entries; got {indices!r}.{one}")
+        values = indices.tolist() if isinstance(indices, (Tensor, np.ndarray)) else list(indices)
+        if not values:
+            raise ValueError("`indices` must select at least one client; got an empty sequence.")
+        flags = [_is_bool(v) for v in values]
+        if all(flags):  # a boolean mask
+            if len(values) != n:
+                raise ValueError(f"`indices` is a boolean mask of {len(values)} entries, but the data set has {n} "
+                                 "clients; a mask needs one entry per client.")
+            idx = [k for k, keep in enumerate(values) if bool(keep)]
+            if not idx:
+                raise ValueError(f"`indices` is a boolean mask that selects none of the {n} clients; set at least "
+                                 "one entry to True.")
+            return idx
+        if any(flags):
+            bad = values[flags.index(True)]
+            raise ValueError(f"`indices` mixes booleans (e.g. {bad!r}) with client positions; give either positions "
+                             f"(ints) or a boolean mask of {n} entries, not both.")
+        idx = []
+        for v in values:
+            i = _as_int(v)
+            if i is None:
+                raise ValueError(f"`indices` must hold whole client positions 0 .. {n - 1} (or be a boolean mask); "
+                                 f"got {v!r} ({type(v).__name__}). Convert the positions to ints first, e.g. "
+                                 "`np.asarray(indices).astype(int)` if they are whole numbers stored as floats.")
+            if not 0 <= i < n:
+                raise ValueError(f"client index {i} is out of range for {n} clients (positions 0 .. {n - 1}).")
+            idx.append(i)
+        return idx
 
     def digest(self) -> str:
         """A short hex digest of the data: the clients' ids, every split's features and labels
@@ -391,18 +471,28 @@ def check_groups(groups, n_clients: int | None, name: str) -> tuple[int, ...]:
         raise ValueError(f"{name!r}: `groups` is empty: give one group index per client (e.g. dataset.groups).")
     if n_clients is not None and len(out) != n_clients:
         raise ValueError(f"{name!r}: `groups` has {len(out)} entries for {n_clients} clients; give one per client.")
+    checked = []
     for g in out:
-        if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or g < 0:
+        k = _as_int(g)
+        if k is None or k < 0:
             raise ValueError(f"{name!r}: `groups` must hold non-negative whole numbers (group indices); got {g!r}.")
-    return tuple(int(g) for g in out)
+        checked.append(k)
+    return tuple(checked)
 
 
 def check_split(split: Sequence[float]) -> tuple[float, float, float]:
-    try:
-        f = tuple(float(s) for s in split)
-    except (TypeError, ValueError):
-        raise ValueError(f"`split` must be three numbers (train, val, test); got {split!r}.") from None
-    if len(f) != 3 or not all(math.isfinite(s) and s >= 0 for s in f) or f[0] <= 0:
+    """``split`` as three floats (train, val, test): positive fractions summing to 1 (each client
+    needs samples of all three). Python and NumPy reals and 0-d real tensors are accepted (so is a
+    NumPy array or tensor of three); strings and bools are refused with a ``ValueError``."""
+    kind = "three numbers (train, val, test)"
+    if isinstance(split, (str, bytes)) or not hasattr(split, "__iter__"):
+        raise ValueError(f"`split` must be {kind}; got {split!r}.")
+    values = split.tolist() if isinstance(split, (Tensor, np.ndarray)) else list(split)
+    if not isinstance(values, list) or len(values) != 3:
+        raise ValueError(f"`split` must be {kind}; got {split!r}.")
+    train, val, test = (float(as_number(s, name="split", kind=kind)) for s in values)
+    f = (train, val, test)
+    if not all(math.isfinite(s) and s >= 0 for s in f) or f[0] <= 0:
         raise ValueError(
             f"`split` must be three non-negative fractions (train, val, test) with train > 0; got {split!r}."
         )
@@ -411,7 +501,7 @@ def check_split(split: Sequence[float]) -> tuple[float, float, float]:
     empty = [name for name, frac in zip(("validation", "test"), f[1:]) if frac == 0]
     if empty:
         raise ValueError(
-            f"`split` = {tuple(split)} gives no client {' or '.join(empty)} samples, but each client's model is "
+            f"`split` = {tuple(values)} gives no client {' or '.join(empty)} samples, but each client's model is "
             "chosen on its validation samples and scored on its test samples; give both a positive fraction, "
             "e.g. split = (0.6, 0.2, 0.2)."
         )
@@ -470,17 +560,18 @@ def numpy_rng(seed) -> np.random.Generator:
         return seed
     if isinstance(seed, torch.Generator):
         return np.random.default_rng(derive_seed(seed))
-    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
-        raise ValueError(f"`seed` must be an int in [0, 2**64), a numpy Generator or a torch.Generator; got {seed!r}.")
-    return np.random.default_rng(check_seed(seed))  # the seeds the rest of the library takes
+    try:
+        return np.random.default_rng(check_seed(seed))  # the seeds the rest of the library takes
+    except ValueError:
+        raise ValueError(f"`seed` must be an int in [0, 2**64), a numpy Generator or a torch.Generator; "
+                         f"got {seed!r}.") from None
 
 
 def check_fraction_number(value, *, name: str, positive: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"`{name}` must be a finite number; got {value!r}.")
-    if value < 0 or (positive and value == 0):
-        raise ValueError(f"`{name}` must be {'positive' if positive else 'non-negative'}; got {value!r}.")
-    return float(value)
+    """``value`` as a float: a finite number ``> 0`` (``>= 0`` with ``positive=False``). Python
+    and NumPy reals and 0-d real tensors are accepted (``np.float32(0.5)``, ``torch.tensor(0.5)``),
+    as everywhere in the library; bools, strings, NaN and inf are refused with a ``ValueError``."""
+    return check_positive(value, name=name) if positive else check_non_negative(value, name=name)
 
 
 # ---------------------------------------------------------------------- Dirichlet split

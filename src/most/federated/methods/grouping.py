@@ -59,9 +59,14 @@ def class_gradients(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor, w: Te
     ``k = min(d, sketch)``; a class a client lacks has a zero gradient and count 0. Every
     (client, class) pair is one copy of the model in a batched pass over that pair's samples
     alone (as local training trains pairs), so one reverse pass gives every pair's own gradient
-    and each sample is read once."""
+    and each sample is read once.
+
+    The number of classes ``C`` is the model's number of outputs, read from one forward pass on
+    up to ``N`` of the real samples (the first client's row, padding included, when there are
+    none): a batch at least as large as any pair's in the gradient pass, so that a model whose
+    forward needs more than one sample (batch statistics) runs on it wherever that pass does."""
     n, N = y.shape
-    n_classes = model.batched_logits(theta.detach()[None], x[:1, :1]).shape[-1]
+    n_classes = _n_outputs(model, theta, x, w)
     onehot = torch.nn.functional.one_hot(y.long(), n_classes).to(w.dtype)
     counts = (onehot * w[..., None]).sum(1)  # [n, C]
     pairs = (counts > 0).nonzero()  # [P, 2]: (client, class), by client then class
@@ -98,6 +103,17 @@ def class_gradients(model: FlatModel, theta: Tensor, x: Tensor, y: Tensor, w: Te
             (g,) = torch.autograd.grad(loss, leaf)
             grads[rows, cls] = count_sketch(g.detach(), k)
     return grads, counts
+
+
+def _n_outputs(model: FlatModel, theta: Tensor, x: Tensor, w: Tensor) -> int:
+    """The model's number of outputs (its logits' last size) at ``theta [d]`` on up to ``N`` of
+    the real samples of ``x [n, N, ...]`` (``w [n, N]`` > 0), or on the first client's row when
+    none is real."""
+    n, N = w.shape
+    real = (w > 0).reshape(-1).nonzero().squeeze(1)[:N]
+    probe = x.reshape(n * N, *x.shape[2:])[real][None] if len(real) else x[:1]
+    with torch.no_grad():
+        return int(model.batched_logits(theta.detach()[None], probe).shape[-1])
 
 
 def class_similarity(grads: Tensor, counts: Tensor, *, support: bool = False):
