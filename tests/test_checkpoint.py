@@ -186,6 +186,36 @@ def test_federated_resume_with_other_settings_is_refused(tmp_path):
                          fl.FederatedConfig(rounds=4, seed=0, lr=0.01), checkpoint=ckpt)
 
 
+
+def test_federated_resume_on_other_data_or_layers_is_refused_and_an_earlier_checkpoint_resumes(tmp_path):
+    from torch import nn
+
+    data, other = (fl.fedprox_synthetic(0.5, 0.5, n_clients=6, samples_per_client=30, seed=s) for s in (0, 1))
+    relu, tanh = (fl.FlatModel(lambda a=a: nn.Sequential(nn.Linear(60, 4), a(), nn.Linear(4, 10)), name="mlp")
+                  for a in (nn.ReLU, nn.Tanh))
+    method, config = fl.methods.FedAvg(n_models=2), fl.FederatedConfig(rounds=4, seed=0)
+    whole = fl.run_federated(data, relu, method, config)
+    path = tmp_path / "c"
+
+    def stop(log, params):
+        if log.round == 1:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        fl.run_federated(data, relu, method, config, checkpoint=Checkpoint(path, every=1), callback=stop)
+    # the same client ids and sizes, other samples; the same parameter count, other layers
+    with pytest.raises(CheckpointMismatchError, match=rf"data \('{data.digest()}' in the checkpoint, "
+                                                      rf"'{other.digest()}' now\)"):
+        fl.run_federated(other, relu, method, config, checkpoint=Checkpoint(path, every=1))
+    with pytest.raises(CheckpointMismatchError, match=r"architecture\.1 \('ReLU\(\)' in the checkpoint, 'Tanh\(\)' now\)"):
+        fl.run_federated(data, tanh, method, config, checkpoint=Checkpoint(path, every=1))
+    # a checkpoint of a version that kept neither resumes to the uninterrupted result
+    payload = torch.load(path, weights_only=True)
+    del payload["settings"]["data"], payload["settings"]["architecture"]
+    torch.save(payload, path)
+    assert torch.equal(fl.run_federated(data, relu, method, config, checkpoint=Checkpoint(path, every=1)).params,
+                       whole.params)
+
 _FED = {
     "name": "fed",
     "seeds": [0, 1],

@@ -6,6 +6,7 @@ with generated inputs."""
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -669,3 +670,21 @@ def test_problems_and_baselines_refuse_bad_values_where_they_are_given():
         most.WeightedMGDA(n_models=2, concentration=0)
     with pytest.raises(ValueError, match="max_iter"):
         most.MGDA(n_models=2, max_iter=-5)
+
+
+@pytest.mark.parametrize("bad", ["print", [], 42])
+def test_a_callback_that_cannot_be_called_is_refused_before_the_first_round(bad):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method = most.MosT(n_models=2, rounds=3, lr=0.1)
+    data = most.federated.fedprox_synthetic(0, 0, n_clients=4, samples_per_client=20, seed=0)
+    model, fed = most.federated.logistic_regression(60, 10), most.federated.methods.FedAvg(1)
+    config = most.federated.FederatedConfig(rounds=1)
+    calls = [(lambda: method.fit(problem, callback=bad), r"`callback` must be a function called as "
+                                                        r"callback\(record, params\)"),
+             (lambda: most.fit_batch(problem, [method, method], callbacks=[None, bad]), r"`callbacks\[1\]`"),
+             (lambda: most.federated.run_federated(data, model, fed, config, callback=bad), r"callback\(log, params\)"),
+             (lambda: most.federated.run_batch(data, model, [(fed, config)], callback=bad),
+              r"callback\(r, log, params\)")]
+    for call, message in calls:
+        with pytest.raises(TypeError, match=message + f".*; got {re.escape(repr(bad))} \\({type(bad).__name__}\\)"):
+            call()

@@ -223,6 +223,19 @@ def check_bool(value, *, name: str) -> bool:
     return bool(value)
 
 
+def check_callback(value, *, name: str = "callback", signature: str = "callback(record, params)") -> None:
+    """Refuses a ``callback`` that is neither ``None`` nor callable, before the first round (it
+    is first called after that round, where Python's own error would come with the round lost)."""
+    if value is not None and not callable(value):
+        raise TypeError(f"`{name}` must be a function called as {signature} after every round, or None; got "
+                        f"{_short(value)} ({type(value).__name__}).")
+
+
+def _short(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 def public_path(cls: type) -> str:
     """The shortest dotted path below the top package under which ``cls`` is importable
     (``most.methods.Assignment`` for a class defined in ``most.methods.assignments``), for

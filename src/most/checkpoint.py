@@ -66,6 +66,9 @@ __all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointError", "CheckpointMi
 _CODE = (types.FunctionType, types.BuiltinFunctionType, types.MethodType, types.ModuleType, functools.partial, type)
 _KIND = "__checkpoint_kind__"  # tags the values that are not plain data
 _FORMAT = 2  # 1 was the pickle of versions before 0.2
+#: settings that checkpoints of earlier versions do not hold: the method's own settings, and a
+#: federated run's data digest and architecture; compared only where both sides have them
+_LATER_KEYS = ("method", "data", "architecture")
 
 
 class CheckpointError(ValueError):
@@ -422,10 +425,11 @@ class Checkpoint:
             diffs += _differences(payload["fingerprint"], self.fingerprint)
         if settings is not None:
             old, new = payload["settings"], fingerprint(settings)
-            if isinstance(old, dict) and ("method" not in old or "method" not in new):
-                # a checkpoint written before the method's settings were kept, or a run of the loop
-                # alone (most.solver.run): compared on the loop's settings
-                old, new = {k: v for k, v in old.items() if k != "method"}, {k: v for k, v in new.items() if k != "method"}
+            for key in _LATER_KEYS:
+                if isinstance(old, dict) and (key not in old or key not in new):
+                    # a checkpoint written before the key was kept, or a run of the loop alone
+                    # (most.solver.run, no method): compared on the settings both hold
+                    old, new = {k: v for k, v in old.items() if k != key}, {k: v for k, v in new.items() if k != key}
             found = differing_paths(old, new)
             # the method's settings repeat the loop's (rounds, lr, a combiner's eps): each difference
             # is named once, by the loop's setting where it has one

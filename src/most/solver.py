@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 
 from ._random import seeded
 from ._threads import threads_for
-from ._validation import check_bool, check_component, check_positive, check_positive_int, check_seed
+from ._validation import check_bool, check_callback, check_component, check_positive, check_positive_int, check_seed
 from .checkpoint import Checkpoint, check_checkpoints, holding
 from .engine import Job, Result, RoundRecord, drive_batch, run
 from .methods import (
@@ -123,6 +123,8 @@ def fit_batch(problem: Problem, methods: Sequence["Method"], *, progress: bool =
                              f"methods, got {len(given) if isinstance(given, Sequence) else type(given).__name__}.")
     callbacks = [None] * len(methods) if callbacks is None else list(callbacks)
     checkpoints = [None] * len(methods) if checkpoints is None else list(checkpoints)
+    for k, callback in enumerate(callbacks):
+        check_callback(callback, name=f"callbacks[{k}]")
     check_checkpoints(checkpoints)
     failures: dict[int, Exception] = {}
     work = sum(method.n_models for method in methods) * problem.n_objectives * problem.dim

@@ -245,6 +245,31 @@ def test_fine_tuning_descends_each_clients_own_loss_from_its_picked_model(data):
         F.FineTuning(1, epochs=0)
 
 
+
+def test_the_loss_pick_of_a_method_that_assigns_models_is_its_assignment():
+    """A client of CFL, local training or fine-tuning is scored on the model its method gives
+    it under either pick: the lowest pooled loss of another client's model (or of a model no
+    cluster trained) is not a pick such a method makes. A method whose clients pick (MosT)
+    keeps the loss pick."""
+    g = torch.Generator().manual_seed(0)
+    centres, clients = torch.randn(3, 8, generator=g) * 3, []
+    for i in range(6):  # three tasks, two clients each: another client's model may fit a client better
+        k = i % 3
+        x = torch.randn(30, 8, generator=g) + centres[k]
+        y = (x[:, k] > centres[k, k]).long()
+        clients.append(fl.ClientData(x[:18], y[:18], x[18:24], y[18:24], x[24:], y[24:]))
+    data = fl.FederatedDataset.from_clients(clients, name="tasks", n_classes=2)
+    model, config = fl.logistic_regression(8, 2), fl.FederatedConfig(rounds=3, seed=0)
+    differs = []  # whether the lowest pooled loss would have given another model
+    for method in (F.LocalOnly(), F.FineTuning(2, epochs=1), F.CFL(3), F.FedEM(2)):
+        result = fl.run_federated(data, model, method, config)
+        assert result.assigned and torch.equal(result.loss_choice, result.choice), type(method).__name__
+        differs.append(not torch.equal(fl.evaluation.select_by_loss(result.selection_loss), result.choice))
+    assert any(differs)
+    most_ = fl.run_federated(data, model, F.MosT(2, warmup=None), config)
+    assert not most_.assigned
+    assert torch.equal(most_.loss_choice, fl.evaluation.select_by_loss(most_.selection_loss))
+
 def test_fixed_assignments_give_each_client_whole_to_one_model():
     gen = torch.Generator()
     for assignment, n, m, expect in ((GroupAssignment([1, 0, 1]), 3, 2, [1, 0, 1]),

@@ -122,6 +122,21 @@ def test_a_run_that_diverges_is_returned_as_its_error_and_the_others_go_on(uneve
         fl.run_batch(uneven, model, runs(), errors="ignore")
 
 
+
+@pytest.mark.parametrize("method", [F.FedAvg(2, server_lr=1e30), F.FedEM(2, server_lr=1e30)], ids=["FedAvg", "FedEM"])
+def test_a_run_that_diverges_in_its_last_round_is_named_so_and_the_others_keep_their_results(uneven, method):
+    """The last round's models are checked by the final evaluation, not by a plan: its error
+    still says that training diverged, and under errors="return" it is that run's entry alone."""
+    model, config = fl.logistic_regression(60, 10), fl.FederatedConfig(rounds=1, seed=0)
+    healthy = (F.FedAvg(2), config)
+    bad = (method, fl.FederatedConfig(rounds=1, seed=0, lr=1e30))
+    with pytest.raises(ValueError, match=r"^After the last round \(1\), the training loss of client \S+ on model \d "
+                                         r"is (nan|inf): training diverged"):
+        fl.run_federated(uneven, model, *bad)
+    results = fl.run_batch(uneven, model, [healthy, bad], errors="return")
+    assert isinstance(results[1], ValueError) and "training diverged" in str(results[1])
+    assert _same(results[0], fl.run_federated(uneven, model, *healthy))
+
 def test_a_stopped_batch_continues_each_run_from_its_own_checkpoint(uneven, tmp_path):
     model = fl.logistic_regression(60, 10)
     runs = lambda: [(F.MosT(3, server_lr=eta, warmup=F.WarmUp(2)), fl.FederatedConfig(rounds=6, seed=s)) for s in (0, 1) for eta in (1., 3.)]

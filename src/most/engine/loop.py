@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from .._random import seeded
 from .._threads import threads_for
-from .._validation import check_component, check_positive, check_positive_int, check_seed
+from .._validation import check_callback, check_component, check_positive, check_positive_int, check_seed
 from ..checkpoint import Checkpoint, CheckpointError, check_checkpoints, fingerprint, holding, restore_into
 from ..methods import Assignment, Combiner, Weighting
 from ..optim import SGD, UpdateRule
@@ -282,6 +282,7 @@ def run(
     check_positive_int(inner_steps, name="inner_steps")
     check_positive(lr, name="lr")
     seed = check_seed(seed)
+    check_callback(callback)
     check_checkpoints([checkpoint])  # fit_batch checks and holds its own list before its jobs start
     # the checkpoint is held for the run; one torch thread for small problems, torch's count for large ones (most.set_threads)
     with holding([checkpoint]), threads_for(n_models * problem.n_objectives * problem.dim):

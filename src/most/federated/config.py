@@ -131,7 +131,10 @@ class FederatedResult:
     out of :attr:`mean_accuracy`, and :attr:`n_tested` counts the clients that are not.
     ``selection_loss [n, m]`` is each final model's mean loss on the client's training and
     validation samples pooled (:func:`~most.federated.evaluation.pooled_loss`; ``None`` when
-    the engine did not measure it); :attr:`loss_choice` picks by it.
+    the engine did not measure it); :attr:`loss_choice` picks by it. ``assigned`` is ``True``
+    when ``choice`` is the model the method gives each client (a cluster, a group, its own
+    model, its mixture: CFL, the oracle, local training, fine-tuning, FedEM) rather than a pick
+    on validation; :attr:`loss_choice` is then ``choice`` too.
 
     A method whose clients predict with a mixture of the models (:class:`~most.federated.methods.FedEM`)
     has ``mixture [n, m]``, each client's weights of the models; its ``val_accuracy``,
@@ -149,6 +152,7 @@ class FederatedResult:
     test_weight: Tensor = field(repr=False)
     selection_loss: Tensor | None = field(default=None, repr=False)
     mixture: Tensor | None = field(default=None, repr=False)
+    assigned: bool = field(default=False, repr=False)
 
     def __repr__(self) -> str:
         """One line: the sizes and the mean test accuracy (the tensors are attributes)."""
@@ -164,7 +168,10 @@ class FederatedResult:
 
     @property
     def loss_choice(self) -> Tensor:
-        """``[n]`` each client's model with the lowest loss on its training and validation data."""
+        """``[n]`` each client's model with the lowest loss on its training and validation data;
+        :attr:`choice` where the method assigns each client its model (``assigned``)."""
+        if self.assigned:
+            return self.choice
         if self.selection_loss is None:
             raise ValueError("This result has no `selection_loss` (its engine did not measure the final models' "
                              "training loss); pick with `choice` (validation accuracy) instead.")

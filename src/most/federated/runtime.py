@@ -33,6 +33,7 @@ from torch.nn.functional import cross_entropy
 
 from .._host import HOST_SOLVE_MAX, to_device, to_host
 from .._threads import threads_for
+from .._validation import check_callback
 from ..checkpoint import Checkpoint, check_checkpoints, holding
 from .data import FederatedDataset
 from .evaluation import pooled_loss
@@ -61,6 +62,7 @@ def run_federated(dataset: FederatedDataset, model: FlatModel, method, config: F
 
     It is :func:`run_batch` with one run.
     """
+    check_callback(callback, signature="callback(log, params)")
     on_round = None if callback is None else (lambda r, log, params: callback(log, params))
     result = run_batch(dataset, model, [(method, config)], progress=progress, callback=on_round,
                        description=description or type(method).__name__, checkpoints=[checkpoint])[0]
@@ -104,6 +106,7 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
         raise ValueError(f"`errors` must be 'raise' (a failed run stops the batch) or 'return' (its error is "
                          f"returned in its place); got {errors!r}.")
     runs = _check_batch_runs(runs)
+    check_callback(callback, signature="callback(r, log, params)")
     checkpoints = [None] * len(runs) if checkpoints is None else list(checkpoints)
     if len(checkpoints) != len(runs):
         raise ValueError(f"`checkpoints` must give one Checkpoint (or None) per run: {len(checkpoints)} for "
@@ -150,8 +153,18 @@ def run_batch(dataset: FederatedDataset, model: FlatModel, runs, *, progress: bo
                 if ck is not None and ck.due(t, config.rounds):
                     ck.save(servers[r].state(t + 1), servers[r].generator,
                             settings=_settings(servers[r], dataset, runs[r][1]))
-        return [failed[r] if r in failed else _final(server, dataset, model, train, val, test)
-                for r, server in enumerate(servers)]
+        out: list[FederatedResult | Exception] = []
+        for r, server in enumerate(servers):
+            if r in failed:
+                out.append(failed[r])
+                continue
+            try:
+                out.append(_final_checked(server, dataset, model, train, val, test))
+            except ValueError as exc:  # the last round diverged
+                if errors == "raise":
+                    raise
+                out.append(exc)
+        return out
 
 
 def batch_groups(runs) -> list[list[int]]:
@@ -205,8 +218,12 @@ def _postfix(logs: list[RoundLog]) -> dict:
 
 
 def _settings(server: Server, dataset: FederatedDataset, config: FederatedConfig) -> dict:
+    # the data by digest and the architecture by its layers: a checkpoint of other samples or
+    # other layers of the same sizes is refused, not continued on what it was not trained on
     return dict(n=server.n, m=server.m, dim=int(server.params.shape[1]), config=replace(config, device=None),
-                method=server.method, model=server.model, clients=list(dataset.client_ids))
+                method=server.method, model=server.model, clients=list(dataset.client_ids), data=dataset.digest(),
+                architecture={name or "(module)": f"{type(module).__name__}({module.extra_repr()})"
+                              for name, module in server.model._template.named_modules()})
 
 
 def _resume(server: Server, dataset, config, checkpoint: Checkpoint | None) -> int:
@@ -404,6 +421,23 @@ def _per_pair(values: list[float], counts: list[int]) -> float | Tensor:
     return torch.tensor(values, dtype=torch.get_default_dtype()).repeat_interleave(torch.tensor(counts))
 
 
+def _final_checked(server: Server, dataset: FederatedDataset, model: FlatModel, train: Padded, val: Padded,
+                   test: Padded) -> FederatedResult:
+    """:func:`_final`; where it fails because the last round's models have a loss that is NaN or
+    inf (the rounds before check theirs when they plan), the error says that training diverged."""
+    try:
+        return _final(server, dataset, model, train, val, test)
+    except ValueError:
+        loss, _, _ = evaluate_unchecked(model, server.params, train, None, accuracy=False)
+        bad = ~torch.isfinite(loss) & (train.counts > 0).to(loss.device)[:, None]
+        if not bad.any():
+            raise
+        i, j = (int(v) for v in bad.nonzero()[0])
+        raise ValueError(f"After the last round ({server.config.rounds}), the training loss of client "
+                         f"{dataset.client_ids[i]} on model {j} is {float(loss[i, j])}: training diverged. Try a "
+                         "smaller local `lr`, or a smaller server step.") from None
+
+
 def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: Padded, val: Padded,
            test: Padded) -> FederatedResult:
     """The final evaluation: each client's model chosen on validation (or by training loss), or
@@ -417,6 +451,7 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
     val_acc, selection = selection_scores(model, params, train, val)
     test_loss, test_acc, probs = evaluate(model, params, test, return_probs=True)
     choice, by_loss = server.choose(val_acc, selection)
+    assigned = server.assigned() is not None
     if by_loss.any():
         ids = [dataset.client_ids[i] for i in by_loss.nonzero().squeeze(1).tolist()]
         warnings.warn(f"{dataset.name}: {len(ids)} of {server.n} clients have no validation samples; their model was "
@@ -424,7 +459,8 @@ def _final(server: Server, dataset: FederatedDataset, model: FlatModel, train: P
                       + (f" and {len(ids) - 10} more." if len(ids) > 10 else "."), UserWarning, stacklevel=3)
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
                            test_loss=test_loss.cpu(), choice=choice.cpu(), history=server.history,
-                           test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection)
+                           test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection,
+                           assigned=assigned)
 
 
 def _final_mixture(server: Server, model: FlatModel, train: Padded, val: Padded, test: Padded) -> FederatedResult:
@@ -445,7 +481,7 @@ def _final_mixture(server: Server, model: FlatModel, train: Padded, val: Padded,
     return FederatedResult(params=params.cpu(), val_accuracy=val_acc.cpu(), test_accuracy=test_acc.cpu(),
                            test_loss=test_loss.cpu(), choice=torch.zeros(n, dtype=torch.long), history=server.history,
                            test_probs=probs.cpu(), test_weight=test.w.cpu(), selection_loss=selection,
-                           mixture=pi.cpu())
+                           mixture=pi.cpu(), assigned=True)
 
 
 def _fine_tune(server: Server, model: FlatModel, train: Padded, val: Padded) -> Tensor:
