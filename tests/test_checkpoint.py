@@ -638,3 +638,29 @@ def test_a_lock_file_left_by_a_killed_run_does_not_block_the_next(tmp_path):
     problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
     most.MosT(n_models=2, rounds=4, lr=0.1).fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+
+
+def test_a_file_system_without_locks_runs_with_a_warning_and_busy_files_are_still_refused(tmp_path, monkeypatch):
+    import errno
+
+    import most._locks as locks
+
+    def unsupported(fd):  # what flock answers on a mount that keeps no locks
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(locks, "_take", unsupported)
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    method = most.MosT(n_models=2, rounds=4, lr=0.1)
+    with pytest.warns(UserWarning, match="keeps no file locks"):
+        result = method.fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt"))
+    assert torch.equal(result.params, method.fit(problem).params)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+
+    def busy(fd):
+        raise BlockingIOError(errno.EWOULDBLOCK, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(locks, "_take", busy)
+    from most.checkpoint import CheckpointBusyError
+
+    with pytest.raises(CheckpointBusyError):
+        method.fit(problem, checkpoint=Checkpoint(tmp_path / "other.ckpt"))

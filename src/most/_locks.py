@@ -4,9 +4,37 @@ ends, so a run killed with ``kill -9`` leaves nothing that blocks the next one."
 
 from __future__ import annotations
 
+import errno
 import os
 
 __all__ = ["lock", "unlock", "holder_line"]
+
+#: what a lock held by another open file answers (flock: EWOULDBLOCK; msvcrt: EACCES or EDEADLOCK);
+#: any other error means the file system keeps no such locks (some network and FUSE mounts)
+_BUSY = {errno.EAGAIN, errno.EWOULDBLOCK, errno.EACCES, getattr(errno, "EDEADLK", errno.EAGAIN),
+         getattr(errno, "EDEADLOCK", errno.EAGAIN)}
+
+
+def lock(fd: int) -> bool:
+    """Takes the exclusive lock on ``fd``: ``True``; ``False`` where the file system keeps no
+    such locks (two writers cannot be kept apart there); ``OSError`` when another open file
+    holds it."""
+    try:
+        _take(fd)
+    except OSError as exc:
+        if exc.errno in _BUSY:
+            raise
+        return False
+    return True
+
+
+def unlock(fd: int) -> None:
+    """Lets the lock on ``fd`` go (closing ``fd`` would too: an error here, on a file system that
+    keeps no locks, changes nothing)."""
+    try:
+        _give(fd)
+    except OSError:
+        pass
 
 
 def holder_line() -> str:
@@ -21,20 +49,18 @@ def holder_line() -> str:
 try:
     import fcntl
 
-    def lock(fd: int) -> None:
-        """Takes the exclusive lock on ``fd``; ``OSError`` when another open file holds it."""
+    def _take(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
-    def unlock(fd: int) -> None:
+    def _give(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
 except ImportError:  # Windows
     import msvcrt
 
-    def lock(fd: int) -> None:
-        """Takes the exclusive lock on ``fd``; ``OSError`` when another open file holds it."""
+    def _take(fd: int) -> None:
         # typeshed declares msvcrt's functions for win32 only, and mypy checks for this (POSIX) platform
         msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
 
-    def unlock(fd: int) -> None:
+    def _give(fd: int) -> None:
         os.lseek(fd, 0, os.SEEK_SET)
-        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # as in lock
+        msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # as in _take

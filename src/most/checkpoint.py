@@ -52,6 +52,7 @@ import os
 import pickle
 import secrets
 import types
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -518,13 +519,20 @@ def _lock_path(checkpoint: Checkpoint) -> Path:
     return real.parent / f".{real.name}.lock"
 
 
-def _claim(checkpoint: Checkpoint) -> tuple[Path, int]:
-    """Takes ``checkpoint``'s lock: ``(lock file, its descriptor)``, or :class:`CheckpointBusyError`."""
+def _claim(checkpoint: Checkpoint) -> tuple[Path, int] | None:
+    """Takes ``checkpoint``'s lock: ``(lock file, its descriptor)``; :class:`CheckpointBusyError`
+    when another run holds it; ``None``, with a warning, where the file system keeps no locks."""
     path = _lock_path(checkpoint)
     for _ in range(100):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
-            lock(fd)
+            if not lock(fd):
+                os.close(fd)
+                path.unlink(missing_ok=True)
+                warnings.warn(f"The file system of {checkpoint.path} keeps no file locks, so a second run given the "
+                              "same checkpoint is not refused there; give each run its own file.", UserWarning,
+                              stacklevel=4)
+                return None
         except OSError:
             holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "a run that has not said which"
             os.close(fd)
@@ -564,7 +572,7 @@ def holding(checkpoints: list):
     comes second)."""
     with contextlib.ExitStack() as stack:
         for checkpoint in checkpoints:
-            if checkpoint is not None:
-                path, fd = _claim(checkpoint)
-                stack.callback(_release, path, fd)
+            claimed = None if checkpoint is None else _claim(checkpoint)
+            if claimed is not None:
+                stack.callback(_release, *claimed)
         yield
