@@ -6,7 +6,8 @@
   worst to best against the objective's rank, mean over seeds at each rank with a ± std band;
   log scale where the values span decades (:func:`most.plots.profile`);
 * ``worst_k`` -- worst-20 .. 80 % client accuracy (%) per group, mean ± std over seeds (federated);
-* ``assignment_GROUP`` -- the final plan Gamma of the group's first seed (or ``seed``), objectives grouped by model;
+* ``assignment_GROUP`` -- the final plan Gamma of the group's first seed (its first in the file's
+  ``seeds``, or ``seed``), objectives grouped by model;
 * ``assignment_stack_GROUP`` -- objectives per largest-share model over the rounds, only where
   those counts change (a constant split says nothing);
 * ``sparsity_drift`` -- Gamma sparsity, drift summed over the rounds and the share of objectives
@@ -15,7 +16,9 @@
 
 File names are plain: ``GROUP`` is the group's name in lower case with every run of other
 characters than letters and digits made one ``_`` (``MosT server_lr=3`` ->
-``most_server_lr_3``).
+``most_server_lr_3``), with ``_2``, ``_3`` .. added where two groups' figures would otherwise
+share a file (groups ``a-b`` and ``a_b``, or ``MosT`` and ``Stack MosT``, whose
+``assignment_stack_most`` would be both ``MosT``'s stack plot and ``Stack MosT``'s Γ).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .report import experiments_of, group_of, group_order
+from .report import experiments_of, group_of, group_order, seed_order
 from .spec import FEDERATED
 from .store import CorruptFileError, RunFolder, check_not_linked
 
@@ -47,17 +50,25 @@ def _save(fig, base: Path, formats, written: list[str]) -> None:
     plt.close(fig)
 
 
+#: the figures drawn once per group, ``PREFIX + GROUP``; a group's part of the name never makes
+#: one of them another group's (``assignment_`` + ``stack_most`` is ``assignment_stack_`` + ``most``)
+_PER_GROUP = ("assignment_", "assignment_stack_")
+
+
 def _file_names(groups: list[str]) -> dict[str, str]:
     """Each group's part of a figure's file name: lower case letters, digits and single ``_``
-    (``MosT [server_lr=3.0]`` -> ``most_server_lr_3_0``), ``_2``, ``_3`` .. added where two
-    groups would otherwise share a name."""
+    (``MosT [server_lr=3.0]`` -> ``most_server_lr_3_0``), ``_2``, ``_3`` .. added where a group's
+    figure would otherwise have the file name of another group's: the same name, or one of the
+    :data:`_PER_GROUP` prefixes plus it equal to another prefix plus the other's name."""
     names: dict[str, str] = {}
+    taken: set[str] = set()  # the per-group figures' names so far
     for g in groups:
         base = re.sub(r"[^a-z0-9]+", "_", g.lower()).strip("_") or "group"
         name, k = base, 2
-        while name in names.values():
+        while any(prefix + name in taken for prefix in _PER_GROUP):
             name, k = f"{base}_{k}", k + 1
         names[g] = name
+        taken.update(prefix + name for prefix in _PER_GROUP)
     return names
 
 
@@ -85,18 +96,15 @@ def plot(results_dir: str | os.PathLike, *, out: str | os.PathLike | None = None
     returns the files written.
 
     The figures of one run per method (the final Γ, the assignment stack, Γ's sparsity and drift,
-    the Pareto front) show each method's run of ``seed``; ``None``: its first seed. The others
-    are over every seed. A folder of several experiments gives each experiment's figures apart:
-    into its own ``figures`` folder, or ``out/NAME`` with ``out``."""
+    the Pareto front) show each method's run of ``seed``; ``None``: its first seed, in the order
+    of the experiment file's ``seeds``. The others are over every seed. A folder that holds
+    experiments (``OUT`` rather than ``OUT/NAME``), however many, gives each experiment's figures
+    apart: into its own ``figures`` folder, or ``out/NAME`` with ``out``."""
     root = Path(results_dir)
     found = experiments_of(root)
-    if len(found) == 1:
-        folder = root / "figures" if out is None else Path(out)
-        check_not_linked(root if out is None else folder, folder)
-        return _plot(root, next(iter(found.values())), folder, formats, seed)
     written: list[str] = []
     for home, runs in found.items():
-        if any(r is not None for _, _, r in runs):
+        if len(found) == 1 or any(r is not None for _, _, r in runs):
             folder = home / "figures" if out is None else Path(out) / home.relative_to(root)
             check_not_linked(root if out is None else Path(out), folder)
             written += _plot(home, runs, folder, formats, seed)
@@ -105,13 +113,17 @@ def plot(results_dir: str | os.PathLike, *, out: str | os.PathLike | None = None
     return written
 
 
-def _shown(by_group: dict[str, list], seed: int | None) -> dict[str, int]:
-    """Each group's index of the run of ``seed`` (``None``: its first run)."""
-    if seed is None:
-        return {g: 0 for g in by_group}
+def _shown(by_group: dict[str, list], seed: int | None, order: Sequence[int] = ()) -> dict[str, int]:
+    """Each group's index of the run of ``seed``; ``None``: of its first seed in ``order`` (the
+    experiment file's seeds), else of its smallest seed."""
     shown = {}
     for g, rs in by_group.items():
         seeds = [c.get("seed") for _, c, _ in rs]
+        if seed is None:
+            numbers = [s for s in seeds if isinstance(s, int) and not isinstance(s, bool)]
+            first = next((s for s in order if s in numbers), min(numbers, default=None))
+            shown[g] = seeds.index(first) if first is not None else 0
+            continue
         if seed not in seeds:
             raise ValueError(f"{g} has no finished run of seed {seed}; its seeds are "
                              f"{', '.join(str(s) for s in sorted(x for x in seeds if x is not None))}.")
@@ -132,7 +144,7 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
         by_group.setdefault(group_of(run), []).append(run)
     by_group = {g: by_group[g] for g in group_order(root, list(by_group))}
     metrics = {g: [_metrics(f, r) for f, _, r in rs] for g, rs in by_group.items()}
-    shown = _shown(by_group, seed)
+    shown = _shown(by_group, seed, seed_order(root))
     which = "first seed" if seed is None else f"seed {seed}"
     written: list[str] = []
 

@@ -19,7 +19,7 @@ import numpy as np
 
 from ..checkpoint import atomic_write_text
 from .spec import FEDERATED, safe_name
-from .store import CorruptFileError, RunFolder, check_not_linked, load_runs, seedless
+from .store import SEEDED_TABLES, CorruptFileError, RunFolder, check_not_linked, load_runs, run_seed_tables, seedless
 
 __all__ = ["report", "summary_table"]
 
@@ -46,16 +46,31 @@ COLUMNS = {
 Run = tuple[RunFolder, dict, "dict | None"]
 
 
+def _index(root: Path) -> dict:
+    """``root/experiment.json`` (the experiment's name, kind, groups and seeds in the file's
+    order), or ``{}`` where it is missing or unreadable (an edited file: the folders' order then)."""
+    index = root / "experiment.json"
+    if not index.is_file():
+        return {}
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
 def group_order(root: Path, groups: list[str]) -> list[str]:
     """Groups in the order of the experiment (methods, then sweep values), else as found."""
-    order: list[str] = []
-    index = root / "experiment.json"
-    if index.is_file():
-        try:
-            order = [g for g in json.loads(index.read_text(encoding="utf-8")).get("groups", []) if isinstance(g, str)]
-        except (json.JSONDecodeError, UnicodeDecodeError, AttributeError, TypeError):
-            order = []  # an edited file: fall back to the folders' order
+    order = _index(root).get("groups")
+    order = [g for g in order if isinstance(g, str)] if isinstance(order, list) else []
     return [g for g in order if g in groups] + [g for g in groups if g not in order]
+
+
+def seed_order(root: Path) -> list[int]:
+    """The seeds of the experiment in its file's order (empty for a folder written before
+    ``experiment.json`` listed them)."""
+    seeds = _index(root).get("seeds")
+    return [s for s in seeds if isinstance(s, int) and not isinstance(s, bool)] if isinstance(seeds, list) else []
 
 
 def _checked(run: Run) -> Run:
@@ -109,9 +124,14 @@ _SHARED = ("kind", "engine", "method", "data", "model", "federated", "problem")
 def _check_group_configs(group: str, runs: list[Run]) -> None:
     """Refuses a group whose runs were made with different configurations (other than the seed):
     their mean over seeds would mix two settings."""
+    # a data or problem seed is the run's (left out of the comparison) only where every run of the
+    # group says so: a seed the file fixed is the same in every run, even the one whose seed it equals
+    run_seed_in = set(SEEDED_TABLES)
+    for _, config, _ in runs:
+        run_seed_in &= set(run_seed_tables(config))
     seen: tuple[RunFolder, dict] | None = None
     for folder, config, _ in runs:
-        shared = seedless({k: config.get(k) for k in (*_SHARED, "seed")})
+        shared = seedless({k: config.get(k) for k in (*_SHARED, "seed")}, run_seed_in)
         if seen is None:
             seen = (folder, shared)
         elif shared != seen[1]:
@@ -125,7 +145,8 @@ def _check_group_configs(group: str, runs: list[Run]) -> None:
 
 def experiments_of(results_dir: str | os.PathLike) -> dict[Path, list[Run]]:
     """The runs under ``results_dir`` by experiment folder (the folder holding ``runs/``), in the
-    order found; one entry for an experiment's folder (or a folder inside one)."""
+    order found; one entry for an experiment's folder (or a folder inside one, keyed by
+    ``results_dir`` itself), and one per experiment for a folder holding experiments, even one."""
     root = Path(results_dir)
     out: dict[Path, list[Run]] = {}
     for run in load_runs(root):
@@ -141,15 +162,17 @@ def experiments_of(results_dir: str | os.PathLike) -> dict[Path, list[Run]]:
 def summary_table(results_dir: str | os.PathLike) -> dict:
     """``{"kind", "groups": {group: {metric: (mean, std, n)}}, "metrics": [...], "unfinished": [...]}``.
 
-    ``std`` is the sample standard deviation over seeds (NaN with one seed). ``results_dir``
-    holds one experiment (``results/NAME``); for a folder of several, a ``ValueError`` lists them.
+    ``std`` is the sample standard deviation over seeds (NaN with one seed). ``results_dir`` is
+    one experiment's folder (``results/NAME``) or a folder holding one; for a folder of several, a
+    ``ValueError`` lists them.
     """
     root = Path(results_dir)
     found = experiments_of(root)
     if len(found) > 1:
         names = ", ".join(str(home.relative_to(root)) for home in found)
         raise ValueError(f"{root} holds {len(found)} experiments ({names}); make the table of one of them.")
-    return _summary(root, next(iter(found.values())))
+    ((home, runs),) = found.items()
+    return _summary(home, runs)
 
 
 def _summary(root: Path, runs: list[Run]) -> dict:
@@ -215,12 +238,10 @@ def report(results_dir: str | os.PathLike, *, write: bool = True) -> str:
     """The markdown table of ``results_dir`` (mean ± std over seeds); with ``write``, also
     ``report.md`` and ``report.csv`` in that folder. Returns the markdown.
 
-    A folder of several experiments gives one titled table per experiment (the same as
-    ``report`` of each), each written to its experiment's folder."""
-    root = Path(results_dir)
-    found = experiments_of(root)
-    if len(found) == 1:
-        return _report(root, _summary(root, next(iter(found.values()))), write=write)
+    A folder that holds experiments (``OUT`` rather than ``OUT/NAME``), however many, gives one
+    table per experiment (the same as ``report`` of each): titled with its name, its rows in its
+    file's order, and written to its experiment's folder."""
+    found = experiments_of(results_dir)
     return "\n".join(_report(home, _summary(home, runs), write=write) for home, runs in found.items())
 
 

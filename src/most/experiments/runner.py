@@ -20,7 +20,7 @@ from ..config import ConfigError, to_plain
 from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
 from .._json import dumps
 from .store import (BusyFolderError, RunFolder, WriterLock, check_no_links, check_not_linked, missing_folders,
-                    remove_leftovers, remove_unwritten, seedless)
+                    remove_leftovers, remove_unwritten)
 
 if TYPE_CHECKING:
     from ..federated import FederatedResult
@@ -150,6 +150,7 @@ def _prepare(run: RunSpec, folder: RunFolder, checkpoint_every: int, data_cache:
         folder.reset()
     objects = _load(run, data_cache if data_cache is not None else {})
     config = dict(run.config, label=run.label, group=run.group, kind=run.kind, sweep=run.sweep,
+                  run_seed_in=list(run.run_seed_in),
                   resolved=to_plain({k: v for k, v in objects.items() if k in ("method", "config")}),
                   versions=_versions())
     folder.write_config(config)
@@ -329,18 +330,28 @@ def _same(stored: dict, run: RunSpec) -> list[str]:
     return _differing_keys(stored, json.loads(dumps(run.config)))
 
 
+def _expected(run: RunSpec, seed) -> dict:
+    """``run``'s configuration as its file makes the run of ``seed``: without the top-level seed,
+    and with ``seed`` as the seed of the tables that take the run's (:attr:`RunSpec.run_seed_in`).
+    A stored run of that seed made from the same file has the same."""
+    config = json.loads(dumps(run.config))
+    del config["seed"]
+    for table in run.run_seed_in:
+        config[table] = dict(config[table], seed=seed)
+    return config
+
+
 def _check_other_seeds(experiment: Experiment, root: Path) -> None:
     """Refuses finished runs of a group, under seeds this experiment does not list, that were
     made with another configuration: a report would average them with the new ones."""
     listed = {run.folder for run in experiment.runs}
     for run in {run.group: run for run in experiment.runs}.values():
         group = root / "runs" / Path(run.folder).parent
-        new = seedless(json.loads(dumps(run.config)))
         for result in sorted(group.glob("seed*/result.json")) if group.is_dir() else []:
             folder = RunFolder(result.parent)
             if f"{group.name}/{folder.path.name}" in listed or (stored := folder.stored_config()) is None:
                 continue
-            diffs = _differing_keys(seedless({k: stored.get(k) for k in run.config}), new)
+            diffs = _differing_keys(stored, _expected(run, stored.get("seed")))
             if diffs:
                 raise ConfigError(
                     f"{folder.path} is a finished run of {run.group!r} made with a different configuration "
@@ -355,15 +366,16 @@ _SETTING = ("kind", "data", "model", "problem")
 
 
 def _setting(config: dict) -> dict:
-    return seedless({k: config.get(k) for k in (*_SETTING, "seed")})
+    return {k: config.get(k) for k in _SETTING}
 
 
 def _check_other_groups(experiment: Experiment, root: Path) -> None:
     """Refuses finished runs in the folder, of groups this file does not have, made on another
     problem or data: the report would set their rows beside this file's as if comparable (two
-    files with one ``name``)."""
+    files with one ``name``). A stored run of seed N is compared with this file's runs as the
+    file makes them for seed N."""
     ours = {run.group for run in experiment.runs}
-    settings = [_setting(dict(json.loads(dumps(run.config)), kind=run.kind)) for run in experiment.runs]
+    by_seed: dict[str, list[dict]] = {}  # this file's settings as it makes them for a seed
     runs = root / "runs"
     for config_file in sorted(runs.glob("*/seed*/config.json")) if runs.is_dir() else []:
         folder = RunFolder(config_file.parent)
@@ -371,6 +383,11 @@ def _check_other_groups(experiment: Experiment, root: Path) -> None:
         if folder.status != "done" or not isinstance(stored, dict) or stored.get("group") in ours:
             continue
         setting = _setting(stored)
+        settings = by_seed.setdefault(json.dumps(stored.get("seed")), [])
+        if not settings:
+            for run in experiment.runs:
+                if (made := _setting(dict(_expected(run, stored.get("seed")), kind=run.kind))) not in settings:
+                    settings.append(made)
         if setting not in settings:
             diffs = _differing_keys(setting, settings[0])
             raise ConfigError(
@@ -481,8 +498,9 @@ def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bo
     if experiment.source:
         atomic_write_text(root / "experiment.toml", experiment.source)
     groups = list(dict.fromkeys(run.group for run in experiment.runs))
+    seeds = list(dict.fromkeys(run.seed for run in experiment.runs))
     atomic_write_text(root / "experiment.json", dumps({"name": experiment.name, "kind": experiment.kind,
-                                                       "groups": groups}, indent=2) + "\n")
+                                                       "groups": groups, "seeds": seeds}, indent=2) + "\n")
     echo(f"{experiment.name}: {len(folders)} runs, {len(folders) - len(todo)} already done, {len(todo)} to run "
          f"-> {root}")
     k = 0

@@ -100,6 +100,9 @@ class RunSpec:
     seed: int
     sweep: dict
     config: dict
+    #: the tables of ``config`` (``"data"`` or ``"problem"``) whose ``seed`` is the run seed, filled in
+    #: because the file leaves it unset; a seed the file (or a sweep) fixes is not listed
+    run_seed_in: tuple[str, ...] = ()
     #: the objects built (and so checked) when the file was read, handed to the run itself
     _objects: dict | None = dataclasses.field(default=None, init=False, compare=False, repr=False)
 
@@ -356,8 +359,9 @@ def _runs(table: dict, kind: str, engine: str, methods: dict, sweep: dict, seeds
                     resolved["engine"] = engine
                 for key, value in zip(keys, values):
                     _set(resolved, key, value, label)
-                run = RunSpec(kind=kind, label=label, seed=seed, sweep=dict(zip(keys, values)),
-                              config=_with_seed(kind, resolved, seed))
+                config, run_seed_in = _with_seed(kind, resolved, seed)
+                run = RunSpec(kind=kind, label=label, seed=seed, sweep=dict(zip(keys, values)), config=config,
+                              run_seed_in=run_seed_in)
                 run.build_without_data()  # every value checked now, before any work (and built once)
                 runs.append(run)
     return runs
@@ -402,14 +406,17 @@ def _set(resolved: dict, key: str, value, label: str) -> None:
     node[parts[-1]] = value
 
 
-def _with_seed(kind: str, resolved: dict, seed: int) -> dict:
+def _with_seed(kind: str, resolved: dict, seed: int) -> tuple[dict, tuple[str, ...]]:
+    """``resolved`` with the run's ``seed``, also given to the data or problem generator when it
+    takes one and the file does not fix it; and the tables that got it (:attr:`RunSpec.run_seed_in`)."""
     resolved = dict(resolved, seed=seed)
     source = "problem" if kind == CENTRALISED else "data"
     if "seed" not in resolved[source]:
         fn = _source_fn(kind, resolved[source])
         if fn is not None and "seed" in inspect.signature(fn).parameters:
             resolved[source] = dict(resolved[source], seed=seed)
-    return resolved
+            return resolved, (source,)
+    return resolved, ()
 
 
 def _named(registry: dict, table: dict, path: str) -> tuple[Callable, dict]:

@@ -4,9 +4,10 @@
 
     RESULTS/NAME/
         experiment.toml            the experiment file as last run
-        experiment.json            its name, kind and run groups in the file's order
+        experiment.json            its name, kind, run groups and seeds in the file's order
         runs/GROUP/seedN/
-            config.json            the run's resolved configuration, seed, library and torch versions
+            config.json            the run's resolved configuration, seed, the tables whose seed is the
+                                   run's (``run_seed_in``), library and torch versions
             metrics.jsonl          one JSON line per round
             checkpoint.pt          while the run is unfinished (tensors and plain values, loaded with
                                    torch.load(weights_only=True): nothing in it can run code; see most.checkpoint)
@@ -21,8 +22,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import torch
 
@@ -339,23 +342,49 @@ def check_no_links(root: Path, folder: Path) -> None:
                               "to another --out.")
 
 
-def seedless(config: dict) -> dict:
-    """A run's ``config`` without its seed (and the data's or problem's seed where the run set it)."""
+#: the tables of a run's configuration whose generator may take the run seed
+SEEDED_TABLES = ("data", "problem")
+
+
+def run_seed_tables(config: dict) -> tuple[str, ...]:
+    """The tables of a stored run configuration (``config.json``) whose ``seed`` is the run seed:
+    those its ``run_seed_in`` lists. A ``config.json`` without that key (written by an earlier
+    version) does not say; there, a table whose seed equals the run's is taken for one the run
+    filled in."""
+    marked = config.get("run_seed_in")
+    if isinstance(marked, list):
+        return tuple(t for t in SEEDED_TABLES if t in marked)
     seed = config.get("seed")
+    return tuple(t for t in SEEDED_TABLES
+                 if isinstance(config.get(t), dict) and "seed" in config[t] and config[t]["seed"] == seed)
+
+
+def seedless(config: dict, run_seed_in: Iterable[str]) -> dict:
+    """A run's ``config`` without its seed, nor the ``seed`` of the tables ``run_seed_in`` (those
+    whose seed is the run's). A seed the file fixes stays: runs on other data differ in it."""
     out = {k: v for k, v in config.items() if k != "seed"}
-    for source in ("data", "problem"):
-        if isinstance(out.get(source), dict) and out[source].get("seed") == seed:
-            out[source] = {k: v for k, v in out[source].items() if k != "seed"}
+    for table in run_seed_in:
+        if isinstance(out.get(table), dict):
+            out[table] = {k: v for k, v in out[table].items() if k != "seed"}
     return out
 
 
+def _run_order(config_file: Path) -> tuple:
+    """The order of run folders: by group folder, then by seed as a number (``seed2`` before
+    ``seed10``); a folder not named ``seedN`` after those that are."""
+    folder = config_file.parent
+    named = re.fullmatch(r"seed(\d+)", folder.name)
+    return folder.parent.parts, (0, int(named.group(1)), "") if named else (1, 0, folder.name)
+
+
 def load_runs(results_dir: str | os.PathLike) -> list[tuple[RunFolder, dict, dict | None]]:
-    """Every run under ``results_dir``: ``(folder, config, result or None)``, sorted by folder."""
+    """Every run under ``results_dir``: ``(folder, config, result or None)``, sorted by group folder
+    and, within a group, by seed (as numbers)."""
     root = Path(results_dir)
     if not root.is_dir():
         raise FileNotFoundError(f"No results folder at {root}. Run an experiment first: most run EXPERIMENT.toml.")
     runs = []
-    for config_file in sorted(root.rglob("config.json")):
+    for config_file in sorted(root.rglob("config.json"), key=_run_order):
         folder = RunFolder(config_file.parent)
         if not folder.path.parent.parent.name == "runs":  # not a run folder of `most run` (OUT/NAME/runs/GROUP/seedN)
             continue
