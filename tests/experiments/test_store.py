@@ -88,6 +88,21 @@ def test_the_lock_is_released_after_a_run_and_after_an_error(tmp_path):
     assert not _taken_elsewhere(root)
 
 
+
+def test_a_folder_on_a_file_system_without_locks_is_written_with_a_warning(tmp_path, monkeypatch):
+    import errno
+
+    import most._locks as locks
+
+    def unsupported(fd):  # what flock answers on a mount that keeps no locks
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+
+    monkeypatch.setattr(locks, "_take", unsupported)
+    monkeypatch.setattr(locks, "_give", unsupported)
+    with pytest.warns(UserWarning, match="keeps no file locks"):
+        _run(CENTRAL, tmp_path)
+    assert (tmp_path / "central" / "runs").is_dir()
+
 def test_a_bench_suite_holds_its_folder_while_its_store_lives(tmp_path):
     from most.bench._runs import RunStore
 

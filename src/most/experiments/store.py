@@ -23,6 +23,7 @@ import io
 import json
 import os
 import re
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -244,7 +245,10 @@ class WriterLock:
         flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
         fd = os.open(self.path, flags, 0o644)
         try:
-            lock(fd)
+            if not lock(fd):
+                warnings.warn(f"The file system of {self.root} keeps no file locks, so a second process writing "
+                              "there is not refused; run one command at a time on this folder.", UserWarning,
+                              stacklevel=2)
         except OSError:
             holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "a process that has not said which"
             os.close(fd)
