@@ -99,7 +99,27 @@ def test_the_apps_defaults_are_the_librarys_where_the_library_has_one():
     (dict(num_clients=0), "`num-clients` must be an int >= 1"),
     (dict(timeout=-5.0), "`timeout` must be a positive number"),
     (dict(wait_for_clients=-1.0), "`wait-for-clients` must be a non-negative number"),
+    (dict(n_models=0), "`n-models` must be an int >= 1"),
+    (dict(server_lr=0.0), "`server-lr` must be a positive number"),
+    (dict(rounds=0), "`rounds` must be an int >= 1"),
+    (dict(local_epochs=0), "`local-epochs` must be an int >= 1"),
+    (dict(batch_size=0), "`batch-size` must be an int >= 1"),
+    (dict(eval_every=-1), "`eval-every` must be an int >= 0"),
+    (dict(lr=-0.1), "`lr` must be a positive number"),
+    (dict(seed=-1), r"`seed` must be an int in \[0, 2\*\*64\)"),
+    # the data's settings, which only the SuperNodes use
+    (dict(data_seed=-1), r"`data-seed` must be an int in \[0, 2\*\*64\); got -1"),
+    (dict(rho1=-1.0), "`rho1` must be a non-negative number"),
+    (dict(rho2=float("nan")), "`rho2` must be a non-negative finite number"),
+    (dict(dataset="fashion_mnist", samples_per_client=0), "`samples-per-client` must be an int >= 1"),
+    (dict(samples_per_client=3), r"`samples-per-client` = 3 gives each fedprox_synthetic client 2 training, 1 "
+                                 r"validation and 0 test samples .* set samples-per-client >= 4"),
 ])
 def test_bad_numbers_are_refused_naming_the_apps_own_setting(values, message):
     with pytest.raises(ValueError, match=message):
         _settings(**values)
+
+
+def test_the_fewest_synthetic_samples_give_every_split_a_sample():
+    data = _settings(num_clients=2, samples_per_client=4).data()
+    assert all(min(data.sizes(split)) == 1 for split in ("val", "test"))

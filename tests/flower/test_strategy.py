@@ -83,6 +83,7 @@ def test_strategy_equals_in_process_runtime(name, data, model):
         if ours.plan is not None:
             torch.testing.assert_close(ours.plan, theirs.plan, rtol=0, atol=1e-9)
     assert result.missing == {}
+    assert result.assigned == reference.assigned  # whether loss_choice is the method's own assignment
     if strategy.method.own_model_losses:
         # one model per client: each client evaluates its own (no client is sent another's), so the
         # results hold the diagonal of the runtime's client x model tables
@@ -102,6 +103,34 @@ def test_strategy_equals_in_process_runtime(name, data, model):
     assert torch.equal(result.loss_choice, reference.loss_choice)
     assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
     assert result.prediction_diversity() == pytest.approx(reference.prediction_diversity(), rel=1e-6)
+
+
+@pytest.mark.parametrize("name", ["FedEM", "FineTuning", "MosT"])
+def test_every_rounds_logged_validation_accuracy_equals_the_in_process_runtimes(name, data, model):
+    """Each round's log is the mean over the clients of their best of the m models on validation,
+    on Flower as in process, also in the last round, where a FedEM client scores its mixture and
+    a fine-tuning client its fine-tuned model (MosT: a method without such a predictor)."""
+    make = {"FedEM": lambda: F.FedEM(3), "FineTuning": lambda: F.FineTuning(2, server_lr=1.0, epochs=3),
+            "MosT": lambda: F.MosT(3, server_lr=3.0, warmup=F.WarmUp(1))}[name]
+    config = _config(rounds=3, eval_every=1)
+    result = MostStrategy(make(), model, config, n_clients=N).run(LocalGrid(_app(data, model), N))
+    reference = fl.run_federated(data, model, make(), config)
+    ours, theirs = [log.val_accuracy for log in result.history], [log.val_accuracy for log in reference.history]
+    assert len(ours) == config.rounds and None not in ours
+    assert ours == pytest.approx(theirs, rel=0, abs=1e-9)
+    if name != "MosT":  # the clients' own predictors score otherwise: the log is not made of them
+        assert theirs[-1] != pytest.approx(float(result.val_accuracy[:, 0].nanmean()), abs=1e-9)
+
+
+def test_the_loss_choice_of_a_method_that_assigns_the_models_is_its_assignment(data, model):
+    """The oracle gives each client its group's model; after one short round the lowest loss
+    would pick others, and loss_choice keeps the assignment, as run_federated's does."""
+    config = _config(rounds=1, lr=1e-4)
+    result = MostStrategy(BUILDERS["Oracle"](), model, config, n_clients=N).run(LocalGrid(_app(data, model), N))
+    reference = fl.run_federated(data, model, BUILDERS["Oracle"](), config)
+    assigned = torch.tensor([k % 3 for k in range(N)])
+    assert not torch.equal(fl.evaluation.select_by_loss(result.selection_loss), assigned)
+    assert torch.equal(result.loss_choice, assigned) and torch.equal(reference.loss_choice, assigned)
 
 
 def _flower_and_in_process(data, model, make, config):
@@ -307,6 +336,22 @@ def test_bad_nodes_are_reported_clearly(data, model):
         ClientSpec(model, data, 0)
 
 
+def test_clients_that_all_fail_to_start_stop_the_run_with_the_first_ones_reason(data, model):
+    """Every node's load fails (as on a setting all clients read): the error says so and gives
+    the first node's reason, not that no client answered."""
+    def load(ctx):
+        raise ValueError(f"client {ctx.node_config['partition-id']} cannot read its data")
+
+    grid = LocalGrid(make_client_app(load), 3)
+    strategy = MostStrategy(F.FedAvg(1), model, _config(), n_clients=3, wait_for_clients=0.0)
+    with pytest.raises(RuntimeError, match=r"(?s)3 of 3 connected nodes answered with an error.*node 1000.*"
+                                           r"client 0 cannot read its data"):
+        strategy.run(grid)
+    grid.down.update(grid.nodes)  # no node at all: nothing to report but the wait
+    with pytest.raises(RuntimeError, match="No client answered within 0 s"):
+        MostStrategy(F.FedAvg(1), model, _config(), n_clients=3, wait_for_clients=0.0).run(grid)
+
+
 def test_a_nan_loss_stops_the_run_with_advice(data, model):
     grid = LocalGrid(_app(data, model), N)
     original = grid.client_app
@@ -370,6 +415,33 @@ def test_flower_simulation_matches_the_in_process_runtime(tmp_path, monkeypatch)
     assert result.mean_accuracy == pytest.approx(reference.mean_accuracy, abs=1e-6)
     torch.testing.assert_close(result.params, reference.params, rtol=0, atol=1e-6)
     assert result.missing == {}
+
+
+@pytest.mark.parametrize("num_cpus", [-1, 0, 2.5, True, "2"])
+def test_a_bad_num_cpus_is_refused_before_ray_starts(num_cpus, data, model, monkeypatch):
+    import flwr.simulation
+
+    from most.flower import run_simulation
+
+    def engine(*args, **kwargs):
+        raise AssertionError("Flower's simulation engine started")
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", engine)
+    with pytest.raises(ValueError, match=r"`num_cpus` must be an int >= 1; got .*Pass None to give Ray all"):
+        run_simulation(data, model, F.FedAvg(1), _config(rounds=1), num_cpus=num_cpus)
+
+
+@pytest.mark.parametrize("num_cpus, given", [(None, os.cpu_count()), (1, 1), (3, 3)])
+def test_ray_is_given_num_cpus_or_every_cpu(num_cpus, given, data, model, monkeypatch):
+    import flwr.simulation
+
+    from most.flower import run_simulation
+
+    seen = {}
+    monkeypatch.setattr(flwr.simulation, "run_simulation", lambda *a, backend_config, **kw: seen.update(backend_config))
+    with pytest.raises(RuntimeError, match="ended without a result"):  # the stand-in engine ran no round
+        run_simulation(data, model, F.FedAvg(1), _config(rounds=1), num_cpus=num_cpus)
+    assert seen["init_args"]["num_cpus"] == given
 
 
 TINY = """

@@ -12,7 +12,10 @@ and run it with ``flwr run examples/flower <federation>``, in simulation or on a
 (``[tool.flwr.app.config]``, overridable with ``--run-config``); see :class:`AppSettings`.
 Each SuperNode holds one client: its ``partition-id`` node config (``0 .. num-clients - 1``)
 selects which, and every node builds the same data from ``data-seed``. The ServerApp writes
-``result.json`` and ``final.pt`` into ``out``.
+``result.json`` and ``final.pt`` into ``out``: the final models, the accuracies and each client's
+choice, and, where the method has them, what says which predictor a client's accuracy is of
+(FedEM's ``mixture``, FineTuning's ``fine_tuned_from``) and the pick by loss (``selection_loss``,
+``loss_choice``).
 
 For your own data, build the two objects the same way: a :class:`~most.flower.MostStrategy`
 in a ``ServerApp``'s main, and :func:`~most.flower.make_client_app` with a ``load(context)``
@@ -22,6 +25,7 @@ that returns the node's :class:`~most.flower.ClientSpec`.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import io
 import math
 import time
@@ -32,13 +36,13 @@ import torch
 from flwr.serverapp import ServerApp
 
 from ..checkpoint import atomic_write_bytes, atomic_write_text
-from .._validation import check_non_negative, check_positive, check_positive_int
+from .._validation import check_non_negative, check_positive, check_positive_int, check_seed
 from ..config import build, did_you_mean
 from .._json import dumps
 from .. import registry
 from ..federated import methods as _methods
 from ..federated.config import FederatedConfig
-from ..federated.data import FederatedDataset
+from ..federated.data import FederatedDataset, split_counts
 from .client import ClientSpec, make_client_app
 from .strategy import MostStrategy
 
@@ -130,21 +134,35 @@ class AppSettings:
     @classmethod
     def from_run_config(cls, run_config) -> "AppSettings":
         """The settings of a Flower run config (dashed keys), each value checked as an experiment
-        file's are (:func:`most.config.build`: unknown keys with a suggestion, wrong types)."""
+        file's are (:func:`most.config.build`: unknown keys with a suggestion, wrong types), and
+        every number the app reads checked for its range under its run-config key."""
         values = {str(key).replace("-", "_"): value for key, value in dict(run_config).items()}
         settings = build(cls, values, path="run-config")
-        # the settings the library's components check under their own names, checked here under the app's
-        for key, check, minimum in (("warmup-rounds", check_positive_int, 0), ("fine-tune-epochs", check_positive_int, 1),
-                                    ("num-clients", check_positive_int, 1)):
-            check(getattr(settings, key.replace("-", "_")), name=key, minimum=minimum)
-        check_positive(settings.timeout, name="timeout")
-        check_non_negative(settings.wait_for_clients, name="wait-for-clients")
+        # The library checks these again under its own names (n_models, model_shift, seed, ...), and
+        # the data's only on the SuperNodes, where a bad value fails every client's load: checked here,
+        # on the ServerApp before any message, under the key the run config spells.
+        for key, minimum in (("n-models", 1), ("warmup-rounds", 0), ("fine-tune-epochs", 1), ("rounds", 1),
+                             ("local-epochs", 1), ("batch-size", 1), ("eval-every", 0), ("num-clients", 1),
+                             ("samples-per-client", 1)):
+            check_positive_int(settings._value(key), name=key, minimum=minimum)
+        for key in ("seed", "data-seed"):
+            check_seed(settings._value(key), name=key)
+        for key in ("server-lr", "lr", "timeout"):
+            check_positive(settings._value(key), name=key)
+        for key in ("rho1", "rho2", "wait-for-clients"):
+            check_non_negative(settings._value(key), name=key)
         for key, value, known in (("method", settings.method, METHODS), ("dataset", settings.dataset, SAMPLES),
                                   ("model", settings.model, registry.models())):
             if value not in known:
                 raise ValueError(f"Unknown {key} {value!r}{did_you_mean(value, known)}; choose from "
                                  f"{', '.join(known)}.")
+        if settings.dataset == "fedprox_synthetic":
+            _check_synthetic_size(settings.samples_per_client)
         return settings
+
+    def _value(self, key: str):
+        """The setting of the run-config key ``key`` (dashed)."""
+        return getattr(self, key.replace("-", "_"))
 
     def build(self):
         """``(method, model, FederatedConfig)``: the protocol fields are FederatedConfig's own; the
@@ -184,6 +202,19 @@ class AppSettings:
         return data
 
 
+def _check_synthetic_size(samples: int) -> None:
+    """Refuses a ``samples-per-client`` that leaves each synthetic client (all of one size) without
+    a validation or a test sample under the loader's split: every client's load would fail."""
+    split = inspect.signature(registry.datasets()["fedprox_synthetic"]).parameters["split"].default
+    fewest = next(n for n in range(1, 1000) if min(split_counts(n, split)[1:]) > 0)
+    if samples < fewest:
+        train, val, test = split_counts(samples, split)
+        raise ValueError(f"`samples-per-client` = {samples} gives each fedprox_synthetic client {train} training, "
+                         f"{val} validation and {test} test samples (split {tuple(split)}), but each client's model is "
+                         f"chosen on its validation samples and scored on its test samples: set samples-per-client "
+                         f">= {fewest}.")
+
+
 def _load(context) -> ClientSpec:
     settings = AppSettings.from_run_config(context.run_config)
     if "partition-id" not in context.node_config:
@@ -204,6 +235,7 @@ def _main(grid, context) -> None:
     tic = time.perf_counter()
     result = strategy.run(grid)
     seconds = time.perf_counter() - tic
+    predictors = _predictors(result)
     summary = {
         "settings": dataclasses.asdict(settings), "seconds": seconds, "rounds": len(result.history),
         "mean_accuracy": float(result.client_accuracy.nanmean()),  # clients missing at the end are NaN
@@ -212,13 +244,29 @@ def _main(grid, context) -> None:
         "prediction_kl": result.prediction_diversity(), "timings": result.timings(),
         "plans": [None if log.plan is None else log.plan.tolist() for log in result.history],
         "sent": [list(x) for x in strategy.messages],
+        **{key: value.tolist() for key, value in predictors.items()},
     }
     print(f"most: {settings.method} finished {len(result.history)} rounds in {seconds:.1f} s; "
           f"mean client accuracy {summary['mean_accuracy']:.4f}; missing clients: {summary['missing'] or 'none'}",
           flush=True)
-    if settings.out:
-        _write_result(Path(settings.out), summary, {"params": result.params, "val_accuracy": result.val_accuracy,
-                                                    "test_accuracy": result.test_accuracy, "choice": result.choice})
+    if settings.out:  # final.pt: the arrays the experiment runner saves for an in-process run, and the predictors
+        plans = [log.plan for log in result.history if log.plan is not None]
+        _write_result(Path(settings.out), summary, {
+            "params": result.params, "assignment": plans[-1] if plans else None,
+            "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy, "choice": result.choice,
+            **predictors})
+
+
+def _predictors(result) -> dict:
+    """What says which predictor each client's accuracy belongs to, where the result has it: a
+    mixing method's weights (``mixture [n, m]``), the model each fine-tuning client started from
+    (``fine_tuned_from [n]``), and each model's loss on the client's training and validation data
+    (``selection_loss``) with the pick by it (``loss_choice [n]``)."""
+    out = {key: getattr(result, key) for key in ("mixture", "fine_tuned_from", "selection_loss")
+           if getattr(result, key) is not None}
+    if result.selection_loss is not None or result.assigned:
+        out["loss_choice"] = result.loss_choice
+    return out
 
 
 def _write_result(out: Path, summary: dict, tensors: dict) -> None:

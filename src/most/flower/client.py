@@ -15,7 +15,9 @@ A Flower client holds one objective (its own data) and answers three kinds of me
   final evaluation also each model's loss on its training and validation data pooled (for
   ``FederatedResult.loss_choice``): :func:`client_evaluate`. A mixing client's final evaluation
   first fits its weights to the final models and scores its mixture; a fine-tuning client's
-  first fine-tunes its best model (:func:`client_fine_tune`) and scores that model alone.
+  first fine-tunes its best model (:func:`client_fine_tune`) and scores that model alone. Both
+  also report the m models' validation accuracies (:func:`client_val_accuracy`), from which the
+  server logs the round, as every other round.
 
 The steps call the in-process runtime's own :func:`~most.federated.evaluate` and
 :func:`~most.federated.local_train` on a one-client batch, so both runtimes compute the same
@@ -43,8 +45,8 @@ from ..federated.clients import (Padded, evaluate, local_train, mixture_scores, 
 from ..federated.server import choose_models, pair_seed
 from . import protocol as P
 
-__all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "client_fine_tune",
-           "make_client_app"]
+__all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "client_val_accuracy",
+           "client_fine_tune", "make_client_app"]
 
 
 #: marks a client's refusal of its own data, which stops the server (a fault of the deployment,
@@ -177,6 +179,14 @@ def client_evaluate(model: FlatModel, params: Tensor, data: ClientData, *, selec
             **out}
 
 
+def client_val_accuracy(model: FlatModel, params: Tensor, data: ClientData) -> list[float]:
+    """The validation accuracy of each of the m models ``params`` on this client (NaN for an
+    empty validation split). A mixing or fine-tuning client's final evaluation reports these with
+    its own predictor's scores: the server logs the round from the m models, as the in-process
+    runtime does."""
+    return evaluate(model, _check_params(model, params), _split(data, "val"))[1][0].tolist()
+
+
 def client_fine_tune(model: FlatModel, params: Tensor, data: ClientData, *, seed: int, round: int, client: int,
                      epochs: int, batch_size: int, lr: float) -> tuple[int, Tensor]:
     """Local fine-tuning after the last round (:class:`~most.federated.methods.FineTuning`):
@@ -284,7 +294,10 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
         s = spec(context)
         params = P.read_models(message.content[P.MODELS])
         cfg = message.content[P.CONFIG]
-        mixture, tuned_from = None, None
+        mixture, tuned_from, models_val = None, None, None
+        if P.MIXTURE in cfg or P.FINE_TUNE_EPOCHS in cfg:
+            # the client scores a predictor of its own below; the round's log is of the m models it was sent
+            models_val = client_val_accuracy(s.model, params, s.data)
         if P.MIXTURE in cfg:  # a mixing client's final evaluation: its weights fitted to the final models
             _, mixture = client_weigh(s.model, params, s.data, torch.tensor(list(cfg[P.MIXTURE])))
         if P.FINE_TUNE_EPOCHS in cfg:  # a fine-tuning client's final evaluation: its own model, fine-tuned
@@ -297,6 +310,8 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
             out["mixture"] = mixture.tolist()
         if tuned_from is not None:
             out["fine_tuned_from"] = tuned_from
+        if models_val is not None:
+            out["models_val_accuracy"] = models_val
         metrics = {key: out[name] for name, key in P.EVALUATION_METRICS.items()}
         metrics.update({key: out[name] for name, key in P.OPTIONAL_EVALUATION_METRICS.items() if name in out})
         return _reply(message, s, metrics)

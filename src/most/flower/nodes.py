@@ -60,9 +60,10 @@ class ClientNodes:
             good[client] = reply.content
         return good
 
-    def describe(self, grid, nodes: list[int]) -> dict[int, int]:
+    def describe(self, grid, nodes: list[int], failures: list[tuple[int, str]] | None = None) -> dict[int, int]:
         """Asks ``nodes`` which client each holds and maps them; returns each described client's
-        number of training samples."""
+        number of training samples. A node that answers with an error is left out (a warning), and
+        appended to ``failures`` as ``(node, reason)`` when given."""
         msgs = [message(P.DESCRIBE, node, {P.CONFIG: {}}) for node in nodes]
         replies = grid.send_and_receive(msgs, timeout=self.timeout) if msgs else []
         connected = set(grid.get_node_ids())
@@ -74,6 +75,8 @@ class ClientNodes:
                     reason = reply.error.reason[reply.error.reason.index(CLIENT_DATA_ERROR) + len(CLIENT_DATA_ERROR):]
                     raise ValueError(f"Node {node}:{reason.splitlines()[0] if reason.strip() else ''}")
                 log.warning("Node %s did not describe itself: %s", node, reply.error.reason)
+                if failures is not None:
+                    failures.append((node, reply.error.reason))
                 continue
             metrics = reply.content[P.METRICS]
             client, dim = int(metrics[P.CLIENT]), int(metrics[P.DIM])
@@ -94,14 +97,24 @@ class ClientNodes:
 
     def discover(self, grid) -> dict[int, int]:
         """At the start: waits up to ``wait_for_clients`` for the n clients, then maps them;
-        returns their sample counts (:meth:`describe`). Fails if no client answered."""
+        returns their sample counts (:meth:`describe`). Fails if no client described itself:
+        with the first node's error where the nodes answered with errors (every client failed
+        alike, e.g. on a setting of the run config they all read), else as none answered."""
         deadline = time.monotonic() + self.wait_for_clients
         while len(list(grid.get_node_ids())) < self.n and time.monotonic() < deadline:
             time.sleep(0.5)
         nodes = list(grid.get_node_ids())
-        counts = self.describe(grid, nodes)
+        failures: list[tuple[int, str]] = []
+        counts = self.describe(grid, nodes, failures)
         if not self.node_of:
-            raise RuntimeError(f"No client answered within {self.wait_for_clients:g} s (connected nodes: {len(nodes)}).")
+            if failures:
+                node, reason = failures[0]
+                raise RuntimeError(f"No client could start: {len(failures)} of {len(nodes)} connected nodes answered "
+                                   f"with an error, and none described its client. The first (node {node}) said:\n"
+                                   f"{reason.strip()}\nFix what it names (the ClientApp's load, its data or the "
+                                   "run config) and start the run again.")
+            raise RuntimeError(f"No client answered within {self.wait_for_clients:g} s "
+                               f"(connected nodes: {len(nodes)}).")
         return counts
 
     def update(self, grid) -> dict[int, int]:

@@ -89,12 +89,16 @@ DIVERSITY_SUM = "diversity-sum"
 SELECTION_LOSS = "selection-loss"
 #: the model a fine-tuning client started its fine-tuning from (its best on validation)
 FINE_TUNED_FROM = "fine-tuned-from"
+#: the validation accuracy of each of the m models a client was sent, in a final evaluation that
+#: scores one predictor of the client's own (its mixture, or its fine-tuned model): the round's log
+#: is of the m models, as every other round's
+MODELS_VAL_ACCURACY = "models-val-accuracy"
 #: :func:`most.flower.client_evaluate`'s result keys and the metric each travels as
 EVALUATION_METRICS = {"val_accuracy": VAL_ACCURACY, "test_accuracy": TEST_ACCURACY, "test_loss": TEST_LOSS,
                       "test_count": TEST_COUNT, "diversity_sum": DIVERSITY_SUM}
 #: the keys an evaluation reply carries only sometimes (the final one, a mixing or fine-tuning client)
 OPTIONAL_EVALUATION_METRICS = {"selection_loss": SELECTION_LOSS, "mixture": MIXTURE,
-                               "fine_tuned_from": FINE_TUNED_FROM}
+                               "fine_tuned_from": FINE_TUNED_FROM, "models_val_accuracy": MODELS_VAL_ACCURACY}
 
 
 # ----------------------------------------------------------------------------- packing

@@ -14,6 +14,7 @@ import tempfile
 
 from flwr.serverapp import ServerApp
 
+from .._validation import check_positive_int
 from ..federated.data import FederatedDataset
 from ..federated.models import FlatModel
 from ..federated.checks import check_inputs
@@ -47,7 +48,8 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
 
     Args:
         dataset, model, method, config: as for :func:`most.federated.run_federated`.
-        num_cpus: CPUs given to Ray (default: all); each virtual client uses one.
+        num_cpus: CPUs given to Ray, a positive int (``None``, the default: all); each virtual
+            client uses one.
         timeout: seconds to wait for one step's replies (see :class:`MostStrategy`).
         progress, callback, description: as for ``run_federated`` (``callback(log, params)``
             after every round).
@@ -63,6 +65,11 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
     from flwr.simulation import run_simulation as flwr_run_simulation
 
     check_inputs(dataset, model, method, config)  # the in-process runtime's checks, before Flower starts
+    if num_cpus is not None:  # Ray would fail to start with a message naming neither the argument nor its value
+        try:
+            num_cpus = check_positive_int(num_cpus, name="num_cpus")
+        except ValueError as exc:
+            raise ValueError(f"{exc} Pass None to give Ray all of this machine's CPUs.") from None
     strategy = MostStrategy(method, model, config, n_clients=dataset.n_clients, client_ids=dataset.client_ids,
                             timeout=timeout, progress=progress)
     outcome: dict = {}
@@ -79,7 +86,7 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
     client_app = make_client_app(_client_loader(dataset, model))
     for key, value in OFFLINE_ENV.items():
         os.environ.setdefault(key, value)
-    cpus = num_cpus or os.cpu_count() or 1
+    cpus = num_cpus if num_cpus is not None else os.cpu_count() or 1
     # Ray's session files go to a folder of this run, removed after it (RAY_TMPDIR: the user's
     # own, kept); a short path in the system's temporary folder, since Ray's sockets live there
     # and a socket's path is limited to about 100 characters

@@ -10,8 +10,10 @@ whose typed :class:`~most.federated.server.RoundState` this strategy carries bet
    per-pair weights and the pairs); each client receives **only the models it is assigned**;
 2. ``aggregate_train``: the pairs' pseudo-gradients go to ``server.update`` (the method's combiner,
    then its update rule);
-3. ``aggregate_evaluate``: ``server.log`` records the round; the last one chooses each client's
-   model as the in-process runtime does (:meth:`most.federated.server.Server.choose`).
+3. ``aggregate_evaluate``: ``server.log`` records the round (its validation accuracy: the mean
+   over the clients of each one's best of the m models, also in the last round, where a mixing or
+   fine-tuning client scores a predictor of its own); the last one chooses each client's model as
+   the in-process runtime does (:meth:`most.federated.server.Server.choose`).
 
 **Faults.** Nodes that connect after the start (or come back under a new node id) are
 asked which client they hold and join from the next round. A client that errors or does
@@ -68,6 +70,10 @@ class FlowerResult(FederatedResult):
     ``selection_loss`` are ``[n, 1]`` (each client's fine-tuned model), ``choice`` is 0 for every
     client, and ``fine_tuned_from [n]`` says which of the m models each client fine-tuned (-1: it
     did not answer). ``None`` for other methods.
+
+    ``assigned`` is as :func:`~most.federated.run_federated`'s: true where the method gives each
+    client its predictor (a cluster, a group, its own model, its mixture or fine-tuned model), so
+    :attr:`loss_choice` is ``choice``.
     """
 
     missing: dict = field(default_factory=dict)
@@ -288,6 +294,9 @@ class MostStrategy(Strategy):
             test = torch.full((self.n, width), nan)
             test_loss = torch.full((self.n, width), nan)
             selection = torch.full((self.n, width), nan)
+            # the round's log: each client's best of the m models on validation, as every round's (with one
+            # column, the clients report the m models' scores apart from their own predictor's)
+            models_val = torch.full((self.n, self.m), nan) if one_column else val
             div_sum, div_count = 0.0, 0
             answered = set()
             tuned_from = torch.full((self.n,), -1, dtype=torch.long)
@@ -304,6 +313,8 @@ class MostStrategy(Strategy):
                 test_loss[c, at] = torch.tensor(list(r[P.TEST_LOSS]))
                 if P.SELECTION_LOSS in r:
                     selection[c, at] = torch.tensor(list(r[P.SELECTION_LOSS]))
+                if one_column and P.MODELS_VAL_ACCURACY in r:
+                    models_val[c, self._asked_models(c)] = torch.tensor(list(r[P.MODELS_VAL_ACCURACY]))
                 div_sum += float(r[P.DIVERSITY_SUM])
                 div_count += int(r[P.TEST_COUNT])
                 if P.FINE_TUNED_FROM in r:
@@ -316,7 +327,7 @@ class MostStrategy(Strategy):
                            "fine_tuned_from": tuned_from if final and self.method.fine_tune_epochs else None,
                            "missing": sorted(set(range(self.n)) - answered),
                            "prediction_kl": div_sum / div_count if div_count else nan}
-            val_acc = float(val.nan_to_num(-1.0).max(1).values[~val.isnan().all(1)].mean())
+            val_acc = float(models_val.nan_to_num(-1.0).max(1).values[~models_val.isnan().all(1)].mean())
             out = MetricRecord({"val-accuracy": val_acc})
         self.server.log(state, val_acc)
         if state.missing:
@@ -364,9 +375,12 @@ class MostStrategy(Strategy):
             choice = torch.zeros(self.n, dtype=torch.long)
         else:
             choice, _ = self.server.choose(f["val"], f["selection"])
+        # as run_federated's: the method gives each client its predictor (a cluster, a group, its own
+        # model, its mixture or fine-tuned model), so loss_choice is that too
+        assigned = bool(f.get("one_column")) or self.server.assigned() is not None
         return FlowerResult(params=self.params.cpu(), val_accuracy=f["val"], test_accuracy=f["test"],
                             test_loss=f["test_loss"], choice=choice, history=list(self.history),
                             selection_loss=f["selection"],
                             test_probs=torch.empty(self.m, self.n, 0, 0), test_weight=torch.empty(self.n, 0),
                             missing=dict(self.missing), prediction_kl=f["prediction_kl"], mixture=f.get("mixture"),
-                            fine_tuned_from=f.get("fine_tuned_from"))
+                            assigned=assigned, fine_tuned_from=f.get("fine_tuned_from"))
