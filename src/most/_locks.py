@@ -7,7 +7,7 @@ from __future__ import annotations
 import errno
 import os
 
-__all__ = ["lock", "unlock", "holder_line"]
+__all__ = ["HeldElsewhere", "lock", "unlock", "open_locked", "sign", "holder_line"]
 
 #: what a lock held by another open file answers (flock: EWOULDBLOCK; msvcrt: EACCES or EDEADLOCK);
 #: any other error means the file system keeps no such locks (some network and FUSE mounts)
@@ -26,6 +26,34 @@ def lock(fd: int) -> bool:
             raise
         return False
     return True
+
+
+class HeldElsewhere(Exception):
+    """The lock is held by another open file; ``holder`` is what its holder wrote into it."""
+
+    def __init__(self, holder: str):
+        super().__init__(holder)
+        self.holder = holder
+
+
+def open_locked(path) -> tuple[int, bool]:
+    """Opens ``path`` (made if missing, never through a link) and takes its lock: ``(fd, True)``;
+    ``(fd, False)`` where the file system keeps no locks; :class:`HeldElsewhere` naming the
+    holder (``""`` if it wrote nothing) when another open file holds it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    try:
+        locked = lock(fd)
+    except OSError:
+        holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
+        os.close(fd)
+        raise HeldElsewhere(holder) from None
+    return fd, locked
+
+
+def sign(fd: int) -> None:
+    """Writes :func:`holder_line` into the lock file ``fd`` holds, for a second process's message."""
+    os.ftruncate(fd, 0)
+    os.write(fd, holder_line().encode())
 
 
 def unlock(fd: int) -> None:

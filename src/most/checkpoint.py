@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ._locks import holder_line, lock, unlock
+from ._locks import HeldElsewhere, open_locked, sign, unlock
 from ._validation import check_positive_int
 
 __all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointError", "CheckpointMismatchError", "atomic_write_bytes",
@@ -524,29 +524,26 @@ def _claim(checkpoint: Checkpoint) -> tuple[Path, int] | None:
     when another run holds it; ``None``, with a warning, where the file system keeps no locks."""
     path = _lock_path(checkpoint)
     for _ in range(100):
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         try:
-            if not lock(fd):
-                os.close(fd)
-                path.unlink(missing_ok=True)
-                warnings.warn(f"The file system of {checkpoint.path} keeps no file locks, so a second run given the "
-                              "same checkpoint is not refused there; give each run its own file.", UserWarning,
-                              stacklevel=4)
-                return None
-        except OSError:
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "a run that has not said which"
-            os.close(fd)
+            fd, locked = open_locked(path)
+        except HeldElsewhere as held:
+            holder = held.holder or "a run that has not said which"
             raise CheckpointBusyError(
                 f"The checkpoint {checkpoint.path} is in use by another run ({holder}); two runs saving to one file "
                 "would overwrite each other's state. Wait for that run to end, or give this one another path."
             ) from None
+        if not locked:
+            os.close(fd)
+            path.unlink(missing_ok=True)
+            warnings.warn(f"The file system of {checkpoint.path} keeps no file locks, so a second run given the same "
+                          "checkpoint is not refused there; give each run its own file.", UserWarning, stacklevel=4)
+            return None
         try:
             current = os.stat(path)
         except FileNotFoundError:
             current = None
         if current is not None and os.path.samestat(os.fstat(fd), current):
-            os.ftruncate(fd, 0)
-            os.write(fd, holder_line().encode())
+            sign(fd)
             return path, fd
         # the holder before removed the file between our open and our lock: take the new one
         unlock(fd)

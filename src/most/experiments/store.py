@@ -31,7 +31,7 @@ from typing import Iterable
 import torch
 
 from .._json import dumps
-from .._locks import holder_line, lock, unlock
+from .._locks import HeldElsewhere, open_locked, sign, unlock
 from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text
 from ..config import ConfigError
 
@@ -242,22 +242,18 @@ class WriterLock:
             return self
         if self.path.is_symlink():
             raise ConfigError(f"{self.path} is a symbolic link; a run writes only inside {self.root}. Delete it.")
-        flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
-        fd = os.open(self.path, flags, 0o644)
         try:
-            if not lock(fd):
-                warnings.warn(f"The file system of {self.root} keeps no file locks, so a second process writing "
-                              "there is not refused; run one command at a time on this folder.", UserWarning,
-                              stacklevel=2)
-        except OSError:
-            holder = os.read(fd, 4096).decode("utf-8", "replace").strip() or "a process that has not said which"
-            os.close(fd)
+            fd, locked = open_locked(self.path)
+        except HeldElsewhere as held:
+            holder = held.holder or "a process that has not said which"
             raise BusyFolderError(
                 f"{self.root} is being written by another process ({holder}). Wait for it to finish, or stop it "
                 "(e.g. `kill PID`) and continue its runs with --resume."
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, holder_line().encode())
+        if not locked:
+            warnings.warn(f"The file system of {self.root} keeps no file locks, so a second process writing there is "
+                          "not refused; run one command at a time on this folder.", UserWarning, stacklevel=2)
+        sign(fd)
         self._key = key
         WriterLock._held[key] = [1, fd]
         return self
