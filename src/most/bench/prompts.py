@@ -12,11 +12,18 @@ dimensions) and, to fit a CPU budget, inserts the prompts before its *last* laye
 the cost): the lower layers run once per text, and every loss and per-instance gradient runs
 one encoder layer.
 
-Every method gets the same budget: ``rounds`` rounds of one Adam step per model, the same
-learning rate, the same initial prompts (drawn from the seed), the same dispatcher.
+Every method gets ``rounds`` rounds of one Adam step per model, the same learning rate and the
+same dispatcher. ``MosT``, ``MGDA`` and ``Linearization`` start from the same initial prompts
+(copies of training-token states, drawn from the seed). ``MosT (default)`` starts from k-means++
+seeding instead (:class:`~most.seeding.KMeansSeeding`: each prompt is the best of a few
+candidates, each moved by single-instance steps towards one drawn training instance), so its
+initial prompts differ, and its seeding and re-seeding steps come on top of the rounds.
 
-* ``MosT`` -- the library's :class:`most.MosT` (exact transport, uniform marginals: each
-  prompt serves a third of the instances, re-assigned every round);
+* ``MosT`` -- :class:`most.MosT` in the configuration of the first stored table (exact
+  transport, uniform marginals: each prompt serves a third of the instances, re-assigned every
+  round; the min-norm combiner; no seeding or re-seeding);
+* ``MosT (default)`` -- :class:`most.MosT` with the library's defaults (load-bounded marginals,
+  the weighted-sum combiner, k-means++ seeding and :class:`~most.seeding.Reseed` moves);
 * ``MGDA`` -- m runs of MGDA on all 128 instance losses from m random starts;
 * ``Linearization`` -- prompt j minimises a random Dirichlet(1) combination of the losses.
 
@@ -40,7 +47,7 @@ import numpy as np
 import torch
 from torch.nn import functional as F
 
-from .._validation import check_positive, check_positive_int
+from .._validation import check_positive, check_positive_int, check_seed
 from . import STORED_MOST_SETTINGS, SuiteConfig, check_unique, mean_std, write_results
 from .._kernels import software
 from ._runs import RunStore, folder_name
@@ -113,16 +120,26 @@ class PromptsConfig(SuiteConfig):
     resume_free = SuiteConfig.resume_free + ("tasks",)  # a resumed call may add tasks
 
     def __post_init__(self):
+        # the checked values are kept as Python ints and floats: the method tables refuse NumPy numbers,
+        # and results.json records these fields
+        if isinstance(self.seeds, (str, bytes)) or not isinstance(self.seeds, (tuple, list)):
+            raise TypeError(f"`seeds` must be a tuple of ints (one run per seed); got {self.seeds!r}.")
+        seeds = tuple(check_seed(seed, name=f"seeds[{i}]") for i, seed in enumerate(self.seeds))
+        object.__setattr__(self, "seeds", seeds)
         super().__post_init__()
+        if isinstance(self.tasks, (str, bytes)) or not isinstance(self.tasks, (tuple, list)):
+            raise TypeError(f"`tasks` must be a tuple of task names from {list(TASKS)}; got {self.tasks!r}.")
+        object.__setattr__(self, "tasks", tuple(self.tasks))
         unknown = [t for t in self.tasks if t not in TASKS]
         if unknown or not self.tasks:
             raise ValueError(f"Unknown or no task(s) {unknown}; choose from {list(TASKS)}.")
         check_unique(self.tasks, "task")
-        for name in ("n_models", "n_train", "n_tokens", "max_length", "rounds", "dispatcher_epochs"):
-            check_positive_int(getattr(self, name), name=name)
-        if isinstance(self.layer, bool) or not isinstance(self.layer, int) or self.layer < 0:
-            raise ValueError(f"`layer` must be an int >= 0; got {self.layer!r}.")
-        check_positive(self.lr, name="lr")
+        for name in ("n_models", "n_train", "n_tokens", "rounds", "dispatcher_epochs"):
+            object.__setattr__(self, name, check_positive_int(getattr(self, name), name=name))
+        # [CLS], two [SEP] and at least one token of text; the encoder's own bound is checked once it is loaded
+        object.__setattr__(self, "max_length", check_positive_int(self.max_length, name="max_length", minimum=4))
+        object.__setattr__(self, "layer", check_positive_int(self.layer, name="layer", minimum=0))
+        object.__setattr__(self, "lr", check_positive(self.lr, name="lr"))
 
 
 def _encode_task(encoder, tasks: dict, config: PromptsConfig) -> tuple[dict, dict]:
@@ -194,6 +211,7 @@ def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool 
 
     encoder = load_encoder(config.encoder_path)  # fail before any work without the encoder or the data
     encoder.check_layer(config.layer)
+    encoder.check_max_length(config.max_length)  # at most the encoder's positions: checked before any encoding
     tasks = {t: {seed: load_superglue(t, config.data_path, n_train=config.n_train, seed=seed) for seed in config.seeds}
              for t in config.tasks}
     results: dict[str, Any] = {"config": config.plain(), "encoder": repr(encoder), **software(),

@@ -38,6 +38,7 @@ from torch.nn import functional as F
 
 from .._validation import check_positive_int
 from ..problem import Problem
+from ._checks import class_indices
 from .encoder import EncodedTexts
 
 __all__ = ["SoftPromptModel", "prompt_problem"]
@@ -113,30 +114,42 @@ class SoftPromptModel:
 
     @torch.no_grad()
     def predict_logits(self, params: Tensor, texts: EncodedTexts, batch_size: int = 256) -> Tensor:
-        """``[m, N, C]`` logits of every model on every instance."""
+        """``[m, N, C]`` logits of every model (``params [m, dim]``) on every instance, ``batch_size``
+        instances at a time. ``texts`` must be encoded at ``self.layer``."""
+        batch_size = check_positive_int(batch_size, name="batch_size")
+        _check_layer_of(texts, self)
+        if not isinstance(params, Tensor) or params.ndim != 2 or params.shape[1] != self.dim:
+            shape = tuple(params.shape) if isinstance(params, Tensor) else type(params).__name__
+            raise ValueError(f"`params` must be a tensor [m, {self.dim}] (one model per row); got {shape}.")
         per_instance = vmap(self.logits, in_dims=(None, 0, 0))
         per_model = vmap(per_instance, in_dims=(0, None, None))
         chunks = [per_model(params, texts.hidden[s:s + batch_size], texts.mask[s:s + batch_size])
                   for s in range(0, len(texts), batch_size)]
+        if not chunks:  # no texts (an empty subset)
+            return params.new_zeros(params.shape[0], 0, self.n_labels)
         return torch.cat(chunks, dim=1)
 
 
-def prompt_problem(model: SoftPromptModel, texts: EncodedTexts, labels: Tensor, *, seed_pool: int = 2048) -> Problem:
-    """The MosT problem of Section 6.4: one objective per training instance.
-
-    ``texts`` must be encoded at ``model.layer``; the initial prompts copy token states of
-    these training texts (at most ``seed_pool`` of them are kept as candidates).
-    """
+def _check_layer_of(texts: EncodedTexts, model: SoftPromptModel) -> None:
+    """Refuses texts encoded at another layer than the one the model inserts its prompts at (the
+    upper layers would run on hidden states of the wrong depth without an error)."""
     if texts.layer != model.layer:
         raise ValueError(
             f"The texts were encoded at layer {texts.layer} but the model inserts its prompts at layer "
             f"{model.layer}; encode with `layer={model.layer}`."
         )
-    labels = torch.as_tensor(labels, dtype=torch.long)
-    if labels.shape != (len(texts),):
-        raise ValueError(f"`labels` must have shape [{len(texts)}] (one per text); got {tuple(labels.shape)}.")
-    if labels.numel() and (int(labels.min()) < 0 or int(labels.max()) >= model.n_labels):
-        raise ValueError(f"`labels` must be in 0..{model.n_labels - 1}.")
+
+
+def prompt_problem(model: SoftPromptModel, texts: EncodedTexts, labels: Tensor, *, seed_pool: int = 2048) -> Problem:
+    """The MosT problem of Section 6.4: one objective per training instance.
+
+    ``texts`` must be encoded at ``model.layer``; ``labels [N]`` are integer class labels in
+    ``0..n_labels-1`` (floating labels are refused, not truncated). The initial prompts copy token
+    states of these training texts (the first ``seed_pool`` real tokens are the candidates).
+    """
+    seed_pool = check_positive_int(seed_pool, name="seed_pool")
+    _check_layer_of(texts, model)
+    labels = class_indices(labels, name="labels", size=len(texts), classes=model.n_labels, what="class labels")
     pool = texts.hidden[texts.mask > 0][:seed_pool]
 
     def init(m: int, generator: torch.Generator) -> Tensor:
