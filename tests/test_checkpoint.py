@@ -664,3 +664,24 @@ def test_a_file_system_without_locks_runs_with_a_warning_and_busy_files_are_stil
 
     with pytest.raises(CheckpointBusyError):
         method.fit(problem, checkpoint=Checkpoint(tmp_path / "other.ckpt"))
+
+
+def test_a_lock_whose_holder_line_cannot_be_written_is_still_taken_and_let_go(tmp_path, monkeypatch):
+    """The holder's line is a courtesy: a full disk at that write neither fails the run nor leaves
+    the lock held by this process (which would then refuse its own next run)."""
+    import errno
+
+    import most._locks as locks
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    from most.checkpoint import holding
+
+    with monkeypatch.context() as patch:
+        patch.setattr(locks.os, "write", full)
+        with holding([Checkpoint(tmp_path / "run.ckpt")]):
+            assert (tmp_path / ".run.ckpt.lock").read_bytes() == b""
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    most.MosT(n_models=2, rounds=2, lr=0.1).fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt"))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]

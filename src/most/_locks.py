@@ -44,16 +44,26 @@ def open_locked(path) -> tuple[int, bool]:
     try:
         locked = lock(fd)
     except OSError:
-        holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
-        os.close(fd)
+        try:
+            holder = os.read(fd, 4096).decode("utf-8", "replace").strip()
+        except OSError:  # the holder's line could not be read: the refusal still names the file
+            holder = ""
+        finally:
+            os.close(fd)
         raise HeldElsewhere(holder) from None
     return fd, locked
 
 
 def sign(fd: int) -> None:
-    """Writes :func:`holder_line` into the lock file ``fd`` holds, for a second process's message."""
-    os.ftruncate(fd, 0)
-    os.write(fd, holder_line().encode())
+    """Writes :func:`holder_line` into the lock file ``fd`` holds, for a second process's message.
+    The line is a courtesy: a write that fails (a full disk) leaves the lock held and the file
+    empty, and never raises."""
+    try:
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, holder_line().encode())
+    except OSError:
+        pass
 
 
 def unlock(fd: int) -> None:
@@ -85,10 +95,18 @@ try:
 except ImportError:  # Windows
     import msvcrt
 
+    #: the byte locked: far past the holder's line, which a byte-range lock would make unreadable to
+    #: the second process that wants to name the holder
+    _BYTE = 2 ** 30
+
     def _take(fd: int) -> None:
-        # typeshed declares msvcrt's functions for win32 only, and mypy checks for this (POSIX) platform
-        msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+        os.lseek(fd, _BYTE, os.SEEK_SET)
+        try:
+            # typeshed declares msvcrt's functions for win32 only, and mypy checks for this (POSIX) platform
+            msvcrt.locking(fd, msvcrt.LK_NBLCK, 1)  # type: ignore[attr-defined]
+        finally:
+            os.lseek(fd, 0, os.SEEK_SET)
 
     def _give(fd: int) -> None:
-        os.lseek(fd, 0, os.SEEK_SET)
+        os.lseek(fd, _BYTE, os.SEEK_SET)
         msvcrt.locking(fd, msvcrt.LK_UNLCK, 1)  # type: ignore[attr-defined]  # as in _take

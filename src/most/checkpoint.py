@@ -553,12 +553,19 @@ def _claim(checkpoint: Checkpoint) -> tuple[Path, int] | None:
 
 
 def _release(path: Path, fd: int) -> None:
+    """Removes the lock file and lets its lock go. On POSIX the file goes while still held: a run
+    that opened it meanwhile finds it gone after its lock and makes a new one (:func:`_claim`).
+    Windows removes no file that is open, so there it is closed first."""
+    if os.name == "nt":
+        unlock(fd)
+        os.close(fd)
     try:
-        path.unlink()  # while still held: a run waiting on this file finds it gone and makes a new one
-    except OSError:  # removed by hand, or open elsewhere on Windows: the lock still goes with the descriptor
+        path.unlink()
+    except OSError:  # removed by hand, or open in another run on Windows: the next run takes it over
         pass
-    unlock(fd)
-    os.close(fd)
+    if os.name != "nt":
+        unlock(fd)
+        os.close(fd)
 
 
 @contextlib.contextmanager

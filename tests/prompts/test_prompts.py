@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 import torch
 from tests._shared import SHARED_DATA
@@ -274,6 +275,8 @@ def test_encode_takes_pairs_of_two_strings_and_a_positive_batch_size(encoder, mo
     whole = encoder.encode(pairs, layer=5, max_length=32)
     in_twos = encoder.encode([list(p) for p in pairs], layer=5, max_length=32, batch_size=2)  # lists are pairs too
     torch.testing.assert_close(in_twos.hidden, whole.hidden)
+    for table in (np.array(pairs), np.array(pairs, dtype=object)):  # rows of a data frame's [N, 2] texts
+        torch.testing.assert_close(encoder.encode(table, layer=5, max_length=32).hidden, whole.hidden)
     model = SoftPromptModel(encoder, layer=5, n_tokens=2)
     params = torch.randn(2, model.dim, generator=torch.Generator().manual_seed(0)) * 0.1
     torch.testing.assert_close(model.predict_logits(params, whole, batch_size=1), model.predict_logits(params, whole))

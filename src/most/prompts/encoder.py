@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.nn import functional as F
@@ -187,6 +188,8 @@ def _text_pairs(pairs) -> list[tuple[str, str]]:
                 f"`pairs[{i}]` is a single text ({pair[:40]!r}); `pairs` holds (text_a, text_b) pairs of strings, "
                 "the two texts of one instance."
             )
+        if isinstance(pair, np.ndarray) and pair.ndim == 1:  # a row of an [N, 2] array of texts (a data frame's)
+            pair = pairs[i] = pair.tolist()
         if not isinstance(pair, (tuple, list)):
             raise TypeError(f"`pairs[{i}]` must be a (text_a, text_b) pair of strings; got {type(pair).__name__}.")
         if len(pair) != 2:
