@@ -890,3 +890,50 @@ def test_the_gramian_nnls_hands_what_it_cannot_certify_to_frank_wolfe(case, monk
         assert float(u.norm(dim=-1).max()) < 1e-4 * float(rows.norm(dim=-1).max())
     if case == "float32":
         assert u.dtype == lam.dtype == torch.float32 and not fallbacks
+
+
+# --------------------------------------------------------------------------- #
+# coordinates and an empty batch in min_norm_direction
+# --------------------------------------------------------------------------- #
+
+_J3 = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 2.0], [1.0, 1.0, 0.0]], dtype=F64)
+
+
+@pytest.mark.parametrize("coordinates", [
+    (0, 2), [0, 2], np.array([0, 2]), torch.tensor([0, 2]), (np.int64(0), np.int32(2)),
+    (torch.tensor(0), torch.tensor(2)), slice(0, 2), slice(None, 2), slice(0, 2, 1),
+], ids=repr)
+def test_coordinates_given_as_any_pair_of_ints_or_a_slice_solve_on_that_block(coordinates):
+    # on coordinates 0..1 the rows are e1, e2 and (1, 1): the min-norm point is (1/2, 1/2), from rows 0 and 1
+    u, lam = min_norm_direction(_J3, coordinates=coordinates, return_weights=True)
+    torch.testing.assert_close(lam, torch.tensor([0.5, 0.5, 0.0], dtype=F64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(u, torch.tensor([0.5, 0.5, 2.0], dtype=F64), atol=1e-12, rtol=0)
+    assert torch.equal(min_norm_direction(_J3, coordinates=slice(1, None)), min_norm_direction(_J3, coordinates=(1, 3)))
+
+
+@pytest.mark.parametrize("coordinates, why", [
+    ((2, 1), "start must be below stop"), ((1, 1), "start must be below stop"), ((-1, 3), r"got \(-1, 3\)\.$"),
+    (1, r"got 1\.$"), ((0, 1, 2), "3 values instead of 2"), ((0.0, 1.0), r"got \(0\.0, 1\.0\)\.$"),
+    ((0, None), r"got \(0, None\)\.$"), ((True, 2), r"got \(True, 2\)\.$"), ("01", r"got '01'\.$"),
+    (slice(0, 3, 2), "a slice with a step"), (slice(-1, 3), r"got slice\(-1, 3, None\)\.$"),
+], ids=repr)
+def test_coordinates_that_are_not_two_ints_in_order_inside_the_gradients_are_refused(coordinates, why):
+    with pytest.raises(ValueError, match=r"`coordinates` must be \(start, stop\), two ints with 0 <= start < stop "
+                                         r"<= 3 .*" + why):
+        min_norm_direction(_J3, coordinates=coordinates)
+
+
+def test_coordinates_past_the_gradients_are_refused_naming_the_dimension():
+    with pytest.raises(ValueError, match=r"`coordinates` \(1, 4\) lie outside the 3 parameters of a model"):
+        min_norm_direction(_J3, coordinates=(1, 4))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_an_empty_batch_gives_empty_directions_and_weights_like_min_norm(dtype):
+    J = torch.ones(0, 2, 3, dtype=dtype)
+    u, lam = min_norm_direction(J, return_weights=True)
+    assert u.shape == (0, 3) and lam.shape == (0, 2) and u.dtype == lam.dtype == dtype
+    assert lam.shape == min_norm(torch.ones(0, 2, 2, dtype=dtype)).weights.shape
+    u, lam = min_norm_direction(J, torch.ones(0, 2), coordinates=(1, 3), return_weights=True)
+    assert u.shape == (0, 3) and lam.shape == (0, 2)
+    assert min_norm_direction(J, torch.ones(2)).shape == (0, 3)

@@ -130,3 +130,46 @@ def test_front_panels_take_lists_and_refuse_empty_or_misshaped_input():
         plots.per_objective_bars({"a": [0.1, float("nan")]}, ylabel="loss")
     with pytest.raises(ValueError, match="`keys` is empty"):
         plots.grouped_bars({"a": {"x": 1.0}}, keys=[])
+
+
+@pytest.mark.parametrize("reference, match", [
+    ([1.1], r"`reference` must be a point of two objective values.*shape \(1,\)"),
+    (1.1, r"`reference` must be a point of two objective values.*shape \(\)"),
+    ([1.1, 1.1, 1.1], r"shape \(3,\)"),
+    ([[1.1, 1.1]], r"shape \(1, 2\)"),
+    ("ab", "`reference` must be a point of two objective values"),
+    ([float("nan"), 1.1], r"`reference` must be finite .*\[nan, 1\.1\]"),
+    ([1.1, float("inf")], "`reference` must be finite"),
+])
+@pytest.mark.parametrize("draw", [plots.pareto_fronts, plots.hypervolume_areas], ids=["fronts", "areas"])
+def test_front_panels_refuse_a_reference_that_is_not_a_finite_point_of_two_objectives(draw, reference, match):
+    with pytest.raises(ValueError, match=match):
+        draw({"a": [[0.1, 0.9], [0.9, 0.1]]}, reference=reference)
+
+
+def test_front_panels_take_a_reference_as_an_array_or_a_tensor():
+    for reference in (np.array([1.1, 1.2]), torch.tensor([1.1, 1.2]), (1.1, 1.2)):
+        fig = plots.pareto_fronts({"a": [[0.1, 0.9]]}, reference=reference)
+        assert fig.axes[0].lines[0].get_xdata()[0] == pytest.approx(1.1)  # the box's vertical side
+        assert fig.axes[0].lines[1].get_ydata()[0] == pytest.approx(1.2)
+        plt.close(fig)
+        plt.close(plots.hypervolume_areas({"a": [[0.1, 0.9]]}, reference=reference))
+
+
+def test_dominated_areas_of_non_finite_points_or_front_are_refused_and_the_front_panels_skip_such_points():
+    with pytest.raises(ValueError, match=r"`points\['b'\]` contains NaN or inf, so its dominated area is undefined"):
+        plots.hypervolume_areas({"a": [[0.1, 0.9]], "b": [[float("nan"), 0.9]]}, reference=[1.1, 1.1])
+    with pytest.raises(ValueError, match="`front` contains NaN or inf"):
+        plots.hypervolume_areas({"a": [[0.1, 0.9]]}, reference=[1.1, 1.1], front=[[0.0, float("nan")]])
+    # a diverged model (NaN losses) is left out of the scatter, not an error
+    fig = plots.pareto_fronts({"a": [[0.1, 0.9], [float("nan"), 0.5]]}, reference=[1.1, 1.1])
+    assert np.isfinite(fig.axes[0].get_xlim()).all()
+    plt.close(fig)
+
+
+def test_grouped_bars_refuse_labels_that_are_not_one_per_key():
+    with pytest.raises(ValueError, match="`labels` has 2 entries but `keys` has 1: give one tick label per key"):
+        plots.grouped_bars({"a": {"x": 1.0}}, ["x"], labels=["x", "y"])
+    fig = plots.grouped_bars({"a": {"x": 1.0, "y": 2.0}}, ["x", "y"], labels=(f"domain {k}" for k in "xy"))
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["domain x", "domain y"]
+    plt.close(fig)

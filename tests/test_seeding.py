@@ -2,6 +2,7 @@
 resume, the rule that placement waits for two objectives per model, and the spread of MosT-E
 models (one ray each) over a disconnected front's pieces."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -34,6 +35,36 @@ def test_minimise_each_reaches_each_objectives_minimiser():
     problem, centres, _ = groups_of_quadratics([2, 2], seed=0)
     out = minimise_each(problem, torch.zeros(3, 3, dtype=F64), torch.tensor([0, 2, 3]), steps=200, lr=0.1)
     torch.testing.assert_close(out, centres[[0, 2, 3]], atol=1e-8, rtol=0)
+
+
+@pytest.mark.parametrize("objectives, match", [
+    (torch.tensor([0, 4]), r"`objectives` holds the index 4, outside the problem's 4 objectives: every index must "
+                           r"be in \[0, 4\)"),
+    (torch.tensor([-1, 2]), r"`objectives` holds the index -1, outside the problem's 4 objectives"),
+    (torch.tensor([0.0, 2.0]), r"`objectives` must be integer objective indices .* of dtype torch\.float32"),
+    (torch.tensor([True, False]), "`objectives` must be integer objective indices"),
+    ("01", "`objectives` must be integer objective indices"),
+    (torch.tensor([0, 1, 2]), "`objectives` has 3 indices but `starts` has 2 rows"),
+])
+def test_minimise_each_refuses_objectives_that_are_not_one_index_of_the_problem_per_start(objectives, match):
+    problem, _, _ = groups_of_quadratics([2, 2], seed=0)
+    with pytest.raises(ValueError, match=match):
+        minimise_each(problem, torch.zeros(2, 3, dtype=F64), objectives, steps=5, lr=0.1)
+
+
+def test_minimise_each_takes_objective_indices_as_a_list_or_array():
+    problem, centres, _ = groups_of_quadratics([2, 2], seed=0)
+    starts = torch.zeros(2, 3, dtype=F64)
+    expected = minimise_each(problem, starts, torch.tensor([3, 1]), steps=50, lr=0.1)
+    for same in ([3, 1], np.array([3, 1])):
+        assert torch.equal(minimise_each(problem, starts, same, steps=50, lr=0.1), expected)
+
+
+@pytest.mark.parametrize("m", [0, -1, 1.0, True])
+def test_kmeans_seeding_refuses_a_model_count_below_one(m):
+    problem, _, _ = groups_of_quadratics([2, 2], seed=0)
+    with pytest.raises(ValueError, match=r"`m` must be an int >= 1"):
+        KMeansSeeding()(problem, m, torch.Generator().manual_seed(0), lr=0.1)
 
 
 @pytest.mark.parametrize("seed", range(4))

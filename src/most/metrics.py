@@ -23,7 +23,10 @@ __all__ = [
 
 
 class HypervolumeResult(float):
-    """A float (the hypervolume) that also says how many points lay outside the reference box."""
+    """A float (the hypervolume) that also says how many points lay outside the reference box.
+
+    It can be copied, deep-copied and pickled (e.g. sent to a worker process or stored in a
+    checkpoint) with its value and ``outside``."""
 
     outside: int
 
@@ -31,6 +34,11 @@ class HypervolumeResult(float):
         obj = super().__new__(cls, value)
         obj.outside = outside
         return obj
+
+    def __reduce__(self):
+        # copy and pickle rebuild the object as HypervolumeResult(value, outside); float's own recipe
+        # passes the value alone, which __new__ (it needs `outside` too) refuses
+        return type(self), (float(self), self.outside)
 
 
 def hypervolume(points, reference) -> HypervolumeResult:
@@ -214,6 +222,8 @@ def recovery_error(estimated, true) -> float:
     distance to the matched estimate. If m > k the m - k unmatched estimates are ignored
     (spare models cost nothing); if m < k the k - m true models left unmatched are charged
     their distance to the nearest estimate. 0 means every true model is recovered exactly.
+    Distances too large for float64 (coordinates of ~1e160) are computed in rescaled units; an
+    error too large for float64 is refused with a ``ValueError``.
 
     Args:
         estimated: ``[m, d]`` (e.g. ``Result.params``).
@@ -224,8 +234,6 @@ def recovery_error(estimated, true) -> float:
     >>> recovery_error(torch.tensor([[10.0, 1.0], [0.0, 0.0], [5.0, 5.0]]), true)
     0.5
     """
-    from scipy.optimize import linear_sum_assignment
-
     def as_array(x, name):
         a = _array(x, name=name)
         if a.ndim != 2 or 0 in a.shape:
@@ -239,7 +247,31 @@ def recovery_error(estimated, true) -> float:
         raise ValueError(
             f"`estimated` and `true` must have the same parameter dimension; got {est.shape[1]} and {tru.shape[1]}."
         )
-    dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)  # [m, k]
+    with np.errstate(over="ignore", invalid="ignore"):  # an overflow is handled below
+        dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)  # [m, k]
+        error = _matched_mean(dist) if np.isfinite(dist).all() else math.inf
+    if math.isfinite(error):
+        return error
+    # The distances (or their sum) overflow float64 (coordinates of ~1e160): they are computed in units of a
+    # power of two near the largest coordinate (dividing by it is exact), where they are at most
+    # 2 sqrt(d) and the assignment is that of the true distances up to rounding, then scaled back.
+    largest = float(max(np.abs(est).max(), np.abs(tru).max()))
+    unit = float(np.ldexp(1.0, int(np.frexp(largest)[1]) - 1))
+    with np.errstate(over="ignore"):  # an error too large for float64 is refused just below
+        error = _matched_mean(np.linalg.norm(est[:, None, :] / unit - tru[None, :, :] / unit, axis=-1)) * unit
+    if not math.isfinite(error):
+        raise ValueError(
+            f"The recovery error overflows float64 (the models' coordinates reach {largest:.3g}). Rescale "
+            "`estimated` and `true` (divide both by the same constant: the error is divided by it too)."
+        )
+    return error
+
+
+def _matched_mean(dist: np.ndarray) -> float:
+    """The mean over the true models (columns of ``dist [m, k]``) of the distance to the estimate matched to
+    each by the assignment of least total distance, or to the nearest estimate for those left unmatched."""
+    from scipy.optimize import linear_sum_assignment
+
     rows, cols = linear_sum_assignment(dist)
     per_true = dist.min(0)  # used only for true models left unmatched (m < k)
     per_true[cols] = dist[rows, cols]

@@ -341,13 +341,17 @@ def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str
         table: method name -> ``{key: v}`` for every key (other keys are ignored), each ``v`` a
             number, per-seed values (bar: their mean, error bar: their sample std) or
             ``{"mean": ..., "std": ...}``.
-        keys: the groups, in order; ``labels``: their tick labels (default: the keys).
+        keys: the groups, in order; ``labels``: their tick labels, one per key (default: the keys).
         annotate: write each bar's value above it.
         percent: the values are fractions, drawn in %.
     """
     check_nonempty(table, "table")
     if not len(keys):
         raise ValueError("`keys` is empty: give the groups to draw, e.g. the domains or tasks of the table.")
+    labels = None if labels is None else list(labels)
+    if labels is not None and len(labels) != len(keys):
+        raise ValueError(f"`labels` has {len(labels)} entries but `keys` has {len(keys)}: give one tick label per "
+                         "key, in the order of `keys` (or leave `labels` out to label the groups by their keys).")
     for name, row in table.items():
         missing = [k for k in keys if k not in row]
         if missing:
@@ -369,7 +373,7 @@ def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str
         if annotate:
             ax.bar_label(bars, fmt="%.1f" if percent else "%.3f", fontsize=7, padding=1)
     ax.set_xticks(groups)
-    ax.set_xticklabels(list(keys) if labels is None else list(labels))
+    ax.set_xticklabels(list(keys) if labels is None else labels)
     ax.set_ylabel(ylabel)
     if errors:
         title = f"{title} (mean ± std over seeds)" if title else "mean ± std over seeds"
@@ -429,6 +433,24 @@ def _points(points: Mapping, front=None) -> tuple[dict[str, np.ndarray], np.ndar
     return out, f
 
 
+def _reference_point(reference) -> np.ndarray:
+    """``reference`` (a sequence, array or tensor) as a finite point ``[2]``: the corner of the
+    hypervolume's reference box in the two objectives."""
+    if isinstance(reference, torch.Tensor):
+        reference = reference.detach().cpu().double().numpy()
+    try:
+        r = np.asarray(reference, dtype=float)
+    except (TypeError, ValueError):  # e.g. a ragged list or a string
+        raise ValueError("`reference` must be a point of two objective values, e.g. [1.1, 1.1]; got "
+                         f"{reference!r}.") from None
+    if r.shape != (2,):
+        raise ValueError(f"`reference` must be a point of two objective values, e.g. [1.1, 1.1]; got {reference!r} "
+                         f"(shape {r.shape}).")
+    if not np.isfinite(r).all():
+        raise ValueError(f"`reference` must be finite (the corner of the reference box); got {r.tolist()}.")
+    return r
+
+
 def _finish_panels(fig, axes, labels, title, path):
     axes[0].set_xlabel(labels[0])
     axes[0].set_ylabel(labels[1])
@@ -442,17 +464,19 @@ def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None
                   labels=("objective 1", "objective 2"), title: str = "", path=None):
     """One panel per method: its solutions (two objectives) over the true front, if known.
 
-    ``points`` maps a method name to its ``[k, 2]`` objective values; ``reference`` draws the
-    hypervolume reference box.
+    ``points`` maps a method name to its ``[k, 2]`` objective values; ``reference`` (a finite
+    point ``[2]``) draws the hypervolume reference box. Points with a NaN or inf value (e.g. a
+    model whose training diverged) are not drawn.
     """
     arrays, f = _points(points, front)
+    ref = None if reference is None else _reference_point(reference)
     fig, axes = _grid(len(arrays))
     for ax, (name, pts) in zip(axes, arrays.items()):
         if f is not None:
             ax.plot(f[:, 0], f[:, 1], ".", ms=1.2, color="0.6", label="true front")
-        if reference is not None:
-            ax.axvline(reference[0], color="0.8", lw=0.8, ls="--")
-            ax.axhline(reference[1], color="0.8", lw=0.8, ls="--")
+        if ref is not None:
+            ax.axvline(ref[0], color="0.8", lw=0.8, ls="--")
+            ax.axhline(ref[1], color="0.8", lw=0.8, ls="--")
         ax.scatter(pts[:, 0], pts[:, 1], s=28, color="C3", zorder=3, label="solutions")
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
@@ -461,10 +485,19 @@ def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None
 
 def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, reference, front=None,
                       labels=("objective 1", "objective 2"), title: str = "", path=None):
-    """One panel per method: the region its solutions dominate inside the reference box (2-D)."""
+    """One panel per method: the region its solutions dominate inside the reference box (2-D).
+
+    ``reference`` is a finite point ``[2]``; the points (and ``front``, if given) must be finite,
+    as the area, and the axes drawn around it, are undefined otherwise."""
     arrays, f = _points(points, front)
+    r = _reference_point(reference)
+    for name, pts in arrays.items():
+        if not np.isfinite(pts).all():
+            raise ValueError(f"`points[{name!r}]` contains NaN or inf, so its dominated area is undefined; leave "
+                             "out the non-finite points, e.g. `pts[np.isfinite(pts).all(1)]`.")
+    if f is not None and not np.isfinite(f).all():
+        raise ValueError("`front` contains NaN or inf; pass the finite points of the true front.")
     fig, axes = _grid(len(arrays))
-    r = np.asarray(reference, dtype=float)
     for k, (ax, (name, pts)) in enumerate(zip(axes, arrays.items())):
         inside = pts[(pts < r).all(1)]
         inside = inside[np.argsort(inside[:, 0])]

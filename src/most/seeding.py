@@ -80,14 +80,39 @@ def _descend(problem: Problem, starts: Tensor, weights: Tensor, *, steps: int, l
 def minimise_each(problem: Problem, starts: Tensor, objectives: Tensor, *, steps: int, lr: float,
                   optimizer: UpdateRule | None = None) -> Tensor:
     """``steps`` steps of ``optimizer`` (default SGD) on objective ``objectives[t]`` alone from
-    ``starts[t]``, for every ``t`` at once; returns ``[t, dim]``."""
-    rows = objectives.reshape(-1).to(device=starts.device)
+    ``starts[t]``, for every ``t`` at once; returns ``[t, dim]``.
+
+    ``objectives`` holds one objective index in ``[0, problem.n_objectives)`` per start (an
+    integer tensor or array-like); anything else is refused with a ``ValueError`` before any step."""
+    rows = _objective_indices(objectives, n=problem.n_objectives, count=starts.shape[0]).to(device=starts.device)
     one_hot = torch.nn.functional.one_hot(rows, problem.n_objectives).to(starts.dtype)  # [t, n]
     _, params = _descend(problem, starts, one_hot, steps=steps, lr=lr, optimizer=optimizer, rows=rows)
     if not torch.isfinite(params).all():
         raise ValueError("While moving a model to the minimiser of one objective (seeding), a gradient became "
                          "non-finite; try a smaller `lr`, or `seeding=None` to start from the problem's `init`.")
     return params
+
+
+def _objective_indices(objectives, *, n: int, count: int) -> Tensor:
+    """``objectives`` as a flat integer tensor of ``count`` indices in ``[0, n)``, or a ``ValueError``
+    (one_hot would fail later with an index error that names neither the argument nor the bound)."""
+    try:
+        rows = torch.as_tensor(objectives)
+    except (TypeError, ValueError, RuntimeError):  # e.g. a ragged list or a string
+        rows = None
+    if rows is None or rows.is_floating_point() or rows.is_complex() or rows.dtype == torch.bool:
+        raise ValueError(f"`objectives` must be integer objective indices (one per start), e.g. torch.tensor([0, 2]); "
+                         f"got {objectives!r}" + ("" if rows is None else f" of dtype {rows.dtype}") + ".")
+    rows = rows.reshape(-1)
+    if rows.numel() != count:
+        raise ValueError(f"`objectives` has {rows.numel()} indices but `starts` has {count} rows: give one objective "
+                         "per start.")
+    outside = (rows < 0) | (rows >= n)
+    if bool(outside.any()):
+        bad = int(rows[outside][0])
+        raise ValueError(f"`objectives` holds the index {bad}, outside the problem's {n} objectives: every index "
+                         f"must be in [0, {n}).")
+    return rows
 
 
 def _draw(weights: Tensor, k: int, generator: torch.Generator) -> Tensor:
@@ -191,6 +216,7 @@ class KMeansSeeding:
                  optimizer: UpdateRule | None = None, run_steps: int | None = None) -> Tensor:
         """``[m, dim]`` starting models for ``problem`` (its own ``init`` when ``n < 2m``).
         ``run_steps``: the run's gradient steps per model, for ``budget`` (``None``: no cap)."""
+        m = check_positive_int(m, name="m")  # at least one model to start (ln m sets the draws per model)
         n = problem.n_objectives
         if n < 2 * m:  # few objectives per model: no groups to spread over (MosT-E with n' = m rays, say)
             return problem.initial_params(m, generator)

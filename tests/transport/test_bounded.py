@@ -1,6 +1,7 @@
 """most.transport.solve_bounded: feasibility, the two limits it generalises, and bad bounds.
 (Optimality against linprog runs in tests/test_conformance.py for every solver.)"""
 
+import numpy as np
 import pytest
 import torch
 
@@ -163,3 +164,22 @@ def test_an_objective_leaves_the_balance_only_for_a_gap_above_the_price():
 def test_a_bad_price_is_refused(kw, match):
     with pytest.raises(ValueError, match=match):
         solve_bounded(_cost(4, 2, 0), torch.full((4,), 0.25, dtype=F64), **kw)
+
+
+@pytest.mark.parametrize("diversity", [-1.0, float("nan"), float("inf"), None, "0.1", True])
+def test_a_diversity_that_solve_refuses_is_refused_with_solve_s_message(diversity):
+    C, a = _cost(4, 2, 0), torch.full((4,), 0.25, dtype=F64)
+    with pytest.raises(ValueError, match="`diversity` must be a non-negative") as bounded:
+        solve_bounded(C, a, lower=0.25, diversity=diversity)
+    with pytest.raises(ValueError) as balanced:
+        solve(C, a, torch.full((2,), 0.5, dtype=F64), diversity=diversity)
+    assert str(bounded.value) == str(balanced.value)
+
+
+def test_a_diversity_given_as_a_numpy_or_tensor_scalar_gives_the_plan_of_the_float():
+    C = torch.tensor([[0.0, 1.0], [0.0, 2.0], [0.0, 3.0], [0.0, 4.0]], dtype=F64)
+    a = torch.full((4,), 0.25, dtype=F64)
+    plain = solve_bounded(C, a, lower=0.25, diversity=0.5)
+    for same in (np.float32(0.5), np.float64(0.5), torch.tensor(0.5)):
+        res = solve_bounded(C, a, lower=0.25, diversity=same)
+        assert torch.equal(res.plan, plain.plan) and res.cost == plain.cost

@@ -203,3 +203,12 @@ def test_bad_capacity_or_input_is_refused():
         solve_capacity(cost, [0.5, 0.5, 0.5, -0.5], b, capacity=2)
     with pytest.raises(ValueError, match="length 3"):
         solve_capacity(cost, a, [0.5, 0.5], capacity=2)
+
+
+def test_an_int_capacity_too_large_for_a_float_is_the_loosest_capacity():
+    cost, a, b = _random_problem(0, n=15, m=5)
+    loosest = solve_capacity(cost, a, b, capacity=1e300)
+    for huge in (10**400, np.int64(2**62), 2**1024):
+        res = solve_capacity(cost, a, b, capacity=huge)
+        assert torch.equal(res.plan, loosest.plan) and res.cost == loosest.cost
+    assert loosest.cost == pytest.approx(float((a * cost.min(1)).sum()), abs=1e-12)  # each row's cheapest column

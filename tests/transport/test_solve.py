@@ -355,6 +355,18 @@ def test_diversity_regularizer_value():
         diversity_regularizer(torch.ones(3))
 
 
+def test_diversity_regularizer_takes_array_likes_and_refuses_a_plan_without_models():
+    plan = torch.tensor([[0.3, 0.2], [0.1, 0.4]], dtype=torch.float64)
+    for same in (plan.numpy(), plan.tolist(), tuple(map(tuple, plan.tolist()))):
+        value = diversity_regularizer(same)
+        assert isinstance(value, torch.Tensor) and value.ndim == 0
+        assert float(value) == pytest.approx(-0.7, abs=1e-7)  # a list becomes float32, torch's default
+    with pytest.raises(ValueError, match="`plan` must be a tensor or array-like of numbers"):
+        diversity_regularizer([[0.3, 0.2], [0.1]])
+    with pytest.raises(ValueError, match=r"`plan` has shape \(2, 0\): it needs at least one model"):
+        diversity_regularizer(torch.ones(2, 0))
+
+
 @pytest.mark.parametrize("seed", [0, 1, 2])
 @pytest.mark.parametrize("tau", [0.01, 0.1, 1.0, 10.0])
 def test_exact_diversity_increases_concentration(seed, tau):

@@ -9,6 +9,7 @@ import torch
 from torch import Tensor
 
 from .._host import solve_device, to_device, to_host
+from .._validation import check_positive_int
 from ._checks import FLOAT32_TOL, ZERO_GRADIENT_RTOL, check_direction_args, compute_device
 from ._frank_wolfe import min_norm
 from ._nnls import (GRAM_NNLS_MIN_ROWS, gram_nnls_min_norm, gramian, low_rank, low_rank_min_norm,
@@ -20,7 +21,7 @@ _TINY_GRAM = 2.0**-500
 
 
 def min_norm_direction(
-    jacobian, weights=None, *, coordinates: tuple[int, int] | None = None, max_iter: int | None = None,
+    jacobian, weights=None, *, coordinates: tuple[int, int] | slice | None = None, max_iter: int | None = None,
     tol: float | None = None, return_weights: bool = False,
 ):
     r"""MGDA common descent direction :math:`u = \sum_i \lambda^\star_i w_i J_i` (Eq. 9).
@@ -48,7 +49,9 @@ def min_norm_direction(
         coordinates: ``(start, stop)``: solve for the weights on the Gram matrix of those coordinates of
             the gradients only (the paper's "MGDA on a subset of model parameters like the final
             layer's bias", Section 6) and combine the full gradients with them. The direction is
-            then a common descent direction for those coordinates, not necessarily for all.
+            then a common descent direction for those coordinates, not necessarily for all. Two ints
+            (Python, NumPy or 0-d integer tensors) with ``0 <= start < stop <= d``, as a pair (tuple,
+            list, array, tensor) or as ``slice(start, stop)`` (what ``FlatModel.coordinates(name)`` returns).
         max_iter, tol: Passed to :func:`~most.mgda.min_norm`. ``tol=None`` matches the tolerance to the gradients'
             precision: :data:`~most.mgda.FLOAT32_TOL` for float32 (or lower) Jacobians, :data:`~most.mgda.DEFAULT_TOL`
             otherwise.
@@ -58,7 +61,12 @@ def min_norm_direction(
         Tensor: ``u`` of shape ``[d]`` (or ``[B, d]``), in the Jacobian's dtype and device (and
             ``lambda`` with ``return_weights=True``). It is computed in float64 from detached
             inputs: no gradient flows through it (it is an update direction, to be applied under
-            ``torch.no_grad()``).
+            ``torch.no_grad()``). An empty batch (``B = 0``) gives ``u`` of shape ``[0, d]`` and
+            ``lambda`` of shape ``[0, n]``, as :func:`~most.mgda.min_norm` does for an empty batch.
+
+    Raises:
+        ValueError: On a malformed Jacobian or weights, or ``coordinates`` that are not two ints
+            ``0 <= start < stop <= d``.
 
     Examples:
         >>> import torch
@@ -70,6 +78,8 @@ def min_norm_direction(
         tensor([1., 0.])
     """
     J, w = check_direction_args(jacobian, weights)
+    if coordinates is not None:
+        coordinates = _check_coordinates(coordinates, J.shape[-1])
     batched = J.ndim == 3
     J3 = J if batched else J.unsqueeze(0)
     w3 = w.expand(J3.shape[0], J3.shape[1]) if w.ndim == 1 else w
@@ -79,12 +89,47 @@ def min_norm_direction(
     return (u, lam) if return_weights else u
 
 
+def _check_coordinates(coordinates, d: int) -> tuple[int, int]:
+    """``coordinates`` of :func:`min_norm_direction` as ``(start, stop)``, two ints with
+    ``0 <= start < stop <= d``: a pair (any iterable of two ints: tuple, list, array, tensor) or a
+    ``slice(start, stop)`` (``FlatModel.coordinates(name)``; a missing start is 0, a missing stop ``d``)."""
+    usage = (f"`coordinates` must be (start, stop), two ints with 0 <= start < stop <= {d} (the gradients' "
+             "dimension), or slice(start, stop); take them from problem.coordinates(name) or "
+             f"model.coordinates(name); got {coordinates!r}")
+    if isinstance(coordinates, slice):
+        if coordinates.step not in (None, 1):
+            raise ValueError(f"{usage}: a slice with a step selects no contiguous block of coordinates.")
+        pair: tuple = (0 if coordinates.start is None else coordinates.start,
+                       d if coordinates.stop is None else coordinates.stop)
+    elif isinstance(coordinates, (str, bytes)):
+        raise ValueError(f"{usage}.")
+    else:
+        try:
+            pair = tuple(coordinates)
+        except TypeError:  # not iterable, e.g. a single int
+            raise ValueError(f"{usage}.") from None
+    if len(pair) != 2:
+        raise ValueError(f"{usage}: {len(pair)} values instead of 2.")
+    try:
+        start, stop = (check_positive_int(v, name="coordinates", minimum=0) for v in pair)
+    except ValueError:  # a float, None, a bool or a negative int
+        raise ValueError(f"{usage}.") from None
+    if stop > d:
+        raise ValueError(f"`coordinates` {(start, stop)} lie outside the {d} parameters of a model; take them from "
+                         "problem.coordinates(name) or model.coordinates(name).")
+    if start >= stop:
+        raise ValueError(f"{usage}: start must be below stop (the block holds stop - start coordinates).")
+    return start, stop
+
+
 def combine_min_norm(jacobian: Tensor, weights: Tensor, *, coordinates: tuple[int, int] | None = None,
                      max_iter: int | None = None, tol: float | None = None) -> tuple[Tensor, Tensor]:
     """Eq. 9 on a batch, without the argument checks of :func:`~most.mgda.min_norm_direction`:
     ``jacobian [B, n, d]`` and non-negative ``weights [B, n]`` -> ``(u [B, d], lambda [B, n])``
     in the Jacobian's dtype. Rows with weight 0 or a zero gradient are left out (see
     :func:`~most.mgda.min_norm_direction`); a problem without a row gets ``u = 0``, ``lambda = 0``."""
+    if jacobian.shape[0] == 0:  # no problem to solve (min_norm returns the same empty weights)
+        return jacobian.new_zeros(0, jacobian.shape[-1]), jacobian.new_zeros(0, jacobian.shape[-2])
     # The Gramian is formed in float64: literal Gamma weights can be ~1e-30, which float32
     # would flush to denormals and turn the Gramian into noise.
     jac64 = jacobian.detach().to(dtype=torch.float64, device=compute_device(jacobian.device))

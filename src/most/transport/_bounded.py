@@ -96,7 +96,8 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
             :class:`~most.ConvergenceWarning` is raised and the plan rounded onto the feasible set).
 
     Raises:
-        ValueError: On a malformed cost or ``a``, or bounds that no plan can meet (the message says which).
+        ValueError: On a malformed cost or ``a``, bounds that no plan can meet (the message says which), or
+            a ``diversity`` or ``price`` that is not a non-negative finite number.
 
     Examples:
         Model 0 is the cheaper for all four objectives; when each model must keep at least a
@@ -126,6 +127,7 @@ def solve_bounded(cost, a, lower=None, upper=None, *, method: str = "exact", div
         raise ValueError(f"The upper bounds leave room for only {up.sum():.6g} of the mass (< 1): raise them.")
     low = low * min(1.0, 1.0 / low.sum()) if low.sum() > 1 else low
     price = check_non_negative(price, name="price")
+    diversity = check_non_negative(diversity, name="diversity")  # as most.transport.solve checks it
     if price > 0 and target is None:
         raise ValueError("`price` charges the load above `target`: give `target` too (e.g. 1/m for the balance).")
     if method == "exact" and diversity == 0 and price == 0:

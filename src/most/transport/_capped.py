@@ -27,6 +27,7 @@ up the unused capacity, solved exactly by the network simplex.
 from __future__ import annotations
 
 import math
+import sys
 import warnings
 
 import numpy as np
@@ -152,6 +153,9 @@ def solve_capacity(cost, a, b, *, capacity: float) -> TransportResult:
     lo, hi = matrix_range(c, name="cost")  # checks shape and finiteness too
     n, m = c.shape
     cap = as_number(capacity, name="capacity", kind="a finite number >= 1")
+    if isinstance(cap, int) and cap > sys.float_info.max:
+        # an int too large for a float is finite and past any 1 / min(b): as loose as the largest float
+        cap = sys.float_info.max
     if not (math.isfinite(cap) and cap >= 1):
         raise ValueError(f"`capacity` must be a finite number >= 1 (1 is the balanced plan, 1 / min(b) or more "
                          f"sends each objective to its cheapest model); got {capacity!r}.")

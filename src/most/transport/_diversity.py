@@ -30,6 +30,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from .._validation import as_tensor
+
 #: Cap on the number of linearisation steps.
 MAX_STEPS = 100
 #: A step is rejected when it increases the objective by more than this (relative).
@@ -38,18 +40,24 @@ REL_INCREASE_TOL = 1e-12
 LinearSolver = Callable[[Tensor, "Tensor | None"], "tuple[Tensor, int, bool]"]
 
 
-def diversity_regularizer(plan: Tensor) -> Tensor:
+def diversity_regularizer(plan) -> Tensor:
     """``R(Γ) = -Σ_i max_j Γ_ij`` (paper Eq. 3) of a plan ``[n, m]``; a 0-d tensor.
 
-    Lower is more diverse in the paper's sense: each objective (row) concentrates its
-    mass on one model (column). Differentiable almost everywhere (subgradient of the max).
+    ``plan`` is a tensor (e.g. ``TransportResult.plan``) or an array-like such as a NumPy
+    array or nested lists (converted by :func:`torch.as_tensor`; an integer plan becomes
+    floating point). Lower is more diverse in the paper's sense: each objective (row)
+    concentrates its mass on one model (column). Differentiable almost everywhere
+    (subgradient of the max) when ``plan`` is a tensor that requires grad.
 
     >>> import torch
     >>> round(float(diversity_regularizer(torch.tensor([[0.3, 0.2], [0.1, 0.4]]))), 6)
     -0.7
     """
+    plan = as_tensor(plan, name="plan")
     if plan.ndim != 2:
         raise ValueError(f"`plan` must be a 2-D matrix of shape [n, m]; got shape {tuple(plan.shape)}.")
+    if plan.shape[1] == 0:  # a row's largest entry is undefined without a column
+        raise ValueError(f"`plan` has shape {tuple(plan.shape)}: it needs at least one model (column, m >= 1).")
     return -plan.max(dim=1).values.sum()
 
 
