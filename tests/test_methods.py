@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from hypothesis import given, settings
@@ -228,9 +229,12 @@ def test_min_norm_on_coordinates_solves_their_qp_and_combines_the_full_gradients
     full = MinNorm()(jac, weights)
     for a, b in zip(MinNorm(coordinates=(0, 8))(jac, weights), full):  # all coordinates: the plain solve
         torch.testing.assert_close(a, b)
-    for bad in ((3, 3), (-1, 2), (0.0, 2), (2,), ""):
+    for bad in ((3, 3), (-1, 2), (0.0, 2), (2,), "", (True, 2), (0, None), 5, (0, 1, 2), slice(2, None)):
         with pytest.raises(ValueError, match="start, stop"):
             MinNorm(coordinates=bad)
+    # what min_norm_direction takes: NumPy and tensor ints, and the slice FlatModel.coordinates gives
+    for same in ((np.int64(5), 8), [5, 8], torch.tensor([5, 8]), slice(5, 8)):
+        assert MinNorm(coordinates=same) == MinNorm(coordinates=(5, 8))
     # a parameter's name is resolved by the loop; used unresolved it is refused, not misread
     with pytest.raises(RuntimeError, match="resolve it first"):
         MinNorm(coordinates="last")(jac, weights)

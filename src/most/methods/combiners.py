@@ -117,11 +117,16 @@ class MinNorm(Combiner):
         c = self.coordinates
         if c is None or (isinstance(c, str) and c):
             return
-        if (not isinstance(c, (tuple, list)) or len(c) != 2
-                or not all(isinstance(v, int) and not isinstance(v, bool) for v in c) or not 0 <= c[0] < c[1]):
+        if isinstance(c, slice) and c.step in (None, 1) and c.stop is not None:  # FlatModel.coordinates(name)
+            c = (0 if c.start is None else c.start, c.stop)
+        try:  # two whole numbers: Python, NumPy or 0-d tensor ints, in a tuple, list, array or tensor
+            pair = tuple(check_positive_int(v, name="coordinates", minimum=0) for v in c)
+        except (TypeError, ValueError):
+            pair = ()
+        if len(pair) != 2 or not pair[0] < pair[1]:
             raise ValueError(f"`coordinates` must be (start, stop) with 0 <= start < stop, or the name of a "
-                             f"parameter such as 'last'; got {c!r}.")
-        object.__setattr__(self, "coordinates", tuple(c))
+                             f"parameter such as 'last'; got {self.coordinates!r}.")
+        object.__setattr__(self, "coordinates", pair)
 
     def resolve(self, lookup) -> "MinNorm":
         """This combiner with a parameter name in ``coordinates`` replaced by its ``(start, stop)``,
