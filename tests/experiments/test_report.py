@@ -56,6 +56,13 @@ def test_report_on_a_root_of_two_experiments_gives_one_titled_table_each(results
         assert report(results / name, write=False).startswith(f"# {name}")
 
 
+def test_a_report_before_any_run_finished_says_so_and_names_the_runs(results):
+    for result in (results / "central").rglob("result.json"):
+        result.unlink()
+    text = report(results / "central", write=False)
+    assert "No run has finished yet, so there is no table." in text and "| run |" not in text
+    assert "Unfinished runs (not in the table): runs/Linearization/seed0, runs/MosT/seed0." in text
+
 def test_summary_table_of_a_root_of_two_experiments_names_them(results):
     from most.experiments import summary_table
 

@@ -256,6 +256,8 @@ def _report(root: Path, table: dict, *, write: bool) -> str:
              "|---|" + "---:|" * len(metrics)]
     for group, row in groups.items():
         lines.append(f"| {group} | " + " | ".join(_cell(kind, k, row.get(k)) for k in metrics) + " |")
+    if not groups:  # no run has finished: no columns to show
+        lines = [f"# {root.name}", "", "No run has finished yet, so there is no table."]
     defined = [f"**{k}**: {COLUMNS[k]}" for k in metrics if k in COLUMNS]
     if defined:
         lines += ["", "Columns: " + "; ".join(defined) + "."]
