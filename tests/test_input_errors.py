@@ -688,3 +688,32 @@ def test_a_callback_that_cannot_be_called_is_refused_before_the_first_round(bad)
     for call, message in calls:
         with pytest.raises(TypeError, match=message + f".*; got {re.escape(repr(bad))} \\({type(bad).__name__}\\)"):
             call()
+
+
+def test_extension_and_curriculum_settings_are_checked_when_made():
+    from most import Curriculum, DirichletExtension, TchebycheffExtension
+
+    for bad in ((0.0, math.nan), (0.0, math.inf), "ab", 0.0, ()):
+        with pytest.raises(ValueError, match="`ideal` must give one finite number per objective"):
+            TchebycheffExtension(ideal=bad)
+    # an array or tensor is a setting like a tuple: equal ones compare equal (fit_batch shares the extended problem)
+    for same in (np.zeros(2), torch.zeros(2), [0, 0], (np.float32(0), 0.0)):
+        assert TchebycheffExtension(ideal=same) == TchebycheffExtension(ideal=(0.0, 0.0))
+    for cls in (DirichletExtension, TchebycheffExtension):
+        with pytest.raises(TypeError, match="`include_original` must be True or False"):
+            cls(include_original="false")
+    for bad in ("0.5", None, True):
+        with pytest.raises(ValueError, match="`start` must be a number in \\[0, 1\\]"):
+            Curriculum(start=bad)
+    with pytest.raises(ValueError, match="must lie in \\[0, 1\\]"):
+        Curriculum(end=1.5)
+    assert Curriculum(start=np.float32(0.5)).start == 0.5
+
+
+def test_fairness_split_fractions_are_three_numbers():
+    data = most.problems.zafar_synthetic(n_samples=200, seed=0)
+    for bad in (0.6, "0.6", ("0.6", "0.2", "0.2")):
+        with pytest.raises(ValueError, match="`fractions` must be three positive numbers"):
+            data.split_indices(fractions=bad)
+    same = data.split_indices(seed=1, fractions=np.array([0.6, 0.2, 0.2]))
+    assert all(torch.equal(same[k], v) for k, v in data.split_indices(seed=1).items())

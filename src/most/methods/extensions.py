@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from .._random import dirichlet
-from .._validation import check_non_negative, check_positive, check_positive_int
+from .._validation import as_number, check_bool, check_non_negative, check_positive, check_positive_int
 from ..problem import Problem
 
 
@@ -35,6 +35,7 @@ class DirichletExtension:
     def __post_init__(self):
         check_positive_int(self.n_extra, name="n_extra")
         check_positive(self.concentration, name="concentration")
+        object.__setattr__(self, "include_original", check_bool(self.include_original, name="include_original"))
 
     def mixture_weights(self, n: int, generator: torch.Generator) -> Tensor:
         w = dirichlet(generator, self.concentration, n, self.n_extra)
@@ -98,6 +99,9 @@ class TchebycheffExtension:
         check_non_negative(self.augment, name="augment")
         if self.spread not in ("dirichlet", "grid"):
             raise ValueError(f"`spread` must be 'dirichlet' or 'grid'; got {self.spread!r}.")
+        object.__setattr__(self, "include_original", check_bool(self.include_original, name="include_original"))
+        if self.ideal is not None:  # a tuple of finite numbers: compared and hashed as a setting, never NaN or inf
+            object.__setattr__(self, "ideal", _ideal_point(self.ideal))
 
     def preference_weights(self, n: int, generator: torch.Generator) -> Tensor:
         if self.spread == "grid":
@@ -132,3 +136,18 @@ class TchebycheffExtension:
         names = (list(base_names) if keep else []) + [f"tch{k}" for k in range(self.n_extra)]
         return problem.map_objectives(transform, (n if keep else 0) + self.n_extra, names=names,
                                       extension_weights=w, base_problem=problem)
+
+
+def _ideal_point(ideal) -> tuple[float, ...]:
+    """``ideal`` (a sequence, array or tensor of one number per objective) as a tuple of finite floats."""
+    usage = ("`ideal` must give one finite number per objective (a list, array or tensor, e.g. (0.0, 0.0)), or be "
+             "None (the problem's metadata['ideal'], else 0)")
+    if isinstance(ideal, (str, bytes)):
+        raise ValueError(f"{usage}; got {ideal!r}.")
+    try:
+        values = [float(as_number(v, name="ideal")) for v in (ideal.tolist() if hasattr(ideal, "tolist") else ideal)]
+    except TypeError:  # a single number, or an iterable of non-numbers
+        raise ValueError(f"{usage}; got {ideal!r}.") from None
+    if not values or not all(math.isfinite(v) for v in values):
+        raise ValueError(f"{usage}; got {ideal!r}.")
+    return tuple(values)

@@ -13,7 +13,7 @@ from typing import ClassVar, NamedTuple
 import torch
 from torch import Tensor
 
-from .._validation import check_non_negative, check_positive
+from .._validation import as_number, check_non_negative, check_positive
 
 
 def _uniform(k: int, like: Tensor) -> Tensor:
@@ -244,9 +244,10 @@ class Curriculum(Marginals):
 
     def __post_init__(self):
         for name in ("start", "end"):
-            v = getattr(self, name)
+            v = as_number(getattr(self, name), name=name, kind="a number in [0, 1]")
             if not 0.0 <= v <= 1.0:
                 raise ValueError(f"Curriculum `{name}` must lie in [0, 1]; got {v!r}.")
+            object.__setattr__(self, name, float(v))
 
     def coefficient(self, round: int, total: int) -> float:
         return self.start + (self.end - self.start) * (round / max(total - 1, 1))

@@ -144,7 +144,10 @@ class FairnessData:
     # ------------------------------------------------------------------ splits
     def split_indices(self, seed: int = 0, fractions: Sequence[float] = (0.6, 0.2, 0.2)) -> dict[str, Tensor]:
         """Row indices of a ``train``/``val``/``test`` split (see :meth:`split`)."""
-        fractions = tuple(float(f) for f in fractions)
+        if isinstance(fractions, (str, bytes)) or not hasattr(fractions, "__iter__"):
+            raise ValueError(f"`fractions` must be three positive numbers (train, val, test); got {fractions!r}.")
+        fractions = tuple(float(as_number(f, name="fractions", kind="three positive numbers (train, val, test)"))
+                          for f in (fractions.tolist() if hasattr(fractions, "tolist") else fractions))
         if len(fractions) != 3 or not all(f > 0 and math.isfinite(f) for f in fractions):
             raise ValueError(f"`fractions` must be three positive numbers (train, val, test); got {fractions!r}.")
         if abs(sum(fractions) - 1.0) > 1e-6:
