@@ -228,10 +228,11 @@ def check_callback(value, *, name: str = "callback", signature: str = "callback(
     is first called after that round, where Python's own error would come with the round lost)."""
     if value is not None and not callable(value):
         raise TypeError(f"`{name}` must be a function called as {signature} after every round, or None; got "
-                        f"{_short(value)} ({type(value).__name__}).")
+                        f"{short_repr(value)} ({type(value).__name__}).")
 
 
-def _short(value) -> str:
+def short_repr(value) -> str:
+    """``repr(value)`` cut to 60 characters, for a message that names a value of any size."""
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
 

@@ -59,7 +59,7 @@ import numpy as np
 import torch
 
 from ._locks import HeldElsewhere, open_locked, sign, unlock
-from ._validation import check_positive_int
+from ._validation import check_positive_int, short_repr
 
 __all__ = ["Checkpoint", "CheckpointBusyError", "CheckpointError", "CheckpointMismatchError", "atomic_write_bytes",
            "atomic_write_text", "differing_paths", "fingerprint", "holding", "restore_into"]
@@ -321,16 +321,11 @@ def _repeated(field: str, loop_paths: set[str]) -> bool:
 
 def _described(found: list[tuple[str, object, object]]) -> list[str]:
     """Each difference of :func:`differing_paths` as the mismatch message names it."""
-    return [f"{path} ({_short(a)} in the checkpoint, {_short(b)} now)" for path, a, b in found]
+    return [f"{path} ({short_repr(a)} in the checkpoint, {short_repr(b)} now)" for path, a, b in found]
 
 
 def _differences(old, new) -> list[str]:
     return _described(differing_paths(old, new))
-
-
-def _short(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
 
 
 class Checkpoint:
@@ -494,7 +489,7 @@ def check_checkpoint(value, *, name: str = "checkpoint") -> None:
     if isinstance(value, (str, os.PathLike)):
         raise TypeError(f"{wanted}; got the path {str(value)!r}. Wrap it: "
                         f"most.checkpoint.Checkpoint({str(value)!r}, every=10).")
-    raise TypeError(f"{wanted}; got {type(value).__name__} {_short(value)}.")
+    raise TypeError(f"{wanted}; got {type(value).__name__} {short_repr(value)}.")
 
 
 def check_checkpoints(checkpoints: list) -> None:
