@@ -409,7 +409,7 @@ def _run_batch(config, data, model, tasks: list[tuple]) -> list[dict]:
 def _record(data, result, seed, eta, extra, seconds, method=None, *, keep: bool = False) -> dict:
     """A run's entry in the results: its summary, or, for a run whose training diverged, a
     failed candidate that is never chosen. A method that assigns each client its model
-    (``method.assigned``) is scored on it under both picks; where the data has planted groups,
+    (``result.assigned``) is scored on it under both picks; where the data has planted groups,
     ``group_ari`` is the adjusted Rand index of the clients' models against them, and
     ``group_ari_plan`` that of the method's own last assignment (the groups it holds), where it
     has one. ``data_digest`` (:meth:`~most.federated.data.FederatedDataset.digest`) lets a join of
@@ -430,8 +430,8 @@ def _record(data, result, seed, eta, extra, seconds, method=None, *, keep: bool 
     sizes = [len(c.y_test) for c, t in zip(data.clients, tested.tolist()) if t]
     summary = ev.summarise(val_acc, test_acc, choice=result.choice[tested], sizes=sizes)
     mixes = result.mixture is not None  # scored on the client's mixture: one column
-    assigns = mixes or (method is not None and type(method).assigns)
-    loss_choice = result.choice if assigns else result.loss_choice
+    assigns = result.assigned  # a cluster, a group, its own model or its mixture: the method's, not a pick
+    loss_choice = result.loss_choice  # the assigned model itself where the method assigns one
     by_loss = ev.summarise(val_acc, test_acc, choice=loss_choice[tested], sizes=sizes)
     personal = method is not None and method.personal
     # a mixing client's group is its largest weight's model
