@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from ..._random import derive_seed
-from ..._validation import as_number, check_non_negative, check_positive, check_positive_int, check_seed
+from ..._validation import as_number, check_positive, check_positive_int, check_seed
 
 __all__ = ["ClientData", "FederatedDataset", "dirichlet_label_split"]
 
@@ -567,13 +567,6 @@ def numpy_rng(seed) -> np.random.Generator:
                          f"got {seed!r}.") from None
 
 
-def check_fraction_number(value, *, name: str, positive: bool = True) -> float:
-    """``value`` as a float: a finite number ``> 0`` (``>= 0`` with ``positive=False``). Python
-    and NumPy reals and 0-d real tensors are accepted (``np.float32(0.5)``, ``torch.tensor(0.5)``),
-    as everywhere in the library; bools, strings, NaN and inf are refused with a ``ValueError``."""
-    return check_positive(value, name=name) if positive else check_non_negative(value, name=name)
-
-
 # ---------------------------------------------------------------------- Dirichlet split
 def dirichlet_label_split(labels, n_clients: int, concentration: float, seed=0) -> list[np.ndarray]:
     """Partitions sample indices over clients with a Dirichlet label skew.
@@ -602,7 +595,7 @@ def dirichlet_label_split(labels, n_clients: int, concentration: float, seed=0) 
     (3, [0, 1, 2, 3, 4, 5, 6, 7])
     """
     check_positive_int(n_clients, name="n_clients")
-    concentration = check_fraction_number(concentration, name="concentration")
+    concentration = check_positive(concentration, name="concentration")
     y = _as_labels(labels, what="`labels`").detach().cpu().numpy()  # integer class labels, a vector [N]
     rng = numpy_rng(seed)
     pieces: list[list[np.ndarray]] = [[] for _ in range(n_clients)]

@@ -11,8 +11,8 @@ from typing import Sequence
 import numpy as np
 
 from ..._paths import resolve_dir as _resolve_dir
-from ..._validation import check_positive_int
-from ._dataset import (FederatedDataset, check_fraction_number, check_split, check_splits_filled,
+from ..._validation import check_positive, check_positive_int
+from ._dataset import (FederatedDataset, check_split, check_splits_filled,
                        client_from_arrays, numpy_rng, dirichlet_label_split)
 
 __all__ = ["load_fashion_mnist", "FASHION_MNIST_ENV", "FASHION_MNIST_DEFAULT_DIR"]
@@ -182,7 +182,7 @@ def load_fashion_mnist(
     get them), and ``ValueError`` naming the file for a malformed idx file.
     """
     check_positive_int(n_clients, name="n_clients")
-    concentration = check_fraction_number(concentration, name="concentration")
+    concentration = check_positive(concentration, name="concentration")
     if samples_per_client is not None:
         check_positive_int(samples_per_client, name="samples_per_client")
     split = check_split(split)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..._validation import check_positive_int
-from ._dataset import ClientData, FederatedDataset, check_fraction_number, numpy_rng
+from ..._validation import check_non_negative, check_positive, check_positive_int
+from ._dataset import ClientData, FederatedDataset, numpy_rng
 
 __all__ = ["mixture_synthetic"]
 
@@ -56,14 +56,14 @@ def mixture_synthetic(
     check_positive_int(n_clients, name="n_clients")
     check_positive_int(n_components, name="n_components")
     check_positive_int(dim, name="dim")
-    concentration = check_fraction_number(concentration, name="concentration")
-    noise = check_fraction_number(noise, name="noise", positive=False)
+    concentration = check_positive(concentration, name="concentration")
+    noise = check_non_negative(noise, name="noise")
     check_positive_int(min_samples, name="min_samples", minimum=2)
     check_positive_int(max_samples, name="max_samples", minimum=2)
     check_positive_int(test_samples, name="test_samples")
     if max_samples < min_samples:
         raise ValueError(f"`max_samples` ({max_samples}) must be at least `min_samples` ({min_samples}).")
-    val_fraction = check_fraction_number(val_fraction, name="val_fraction")
+    val_fraction = check_positive(val_fraction, name="val_fraction")
     if val_fraction >= 1:
         raise ValueError(f"`val_fraction` must be below 1 (the rest trains); got {val_fraction}.")
     if not isinstance(reference_labels, bool):

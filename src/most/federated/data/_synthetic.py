@@ -8,8 +8,8 @@ from typing import Sequence
 
 import numpy as np
 
-from ..._validation import check_positive_int
-from ._dataset import (ClientData, FederatedDataset, check_fraction_number, check_split, check_splits_filled,
+from ..._validation import check_non_negative, check_positive_int
+from ._dataset import (ClientData, FederatedDataset, check_split, check_splits_filled,
                        client_from_arrays, numpy_rng)
 
 __all__ = ["fedprox_synthetic", "POWER_LAW_MAX_SAMPLES"]
@@ -77,8 +77,8 @@ def fedprox_synthetic(
     """
     model_shift = _renamed(model_shift, alpha, "model_shift", "alpha")
     feature_shift = _renamed(feature_shift, beta, "feature_shift", "beta")
-    alpha = check_fraction_number(model_shift, name="model_shift", positive=False)
-    beta = check_fraction_number(feature_shift, name="feature_shift", positive=False)
+    alpha = check_non_negative(model_shift, name="model_shift")
+    beta = check_non_negative(feature_shift, name="feature_shift")
     check_positive_int(n_clients, name="n_clients")
     check_positive_int(dim, name="dim")
     check_positive_int(n_classes, name="n_classes", minimum=2)
