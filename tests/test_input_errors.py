@@ -717,3 +717,22 @@ def test_fairness_split_fractions_are_three_numbers():
             data.split_indices(fractions=bad)
     same = data.split_indices(seed=1, fractions=np.array([0.6, 0.2, 0.2]))
     assert all(torch.equal(same[k], v) for k, v in data.split_indices(seed=1).items())
+
+
+@pytest.mark.parametrize("module, name, args", [
+    ("most.federated.data", "load_fashion_mnist", ()),
+    ("most.federated.data", "load_femnist", ()),
+    ("most.problems", "load_superglue", ("boolq",)),
+    ("most.problems", "load_german_credit", ()),
+    ("most.problems", "load_office_caltech10", ()),
+    ("most.prompts", "load_encoder", ()),
+])
+@pytest.mark.parametrize("bad", [5, ["data"], b"data"])
+def test_loaders_refuse_a_path_that_is_not_a_path_by_name(module, name, args, bad):
+    import importlib
+
+    if name == "load_encoder":
+        pytest.importorskip("transformers")
+    load = getattr(importlib.import_module(module), name)
+    with pytest.raises(TypeError, match=r"`path` must be the path of .* \(a str or pathlib.Path\); got"):
+        load(*args, bad)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from ._validation import check_path
+
 
 def resolve_dir(path, env: str, what: str, how: str, default: str | None = None) -> tuple[Path, str]:
     """``(directory, source)``: ``path``, else ``$env``, else ``default``; ``source`` says which
@@ -19,6 +21,7 @@ def resolve_dir(path, env: str, what: str, how: str, default: str | None = None)
         else:
             raise FileNotFoundError(f"{what}: no `path` given and {env} is not set. {how}")
     else:
+        check_path(path, what=f"the directory of the {what}")
         source = " (the `path` argument)"
     p = Path(path).expanduser()
     if not p.is_dir():

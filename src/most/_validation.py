@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import sys
 
 import numpy as np
@@ -229,6 +230,15 @@ def check_callback(value, *, name: str = "callback", signature: str = "callback(
     if value is not None and not callable(value):
         raise TypeError(f"`{name}` must be a function called as {signature} after every round, or None; got "
                         f"{short_repr(value)} ({type(value).__name__}).")
+
+
+def check_path(value, *, name: str = "path", what: str = "a folder"):
+    """Refuses a ``path`` that is not a ``str`` or ``os.PathLike`` (an int, a list), naming the
+    argument; ``pathlib`` itself would say only "expected str, bytes or os.PathLike object"."""
+    if not isinstance(value, (str, os.PathLike)):
+        raise TypeError(f"`{name}` must be the path of {what} (a str or pathlib.Path); got {short_repr(value)} "
+                        f"({type(value).__name__}).")
+    return value
 
 
 def short_repr(value) -> str:

@@ -56,7 +56,7 @@ from torch import Tensor
 from torch.nn.functional import softplus
 
 from .._random import stratified_split
-from .._validation import as_number, check_positive_int, check_seed
+from .._validation import as_number, check_path, check_positive_int, check_seed
 from ..problem import Problem
 
 __all__ = ["FairnessData", "load_german_credit", "zafar_synthetic", "GERMAN_CREDIT_ENV"]
@@ -376,6 +376,7 @@ def _german_file(path: str | os.PathLike | None) -> Path:
             )
         path, source = env, f" (from {GERMAN_CREDIT_ENV})"
     else:
+        check_path(path, what=f"the directory holding {_GERMAN_FILE!r} (or the file itself)")
         source = ""
     p = Path(path).expanduser()
     file = p if p.is_file() else p / _GERMAN_FILE

