@@ -411,6 +411,10 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     :class:`~most.config.ConfigError` names the differing keys). Interrupted runs (a
     checkpoint and no result) continue with ``resume=True`` or start over with
     ``restart=True``; with neither, :class:`InterruptedRunsError` is raised before any work.
+
+    ``progress`` shows each run's progress bar; ``echo`` receives the one-line summaries (how
+    many runs there are, then one line per finished run); it is ``print`` by default, and
+    ``echo=lambda line: None`` keeps a script quiet.
     """
     if Path(out).exists() and not Path(out).is_dir():
         raise ValueError(f"The results root {out} is a file, not a folder; choose a folder (it is created if missing).")
