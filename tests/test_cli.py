@@ -171,6 +171,9 @@ def test_a_mistake_in_the_command_line_itself_is_one_line(tmp_path):
     _one_line_error(runner.invoke(app, ["run"]), "Missing argument", code=2)
     _one_line_error(runner.invoke(app, ["report", "--nope", str(tmp_path)]), "No such option", code=2)
     _one_line_error(runner.invoke(app, ["bench", "nope"]), "No such command", code=2)
+    for args, name in ((["bench", "fedrated"], "'federated'"), (["choose"], "'choose-m'")):
+        err = _one_line_error(runner.invoke(app, args), "No such command", f"Did you mean {name}?", code=2)
+        assert err.count("Did you mean") == 1, err  # click and typer each add the suggestion
     res = runner.invoke(app, ["bench"])  # no command: the help, as before
     assert res.exit_code == 2 and "few-objective" in res.stdout and not res.stderr.strip()
     res = runner.invoke(app, ["--help"])

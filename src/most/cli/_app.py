@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import re
 import warnings
 from pathlib import Path
 
@@ -142,7 +143,10 @@ class _Group(typer.core.TyperGroup):
                 sys.exit(exc.exit_code)
             ctx = getattr(exc, "ctx", None)
             hint = f" See `{ctx.command_path} --help`." if ctx is not None else ""
-            typer.echo("Error: " + " ".join(exc.format_message().split()) + hint, err=True)
+            message = " ".join(exc.format_message().split())
+            # click (8.2 on) and typer both append "Did you mean 'x'?" to an unknown command: say it once
+            message = re.sub(r"( Did you mean [^?]*\?)(?:\1)+", r"\1", message)
+            typer.echo("Error: " + message + hint, err=True)
             sys.exit(exc.exit_code)
         except click.exceptions.Abort:
             typer.echo("Aborted.", err=True)
