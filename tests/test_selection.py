@@ -73,6 +73,21 @@ def test_best_picks_the_lowest_score(clusters):
     assert chosen.rule == "best"
 
 
+def test_a_choice_at_the_largest_count_tried_is_flagged(clusters, selection):
+    train, val = clusters
+    cut = most.choose_n_models(METHOD, train, val, n_models=[1, 2])  # the planted 3 clusters lie beyond the range
+    assert cut.n_models == 2 and cut.at_edge and cut.to_dict()["at_edge"]
+    assert "m = 2 is the largest count tried" in cut.table()
+    assert selection.n_models == 3 and not selection.at_edge  # chosen inside 1..5
+    assert "largest count tried" not in selection.table()
+    one = most.choose_n_models(METHOD, train, val, n_models=[2])
+    assert not one.at_edge  # a single count is no range
+    few = most.Problem.from_function(lambda x: torch.stack([(x ** 2).sum(), ((x - 4) ** 2).sum()]), dim=1,
+                                     n_objectives=2)
+    every = most.choose_n_models(METHOD, few, n_models=[1, 2])
+    assert every.n_models == 2 and not every.at_edge  # one model per objective: no more models are possible
+
+
 def test_a_large_tolerance_picks_fewer_models(clusters):
     train, val = clusters
     assert most.choose_n_models(METHOD, train, val, n_models=[1, 2, 3], tolerance=1e6).n_models == 1

@@ -81,6 +81,16 @@ class ModelCountSelection:
         """The highest score the elbow rule accepts (see :func:`elbow_threshold`)."""
         return elbow_threshold(self.scores, self.tolerance)
 
+    @property
+    def at_edge(self) -> bool:
+        """Whether the chosen m is the largest of several counts tried while more models were
+        possible (fewer than the fitted problem's objectives): a wider range may choose more."""
+        ms = sorted(self.scores)
+        if len(ms) < 2 or self.n_models != ms[-1]:
+            return False
+        result = self.results.get(self.n_models)
+        return result is None or self.n_models < result.problem.n_objectives
+
     def _what(self) -> str:
         return "validation" if self.on_validation else "train"
 
@@ -98,12 +108,15 @@ class ModelCountSelection:
                 if self.rule == "elbow" else f"the lowest mean {what} loss")
         note = "" if self.on_validation else (" Scored on the training objectives (no validation objectives "
                                               "were given), whose loss tends to fall as m grows.")
+        if self.at_edge:
+            note += (f" m = {self.n_models} is the largest count tried: more models may score lower, so try a "
+                     "range that goes further.")
         return "\n".join(lines) + f"\n\nChosen: m = {self.n_models}, {rule}.{note}\n"
 
     def to_dict(self) -> dict:
         """The selection as plain numbers (JSON), without the fitted models."""
         return {"n_models": self.n_models, "rule": self.rule, "tolerance": self.tolerance,
-                "on_validation": self.on_validation, "best": self.best,
+                "on_validation": self.on_validation, "best": self.best, "at_edge": self.at_edge,
                 "scores": {str(m): v for m, v in self.scores.items()},
                 "worst": {str(m): v for m, v in self.worst.items()},
                 "train_scores": {str(m): v for m, v in self.train_scores.items()}}
