@@ -469,3 +469,128 @@ def test_dropout_under_a_min_norm_combiner_and_mixed_dtype_modules_run():
                                      [lambda f: f(x).pow(2).mean(), lambda f: (f(x) - 1).pow(2).mean()])
     result = most.MosT(n_models=2, rounds=2, lr=0.1).fit(mixed)
     assert result.params.dtype == torch.float64 and len(mixed.to_modules(result.params)) == 2
+
+
+class _FunctionalDropout(nn.Module):
+    """Dropout called in forward (F.dropout), which no layer of the module shows."""
+
+    def __init__(self):
+        super().__init__()
+        self.a, self.b = nn.Linear(5, 8), nn.Linear(8, 2)
+
+    def forward(self, x):
+        return self.b(F.dropout(torch.relu(self.a(x)), 0.5, self.training))
+
+
+class _Noisy(nn.Module):
+    """A sampling step in forward (a variational layer's torch.randn_like)."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(5, 2)
+
+    def forward(self, x):
+        out = self.a(x)
+        return out + 0.1 * torch.randn_like(out)
+
+
+@pytest.mark.parametrize("net", [
+    _FunctionalDropout,
+    _Noisy,
+    lambda: nn.Sequential(nn.Linear(5, 8), nn.Unflatten(1, (2, 4)), nn.LSTM(4, 4, num_layers=2, dropout=0.5,
+                                                                                batch_first=True),
+                          _TakeLast(), nn.Linear(4, 2)),
+], ids=["F.dropout", "randn_like", "stacked LSTM dropout"])
+def test_randomness_no_layer_shows_draws_from_the_runs_generator(net, tmp_path):
+    """Randomness inside a forward is found by running the module twice when the problem is
+    built: the problem is stochastic, and a seeded run repeats and resumes exactly."""
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randn(12, 5, generator=g), torch.randint(0, 2, (12,), generator=g)) for _ in range(4)]
+    problem = most.Problem.from_datasets(net, tasks, _cross_entropy)
+    assert problem.stochastic
+    method = most.MosT(n_models=2, rounds=4, lr=0.1, seed=0)
+    first = method.fit(problem)
+    assert torch.equal(first.params, method.fit(problem).params)
+    assert torch.equal(problem.loss_matrix(first.params), problem.loss_matrix(first.params))
+    resumed = stopped_then_resumed(method, problem, tmp_path / "run.ckpt", every=1, at=2)
+    assert torch.equal(resumed.params, first.params)
+
+
+class _TakeLast(nn.Module):
+    def forward(self, out):
+        return out[0][:, -1]
+
+
+def test_a_deterministic_module_is_not_taken_for_a_random_one():
+    problem = most.Problem.from_datasets(lambda: nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2)),
+                                         _classification(classes=2), _cross_entropy)
+    assert not problem.stochastic
+
+
+@pytest.mark.parametrize("loss", [
+    lambda out, y: F.cross_entropy(out.detach(), y, reduction="none"),
+    lambda out, y: (out.argmax(-1) != y).float(),
+], ids=["detach", "argmax"])
+def test_a_loss_without_a_gradient_path_is_refused_when_built(loss):
+    with pytest.raises(ValueError, match=r"`loss\(output, \*targets\)` does not depend on the parameters"):
+        most.Problem.from_datasets(lambda: nn.Linear(5, 3), _classification(), loss)
+
+
+def test_the_fast_path_of_an_affine_module_keeps_its_hooks():
+    """`nn.Sequential(nn.Flatten(), nn.Linear)` is evaluated by one matrix product, unless a hook
+    (on the Sequential, the Flatten or the Linear) or a forward set on the instance changes it."""
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randn(k, 3, 4, generator=g), torch.randint(0, 3, (k,), generator=g)) for k in (6, 9)]
+
+    def hooked(where):
+        def factory():
+            net = nn.Sequential(nn.Flatten(), nn.Linear(12, 3))
+            net[where].register_forward_hook(lambda mod, inp, out: out / 10.0) if where is not None else \
+                net.register_forward_hook(lambda mod, inp, out: out / 10.0)
+            return net
+        return factory
+
+    for where in (None, 0, 1):
+        problem = most.Problem.from_datasets(hooked(where), tasks, _cross_entropy)
+        params = problem.initial_params(2, torch.Generator().manual_seed(0))
+        with torch.no_grad():
+            hand = torch.stack([torch.stack([_cross_entropy(m(x), y).mean() for m in problem.to_modules(params)])
+                                for x, y in tasks])
+        assert torch.allclose(problem.loss_matrix(params), hand, atol=1e-6), where
+
+
+def test_only_the_first_target_is_checked_as_class_labels():
+    """`(x, y, count)`: an integer per-row weight beside the labels is not a label."""
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randn(8, 5, generator=g), torch.randint(0, 3, (8,), generator=g),
+              torch.randint(1, 10, (8,), generator=g)) for _ in range(3)]
+    problem = most.Problem.from_datasets(lambda: nn.Linear(5, 3), tasks,
+                                         lambda out, y, count: _cross_entropy(out, y) * count)
+    assert problem.n_objectives == 3
+
+
+@pytest.mark.parametrize("wrap", [lambda out: {"logits": out}, lambda out: (out,)], ids=["dict", "tuple"])
+def test_class_labels_are_checked_against_scores_inside_a_dict_or_tuple_output(wrap):
+    class Wrapped(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = nn.Linear(5, 4)
+
+        def forward(self, x):
+            return wrap(self.a(x))
+
+    tasks = _classification(classes=4)
+    tasks[0][1][4] = 9
+    scores = (lambda out: out["logits"]) if isinstance(wrap(torch.zeros(1)), dict) else (lambda out: out[0])
+    with pytest.raises(ValueError, match="objective 0 has the class label 9, outside the model's 4 outputs"):
+        most.Problem.from_datasets(Wrapped, tasks, lambda out, y: _cross_entropy(scores(out), y))
+
+
+def test_lazy_layers_and_dataset_objects_are_refused_with_the_fix():
+    with pytest.raises(ValueError, match=r"parameter '0.weight' is not initialised yet \(a lazy layer"):
+        most.Problem.from_datasets(lambda: nn.Sequential(nn.LazyLinear(3)), _classification(), _cross_entropy)
+    x, y = _classification()[0]
+    with pytest.raises(TypeError, match=r"got a TensorDataset\. Pass its tensors, `dataset.tensors`"):
+        most.Problem.from_datasets(lambda: nn.Linear(5, 3), [torch.utils.data.TensorDataset(x, y)], _cross_entropy)
+    with pytest.raises(ValueError, match=r"read as one dataset per tensor.*pass `objective_index` too"):
+        most.Problem.from_datasets(lambda: nn.Linear(5, 3), (x, y), _cross_entropy)

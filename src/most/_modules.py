@@ -80,6 +80,14 @@ class ModuleLayout:
         if not isinstance(template, nn.Module):
             raise ValueError(f"`model()` must return an nn.Module; got {type(template).__name__}.")
         named = list(template.named_parameters())
+        lazy = [k for k, p in named if nn.parameter.is_lazy(p)]
+        if lazy:
+            raise ValueError(
+                f"The module's parameter {lazy[0]!r} is not initialised yet (a lazy layer such as nn.LazyLinear "
+                "learns its shape on its first pass), so its size is unknown. Give the layer its input size "
+                "(e.g. nn.Linear(in_features, out)), or run one pass in the factory before returning the module, "
+                "e.g. `net(torch.zeros(1, *input_shape))`."
+            )
         if not named:
             raise ValueError("The module has no parameters to train.")
         trainable = [(k, p) for k, p in named if p.requires_grad]
@@ -225,13 +233,23 @@ def affine_shape(module: nn.Module) -> tuple[int, int] | None:
     """``(out, in)`` when ``module`` is one affine map of flattened inputs with a bias, written as
     ``nn.Linear`` or ``nn.Sequential(nn.Flatten(), nn.Linear)`` (exactly these classes, not
     subclasses, whose forward may differ), else None."""
+    if _hooked(module):
+        return None
     if type(module) is nn.Sequential and len(module) == 2 and type(module[0]) is nn.Flatten \
-            and (module[0].start_dim, module[0].end_dim) == (1, -1):
+            and (module[0].start_dim, module[0].end_dim) == (1, -1) and not _hooked(module[0]):
         module = module[1]
-    if type(module) is nn.Linear and module.bias is not None and not module._forward_hooks \
-            and not module._forward_pre_hooks:
+    if type(module) is nn.Linear and module.bias is not None and not _hooked(module):
         return module.out_features, module.in_features
     return None
+
+
+def _hooked(module: nn.Module) -> bool:
+    """Whether a pass through ``module`` runs more than its class's forward: a forward hook or
+    pre-hook on it or on every module (torch's global hooks), or a ``forward`` set on the instance."""
+    from torch.nn.modules import module as torch_module
+
+    return bool(module._forward_hooks or module._forward_pre_hooks or "forward" in vars(module)
+                or torch_module._global_forward_hooks or torch_module._global_forward_pre_hooks)
 
 
 def check_factory(model) -> None:

@@ -34,6 +34,7 @@ from torch.func import grad_and_value, vmap
 from ._base import Evaluator
 from .._modules import ModuleLayout
 from .._random import derive_seed
+from ._checks import NO_GRADIENT
 from .._validation import check_has_data, check_positive_int
 
 PerSampleLoss = Callable[..., Tensor]
@@ -117,6 +118,12 @@ class DatasetsEvaluator(Evaluator):
         #: whether vmap can batch the module over the models (not a recurrent layer, say): when not,
         #: every pass runs the models one after another (set by check_loss's probe)
         self.vmappable = True
+
+    def mark_random(self) -> None:
+        """Treats the module as drawing at random (its passes seeded from the run's generator),
+        for randomness :func:`random_layers` cannot see (found by :func:`check_loss`)."""
+        self.random = self.stochastic = True
+        self.all = self.all.seeded(0)
 
     # ------------------------------------------------------------------ the rows of an evaluation
     def draw(self, generator: torch.Generator | None) -> _Draw:
@@ -293,9 +300,13 @@ class DatasetsEvaluator(Evaluator):
 
 def random_layers(template: torch.nn.Module) -> list[str]:
     """The names of ``template``'s layers that draw at random in training mode (dropout of a
-    positive rate, randomised leaky ReLU)."""
+    positive rate, attention and stacked recurrent layers with a dropout rate, randomised leaky
+    ReLU). Randomness inside a ``forward`` (``F.dropout``, ``torch.randn_like``) is not a layer:
+    :func:`check_loss` finds it by running the module twice."""
     return [name for name, module in template.named_modules() if module.training and (
         (isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0)
+        or (isinstance(module, torch.nn.MultiheadAttention) and module.dropout > 0)
+        or (isinstance(module, torch.nn.RNNBase) and module.dropout > 0 and module.num_layers > 1)
         or isinstance(module, torch.nn.RReLU))]
 
 
@@ -338,13 +349,22 @@ def stack_datasets(datasets, objective_index=None, n_objectives=None
             raise ValueError("`datasets` is empty: a problem needs at least one objective (one dataset each).")
         parts = [_dataset(d, f"dataset {i}") for i, d in enumerate(datasets)]
         width = len(parts[0])
-        for i, part in enumerate(parts):
-            if len(part) != width:
+        try:
+            for i, part in enumerate(parts):
+                if len(part) != width:
+                    raise ValueError(
+                        f"dataset {i} has {len(part)} tensors and dataset 0 has {width}; every dataset must hold "
+                        "the same tensors (inputs, then targets)."
+                    )
+                _check_like(part, parts[0], f"dataset {i}", "dataset 0")
+        except ValueError as exc:
+            if len(datasets) > 1 and all(isinstance(d, Tensor) for d in datasets):  # (x, y) read as two datasets
                 raise ValueError(
-                    f"dataset {i} has {len(part)} tensors and dataset 0 has {width}; every dataset must hold "
-                    "the same tensors (inputs, then targets)."
-                )
-            _check_like(part, parts[0], f"dataset {i}", "dataset 0")
+                    f"{exc} `datasets` is a {type(datasets).__name__} of {len(datasets)} tensors, read as one "
+                    "dataset per tensor. For one dataset per objective pass a list of tuples, "
+                    "`[(x0, y0), (x1, y1)]`; for stacked rows `(x, y)` pass `objective_index` too."
+                ) from None
+            raise
         data = tuple(torch.cat([part[t] for part in parts]) for t in range(width))
         owner = torch.cat([torch.full((len(part[0]),), i, dtype=torch.long) for i, part in enumerate(parts)])
         return data, owner.to(data[0].device), len(parts)
@@ -381,6 +401,12 @@ def _dataset(d, what: str) -> tuple[Tensor, ...]:
     if not isinstance(d, (tuple, list)) or not d or not all(isinstance(t, Tensor) for t in d):
         parts = d if isinstance(d, (tuple, list)) else (d,)
         arrays = any(type(t).__module__.split(".")[0] in ("numpy", "pandas") for t in parts)
+        if isinstance(d, torch.utils.data.Dataset):
+            fix = ("its tensors, `dataset.tensors`" if isinstance(d, torch.utils.data.TensorDataset) else
+                   "its rows stacked into tensors, e.g. `tuple(map(torch.stack, zip(*(dataset[i] for i in "
+                   "range(len(dataset))))))`")
+            raise TypeError(f"{what} must be a tuple of tensors (inputs, targets) with one row per sample; got a "
+                            f"{type(d).__name__}. Pass {fix}.")
         raise TypeError(
             f"{what} must be a tuple of tensors (inputs, targets) with one row per sample; got "
             f"{type(d).__name__}" + (" holding " + ", ".join(type(t).__name__ for t in d) if isinstance(d, (tuple, list)) else "")
@@ -454,24 +480,26 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
                                      if (data[0].is_floating_point() and data[0].dtype != theta.dtype)
                                      or data[0].device != theta.device else "")
             ) from exc
-        if isinstance(output, Tensor) and output.ndim == 2 and output.shape[1] > 1:  # a classifier's scores
-            for t, target in enumerate(data[1:], start=1):
-                if target.ndim == 1 and not target.is_floating_point() and target.dtype != torch.bool:
-                    # -100 is torch's ignore_index: a row its classification losses skip (loss 0)
-                    bad = ((target < 0) & (target != _IGNORE_INDEX)) | (target >= output.shape[1])
-                    if bool(bad.any()):
-                        row = int(bad.nonzero()[0])
-                        raise ValueError(
-                            f"{label(int(evaluator.all.owner[row]))} has the class label {int(target[row])}, outside "
-                            f"the model's {output.shape[1]} outputs (labels 0..{output.shape[1] - 1}, or -100 for a "
-                            "row the loss ignores, torch's ignore_index). Check the labels, or give the model as "
-                            "many outputs as there are classes."
-                        )
+        scores = _class_scores(output, len(first))
+        target = data[1] if len(data) > 1 else None  # the labels, when the first target holds class indices
+        if scores is not None and target is not None and target.ndim == 1 and not target.is_floating_point() \
+                and target.dtype != torch.bool:
+            classes = scores.shape[1]
+            # -100 is torch's ignore_index: a row its classification losses skip (loss 0)
+            bad = ((target < 0) & (target != _IGNORE_INDEX)) | (target >= classes)
+            if bool(bad.any()):
+                row = int(bad.nonzero()[0])
+                raise ValueError(
+                    f"{label(int(evaluator.all.owner[row]))} has the class label {int(target[row])}, outside "
+                    f"the model's {classes} outputs (labels 0..{classes - 1}, or -100 for a "
+                    "row the loss ignores, torch's ignore_index). Check the labels, or give the model as "
+                    "many outputs as there are classes."
+                )
         try:
             per = evaluator.loss(output, *(t[first] for t in data[1:]))
         except Exception as exc:
             raise ValueError(
-                f"`loss(output, *targets)` fails on the module's output (shape {list(output.shape)}): "
+                f"`loss(output, *targets)` fails on the module's output ({_describe_output(output)}): "
                 f"{' '.join(str(exc).split())[:300]}."
             ) from exc
     rows = len(first)
@@ -485,6 +513,45 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
     if not per.is_floating_point():
         raise TypeError(f"`loss` returned losses of dtype {per.dtype}; they must be floating point.")
     _check_vectorised(evaluator, theta, first)
+    rows = tuple(t[first] for t in data)
+    with seeded_rng(0, theta.device), torch.enable_grad():  # the user's generator is left as it was
+        tracked = evaluator.per_row(theta.detach().requires_grad_(True), *rows).requires_grad
+    if not tracked:
+        raise ValueError(NO_GRADIENT.format(what="`loss(output, *targets)` does not",
+                                            hint="or compute the loss from `argmax` or a comparison"))
+    if not evaluator.random:  # randomness inside a forward (F.dropout, torch.randn_like): two passes differ
+        with torch.no_grad():
+            with seeded_rng(1, theta.device):
+                one = evaluator.per_row(theta, *rows)
+            with seeded_rng(2, theta.device):
+                two = evaluator.per_row(theta, *rows)
+        if not torch.allclose(one, two, rtol=0.0, atol=0.0, equal_nan=True):
+            evaluator.mark_random()
+
+
+def _class_scores(output, rows: int) -> Tensor | None:
+    """A classifier's scores ``[rows, C]`` (C > 1) in the module's output: the output itself, or
+    the one such tensor among the values of a tuple, list or dict output; None when there is none
+    or several."""
+    if isinstance(output, Tensor):
+        values = [output]
+    elif isinstance(output, dict):
+        values = list(output.values())
+    elif isinstance(output, (tuple, list)):
+        values = list(output)
+    else:
+        return None
+    found = [v for v in values if isinstance(v, Tensor) and v.ndim == 2 and v.shape[0] == rows and v.shape[1] > 1]
+    return found[0] if len(found) == 1 else None
+
+
+def _describe_output(output) -> str:
+    if isinstance(output, Tensor):
+        return f"shape {list(output.shape)}"
+    if isinstance(output, dict):
+        return "a dict of " + ", ".join(f"{k!r}: {list(v.shape) if isinstance(v, Tensor) else type(v).__name__}"
+                                        for k, v in list(output.items())[:5])
+    return f"a {type(output).__name__}"
 
 
 def _check_vectorised(evaluator: DatasetsEvaluator, theta: Tensor, first: Tensor) -> None:
