@@ -513,18 +513,18 @@ def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int
     if not per.is_floating_point():
         raise TypeError(f"`loss` returned losses of dtype {per.dtype}; they must be floating point.")
     _check_vectorised(evaluator, theta, first)
-    rows = tuple(t[first] for t in data)
+    sample = tuple(t[first] for t in data)
     with seeded_rng(0, theta.device), torch.enable_grad():  # the user's generator is left as it was
-        tracked = evaluator.per_row(theta.detach().requires_grad_(True), *rows).requires_grad
+        tracked = evaluator.per_row(theta.detach().requires_grad_(True), *sample).requires_grad
     if not tracked:
         raise ValueError(NO_GRADIENT.format(what="`loss(output, *targets)` does not",
                                             hint="or compute the loss from `argmax` or a comparison"))
     if not evaluator.random:  # randomness inside a forward (F.dropout, torch.randn_like): two passes differ
         with torch.no_grad():
             with seeded_rng(1, theta.device):
-                one = evaluator.per_row(theta, *rows)
+                one = evaluator.per_row(theta, *sample)
             with seeded_rng(2, theta.device):
-                two = evaluator.per_row(theta, *rows)
+                two = evaluator.per_row(theta, *sample)
         if not torch.allclose(one, two, rtol=0.0, atol=0.0, equal_nan=True):
             evaluator.mark_random()
 
