@@ -685,3 +685,129 @@ def test_a_lock_whose_holder_line_cannot_be_written_is_still_taken_and_let_go(tm
     problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
     most.MosT(n_models=2, rounds=2, lr=0.1).fit(problem, checkpoint=Checkpoint(tmp_path / "run.ckpt"))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run.ckpt"]
+
+
+# ----------------------------------------------------------------------------- state of one's own components
+def _own_assignment_run(assignment, **kw):
+    from most.methods import MajorityShare, WeightedSum
+
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    return most.run(problem, n_models=2, rounds=6, inner_steps=1, lr=0.05, assignment=assignment,
+                    weighting=MajorityShare(), combiner=WeightedSum(), **kw)
+
+
+class _RandomTies:
+    """An assignment of one's own that breaks ties with generators outside torch (Python's,
+    NumPy's), seeded at reset, and keeps a torch.Size: all restored on resume."""
+
+    def reset(self, n, m, generator):
+        import random
+
+        import numpy as np
+
+        self.n, self.m, self.rng = n, m, random.Random(0)
+        self.np_rng, self.legacy, self.shape = np.random.default_rng(1), np.random.RandomState(2), torch.Size([n, m])
+
+    def __call__(self, losses, round, total, previous=None):
+        noise = torch.tensor([[self.rng.random() + self.np_rng.random() + self.legacy.rand() for _ in range(self.m)]
+                              for _ in range(self.n)], dtype=losses.dtype).reshape(self.shape)
+        return torch.nn.functional.one_hot((losses + 1e6 * noise).argmin(1), self.m).to(losses.dtype) / self.n
+
+
+def _assignment(cls):
+    from most.methods import Assignment
+
+    return type(cls.__name__, (cls, Assignment), {})()
+
+
+def test_generators_outside_torch_in_ones_own_component_resume_exactly(tmp_path):
+    class Stop(Exception):
+        pass
+
+    def stop(record, _params):
+        if record.round == 2:
+            raise Stop
+
+    whole = _own_assignment_run(_assignment(_RandomTies))
+    with pytest.raises(Stop):
+        _own_assignment_run(_assignment(_RandomTies), checkpoint=Checkpoint(tmp_path / "c", every=1), callback=stop)
+    resumed = _own_assignment_run(_assignment(_RandomTies), checkpoint=Checkpoint(tmp_path / "c", every=1))
+    assert torch.equal(resumed.params, whole.params) and torch.equal(resumed.losses, whole.losses)
+
+
+@pytest.mark.parametrize("state, kind", [(set(), "set"), ("namedtuple", "Stats")])
+def test_state_no_checkpoint_gives_back_is_refused_before_the_first_round(tmp_path, state, kind):
+    import collections
+
+    value = collections.namedtuple("Stats", "count last")(0, None) if state == "namedtuple" else state
+
+    class Keeps:
+        def reset(self, n, m, generator):
+            self.n, self.m, self.kept = n, m, value
+
+        def __call__(self, losses, round, total, previous=None):
+            return torch.nn.functional.one_hot(losses.argmin(1), self.m).to(losses.dtype) / self.n
+
+    rounds = []
+    with pytest.raises(TypeError, match=f"cannot hold the {kind} at assignment.kept"):
+        _own_assignment_run(_assignment(Keeps), checkpoint=Checkpoint(tmp_path / "c", every=3),
+                            callback=lambda record, _p: rounds.append(record.round))
+    assert rounds == [] and not (tmp_path / "c").exists()
+    _own_assignment_run(_assignment(Keeps))  # without a checkpoint nothing is saved: it runs
+
+
+def test_a_checkpoint_of_another_dtype_is_refused(tmp_path):
+    centres = torch.tensor([[0.0, 0.0], [0.3, 0.0], [9.0, 9.0], [9.0, 9.3]])
+
+    def problem(dtype):
+        c = centres.to(dtype)
+        return most.Problem.from_function(lambda th: ((th - c) ** 2).sum(-1), dim=2, n_objectives=4,
+                                          init=lambda m, g: torch.randn(m, 2, generator=g, dtype=dtype))
+
+    method = most.MosT(n_models=2, rounds=4, lr=0.1)
+    method.replace(rounds=2).fit(problem(torch.float64), checkpoint=Checkpoint(tmp_path / "c", every=1))
+    with pytest.raises(CheckpointMismatchError, match="holds float64 parameters and this run's are float32"):
+        method.replace(rounds=2).fit(problem(torch.float32), checkpoint=Checkpoint(tmp_path / "c", every=1))
+    # federated: the same models saved in float64 (as a float64 model's run would)
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=6, samples_per_client=30, seed=0)
+    cfg = fl.FederatedConfig(rounds=3, seed=0)
+    path = tmp_path / "f"
+    fl.run_federated(data, fl.logistic_regression(60, 10), fl.methods.FedAvg(n_models=1), cfg,
+                     checkpoint=Checkpoint(path, every=1))
+    payload = torch.load(path, weights_only=True)
+    payload["state"]["params"] = payload["state"]["params"].double()
+    torch.save(payload, path)
+    with pytest.raises(CheckpointMismatchError, match="holds float64 models and this run's are float32"):
+        fl.run_federated(data, fl.logistic_regression(60, 10), fl.methods.FedAvg(n_models=1), cfg,
+                         checkpoint=Checkpoint(path, every=1))
+
+
+def test_a_checkpoint_the_user_may_not_read_is_kept_and_named(tmp_path, monkeypatch):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    path = tmp_path / "c"
+    most.MosT(n_models=2, rounds=2).fit(problem, checkpoint=Checkpoint(path))
+
+    def refused(*args, **kwargs):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(torch, "load", refused)
+    with pytest.raises(PermissionError, match="the checkpoint cannot be read \\(it is kept: give this user access"):
+        most.MosT(n_models=2, rounds=2).fit(problem, checkpoint=Checkpoint(path))
+    assert path.is_file()
+
+
+def test_a_resume_by_another_method_names_the_methods_first(tmp_path):
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    most.MosT(n_models=2, rounds=3).fit(problem, checkpoint=Checkpoint(tmp_path / "c"))
+    with pytest.raises(CheckpointMismatchError, match=r"other settings: method.type \('MosT' in the checkpoint, "
+                                                      r"'SumOfMinimum' now\)"):
+        most.baselines.SumOfMinimum(n_models=2, rounds=3).fit(problem, checkpoint=Checkpoint(tmp_path / "c"))
+
+
+def test_a_checkpoint_path_that_is_a_link_loop_is_refused(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    problem = most.problems.quadratic_clusters(n_clusters=2, per_cluster=3, seed=0)
+    with pytest.raises(OSError, match="leads back to itself"):
+        most.MosT(n_models=2, rounds=2).fit(problem, checkpoint=Checkpoint(tmp_path / "a"))
+    assert (tmp_path / "a").is_symlink()

@@ -45,11 +45,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import functools
 import hashlib
 import io
 import os
 import pickle
+import random
 import secrets
 import types
 import warnings
@@ -102,6 +104,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
     or processes, never share one) beside the file, which then replaces it. A ``path`` that is a
     symbolic link is written through, as ``open`` would: its target is replaced, the link kept."""
     given = Path(path)
+    _refuse_link_loop(given)
     path = Path(os.path.realpath(given))
     path.parent.mkdir(parents=True, exist_ok=True)
     # a name of its own ("x": created here, never another writer's), with the usual permissions
@@ -122,6 +125,17 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
         except OSError:  # a read-only folder: the error above already says why
             pass
     _fsync_dir(path.parent)
+
+
+def _refuse_link_loop(path: Path) -> None:
+    """An ``OSError`` (ELOOP) naming ``path`` when it is a symbolic link that leads back to itself:
+    ``realpath`` would give the link itself, and the write would replace the link by a file."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symbolic link that leads back to itself (a loop); point it at a file "
+                                       "or give another path", str(path)) from None
 
 
 def check_writable_folder(folder: str | os.PathLike) -> None:
@@ -149,14 +163,21 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> None:
 
 # --- state as plain data -------------------------------------------------------------------
 
-def _encode(value, generator):
-    """``value`` as tensors and plain data that ``torch.load(weights_only=True)`` accepts."""
+def _encode(value, generator, where: str = "state"):
+    """``value`` as tensors and plain data that ``torch.load(weights_only=True)`` accepts; a
+    ``TypeError`` naming where in the state (``where``) a value is that no checkpoint can hold."""
     if value is None or isinstance(value, (bool, int, float, str, torch.Tensor)):
         return value
     if isinstance(value, torch.Generator):
         if value is generator:  # the run's generator is saved once, by state; references are re-linked
             return {_KIND: "run-generator"}
         return {_KIND: "generator", "state": value.get_state()}
+    if isinstance(value, random.Random):  # its state lies outside __dict__
+        return {_KIND: "python-random", "state": _encode(value.getstate(), generator, where)}
+    if isinstance(value, np.random.Generator):
+        return {_KIND: "numpy-generator", "state": _encode(value.bit_generator.state, generator, where)}
+    if isinstance(value, np.random.RandomState):
+        return {_KIND: "numpy-randomstate", "state": _encode(value.get_state(legacy=False), generator, where)}
     if isinstance(value, np.ndarray):
         return {_KIND: "ndarray", "data": torch.from_numpy(np.ascontiguousarray(value))}
     if isinstance(value, np.generic):
@@ -165,22 +186,33 @@ def _encode(value, generator):
         return {_KIND: "dtype", "name": str(value).removeprefix("torch.")}
     if isinstance(value, torch.device):
         return {_KIND: "device", "name": str(value)}
-    if isinstance(value, (list, tuple)):
-        return {_KIND: type(value).__name__ if type(value) in (list, tuple) else "list",
-                "items": [_encode(v, generator) for v in value]}
+    if isinstance(value, torch.Size):
+        return {_KIND: "size", "items": list(value)}
+    if type(value) in (list, tuple):
+        return {_KIND: type(value).__name__,
+                "items": [_encode(v, generator, f"{where}[{k}]") for k, v in enumerate(value)]}
     if isinstance(value, dict):
-        return {_KIND: "dict", "keys": [_encode(k, generator) for k in value],
-                "values": [_encode(v, generator) for v in value.values()]}
+        return {_KIND: "dict", "keys": [_encode(k, generator, where) for k in value],
+                "values": [_encode(v, generator, f"{where}[{k!r}]") for k, v in value.items()]}
     if isinstance(value, _CODE):  # functions, classes, modules: configuration, never state
         return {_KIND: "unsaved", "repr": repr(value)}
-    if hasattr(value, "__dict__"):
-        return {_KIND: "object", "type": _qualname(value), "state": _encode_attrs(value, generator)}
-    raise TypeError(f"A checkpoint cannot hold a {type(value).__name__}; only tensors, plain values and "
-                    "objects made of them.")
+    if hasattr(value, "__dict__") and not isinstance(value, (list, tuple)):  # a list or tuple subclass: refused
+        return {_KIND: "object", "type": _qualname(value), "state": _encode_attrs(value, generator, where)}
+    raise TypeError(f"A checkpoint cannot hold the {type(value).__name__} at {where}: it holds tensors, plain "
+                    "values (numbers, strings, lists, tuples, dicts), generators and objects made of them, and "
+                    "would not give this one back as it was. Keep that state in one of those (e.g. a list for a set, "
+                    "a tuple or dict for a named tuple).")
 
 
-def _encode_attrs(obj, generator) -> dict:
-    return {name: _encode(v, generator) for name, v in vars(obj).items()}
+def _encode_attrs(obj, generator, where: str = "state") -> dict:
+    return {name: _encode(v, generator, f"{where}.{name}") for name, v in vars(obj).items()}
+
+
+def check_encodable(state: dict, generator: torch.Generator | None = None) -> None:
+    """Raises the ``TypeError`` a save of ``state`` would, before the first round: a component
+    whose state no checkpoint can hold is refused before any work, not at the first save."""
+    for name, value in state.items():
+        _encode(value, generator, name)
 
 
 def _qualname(obj) -> str:
@@ -226,6 +258,23 @@ def _decode(value, generator, current=None, where="state"):
         g = current if isinstance(current, torch.Generator) else torch.Generator()
         g.set_state(value["state"])
         return g
+    if kind == "python-random":
+        r = current if isinstance(current, random.Random) else random.Random()
+        r.setstate(_decode(value["state"], generator, where=where))
+        return r
+    if kind in ("numpy-generator", "numpy-randomstate"):
+        state = _decode(value["state"], generator, where=where)
+        if kind == "numpy-randomstate":
+            rs = current if isinstance(current, np.random.RandomState) else np.random.RandomState()
+            rs.set_state(state)
+            return rs
+        bits = getattr(np.random, state["bit_generator"])
+        g = current if isinstance(current, np.random.Generator) and isinstance(current.bit_generator, bits) \
+            else np.random.Generator(bits())
+        g.bit_generator.state = state
+        return g
+    if kind == "size":
+        return torch.Size(value["items"])
     if kind == "ndarray":
         return value["data"].numpy()
     if kind == "dtype":
@@ -328,6 +377,17 @@ def _differences(old, new) -> list[str]:
     return _described(differing_paths(old, new))
 
 
+def check_same_dtype(saved: torch.Tensor, current: torch.Tensor, what: str = "parameters") -> None:
+    """Refuses a checkpoint whose ``saved`` tensor has another dtype than the run's ``current``
+    one: a run of another problem (a float64 model resumed into a float32 one would go on in
+    float64, unlike the run it resumes)."""
+    if saved.dtype != current.dtype:
+        old, new = (str(t.dtype).removeprefix("torch.") for t in (saved, current))
+        raise CheckpointMismatchError(
+            f"The checkpoint holds {old} {what} and this run's are {new}: it was written by a run of another "
+            "problem or model. Resume with the same one, or start over (--restart, or delete the checkpoint).")
+
+
 class Checkpoint:
     """Where and how often a run saves its state, and what identifies the run.
 
@@ -360,6 +420,7 @@ class Checkpoint:
     def check_writable(self) -> None:
         """Creates the checkpoint's folder if missing and checks that it takes files: called by a
         run before its first round, so that a place it cannot save to is refused before any work."""
+        _refuse_link_loop(self.path)
         check_writable_folder(Path(os.path.realpath(self.path)).parent)
 
     def save(self, state: dict, generator: torch.Generator | None = None, *, settings: dict | None = None) -> None:
@@ -379,17 +440,14 @@ class Checkpoint:
     def _read(self) -> dict:
         try:
             payload = torch.load(self.path, weights_only=True, map_location="cpu")
-        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
-            if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
-                why = "it holds objects other than tensors and plain values, which are never loaded"
-            else:
-                first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-                why = f"not a checkpoint archive: {first[:120]}"
-            raise CheckpointError(
-                f"The checkpoint {self.path} cannot be read safely ({why}). It was written by an older version "
-                "(a pickle, which is never loaded because unpickling can run code), was cut short, or is not a "
-                "checkpoint; delete it (or use --restart) to start the run over."
-            ) from None
+        except OSError as exc:
+            if exc.errno is None:  # torch's own "not an archive" errors come as OSError without an errno
+                raise self._unreadable(exc) from None
+            # the operating system's refusal (no permission, an I/O error): the file is kept, not called damaged
+            raise type(exc)(exc.errno, f"{exc.strerror}; the checkpoint cannot be read (it is kept: give this user "
+                                       "access to it, then resume)", str(self.path)) from None
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+            raise self._unreadable(exc) from None
         if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
             raise CheckpointError(f"The checkpoint {self.path} is not a checkpoint of this version; delete it (or "
                                   "use --restart) to start the run over.")
@@ -407,6 +465,18 @@ class Checkpoint:
             raise CheckpointError(f"The checkpoint {self.path} is damaged ({problem}). Delete it (or use --restart) "
                                   "to start the run over.")
         return payload
+
+    def _unreadable(self, exc: BaseException) -> CheckpointError:
+        if isinstance(exc, pickle.UnpicklingError) and "weights only" in str(exc).lower():
+            why = "it holds objects other than tensors and plain values, which are never loaded"
+        else:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            why = f"not a checkpoint archive: {first[:120]}"
+        return CheckpointError(
+            f"The checkpoint {self.path} cannot be read safely ({why}). It was written by an older version "
+            "(a pickle, which is never loaded because unpickling can run code), was cut short, or is not a "
+            "checkpoint; delete it (or use --restart) to start the run over."
+        )
 
     def check(self, *, settings: dict | None = None) -> None:
         """Raises what :meth:`load` would for a checkpoint that cannot be read or was written with
@@ -431,7 +501,10 @@ class Checkpoint:
             # is named once, by the loop's setting where it has one
             loop = {path for path, _, _ in found if not path.startswith("method.")}
             diffs += _described([(path, a, b) for path, a, b in found
-                                 if not (path.startswith("method.") and _repeated(path.split(".")[1], loop))])
+                                 if not (path.startswith("method.") and path != "method.type"
+                                         and _repeated(path.split(".")[1], loop))])
+        # a different method (or component) first: its many settings would otherwise hide it
+        diffs.sort(key=lambda d: (d.split(" (", 1)[0] != "method.type", not d.split(" (", 1)[0].endswith("type")))
         if diffs:
             raise CheckpointMismatchError(
                 f"The checkpoint {self.path} was written by a run with other settings: {'; '.join(diffs[:6])}"

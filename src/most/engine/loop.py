@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from .._random import seeded
 from .._threads import threads_for
 from .._validation import check_callback, check_component, check_positive, check_positive_int, check_seed
-from ..checkpoint import Checkpoint, CheckpointError, check_checkpoints, fingerprint, holding, restore_into
+from ..checkpoint import Checkpoint, CheckpointError, check_checkpoints, check_encodable, check_same_dtype, fingerprint, holding, restore_into
 from ..methods import Assignment, Combiner, Weighting
 from ..optim import SGD, UpdateRule
 from ..problem import Problem
@@ -89,6 +89,7 @@ class Loop:
                 got = tuple(value.shape) if isinstance(value, Tensor) else type(value).__name__
                 raise CheckpointError(f"The checkpoint is damaged: its {key} should be a tensor of shape {list(shape)}; "
                                       f"found {got}. Delete it (or use --restart) to start the run over.")
+        check_same_dtype(state["params"], self.params)
         if self.statistics is not None and "statistics" not in state:
             raise CheckpointError("The checkpoint holds no running statistics of the module's batch normalisation, "
                                   "which this run keeps; it was saved by another problem. Remove it or use "
@@ -213,6 +214,8 @@ class Job:
         if method is not None:  # every setting of the method, also those the loop does not see (a ridge, a preference)
             settings["method"] = {k: v for k, v in fingerprint(method).items() if k != "progress"}
         start = 0
+        if checkpoint is not None:  # a component's state no checkpoint can hold: refused now, not at the first save
+            check_encodable(dict(opt_state=loop.opt_state, **loop.components), generator)
         state = None if checkpoint is None else checkpoint.load(generator, settings=settings, rounds=rounds)
         if state is not None:
             start = loop.restore(state, generator)

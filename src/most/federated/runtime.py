@@ -34,7 +34,7 @@ from torch.nn.functional import cross_entropy
 from .._host import HOST_SOLVE_MAX, to_device, to_host
 from .._threads import threads_for
 from .._validation import check_callback
-from ..checkpoint import Checkpoint, check_checkpoints, holding
+from ..checkpoint import Checkpoint, check_checkpoints, check_encodable, holding
 from .data import FederatedDataset
 from .evaluation import pooled_loss
 from .models import FlatModel
@@ -230,6 +230,8 @@ def _resume(server: Server, dataset, config, checkpoint: Checkpoint | None) -> i
     """The round to start from: 0, or the checkpoint's (its state restored into ``server``)."""
     if checkpoint is None:
         return 0
+    # the method's state no checkpoint can hold is refused now, not at the first save
+    check_encodable({"method_state": server.method_state}, server.generator)
     state = checkpoint.load(server.generator, settings=_settings(server, dataset, config), rounds=config.rounds)
     return 0 if state is None else server.restore(state)
 

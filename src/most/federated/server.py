@@ -229,7 +229,7 @@ class Server:
 
     def restore(self, state: dict) -> int:
         """Continues from a checkpoint's state; returns the round to start from."""
-        from ..checkpoint import CheckpointError, restore_into
+        from ..checkpoint import CheckpointError, check_same_dtype, restore_into
 
         device = self.params.device
         params, previous = state.get("params"), state.get("previous")
@@ -239,6 +239,7 @@ class Server:
             raise CheckpointError(f"The checkpoint is damaged: its models should be a tensor of shape "
                                   f"{list(self.params.shape)} with a history; found {got}. Delete it (or use "
                                   "--restart) to start the run over.")
+        check_same_dtype(params, self.params, "models")
         self.params = params.to(device)
         self.previous = None if previous is None else previous.to(device)
         try:
