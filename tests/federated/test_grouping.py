@@ -84,18 +84,6 @@ def test_class_gradients_run_a_model_with_batch_statistics_and_take_the_classes_
     assert grads.shape == (3, 5, model.dim) and not grads.any() and not counts.any()
 
 
-def test_default_most_runs_a_model_with_batch_statistics_through_its_grouped_warm_up():
-    data = skewed_groups(sizes=(3, 3), per=30, dim=8, seed=0)
-    model = _batch_norm_mlp(8, 10)
-    method = F.MosT(2)  # the default warm-up reads each client's gradient per class in its last round
-    assert method.warmup is not None and method.warmup.groups is not None
-    config = fl.FederatedConfig(rounds=method.warmup.rounds + 2, batch_size=4, lr=0.1, eval_every=0, seed=0)
-    result = fl.run_federated(data, model, method, config)
-    assert [log.round for log in result.history] == list(range(config.rounds))
-    assert result.params.shape == (2, model.dim) and bool(result.params.isfinite().all())
-    assert 0.0 <= result.mean_accuracy <= 1.0
-
-
 def test_count_sketch_is_linear_keeps_short_vectors_and_inner_products_nearly():
     g = torch.Generator().manual_seed(0)
     a, b = torch.randn(3, 20_000, generator=g, dtype=F64), torch.randn(20_000, generator=g, dtype=F64)

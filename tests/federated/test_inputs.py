@@ -263,26 +263,79 @@ def test_most_whose_warmup_takes_every_round_warns_that_the_run_is_fedavg(data):
 def test_a_model_that_fails_on_the_data_for_another_reason_is_not_called_a_size_mismatch(data):
     from torch import nn
 
-    bn = fl.FlatModel(lambda: nn.Sequential(nn.Linear(5, 3), nn.BatchNorm1d(3, track_running_stats=False)))
-    with pytest.raises(ValueError, match=r"fails on the data .*batch of 1 training sample.*Expected more than 1 "
-                                         r"value per channel.*batch_size >= 2") as info:
-        fl.check_inputs(data, bn, FedAvg(n_models=1), fl.FederatedConfig(rounds=2, batch_size=1))
-    assert "expects" not in str(info.value)
+    lstm = fl.FlatModel(lambda: nn.Sequential(nn.Unflatten(1, (1, 5)), nn.LSTM(5, 4, batch_first=True),
+                                              _LastStep(), nn.Linear(4, 3)))
+    with pytest.raises(ValueError, match=r"fails on the data .*Batching rule not implemented.*with torch.func.vmap, "
+                                         r"which has no rule") as info:
+        fl.check_inputs(data, lstm, FedAvg(n_models=1), CFG)
+    assert "expects" not in str(info.value)  # the LSTM's head takes 4 features: not the cause
     double = fl.FlatModel(lambda: nn.Linear(5, 3).double())
     with pytest.raises(ValueError, match=r"has float64 parameters, but .* as float32") as info:
         fl.check_inputs(data, double, FedAvg(n_models=1), CFG)
     assert "expects" not in str(info.value)
 
 
-def test_the_forward_check_uses_a_training_batch_so_a_batchnorm_model_is_accepted(data):
+class _LastStep(torch.nn.Module):
+    def forward(self, out):
+        return out[0][:, -1]
+
+
+@pytest.mark.parametrize("layer, match", [
+    (lambda: torch.nn.BatchNorm1d(3, track_running_stats=False), r"layer '1' \(BatchNorm1d\) is batch normalisation "
+                                                                r"in training mode"),
+    (lambda: torch.nn.BatchNorm1d(3), r"layer '1' \(BatchNorm1d\) is batch normalisation in training mode"),
+    (lambda: torch.nn.BatchNorm1d(3, track_running_stats=False).eval(), r"without running statistics"),
+    (lambda: torch.nn.InstanceNorm1d(3, track_running_stats=True), r"layer '1' \(InstanceNorm1d\) updates running "
+                                                                   r"statistics"),
+], ids=["no running stats", "training", "no running stats, eval", "instance norm"])
+def test_normalisation_by_the_batch_is_refused_before_any_work(data, layer, match):
+    """The runtime evaluates every client's samples in one pass and pads short batches: a layer
+    that normalises by its batch would make a client's numbers depend on other clients' data."""
     from torch import nn
 
-    bn = fl.FlatModel(lambda: nn.Sequential(nn.Linear(5, 3), nn.BatchNorm1d(3, track_running_stats=False)))
+    model = fl.FlatModel(lambda: nn.Sequential(nn.Linear(5, 3), layer(), nn.Linear(3, 3)))
+    with pytest.raises(ValueError, match=match + r".*(Put|evaluation mode)"):
+        fl.run_federated(data, model, FedAvg(n_models=1), CFG)
+
+
+def test_batch_normalisation_in_evaluation_mode_is_accepted_and_its_statistics_stay(data):
+    from torch import nn
+
+    def factory():
+        net = nn.Sequential(nn.Linear(5, 3), nn.BatchNorm1d(3), nn.Linear(3, 3))
+        net[1].running_mean.fill_(0.5)
+        return net.eval()  # stored statistics, fixed
+
+    bn = fl.FlatModel(factory)
     state = torch.random.get_rng_state()
-    fl.check_inputs(data, bn, FedAvg(n_models=1), CFG)  # batches of 10, as training uses
+    fl.check_inputs(data, bn, FedAvg(n_models=1), CFG)
     assert torch.equal(torch.random.get_rng_state(), state)
     result = fl.run_federated(data, bn, FedAvg(n_models=1), CFG)
     assert math.isfinite(result.mean_accuracy)
+    assert torch.equal(bn.to_module(result.params[0])[1].running_mean, torch.full((3,), 0.5))
+
+
+def test_a_deployed_module_holds_the_buffers_the_models_were_trained_with(data):
+    """A factory that draws a buffer (a fixed random projection) gives each call its own: the
+    deployed module takes the template's, as training and evaluation used."""
+    from torch import nn
+
+    class Projected(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.register_buffer("projection", torch.randn(5, 5))
+            self.head = nn.Linear(5, 3)
+
+        def forward(self, x):
+            return self.head(x @ self.projection)
+
+    model = fl.FlatModel(Projected)
+    result = fl.run_federated(data, model, FedAvg(n_models=1), CFG)
+    module = model.to_module(result.params[0])
+    assert torch.equal(module.projection, model._template.projection)
+    x = data.clients[0].x_test
+    with torch.no_grad():
+        torch.testing.assert_close(module(x), model.logits(result.params[0], x))
 
 
 # ------------------------------------------------------------------ data helpers and client-side steps

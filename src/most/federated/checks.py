@@ -120,7 +120,40 @@ def check_inputs(dataset: FederatedDataset, model: FlatModel, method, config: Fe
                              "split=(0.6, 0.2, 0.2)), or more samples per client.")
 
     _warn_if_most_never_leaves_its_warmup(method, config)
+    _check_normalisation(model)
     _check_model_on_data(dataset, model, config.batch_size)
+
+
+def _check_normalisation(model: FlatModel) -> None:
+    """Refuses normalisation layers that use or update the statistics of their batch: the
+    runtime evaluates every client's samples in one pass and pads a client's last training batch
+    with rows of weight 0, so such a layer would make a client's losses, accuracy and updates
+    depend on other clients' data; and running statistics are not kept per model."""
+    from torch import nn
+
+    from .._modules import batch_statistics_layers
+
+    template = model._template
+    names = batch_statistics_layers(template)
+    if names:
+        layer = template.get_submodule(names[0])
+        how = "in training mode" if layer.training else "without running statistics (track_running_stats=False)"
+        raise ValueError(
+            f"The model {model.name}'s layer {names[0]!r} ({type(layer).__name__}) is batch normalisation {how}: it "
+            "normalises by the statistics of its batch. The federated runtime evaluates the clients' samples in "
+            "one pass and pads a client's last training batch, so a client's losses and accuracy would depend on "
+            "other clients' data. Put the layer in evaluation mode in the factory (`layer.eval()`, or `net.eval()` "
+            "for a pretrained backbone: its stored statistics then stay fixed), or use nn.GroupNorm or "
+            "nn.LayerNorm.")
+    base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
+    for name, layer in template.named_modules():
+        if isinstance(layer, base) and layer.training and getattr(layer, "track_running_stats", False):
+            raise ValueError(
+                f"The model {model.name}'s layer {name!r} ({type(layer).__name__}) updates running statistics in "
+                "training mode, which the federated runtime does not keep per model. Put it in evaluation mode in "
+                "the factory (`layer.eval()`: its stored statistics then stay fixed), build it with "
+                "track_running_stats=False (it normalises each sample by its own statistics), or use "
+                "nn.GroupNorm or nn.LayerNorm.")
 
 
 def _check_parameter_names(method, model: FlatModel) -> None:
@@ -154,6 +187,11 @@ def _check_model_on_data(dataset: FederatedDataset, model: FlatModel, batch_size
     except Exception as exc:  # noqa: BLE001 (any error of the user's module on the data)
         reason = (str(exc).strip().splitlines() or [""])[0].rstrip(".")
         reason = f"{type(exc).__name__}: {reason}"
+        if "batching rule" in reason.lower():
+            raise ValueError(f"The model {model.name} fails on the data {dataset.name!r} ({batch}): {reason}. The "
+                             "runtime trains the (client, model) pairs together with torch.func.vmap, which has no "
+                             "rule for one of the module's operations (a recurrent layer such as nn.LSTM, say). Use "
+                             "layers vmap can batch (linear, convolution, attention, normalisation).") from exc
         expects = model.input_mismatch(shape)
         # two common mismatches, each diagnosed by running the model on the samples made as it takes them
         if len(shape) > 1 and _runs_on(model, x.flatten(1)):

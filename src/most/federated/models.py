@@ -196,7 +196,8 @@ class FlatModel:
 
     def to_module(self, theta: Tensor) -> nn.Module:
         """A fresh ``nn.Module`` holding ``theta`` (for deployment), and the template's frozen
-        parameters, the values the models were trained with."""
+        parameters and buffers, the values the models were trained with (a factory that draws
+        them, e.g. a random projection, gives each call its own)."""
         module = self.factory()
         template = dict(self._template.named_parameters())
         with torch.no_grad():
@@ -204,6 +205,8 @@ class FlatModel:
                 module.get_parameter(name).copy_(value)
             for name in self.frozen:
                 module.get_parameter(name).copy_(template[name])
+            for name, value in self._template.named_buffers():
+                module.get_buffer(name).copy_(value)
         return module
 
 
