@@ -326,6 +326,20 @@ def test_bad_nodes_are_reported_clearly(data, model):
     wrong = LocalGrid(make_client_app(lambda ctx: ClientSpec(other, data.clients[0], int(ctx.node_config["partition-id"]))), 2)
     with pytest.raises(ValueError, match="model of 732 parameters"):
         MostStrategy(F.FedAvg(1), model, _config(), n_clients=2).run(wrong)
+    # a frozen layer drawn at random in the factory: each node's template holds other values
+    def drawn():
+        net = torch.nn.Sequential(torch.nn.Linear(60, 8), torch.nn.Tanh(), torch.nn.Linear(8, 10))
+        net[0].requires_grad_(False)
+        return net
+
+    server, node = fl.FlatModel(drawn), fl.FlatModel(drawn)
+    assert server.fixed_digest() != node.fixed_digest()
+    assert server.fixed_digest() == fl.FlatModel(lambda: server.to_module(server.init(1, torch.Generator())[0])
+                                                 ).fixed_digest()  # the same values: the same digest
+    apart = LocalGrid(make_client_app(lambda ctx: ClientSpec(node, data.clients[0], int(ctx.node_config["partition-id"]))), 2)
+    with pytest.raises(ValueError, match="Client 0 \\(node 1000\\) builds its model with other frozen parameters or "
+                                         "buffers than the server's"):
+        MostStrategy(F.FedAvg(1), server, _config(), n_clients=2).run(apart)
     with pytest.raises(ValueError, match="at least as many clients as models"):
         MostStrategy(F.MosT(5), model, _config(), n_clients=3)
     with pytest.raises(ValueError, match="FederatedConfig"):

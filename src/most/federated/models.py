@@ -18,6 +18,7 @@ Examples:
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Sequence
@@ -90,6 +91,17 @@ class FlatModel:
     @property
     def dim(self) -> int:
         return sum(self._sizes)
+
+    def fixed_digest(self) -> int:
+        """A digest (a 56-bit int) of what every model shares and no round sends: the template's
+        frozen parameters and buffers. Two processes that build the model from one factory (a
+        Flower server and its nodes) hold the same network only if their digests agree."""
+        h = hashlib.sha256()
+        for name, value in sorted(self._buffers.items()):
+            t = value.detach().cpu().contiguous()
+            h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
+            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        return int.from_bytes(h.digest()[:7], "big")
 
     @property
     def parameter_names(self) -> list[str]:

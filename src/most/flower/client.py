@@ -259,7 +259,7 @@ def make_client_app(load: Callable[[Context], ClientSpec]) -> ClientApp:
     @app.query(P.DESCRIBE_ACTION)
     def describe(message, context):
         s = spec(context)
-        return _reply(message, s, {P.DIM: s.model.dim})
+        return _reply(message, s, {P.DIM: s.model.dim, P.FIXED: s.model.fixed_digest()})
 
     @app.query(P.LOSSES_ACTION)
     def losses(message, context):

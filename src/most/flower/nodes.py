@@ -38,8 +38,9 @@ class ClientNodes:
         wait_for_clients: seconds to wait at the start for the n clients to connect.
     """
 
-    def __init__(self, n: int, dim: int, timeout: float | None, wait_for_clients: float):
+    def __init__(self, n: int, dim: int, timeout: float | None, wait_for_clients: float, fixed: int | None = None):
         self.n, self.dim, self.timeout, self.wait_for_clients = n, dim, timeout, wait_for_clients
+        self.fixed = fixed  # the server model's FlatModel.fixed_digest(), compared with each node's
         self.node_of: dict[int, int] = {}  # client -> node id
         self.client_at: dict[int, int] = {}  # node id -> client
 
@@ -88,6 +89,13 @@ class ClientNodes:
                 raise ValueError(f"Two nodes hold client {client}: give every node a distinct partition-id.")
             if dim != self.dim:
                 raise ValueError(f"Client {client} has a model of {dim} parameters; the server's has {self.dim}.")
+            fixed = metrics.get(P.FIXED)  # absent from a node of an earlier version
+            if self.fixed is not None and fixed is not None and int(fixed) != self.fixed:
+                raise ValueError(
+                    f"Client {client} (node {node}) builds its model with other frozen parameters or buffers than the "
+                    "server's: each node would train another network. The model's factory draws them (a frozen "
+                    "layer left at its random initialisation, say); make it give the same values on every call "
+                    "(load them from a file, or seed them inside the factory).")
             if old is not None:  # the client's node left and came back under a new id
                 self.client_at.pop(old, None)
             self.node_of[client] = node

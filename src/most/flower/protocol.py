@@ -80,6 +80,7 @@ FINE_TUNE_EPOCHS = "fine-tune-epochs"
 CLIENT = "client"
 NUM_EXAMPLES = "num-examples"
 DIM = "dim"
+FIXED = "fixed-digest"  # the digest of the model's frozen parameters and buffers (FlatModel.fixed_digest)
 LOSS = "loss"
 VAL_ACCURACY = "val-accuracy"
 TEST_ACCURACY = "test-accuracy"

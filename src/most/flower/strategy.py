@@ -128,7 +128,7 @@ class MostStrategy(Strategy):
         self.server.params = self.server.params.float()
         self.missing: dict = {}
         self.messages: list = []  # (round, kind, client, model indices sent) for audits
-        self.nodes = ClientNodes(n_clients, model.dim, timeout, wait_for_clients)
+        self.nodes = ClientNodes(n_clients, model.dim, timeout, wait_for_clients, fixed=model.fixed_digest())
         self._round: RoundState | None = None
         self._sent: dict[int, list[int]] = {}  # client -> models sent to train this round
         self._tic = 0.0
