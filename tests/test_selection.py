@@ -102,6 +102,20 @@ def test_without_validation_the_training_losses_score_and_the_result_says_so(clu
     assert "training objectives" in chosen.table() and "mean validation loss" not in chosen.table()
 
 
+def test_without_validation_the_elbow_is_a_share_of_the_curves_drop():
+    """Training losses fall to zero with one model per objective: relative to the lowest score
+    the elbow would ask for an exact fit and pick the largest count."""
+    centres = torch.tensor([[0.0, 0.0], [0.1, 0.0], [6.0, 6.0], [6.0, 6.1]])  # two pairs
+    train = most.Problem.from_function(lambda t: ((t - centres) ** 2).sum(-1), dim=2, n_objectives=4)
+    chosen = most.choose_n_models(most.MosT(n_models=1, rounds=50, lr=0.2), train, n_models=range(1, 5))
+    assert chosen.scores[4] < 1e-6 and chosen.n_models == 2
+    assert chosen.threshold == pytest.approx(min(chosen.scores.values()) + 0.05 * (max(chosen.scores.values())
+                                                                                 - min(chosen.scores.values())))
+    assert "(of the curve's drop)" in chosen.table()
+    with pytest.raises(ValueError, match="holds no finite score"):
+        most.selection.elbow_threshold({1: float("inf")}, 0.05)
+
+
 def test_an_extension_allows_more_models_than_objectives():
     train = most.Problem.from_function(lambda t: torch.stack([(t ** 2).sum(), ((t - 1) ** 2).sum()]), dim=2,
                                        n_objectives=2)

@@ -176,7 +176,12 @@ def test_unseen_groups_use_the_average_model(rules_fit):
     expected = rules_fit.predict_proba(Xt)  # groups=None
     assert rules_fit.average_model_ == int(rules_fit.group_losses_.mean(0).argmin())
     np.testing.assert_allclose(rules_fit.predict_proba(Xt, groups=unseen), expected)
-    np.testing.assert_allclose(rules_fit.predict_proba(Xt, groups=unseen.astype(str)), expected)
+    # labels of another kind (text read back from a file, or one string among numbers) can never
+    # match: refused, not routed to the average model
+    for other in (unseen.astype(str), list(range(len(Xt) - 1)) + ["new"]):
+        with pytest.raises(ValueError, match="groups in predict are strings but the estimator was fitted with number "
+                                             "labels \\(e.g. 0\\)"):
+            rules_fit.predict_proba(Xt, groups=other)
     # a seen group in the same call keeps its own model
     mixed = unseen.copy()
     mixed[:5] = 1
@@ -387,3 +392,30 @@ def test_the_scores_the_docs_example_comments_are_the_scores_it_prints():
     for m, out in commented:
         if m:
             assert float(out) == pytest.approx(float(m.group(1)), abs=0.01), m.string
+
+
+def test_nat_groups_numeric_text_targets_and_huge_logits():
+    X, y, groups = rule_data(0, per_group=10)
+    dates = np.array(["2024-01-01", "2024-01-02"], dtype="datetime64[D]")[groups % 2]
+    dates[3] = np.datetime64("NaT")
+    with pytest.raises(ValueError, match="groups in fit contains NaT"):
+        MosTClassifier(n_models=2, rounds=5, random_state=0).fit(X, y, groups=dates)
+    target = X[:, 0] * 2.0
+    as_text = MosTRegressor(n_models=1, rounds=20, random_state=0).fit(X, target.astype(str))
+    as_numbers = MosTRegressor(n_models=1, rounds=20, random_state=0).fit(X, target)
+    np.testing.assert_allclose(as_text.predict(X), as_numbers.predict(X))
+    with pytest.raises(ValueError, match="y must hold numbers"):
+        MosTRegressor(n_models=1, rounds=5).fit(X, np.array(["a"] * len(X)))
+    fit = MosTClassifier(n_models=1, rounds=5, random_state=0).fit(X, y)
+    fit.coef_ = None  # not read by decision_function
+    huge = np.array([[-1.5e308, 1.6e308]])
+    fit._outputs = lambda X, groups: huge  # two finite logits whose difference overflows
+    assert np.isfinite(fit.decision_function(X[:1])).all()
+
+
+def test_a_step_too_large_for_the_seeding_names_lr_not_seeding():
+    rng = np.random.default_rng(0)
+    X, groups = rng.normal(size=(120, 3)), np.repeat(np.arange(4), 30)
+    with pytest.raises(ValueError, match=r"non-finite with lr=1e\+300: try a smaller `lr`\.$"):
+        MosTRegressor(n_models=2, rounds=20, lr=1e300, random_state=0).fit(X, X[:, 0], groups=groups)
+

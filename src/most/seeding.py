@@ -77,6 +77,11 @@ def _descend(problem: Problem, starts: Tensor, weights: Tensor, *, steps: int, l
     return (params if early is None else early.detach()), params
 
 
+class SeedingDiverged(ValueError):
+    """A gradient became non-finite while the seeding moved a model to one objective's minimiser
+    (a step size too large for the objectives)."""
+
+
 def minimise_each(problem: Problem, starts: Tensor, objectives: Tensor, *, steps: int, lr: float,
                   optimizer: UpdateRule | None = None) -> Tensor:
     """``steps`` steps of ``optimizer`` (default SGD) on objective ``objectives[t]`` alone from
@@ -88,7 +93,7 @@ def minimise_each(problem: Problem, starts: Tensor, objectives: Tensor, *, steps
     one_hot = torch.nn.functional.one_hot(rows, problem.n_objectives).to(starts.dtype)  # [t, n]
     _, params = _descend(problem, starts, one_hot, steps=steps, lr=lr, optimizer=optimizer, rows=rows)
     if not torch.isfinite(params).all():
-        raise ValueError("While moving a model to the minimiser of one objective (seeding), a gradient became "
+        raise SeedingDiverged("While moving a model to the minimiser of one objective (seeding), a gradient became "
                          "non-finite; try a smaller `lr`, or `seeding=None` to start from the problem's `init`.")
     return params
 

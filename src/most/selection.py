@@ -10,8 +10,10 @@ deploy for it), and the fit is scored by the mean, over objectives, of that mode
 * ``"best"``: the m with the lowest score.
 
 Without validation objectives the training losses score the fits; they tend to fall as m
-grows (more models can fit the training objectives at least as well), so the elbow rule is then
-the one to use, and the result says that it was scored on training losses.
+grows (more models can fit the training objectives at least as well), down to zero with one
+model per objective, so the elbow rule is then the one to use, and its tolerance is relative to
+the drop of the curve (the highest score minus the lowest) instead of to the lowest score,
+which would demand an exact fit; the result says that it was scored on training losses.
 
 Examples:
     >>> import torch, most
@@ -79,7 +81,7 @@ class ModelCountSelection:
     @property
     def threshold(self) -> float:
         """The highest score the elbow rule accepts (see :func:`elbow_threshold`)."""
-        return elbow_threshold(self.scores, self.tolerance)
+        return elbow_threshold(self.scores, self.tolerance, on_validation=self.on_validation)
 
     @property
     def at_edge(self) -> bool:
@@ -104,7 +106,8 @@ class ModelCountSelection:
             mark = f"**chosen** ({self.rule})" if m == self.n_models else "lowest" if m == self.best else ""
             extra = f" {self.train_scores[m]:.3g} |" if train else ""
             lines.append(f"| {m} | {score:.3g} | {self.worst[m]:.3g} |{extra} {mark} |")
-        rule = (f"the smallest m within {self.tolerance:.4g} (relative) of the lowest mean {what} loss"
+        relative = "relative" if self.on_validation else "of the curve's drop"
+        rule = (f"the smallest m within {self.tolerance:.4g} ({relative}) of the lowest mean {what} loss"
                 if self.rule == "elbow" else f"the lowest mean {what} loss")
         note = "" if self.on_validation else (" Scored on the training objectives (no validation objectives "
                                               "were given), whose loss tends to fall as m grows.")
@@ -153,13 +156,18 @@ class ModelCountSelection:
         return plots.save_figure(fig, path)
 
 
-def elbow_threshold(scores: dict[int, float], tolerance: float) -> float:
-    """The highest score the elbow rule accepts: ``low + tolerance * max(|low|, 1e-6 * span)``,
-    with ``low`` the lowest finite score and ``span`` the range of the finite scores. The floor
-    keeps a best score of zero up to rounding (an exact fit) from demanding an exact tie."""
+def elbow_threshold(scores: dict[int, float], tolerance: float, *, on_validation: bool = True) -> float:
+    """The highest score the elbow rule accepts. On validation scores:
+    ``low + tolerance * max(|low|, 1e-6 * span)``, with ``low`` the lowest finite score and
+    ``span`` the range of the finite scores (the floor keeps a best score of zero up to rounding
+    from demanding an exact tie). On training scores (``on_validation=False``), which fall to
+    zero as m nears n: ``low + tolerance * span``, a share of the curve's drop."""
     finite = [v for v in scores.values() if math.isfinite(v)]
+    if not finite:
+        raise ValueError("`scores` holds no finite score: the elbow rule needs at least one.")
     low = min(finite)
-    return low + tolerance * max(abs(low), 1e-6 * (max(finite) - low))
+    span = max(finite) - low
+    return low + tolerance * (span if not on_validation else max(abs(low), 1e-6 * span))
 
 
 def _lowest(scores: dict[int, float]) -> int:
@@ -235,8 +243,9 @@ def choose_n_models(method, train: Problem, validation: Problem | None = None, *
             ``None``: then the training losses score the fits (``on_validation`` is False).
         n_models: the model counts to try (at most n, unless the method has an ``extension``).
         rule: ``"elbow"``: the smallest m whose score is at most ``best + tolerance * |best|``
-            (:func:`elbow_threshold`; a best score of zero is allowed a millionth of the
-            curve's range); ``"best"``: the m with the lowest score.
+            on validation, ``best + tolerance * (worst - best)`` on training losses
+            (:func:`elbow_threshold`; on validation a best score of zero is allowed a
+            millionth of the curve's range); ``"best"``: the m with the lowest score.
         tolerance: the elbow rule's relative tolerance (>= 0).
         progress: a progress bar over the counts.
 
@@ -278,7 +287,7 @@ def choose_n_models(method, train: Problem, validation: Problem | None = None, *
     if rule == "best":
         chosen = lowest
     else:
-        limit = elbow_threshold(scores, tolerance)
+        limit = elbow_threshold(scores, tolerance, on_validation=validation is not None)
         chosen = min(m for m in finite if scores[m] <= limit)
     return ModelCountSelection(n_models=chosen, scores=scores, worst=worst, train_scores=train_scores,
                                results=results, rule=rule, tolerance=tolerance, on_validation=validation is not None)

@@ -18,7 +18,8 @@ from torch.func import vmap
 
 from ..problem import Problem
 from ..solver import MosT
-from ._checks import OPTIMIZERS, check_groups, check_params, finite_predictions, moments, validate_data
+from ..seeding import SeedingDiverged
+from ._checks import OPTIMIZERS, check_groups, check_params, finite_predictions, label_kind, moments, validate_data
 from ._model import DTYPE, all_models, forward, initializer, layer_sizes, n_params, weight_penalty
 
 #: Seeds are drawn below this bound from ``random_state`` (numpy's int32 limit).
@@ -108,7 +109,11 @@ class MosTEstimator(BaseEstimator):
             seed=seed,
             progress=bool(self.verbose),
         )
-        result = solver.fit(problem)
+        try:
+            result = solver.fit(problem)
+        except SeedingDiverged:  # its advice names the method's `seeding`, which the estimators do not take
+            raise ValueError(f"While the models were spread over the groups (seeding), a gradient became non-finite "
+                             f"with lr={self.lr!r}: try a smaller `lr`.") from None
         params = result.params
 
         # Routing is decided on the data loss only (without the L2 penalty).
@@ -207,6 +212,12 @@ class MosTEstimator(BaseEstimator):
         if groups is None:
             return fallback
         groups = check_groups(groups, n_samples, where="predict")
+        given, fitted = label_kind(groups), label_kind(self.groups_)
+        if {given, fitted} == {"number", "string"}:  # e.g. labels read back from a CSV file as text
+            raise ValueError(
+                f"groups in predict are {given}s but the estimator was fitted with {fitted} labels "
+                f"(e.g. {np.asarray(self.groups_[0]).tolist()!r}): none would match, and every sample would take the model of a new "
+                "group. Pass the labels as in fit (e.g. `groups.astype(int)`), one type for every sample.")
         seen = self.groups_[:0] if self._one_group else self.groups_
         try:
             known = np.isin(groups, seen)

@@ -130,6 +130,8 @@ def check_groups(groups: Any, n_samples: int, *, where: str) -> np.ndarray:
         )
     if groups.dtype.kind == "f" and np.isnan(groups).any():
         raise ValueError(f"groups in {where} contains NaN; every sample needs a group label.")
+    if groups.dtype.kind in "mM" and np.isnat(groups).any():
+        raise ValueError(f"groups in {where} contains NaT; every sample needs a group label.")
     if groups.dtype.kind == "O":
         # A missing label (NaN, None) is not a group: NaN is unequal to everything, itself included,
         # so np.unique would make each NaN sample a group of its own and leave the labels unsorted.
@@ -143,3 +145,18 @@ def check_groups(groups: Any, n_samples: int, *, where: str) -> np.ndarray:
             ) from exc
     return groups
 
+
+def label_kind(labels: np.ndarray) -> str:
+    """``"number"``, ``"string"`` or ``"other"``: the kind of the group labels, for telling
+    labels that can never match (numbers against strings) from new groups."""
+    kind = labels.dtype.kind
+    if kind in "biuf":
+        return "number"
+    if kind in "US":
+        return "string"
+    if kind == "O" and len(labels):
+        if all(isinstance(g, (int, float, np.number)) and not isinstance(g, bool) for g in labels):
+            return "number"
+        if all(isinstance(g, str) for g in labels):
+            return "string"
+    return "other"

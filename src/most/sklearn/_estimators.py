@@ -112,7 +112,11 @@ class MosTClassifier(ClassifierMixin, MosTEstimator):
         """Logits of each sample's routed model: ``[N, n_classes]``, or ``[N]`` (the log-odds
         of ``classes_[1]``) for two classes."""
         logits = self._outputs(X, groups)
-        return logits[:, 1] - logits[:, 0] if len(self.classes_) == 2 else logits
+        if len(self.classes_) != 2:
+            return logits
+        # two finite logits near the float range can differ by more than it holds: kept finite
+        with np.errstate(over="ignore"):
+            return np.clip(logits[:, 1] - logits[:, 0], -np.finfo(logits.dtype).max, np.finfo(logits.dtype).max)
 
     def predict_proba(self, X: Any, groups: Any = None) -> np.ndarray:
         """Class probabilities of each sample's routed model, ``[N, n_classes]``."""
@@ -182,6 +186,12 @@ class MosTRegressor(RegressorMixin, MosTEstimator):
         """
         with self._unchanged_on_failure():
             X, y = validate_data(self, X, y, reset=True, dtype=np.float64, y_numeric=True, multi_output=True)
+            if y.dtype.kind in "USb":  # scikit-learn's y_numeric converts object arrays only
+                try:
+                    y = y.astype(np.float64)
+                except ValueError as exc:
+                    raise ValueError(f"y must hold numbers (the regression targets); got {y.dtype} values that are "
+                                     f"not numbers ({exc}).") from None
             fitted = self._fit(X, y, groups)
             if not fitted["_layers"][1:]:  # one layer: a linear model
                 fitted.update(self._linear_coefficients(fitted))
