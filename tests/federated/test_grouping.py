@@ -119,6 +119,11 @@ def test_spectral_groups_and_margins_on_a_block_similarity():
     found = spectral_groups(sim[perm][:, perm], 3)
     assert adjusted_rand_index(found.tolist(), groups[perm].tolist()) == 1.0
     assert torch.equal(found, spectral_groups(sim[perm][:, perm], 3))  # deterministic
+    # one decomposition serves every k of a search: the same groups as decomposing per call
+    vectors = F.affinity_eigenvectors(sim[perm][:, perm])
+    for k in (2, 3, 4):
+        assert torch.equal(spectral_groups(sim[perm][:, perm], k, eigenvectors=vectors),
+                           spectral_groups(sim[perm][:, perm], k))
     own, margins = group_margins(sim, groups, own=True)
     torch.testing.assert_close(own, torch.full((11,), 0.8, dtype=F64))
     torch.testing.assert_close(margins, torch.full((11,), 1.1, dtype=F64))

@@ -54,8 +54,8 @@ from __future__ import annotations
 from .base import FederatedMethod, MethodState
 from .baselines import IFCA, MGDA, FedAvg, FedMGDAPlus, FedProx, Linearization, SetScalarization, WeightedMGDA
 from .clustered import CFL, Oracle
-from .grouping import (ClassGroups, class_gradients, class_similarity, count_sketch, group_margins, refine_groups,
-                       spectral_groups)
+from .grouping import (ClassGroups, affinity_eigenvectors, class_gradients, class_similarity, count_sketch,
+                       group_margins, refine_groups, spectral_groups)
 from .losses import ClientLoss, CrossEntropy, PriorAdjusted
 from .mixture import FedEM
 from .most import GroupedWarmUp, MosT, WarmUp
@@ -65,5 +65,5 @@ from .updates import (BoxMinNorm, balanced_update_groups, combine_updates, min_n
                       update_groups, weighted_mean)
 
 __all__ = ["FederatedMethod", "MethodState", "MosT", "FedAvg", "FedProx", "MGDA", "WeightedMGDA", "Linearization", "FedMGDAPlus",
-           "IFCA", "SetScalarization", "Resplit", "Proposal", "SplitSignal", "SplitByLosses", "SplitByUpdates", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "ClientLoss", "CrossEntropy", "PriorAdjusted", "WarmUp", "GroupedWarmUp", "ClassGroups", "class_gradients", "class_similarity", "count_sketch", "group_margins", "refine_groups", "spectral_groups", "BoxMinNorm", "combine_updates", "min_norm_box",
+           "IFCA", "SetScalarization", "Resplit", "Proposal", "SplitSignal", "SplitByLosses", "SplitByUpdates", "CFL", "Oracle", "LocalOnly", "FineTuning", "FedEM", "ClientLoss", "CrossEntropy", "PriorAdjusted", "WarmUp", "GroupedWarmUp", "ClassGroups", "class_gradients", "class_similarity", "count_sketch", "group_margins", "refine_groups", "spectral_groups", "affinity_eigenvectors", "BoxMinNorm", "combine_updates", "min_norm_box",
            "balanced_update_groups", "update_groups", "weighted_mean", "min_norm_combination"]

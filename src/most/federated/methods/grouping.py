@@ -141,20 +141,29 @@ def class_similarity(grads: Tensor, counts: Tensor, *, support: bool = False):
     return (sim, den) if support else sim
 
 
-def spectral_groups(similarity: Tensor, k: int, *, restarts: int = 3) -> Tensor:
-    """``[n]`` groups ``0 .. k-1`` of the clients by spectral clustering of ``similarity [n, n]``
-    (Ng, Jordan and Weiss 2001: the k leading eigenvectors of the normalised affinity, its
-    negative entries set to 0, rows scaled to unit length, then spherical k-means, the best of
-    ``restarts`` seeded starts). Deterministic: it draws nothing from a run's generator."""
-    n = similarity.shape[0]
-    check_positive_int(k, name="k")
-    if n <= k:
-        return torch.arange(n, device=similarity.device)
+def affinity_eigenvectors(similarity: Tensor) -> Tensor:
+    """``[n, n]`` the eigenvectors of the normalised affinity of ``similarity [n, n]`` (its
+    negative entries set to 0), in ascending order of eigenvalue, on the CPU in float64: what
+    :func:`spectral_groups` clusters, computed once for every ``k`` of a search."""
     a = similarity.double().clamp_min(0.0)
     a = (a + a.T) / 2
     degree = a.sum(1).clamp_min(1e-300)
     lap = a / degree.sqrt()[:, None] / degree.sqrt()[None, :]
-    _, vectors = torch.linalg.eigh(lap.cpu())
+    return torch.linalg.eigh(lap.cpu())[1]
+
+
+def spectral_groups(similarity: Tensor, k: int, *, restarts: int = 3, eigenvectors: Tensor | None = None) -> Tensor:
+    """``[n]`` groups ``0 .. k-1`` of the clients by spectral clustering of ``similarity [n, n]``
+    (Ng, Jordan and Weiss 2001: the k leading eigenvectors of the normalised affinity, its
+    negative entries set to 0, rows scaled to unit length, then spherical k-means, the best of
+    ``restarts`` seeded starts). Deterministic: it draws nothing from a run's generator.
+    ``eigenvectors``: :func:`affinity_eigenvectors` of the same similarity, when already
+    computed (a search over several ``k``: one decomposition of the n x n matrix serves all)."""
+    n = similarity.shape[0]
+    check_positive_int(k, name="k")
+    if n <= k:
+        return torch.arange(n, device=similarity.device)
+    vectors = affinity_eigenvectors(similarity) if eigenvectors is None else eigenvectors
     u = vectors[:, -k:]
     u = u / u.norm(dim=1, keepdim=True).clamp_min(1e-300)
     best, best_cost = torch.arange(n) % k, float("inf")
@@ -326,8 +335,10 @@ class ClassGroups:
         n = counts.shape[0]
         sim, support = class_similarity(grads, counts, support=True)
         start, top = None, min(m, n // self.min_size)
+        vectors = affinity_eigenvectors(sim) if top > 1 else None
         for k in range(top, 1, -1):
-            groups = refine_groups(sim, spectral_groups(sim, k), support=support, min_size=self.min_size)
+            groups = refine_groups(sim, spectral_groups(sim, k, eigenvectors=vectors), support=support,
+                                   min_size=self.min_size)
             sizes = torch.bincount(groups.cpu(), minlength=k)
             own, margin = _weakest_group(sim, support, groups, k) if int(sizes.min()) > 0 else (-math.inf, -math.inf)
             if k == top:
