@@ -60,6 +60,26 @@ def test_minimise_each_takes_objective_indices_as_a_list_or_array():
         assert torch.equal(minimise_each(problem, starts, same, steps=50, lr=0.1), expected)
 
 
+def test_minimise_each_takes_objectives_with_data_of_their_own_from_that_data_alone():
+    """A problem from datasets (`rows_alone`) descends each objective on its own rows: the same
+    steps as the reverse pass of the one-hot weighted losses over every objective, which a
+    problem from a module takes."""
+    from torch import nn
+    from torch.nn.functional import cross_entropy
+
+    g = torch.Generator().manual_seed(0)
+    tasks = [(torch.randn(12, 4, generator=g), torch.randint(0, 3, (12,), generator=g)) for _ in range(9)]
+    net = lambda: nn.Sequential(nn.Linear(4, 6), nn.Tanh(), nn.Linear(6, 3))  # noqa: E731
+    datasets = most.Problem.from_datasets(net, tasks, lambda o, y: cross_entropy(o, y, reduction="none"))
+    module = most.Problem.from_module(net, [lambda f, x=x, y=y: cross_entropy(f(x), y) for x, y in tasks])
+    assert datasets.rows_alone and not module.rows_alone
+    assert not most.problems.quadratic_clusters(n_clusters=2, per_cluster=2, seed=0).rows_alone
+    starts = datasets.initial_params(3, torch.Generator().manual_seed(1))
+    picks = torch.tensor([0, 4, 8])
+    torch.testing.assert_close(minimise_each(datasets, starts, picks, steps=5, lr=0.3),
+                               minimise_each(module, starts, picks, steps=5, lr=0.3), rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("m", [0, -1, 1.0, True])
 def test_kmeans_seeding_refuses_a_model_count_below_one(m):
     problem, _, _ = groups_of_quadratics([2, 2], seed=0)

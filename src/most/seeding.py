@@ -56,7 +56,8 @@ def _descend(problem: Problem, starts: Tensor, weights: Tensor, *, steps: int, l
     """``steps`` steps of ``optimizer`` (default SGD) on ``sum_i weights[t, i] L_i`` from
     ``starts[t]``, all ``t`` at once; returns the parameters after ``snapshot`` steps (default:
     all of them) and after all of them. ``rows``: where each row of ``weights`` is one objective
-    (one-hot), its index, so that a problem of instances takes that instance's gradient alone.
+    (one-hot), its index, so that a problem whose objectives have data of their own
+    (:attr:`~most.Problem.rows_alone`: instances, datasets) takes that objective's gradient alone.
     A start whose parameters become non-finite stays non-finite, for the caller to handle."""
     optimizer = SGD() if optimizer is None else optimizer
     params = problem.apply_projection(starts.detach().clone())
@@ -66,7 +67,7 @@ def _descend(problem: Problem, starts: Tensor, weights: Tensor, *, steps: int, l
     for k in range(steps):
         if k == snapshot:
             early = params
-        if rows is None or problem.instances is None:  # one reverse pass, the weights as cotangent
+        if rows is None or not problem.rows_alone:  # one reverse pass, the weights as cotangent
             grads = problem.weighted_gradients(params, weights)[1][:, None]
         else:
             grads = problem.active_gradients(params, rows[:, None])  # [t, 1, dim]

@@ -33,6 +33,10 @@ class Evaluator:
     #: whether evaluations with a generator draw from it (mini-batches, random layers' masks):
     #: runs of :func:`most.fit_batch` then keep their evaluations apart, each with its own draws
     stochastic: bool = False
+    #: whether :meth:`active_gradients` computes a selected objective's gradient from that
+    #: objective's own data alone (per instance, per dataset), which is cheaper than a reverse pass
+    #: of the weighted losses over every objective when few objectives are selected
+    rows_alone: bool = False
 
     def loss_matrix(self, params: Tensor, *, generator: torch.Generator | None = None) -> Tensor:
         """``L[i, j] = L_i(theta_j)``, ``[n, m]``."""

@@ -85,6 +85,8 @@ class DatasetsEvaluator(Evaluator):
         batch_size: rows per objective drawn at each evaluation with a generator (``None``: all).
     """
 
+    rows_alone = True
+
     def __init__(self, layout: ModuleLayout, data: tuple[Tensor, ...], owner: Tensor, n_objectives: int,
                  loss: PerSampleLoss, batch_size: int | None):
         device = data[0].device

@@ -45,6 +45,8 @@ class InstancesEvaluator(FunctionEvaluator):
         vectorize: as :class:`~most.evaluators.FunctionEvaluator`'s.
     """
 
+    rows_alone = True
+
     def __init__(self, loss: Callable[..., Tensor], data: tuple[Tensor, ...], dim: int,
                  fn: Callable[[Tensor], Tensor], vectorize: bool = True):
         super().__init__(fn, dim, int(data[0].shape[0]), vectorize)

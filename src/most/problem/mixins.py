@@ -215,6 +215,13 @@ class Evaluations:
         self._check_rows(params, rows)
         return self._evaluation.active_gradients(params, rows, generator=generator)
 
+    @property
+    def rows_alone(self) -> bool:
+        """Whether :meth:`active_gradients` takes a selected objective's gradient from its own
+        data alone (problems per instance, from datasets): selecting a few objectives then
+        costs their data, not every objective's."""
+        return self._evaluation.rows_alone
+
     def forward_rows(self, k: int) -> bool:
         """Whether :meth:`active_jacobian` computes ``k`` selected rows a model in forward mode:
         passes (one per parameter, ``dim < k``) that each give the derivatives of all ``n``
