@@ -648,3 +648,39 @@ def test_most_plans_on_the_client_loss_it_is_given(small):
     theirs = fl.run_federated(small, model, F.MosT(3, warmup=None), config)
     assert ours.history[0].train_loss == pytest.approx(float(expected), rel=1e-5)
     assert theirs.history[0].train_loss == pytest.approx(float(plain), rel=1e-5)
+
+
+def test_a_long_runs_history_keeps_every_kth_plan_and_the_last(monkeypatch, tmp_path):
+    """The history (and every checkpoint, which holds it) keeps the plans of every k-th round
+    and the last once they would pass HISTORY_NUMBERS; a callback still gets every round's plan,
+    and a resumed run's history equals the uninterrupted one's."""
+    import most.federated.server as server
+    from most.checkpoint import Checkpoint
+
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=6, samples_per_client=30, seed=0)
+    model, method = fl.logistic_regression(60, 10), F.MosT(n_models=2, warmup=None)
+    config = fl.FederatedConfig(rounds=7, seed=0)
+    whole = fl.run_federated(data, model, method, config)
+    assert all(log.plan is not None for log in whole.history)
+    monkeypatch.setattr(server, "HISTORY_NUMBERS", 2 * 6 * 2)  # k = ceil(7 * 12 / 24) = 4
+    seen = []
+    thinned = fl.run_federated(data, model, method, config, callback=lambda log, params: seen.append(log.plan))
+    assert [log.round for log in thinned.history if log.plan is not None] == [0, 4, 6]
+    assert all(p is not None for p in seen) and len(seen) == 7
+    for a, b in zip(whole.history, thinned.history):
+        assert b.plan is None or torch.equal(a.plan, b.plan)
+    assert torch.equal(thinned.params, whole.params)
+
+    class Stop(Exception):
+        pass
+
+    def stop(log, params):
+        if log.round == 4:
+            raise Stop
+
+    ck = Checkpoint(tmp_path / "c", every=2)
+    with pytest.raises(Stop):
+        fl.run_federated(data, model, method, config, checkpoint=ck, callback=stop)
+    resumed = fl.run_federated(data, model, method, config, checkpoint=ck)
+    assert [log.round for log in resumed.history if log.plan is not None] == [0, 4, 6]
+    assert torch.equal(resumed.params, whole.params)

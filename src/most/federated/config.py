@@ -16,7 +16,11 @@ from .evaluation import select_by_loss
 @dataclass(frozen=True)
 class RoundLog:
     """One round: the clients that took part, the plan, mean best-model training loss,
-    validation accuracy (if evaluated this round) and timings."""
+    validation accuracy (if evaluated this round) and timings.
+
+    In the history of a large run (more than :data:`~most.engine.records.HISTORY_NUMBERS`
+    numbers of plans over all rounds) only every k-th round and the last keep ``plan``; the
+    others have ``None`` there. A ``callback`` always gets the round's full log."""
 
     round: int
     clients: Tensor

@@ -19,8 +19,9 @@ are written here once, so the two runtimes cannot drift.
 
 from __future__ import annotations
 
+import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import cast
 
 import numpy as np
@@ -28,6 +29,7 @@ import torch
 from torch import Tensor
 
 from .._random import seeded
+from ..engine.records import HISTORY_NUMBERS
 from .config import FederatedConfig, RoundLog
 from .evaluation import select_by_loss
 
@@ -107,6 +109,9 @@ class Server:
         self.method_state = method.start(self.n, self.m, self.generator, model)
         self.previous: Tensor | None = None
         self.history: list[RoundLog] = []
+        # rounds whose log keeps its plan: every k-th and the last, so that the history (and every
+        # checkpoint, which holds it) stays within HISTORY_NUMBERS numbers of plans however long the run
+        self.keep_every = max(1, math.ceil(config.rounds * self.n * self.m / HISTORY_NUMBERS))
 
     # ------------------------------------------------------------------ the steps of a round
     def sample(self, t: int) -> Tensor:
@@ -190,6 +195,9 @@ class Server:
                        val_accuracy=val_accuracy if self.config.eval_every else None,
                        seconds={k: state.seconds.get(k, 0.0) for k in ("evaluate", "plan", "local_training",
                                                                        "aggregate")})
+        last = self.history[-1] if self.history else None
+        if last is not None and last.plan is not None and last.round % self.keep_every:
+            self.history[-1] = replace(last, plan=None)  # its round's callback has had the full log
         self.history.append(log)
         return log
 
