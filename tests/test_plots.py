@@ -1,5 +1,6 @@
 """most.plots: the sorted per-objective profile, the grouped Γ heat map, method styles and legends."""
 
+import matplotlib
 import matplotlib.pyplot as plt
 import numpy as np
 import pytest
@@ -173,3 +174,180 @@ def test_grouped_bars_refuse_labels_that_are_not_one_per_key():
     fig = plots.grouped_bars({"a": {"x": 1.0, "y": 2.0}}, ["x", "y"], labels=(f"domain {k}" for k in "xy"))
     assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == ["domain x", "domain y"]
     plt.close(fig)
+
+
+# ----------------------------------------------------------------------------- shared axes, bands, missing values
+def _panel_points(ax) -> np.ndarray:
+    return np.concatenate([c.get_offsets() for c in ax.collections if c.get_offsets().shape[0]
+                           and not isinstance(c, PolyCollection)])
+
+
+@pytest.mark.parametrize("order", [("MosT", "Linearization"), ("Linearization", "MosT")])
+def test_dominated_area_panels_share_limits_that_hold_every_panels_points_whatever_the_order(order):
+    pts = {"MosT": [[0.0, 1.0], [0.25, 0.5], [0.64, 0.2], [1.0, 0.0]],
+           "Linearization": [[0.3, 0.7], [0.5, 0.6], [0.7, 0.5]]}
+    fig = plots.hypervolume_areas({name: pts[name] for name in order}, reference=[1.1, 1.1])
+    fig.canvas.draw()
+    panels = [ax for ax in fig.axes if ax.get_visible()]
+    for ax in panels:
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        assert x0 < x1 and y0 < y1
+        for other in panels:  # every panel's points inside every panel's limits
+            p = _panel_points(other)
+            assert (p[:, 0] >= x0).all() and (p[:, 0] <= x1).all() and (p[:, 1] >= y0).all() and (p[:, 1] <= y1).all()
+        assert x1 >= 1.1 and y1 >= 1.1  # the reference point too
+        areas = [c for c in ax.collections if isinstance(c, PolyCollection)]
+        # each method's area in its own colour, the one method_style gives it
+        want = plots.method_style(order.index(ax.get_title()))["color"]
+        assert areas and all(matplotlib.colors.same_color(a.get_facecolor()[0][:3], want) for a in areas)
+    plt.close(fig)
+
+
+def test_a_method_without_a_point_in_the_reference_box_leaves_every_panel_drawn_and_says_so():
+    fig = plots.hypervolume_areas({"MosT": [[0.2, 0.8], [0.8, 0.2]], "B": [[2.0, 2.0]]}, reference=[1.1, 1.1])
+    a, b = fig.axes[:2]
+    for ax in (a, b):
+        (x0, x1), (y0, y1) = ax.get_xlim(), ax.get_ylim()
+        assert x0 < 0.2 and x1 > 2.0 and y0 < 0.2 and y1 > 2.0  # not inverted, every point shown
+    assert any("no point inside" in t.get_text() for t in b.texts) and not a.texts
+
+
+def test_dominated_area_axes_start_near_the_data_not_at_zero():
+    fig = plots.hypervolume_areas({"a": [[10.0, 12.0], [11.0, 10.5]]}, reference=[12.0, 13.0])
+    x0, x1 = fig.axes[0].get_xlim()
+    assert 9.0 < x0 < 10.0 and x1 > 12.0
+    plt.close(fig)
+
+
+def test_a_std_band_on_a_log_axis_stays_above_zero_and_is_symmetric_in_log_space():
+    v, s = np.array([1.0, 0.5, 0.2, 0.1]), np.array([0.5, 0.6, 0.3, 0.2])
+    fig = plots.curves({"MosT": v}, std={"MosT": s}, log=True)
+    band = next(c for c in fig.axes[0].collections if isinstance(c, PolyCollection))
+    y = band.get_paths()[0].vertices[:, 1]
+    assert y.min() > 0
+    assert y.min() == pytest.approx(min(v / (1 + s / v)))
+    assert y.max() == pytest.approx(max(v + s))
+    plt.close(fig)
+    linear = plots.curves({"MosT": v}, std={"MosT": s})  # linear: mean ± std as before
+    y = next(c for c in linear.axes[0].collections if isinstance(c, PolyCollection)).get_paths()[0].vertices[:, 1]
+    assert y.min() == pytest.approx(min(v - s))
+    plt.close(linear)
+
+
+def test_curves_take_each_methods_index_so_that_its_colour_does_not_depend_on_the_others_drawn():
+    index = {"MosT": 0, "IFCA": 1, "FedAvg": 2}
+    both = plots.curves({"MosT": [1, 2], "FedAvg": [2, 3]}, method_index=index)
+    alone = plots.curves({"FedAvg": [2, 3]}, method_index=index)
+    assert both.axes[0].get_lines()[1].get_color() == alone.axes[0].get_lines()[0].get_color() \
+        == plots.method_style(2)["color"]
+    plt.close(both), plt.close(alone)
+
+
+def test_curves_at_whole_rounds_get_whole_ticks():
+    fig = plots.curves({"a": [0.1, 0.5, 0.9]}, x=[1, 3, 5])
+    fig.canvas.draw()
+    ticks = fig.axes[0].get_xticks()
+    assert np.allclose(ticks, np.round(ticks))
+    plt.close(fig)
+
+
+def _bars(ax):
+    from matplotlib.container import BarContainer
+
+    return [c for c in ax.containers if isinstance(c, BarContainer)]
+
+
+def test_grouped_bars_keep_their_places_and_mark_missing_values_as_na():
+    fig = plots.grouped_bars({"MosT": {"a": [0.5, float("nan"), 0.6], "b": 0.7},
+                              "FedAvg": {"a": 0.4, "b": float("inf")}}, ["a", "b"], annotate=True)
+    ax = fig.axes[0]
+    most, fedavg = _bars(ax)
+    width = most[0].get_width()
+    # the bars stay at their places: MosT left of FedAvg in each group
+    assert most[0].get_x() == pytest.approx(-0.4) and fedavg[0].get_x() == pytest.approx(-0.4 + width)
+    assert most[1].get_x() == pytest.approx(0.6) and fedavg[1].get_x() == pytest.approx(0.6 + width)
+    assert most[0].get_height() == 0 and fedavg[1].get_height() == 0  # no bar where there is no value
+    assert most[1].get_height() == pytest.approx(0.7) and fedavg[0].get_height() == pytest.approx(0.4)
+    na = [t for t in ax.texts if t.get_text() == "n/a"]
+    xs = sorted(t.get_position()[0] for t in na)
+    assert xs == pytest.approx([-0.4 + width / 2, 0.6 + 1.5 * width])
+    assert np.isfinite(ax.get_ylim()).all() and ax.get_ylim()[0] == 0
+    plt.close(fig)
+
+
+def test_grouped_bars_go_below_zero_only_for_negative_values():
+    fig = plots.grouped_bars({"MosT": {"a": -0.5, "b": 0.7}, "FedAvg": {"a": 0.4, "b": 0.2}}, ["a", "b"])
+    assert fig.axes[0].get_ylim()[0] <= -0.5
+    plt.close(fig)
+    fig = plots.grouped_bars({"MosT": {"a": 0.5, "b": 0.7}}, ["a", "b"])
+    assert fig.axes[0].get_ylim()[0] == 0
+    plt.close(fig)
+
+
+def test_a_front_panel_without_a_finite_point_says_so():
+    fig = plots.pareto_fronts({"MosT": [[0.1, 0.9], [0.9, 0.1]], "MGDA": [[float("inf"), float("nan")]]})
+    a, b = fig.axes[:2]
+    assert [t.get_text() for t in b.texts] == ["no finite point"] and not a.texts
+    plt.close(fig)
+
+
+def test_small_figures_have_room_for_their_labels():
+    fig = plots.assignment_heatmap(torch.tensor([[0.5, 0.5], [0.2, 0.8], [1.0, 0.0]]))
+    fig.canvas.draw()
+    label = fig.axes[0].yaxis.label.get_window_extent()
+    assert label.height <= fig.bbox.height and label.y0 >= 0
+    plt.close(fig)
+    # one or two groups: a minimum width per group, so that long tick labels stay apart
+    long = ["lr=0.1, momentum=0.9, warm-up=15", "lr=0.3, momentum=0.5, warm-up=30"]
+    fig = plots.grouped_bars({"a": {"x": 1.0, "y": 2.0}, "b": {"x": 1.5, "y": 2.5}}, ["x", "y"], labels=long)
+    assert fig.get_size_inches()[0] / 2 >= 2.5
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("on_validation", [True, False])
+def test_the_model_count_figure_says_what_its_threshold_line_is(on_validation):
+    from most.selection import ModelCountSelection, elbow_threshold
+
+    scores = {1: 10.0, 2: 4.0, 3: 2.0, 4: 1.9}
+    selection = ModelCountSelection(n_models=3, scores=scores, worst={m: 2 * v for m, v in scores.items()},
+                                    train_scores=dict(scores), results={}, on_validation=on_validation)
+    fig = selection.plot()
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_legend().get_texts()]
+    line = next(ln for ln in ax.get_lines() if ln.get_label().startswith("within"))
+    assert line.get_ydata()[0] == pytest.approx(elbow_threshold(scores, 0.05, on_validation=on_validation))
+    want = ("within 5 % of the lowest mean" if on_validation
+            else "within 5 % of the curve's drop above the lowest mean")
+    assert want in labels
+    plt.close(fig)
+
+
+def test_the_assignment_stack_draws_steps_and_names_the_rows():
+    from most.federated import figures
+
+    plans = [np.eye(2)[[0, 0, 0, 1]], np.eye(2)[[0, 1, 1, 1]], np.eye(2)[[0, 1, 1, 1]]]  # model 0: 3, 1, 1
+    fig = figures.assignment_stack(plans, rounds=[4, 5, 6], noun="objectives")
+    ax = fig.axes[0]
+    assert ax.get_ylabel().startswith("objectives")
+    bottom = ax.collections[0].get_paths()[0].vertices
+    top = bottom[bottom[:, 1] > 0]  # model 0's upper edge: flat over each round, a jump between rounds
+    corners = {(round(float(x), 2), float(y)) for x, y in top}
+    # round 4's count over 3.5 .. 4.5, then a jump to round 5's: no gradual slope between rounds
+    assert {(3.5, 3.0), (4.5, 3.0), (4.5, 1.0), (5.5, 1.0), (6.5, 1.0)} <= corners
+    assert ax.get_xlim()[0] <= 3.5 and ax.get_xlim()[1] >= 6.5
+    plt.close(fig)
+    assert figures.assignment_stack(plans).axes[0].get_ylabel().startswith("clients")
+
+
+def test_long_method_names_widen_the_figure_instead_of_squashing_the_axes():
+    def axes_width(names, draw):
+        fig = draw({name: [0.3 + 0.1 * k, 0.5, 0.7] for k, name in enumerate(names)})
+        fig.canvas.draw()
+        width = fig.axes[0].get_window_extent().width / fig.dpi
+        plt.close(fig)
+        return width
+
+    long = ["MosT (prior-adjusted, share bounds, warm-up 15 rounds)", "FedAvg + fine-tuning on each client"]
+    for draw in (plots.curves, plots.profile):
+        short = axes_width(["a", "b"], draw)
+        assert axes_width(long, draw) >= 0.9 * short

@@ -73,6 +73,19 @@ def method_style(k: int) -> dict:
             "marker": _MARKERS[k % len(_MARKERS)]}
 
 
+def style_index(name: str, k: int, method_index: Mapping[str, int] | None = None) -> int:
+    """The index (for :func:`method_style`, :func:`method_hatch`, :func:`mark_positions` and
+    :func:`line_order`) of method ``name``, the ``k``-th of a figure: its entry in
+    ``method_index`` (each method's position in the full list of methods of a results folder or
+    report, so that a method keeps its colour in every figure, whichever methods a figure leaves
+    out), else ``k``; a name missing from ``method_index`` comes after all of its entries."""
+    if method_index is None:
+        return k
+    if name in method_index:
+        return int(method_index[name])
+    return len(method_index) + k
+
+
 def method_hatch(k: int) -> str:
     """The bar hatch matching :func:`method_style` (none for the first ten methods)."""
     return _HATCHES[(k // 10) % len(_HATCHES)]
@@ -100,6 +113,19 @@ def legend_outside(ax, **kwargs) -> None:
     ax.legend(frameon=False, **kwargs)
 
 
+def widen_for_legend(fig, ax) -> None:
+    """Widens ``fig`` by the width of ``ax``'s legend (drawn beside the axes by
+    :func:`legend_outside`), so that long method names take room of their own instead of
+    squashing the axes when the layout is tightened."""
+    legend = ax.get_legend()
+    if legend is None:
+        return
+    renderer = fig.canvas.get_renderer()
+    width = legend.get_window_extent(renderer).width / fig.dpi
+    w, h = fig.get_size_inches()
+    fig.set_size_inches(w + width, h)
+
+
 def as_series(v, name: str) -> np.ndarray:
     """``v`` (a sequence of numbers or a 1-D tensor) as a float array; ``name`` is the argument's
     name in the error for anything else."""
@@ -120,19 +146,26 @@ def check_nonempty(mapping: Mapping, name: str) -> None:
 def curves(series: Mapping[str, Series], *, ylabel: str = "accuracy", title: str = "",
            std: Mapping[str, Series] | None = None,
            x: Series | Mapping[str, Series] | None = None,
-           xlabel: str = "round", log: bool = False, path=None):
+           xlabel: str = "round", log: bool = False, method_index: Mapping[str, int] | None = None, path=None):
     """A metric (accuracy or loss) per round, one line per method, with optional ± std bands.
 
     Args:
         series: method name -> values per round.
         std: method name -> standard deviation per round (same length as the series); a band
-            ``mean ± std`` is shaded. Methods missing from ``std`` get no band.
+            ``mean ± std`` is shaded. Methods missing from ``std`` get no band. On a log axis
+            (``log``) the band is symmetric in log space, from ``v / (1 + s / v)`` to ``v + s``
+            (a factor ``1 + s / v`` either way), so that it stays above 0 however large the std;
+            where ``v`` is not positive no band is drawn.
         x: shared x values (e.g. the rounds at which the metric was evaluated), or a mapping
-            method name -> its own x values; default ``0 .. len - 1`` per method.
+            method name -> its own x values; default ``0 .. len - 1`` per method. Where every x
+            value is a whole number (rounds), the ticks are whole numbers too.
         log: logarithmic y axis (e.g. for losses).
+        method_index: method name -> its index for :func:`method_style` (see
+            :func:`style_index`); default: its position in ``series``.
     """
     check_nonempty(series, "series")
     fig, ax = plt.subplots(figsize=(5.8, 3.8))
+    whole = True  # every x value a whole number: integer ticks
     for k, (name, values) in enumerate(series.items()):
         v = as_series(values, f"series[{name!r}]")
         own = isinstance(x, Mapping)
@@ -145,16 +178,26 @@ def curves(series: Mapping[str, Series], *, ylabel: str = "accuracy", title: str
         if len(xs) != len(v):
             where = f"x[{name!r}]" if own else "x"
             raise ValueError(f"`{where}` has {len(xs)} entries but `series[{name!r}]` has {len(v)}.")
-        style = method_style(k)
+        finite_x = xs[np.isfinite(xs)]
+        whole = whole and bool(np.all(finite_x == np.round(finite_x)))
+        i = style_index(name, k, method_index)
+        style = method_style(i)
         color = style["color"]
-        ax.plot(xs, v, lw=1.6, ms=4, markevery=mark_positions(k, len(v)), zorder=line_order(k), label=name, **style)
+        ax.plot(xs, v, lw=1.6, ms=4, markevery=mark_positions(i, len(v)), zorder=line_order(i), label=name, **style)
         if std is not None and name in std:
             s = as_series(std[name], f"std[{name!r}]")
             if len(s) != len(v):
                 raise ValueError(f"`std[{name!r}]` has {len(s)} entries but `series[{name!r}]` has {len(v)}.")
-            ax.fill_between(xs, v - s, v + s, color=color, alpha=0.2, lw=0)
+            if log:  # symmetric in log space: v times or divided by (1 + s / v), above 0
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    positive = v > 0
+                    low = np.where(positive, v / (1.0 + np.abs(s) / v), np.nan)
+                    high = np.where(positive, v + np.abs(s), np.nan)
+            else:
+                low, high = v - s, v + s
+            ax.fill_between(xs, low, high, color=color, alpha=0.2, lw=0)
     ax.set_xlabel(xlabel)
-    if x is None:
+    if whole:
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(ylabel)
     if log:
@@ -162,6 +205,7 @@ def curves(series: Mapping[str, Series], *, ylabel: str = "accuracy", title: str
     ax.set_title(title)
     ax.grid(alpha=0.3)
     legend_outside(ax)
+    widen_for_legend(fig, ax)
     fig.tight_layout()
     return save_figure(fig, path)
 
@@ -189,7 +233,8 @@ def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", sort
     owner = share.argmax(1)
     order = np.lexsort((np.arange(n), -share[np.arange(n), owner], owner)) if sort else np.arange(n)
     counts = np.bincount(owner, minlength=m)
-    fig, ax = plt.subplots(figsize=(1.8 + 0.5 * m, 1.4 + min(0.12 * n, 9)))
+    # at least 4.6 x 3.8 inches: room for the axis labels however few the models and objectives
+    fig, ax = plt.subplots(figsize=(max(4.6, 1.8 + 0.5 * m), max(3.8, 1.4 + min(0.12 * n, 9))))
     im = ax.imshow(share[order], aspect="auto", cmap="viridis", vmin=0, vmax=1, interpolation="nearest")
     ax.set_xticks(range(m))
     ax.set_xticklabels([f"{j}\n({c})" for j, c in enumerate(counts)], fontsize=8)
@@ -198,7 +243,7 @@ def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", sort
         for edge in np.cumsum(counts)[:-1]:
             if 0 < edge < n:
                 ax.axhline(edge - 0.5, color="white", lw=1.2)
-        ax.set_ylabel("objective i (grouped by largest-share model)")
+        ax.set_ylabel("objective i\n(grouped by largest-share model)")
     else:
         ax.set_ylabel("objective i")
     if n <= 60:
@@ -249,7 +294,8 @@ def measured_rows(rows) -> list[np.ndarray]:
 
 def profile(values: Mapping[str, Series | Sequence[Series]], *, ylabel: str = "", title: str = "",
             higher_is_better: bool = True, percent: bool = False, log: bool | None = None,
-            max_decades: float = 1.5, xlabel: str = "objectives ranked worst → best (percentile)", path=None):
+            max_decades: float = 1.5, xlabel: str = "objectives ranked worst → best (percentile)",
+            method_index: Mapping[str, int] | None = None, path=None):
     """The sorted per-objective profile: each method's per-objective values sorted worst to best,
     drawn against the objective's rank as a quantile (0 .. 100 %), one line per method.
 
@@ -268,6 +314,8 @@ def profile(values: Mapping[str, Series | Sequence[Series]], *, ylabel: str = ""
         log: logarithmic y axis; ``None`` (default) chooses it when every value is positive and
             they span more than ``max_decades`` decades (losses of 0.6 against 40, say), where a
             linear axis would squash the small ones into a flat line.
+        method_index: method name -> its index for :func:`method_style` (see
+            :func:`style_index`); default: its position in ``values``.
 
     Examples:
         >>> import matplotlib.pyplot as plt
@@ -289,9 +337,10 @@ def profile(values: Mapping[str, Series | Sequence[Series]], *, ylabel: str = ""
         n = a.shape[1]
         x = 100.0 * (np.arange(n) + 0.5) / n
         mean = a.mean(0)
-        style = method_style(k)
-        ax.plot(x, mean, drawstyle="steps-mid", lw=1.6, ms=4, markevery=mark_positions(k, n, 12), label=name,
-                zorder=line_order(k), **style)
+        i = style_index(name, k, method_index)
+        style = method_style(i)
+        ax.plot(x, mean, drawstyle="steps-mid", lw=1.6, ms=4, markevery=mark_positions(i, n, 12), label=name,
+                zorder=line_order(i), **style)
         if len(a) > 1:
             std = a.std(0, ddof=1)
             # within the values' range: a band past 100 % or below the smallest value means nothing
@@ -313,6 +362,7 @@ def profile(values: Mapping[str, Series | Sequence[Series]], *, ylabel: str = ""
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, which="both" if log else "major")
     legend_outside(ax)
+    widen_for_legend(fig, ax)
     fig.tight_layout()
     return save_figure(fig, path)
 
@@ -323,7 +373,8 @@ def _mean_std(v, where: str) -> tuple[float, float]:
     if isinstance(v, Mapping):
         if "mean" not in v:
             raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got keys {list(v)}.")
-        return float(v["mean"]), float(v.get("std") or 0.0)
+        mean = v["mean"]  # None: missing (NaN, drawn as n/a)
+        return float("nan") if mean is None else float(mean), float(v.get("std") or 0.0)
     a = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=float)
     if a.ndim == 0:
         return float(a), 0.0
@@ -333,9 +384,14 @@ def _mean_std(v, where: str) -> tuple[float, float]:
 
 
 def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str], *, labels: Sequence[str] | None = None,
-                 ylabel: str = "", title: str = "", annotate: bool = False, percent: bool = False, path=None):
+                 ylabel: str = "", title: str = "", annotate: bool = False, percent: bool = False,
+                 method_index: Mapping[str, int] | None = None, path=None):
     """Grouped bars: one group per key (a domain, a task, a worst-k share), one bar per method,
     with error bars (± one standard deviation over seeds) where the table gives several seeds.
+
+    Every bar keeps its place: a value that is missing or not finite (NaN, inf, ``None``, or a
+    seed's such value among per-seed values) draws no bar but an ``n/a`` at its base. The axis
+    starts at 0 when every value is >= 0, and goes below 0 otherwise.
 
     Args:
         table: method name -> ``{key: v}`` for every key (other keys are ignored), each ``v`` a
@@ -344,6 +400,8 @@ def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str
         keys: the groups, in order; ``labels``: their tick labels, one per key (default: the keys).
         annotate: write each bar's value above it.
         percent: the values are fractions, drawn in %.
+        method_index: method name -> its index for :func:`method_style` (see
+            :func:`style_index`); default: its position in ``table``.
     """
     check_nonempty(table, "table")
     if not len(keys):
@@ -359,26 +417,42 @@ def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str
     scale = 100.0 if percent else 1.0
     stats = {name: np.array([_mean_std(table[name][key], f"table[{name!r}][{key!r}]") for key in keys]) * scale
              for name in table}
-    errors = any((s[:, 1] > 0).any() for s in stats.values())
+    known = {name: np.isfinite(s[:, 0]) for name, s in stats.items()}
+    errors = any((np.nan_to_num(s[:, 1]) > 0).any() for s in stats.values())
     methods = list(table)
     groups = np.arange(len(keys))
     width = 0.8 / len(methods)
-    fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 1.2 + 0.45 * len(keys) * len(methods))), 3.8))
+    # at least 2.6 inches per group (tick labels apart however few the groups), and 5 in all
+    fig, ax = plt.subplots(figsize=(min(14.0, max(5.0, 2.6 * len(keys), 1.2 + 0.45 * len(keys) * len(methods))), 3.8))
+    gaps = []  # (x, method index) of the bars without a value
     for k, name in enumerate(methods):
-        vals, errs = stats[name][:, 0], stats[name][:, 1]
-        bars = ax.bar(groups - 0.4 + width * (k + 0.5), vals, width, color=method_style(k)["color"],
-                      hatch=method_hatch(k), edgecolor="white", linewidth=0, label=name,
+        i = style_index(name, k, method_index)
+        ok = known[name]
+        vals = np.where(ok, stats[name][:, 0], 0.0)  # no value: a bar of height 0 (its place kept)
+        errs = np.where(ok & np.isfinite(stats[name][:, 1]), stats[name][:, 1], np.nan)  # NaN: no error bar
+        xs = groups - 0.4 + width * (k + 0.5)
+        bars = ax.bar(xs, vals, width, color=method_style(i)["color"],
+                      hatch=method_hatch(i), edgecolor="white", linewidth=0, label=name,
                       yerr=errs if errors else None,
                       error_kw={"ecolor": "0.2", "elinewidth": 0.8, "capsize": 1.5 if len(methods) > 6 else 3})
+        gaps += [(x, i) for x, good in zip(xs, ok) if not good]
         if annotate:
-            ax.bar_label(bars, fmt="%.1f" if percent else "%.3f", fontsize=7, padding=1)
+            fmt = "%.1f" if percent else "%.3f"
+            ax.bar_label(bars, labels=[fmt % v if good else "" for v, good in zip(vals, ok)], fontsize=7, padding=1)
     ax.set_xticks(groups)
     ax.set_xticklabels(list(keys) if labels is None else labels)
     ax.set_ylabel(ylabel)
     if errors:
         title = f"{title} (mean ± std over seeds)" if title else "mean ± std over seeds"
+    if gaps:
+        title = f"{title}\n(n/a: no value, missing or not finite)" if title else "n/a: no value, missing or not finite"
     ax.set_title(title)
-    ax.set_ylim(bottom=0)
+    finite = np.concatenate([s[:, 0][known[n]] for n, s in stats.items()])
+    if not len(finite) or finite.min() >= 0:  # a non-negative quantity: the axis starts at 0
+        ax.set_ylim(bottom=0)
+    for x, i in gaps:  # a missing value: no bar, "n/a" at its base
+        ax.text(x, 0.0, "n/a", rotation=90, ha="center", va="bottom", fontsize=8, color=method_style(i)["color"],
+                fontweight="bold", clip_on=True)
     ax.grid(alpha=0.3, axis="y")
     legend_outside(ax)
     fig.tight_layout()
@@ -460,35 +534,61 @@ def _finish_panels(fig, axes, labels, title, path):
     return save_figure(fig, path)
 
 
+def _panel_note(ax, text: str) -> None:
+    """``text`` in the middle of a panel (a panel with nothing of its own to draw says why)."""
+    ax.text(0.5, 0.5, text, transform=ax.transAxes, ha="center", va="center", fontsize=8, color="0.35",
+            wrap=True, bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.85, "pad": 3})
+
+
 def pareto_fronts(points: Mapping[str, Sequence[Sequence[float]]], *, front=None, reference=None,
-                  labels=("objective 1", "objective 2"), title: str = "", path=None):
+                  labels=("objective 1", "objective 2"), title: str = "",
+                  method_index: Mapping[str, int] | None = None, path=None):
     """One panel per method: its solutions (two objectives) over the true front, if known.
 
     ``points`` maps a method name to its ``[k, 2]`` objective values; ``reference`` (a finite
     point ``[2]``) draws the hypervolume reference box. Points with a NaN or inf value (e.g. a
-    model whose training diverged) are not drawn.
+    model whose training diverged) are not drawn; a panel with no finite point says so. Each
+    method's points have its colour (:func:`method_style`; ``method_index``: method name -> its
+    index, see :func:`style_index`).
     """
     arrays, f = _points(points, front)
     ref = None if reference is None else _reference_point(reference)
     fig, axes = _grid(len(arrays))
-    for ax, (name, pts) in zip(axes, arrays.items()):
+    for k, (ax, (name, pts)) in enumerate(zip(axes, arrays.items())):
         if f is not None:
             ax.plot(f[:, 0], f[:, 1], ".", ms=1.2, color="0.6", label="true front")
         if ref is not None:
             ax.axvline(ref[0], color="0.8", lw=0.8, ls="--")
             ax.axhline(ref[1], color="0.8", lw=0.8, ls="--")
-        ax.scatter(pts[:, 0], pts[:, 1], s=28, color="C3", zorder=3, label="solutions")
+        color = method_style(style_index(name, k, method_index))["color"]
+        ax.scatter(pts[:, 0], pts[:, 1], s=28, color=color, edgecolor="k", linewidth=0.4, zorder=3, label="solutions")
+        if not np.isfinite(pts).all(1).any():
+            _panel_note(ax, "no finite point")
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
     return _finish_panels(fig, axes, labels, title, path)
 
 
+def _limits(values: np.ndarray, margin: float = 0.05) -> tuple[float, float]:
+    """An axis range holding every one of ``values`` (finite), with a margin of ``margin`` of
+    their span on either side (of the magnitude, or 0.05, where they are all equal)."""
+    lo, hi = float(values.min()), float(values.max())
+    pad = margin * (hi - lo) if hi > lo else margin * max(abs(lo), 1.0)
+    return lo - pad, hi + pad
+
+
 def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, reference, front=None,
-                      labels=("objective 1", "objective 2"), title: str = "", path=None):
+                      labels=("objective 1", "objective 2"), title: str = "",
+                      method_index: Mapping[str, int] | None = None, path=None):
     """One panel per method: the region its solutions dominate inside the reference box (2-D).
 
     ``reference`` is a finite point ``[2]``; the points (and ``front``, if given) must be finite,
-    as the area, and the axes drawn around it, are undefined otherwise."""
+    as the area, and the axes drawn around it, are undefined otherwise. The panels share their
+    axes, whose ranges hold every panel's points, the reference point and the front (with a small
+    margin), so that every method is drawn on the same scale and none is cut off; a method with
+    no point inside the reference box (no area) says so in its panel. Each area has its method's
+    colour (:func:`method_style`; ``method_index``: method name -> its index, see
+    :func:`style_index`)."""
     arrays, f = _points(points, front)
     r = _reference_point(reference)
     for name, pts in arrays.items():
@@ -499,6 +599,7 @@ def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, refere
         raise ValueError("`front` contains NaN or inf; pass the finite points of the true front.")
     fig, axes = _grid(len(arrays))
     for k, (ax, (name, pts)) in enumerate(zip(axes, arrays.items())):
+        color = method_style(style_index(name, k, method_index))["color"]
         inside = pts[(pts < r).all(1)]
         inside = inside[np.argsort(inside[:, 0])]
         # staircase of the non-dominated points: each adds the rectangle up to the next point's f1
@@ -508,12 +609,18 @@ def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, refere
                 continue
             best = y
             nxt = next((q[0] for q in inside[i + 1:] if q[1] < y), r[0])
-            ax.fill_between([x, nxt], [y, y], [r[1], r[1]], color=f"C{k % 10}", alpha=0.35, lw=0)
+            ax.fill_between([x, nxt], [y, y], [r[1], r[1]], color=color, alpha=0.35, lw=0)
         if f is not None:
             ax.plot(f[:, 0], f[:, 1], ".", ms=1.0, color="0.5")
+        ax.axvline(r[0], color="0.6", lw=0.8, ls="--")  # the reference box's edges
+        ax.axhline(r[1], color="0.6", lw=0.8, ls="--")
         ax.scatter(pts[:, 0], pts[:, 1], s=18, color="k", zorder=3)
-        ax.set_xlim(min(pts[:, 0].min(), 0.0) - 0.02, r[0] * 1.05 if r[0] > 0 else r[0] + 0.05)
-        ax.set_ylim(min(pts[:, 1].min(), f[:, 1].min() if f is not None else np.inf) - 0.05, r[1])
+        if not len(inside):
+            _panel_note(ax, "no point inside the\nreference box (no area)")
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
+    # the axes are shared: one range for all panels, from every panel's points
+    every = np.concatenate([*arrays.values(), r[None], *([f] if f is not None else [])])
+    axes[0].set_xlim(*_limits(every[:, 0]))
+    axes[0].set_ylim(*_limits(every[:, 1]))
     return _finish_panels(fig, axes, labels, title, path)

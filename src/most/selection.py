@@ -138,8 +138,12 @@ class ModelCountSelection:
         ax.plot(ms, mean, "o-", lw=1.6, color="C0", label=f"mean {what} loss")
         ax.plot(ms, worst, "s--", lw=1.0, color="C1", alpha=0.8, label="worst objective")
         if self.rule == "elbow":
+            # the threshold of elbow_threshold: a share of the lowest mean on validation, of the
+            # curve's drop (highest minus lowest mean) on training scores
+            share = f"{100 * self.tolerance:.4g} %"
             ax.axhline(self.threshold, color="C0", lw=0.8, ls=":",
-                       label=f"within {self.tolerance:.4g} of the lowest mean")
+                       label=f"within {share} of the lowest mean" if self.on_validation
+                       else f"within {share} of the curve's drop above the lowest mean")
         ax.plot([self.n_models], [self.scores[self.n_models]], "*", ms=16, color="C3", zorder=3,
                 label=f"chosen m = {self.n_models} ({self.rule})")
         ax.axvline(self.n_models, color="C3", lw=0.8, ls=":")

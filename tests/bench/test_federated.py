@@ -867,3 +867,63 @@ def test_a_stored_table_is_what_the_bench_writes_from_its_results_file(folder):
 
 def test_the_stored_tables_are_found():
     assert len(STORED_TABLES) >= 60
+
+
+def _drawn_figures(results: dict, out) -> dict:
+    """The figures of :func:`draw_figures` by file name, kept open to be read."""
+    import matplotlib.pyplot as plt
+
+    from most.bench.federated import draw_figures
+
+    figs: list = []
+    real_close = plt.close
+    plt.close = lambda fig=None: figs.append(fig)
+    try:
+        written = draw_figures(results, out)
+    finally:
+        plt.close = real_close
+    return dict(zip(written, figs))
+
+
+def test_a_method_keeps_its_colour_in_every_figure_of_the_report(tmp_path):
+    from matplotlib.colors import to_rgb
+
+    from most.plots import method_style
+
+    results = _fake_results()
+    del results["methods"]["MosT"]["runs"][0]["val_curve"]  # MosT left out of the accuracy curves
+    figs = _drawn_figures(results, tmp_path)
+    assert "MosT" not in [ln.get_label() for ln in figs["accuracy_curves.png"].axes[0].get_lines()]
+    want = {name: to_rgb(method_style(k)["color"]) for k, name in enumerate(results["methods"])}
+    seen = 0
+    for fig in figs.values():
+        for ax in fig.axes:
+            for line in ax.get_lines():
+                if line.get_label() in want:
+                    assert to_rgb(line.get_color()) == want[line.get_label()], line.get_label()
+                    seen += 1
+            for bars in ax.containers:
+                if bars.get_label() in want:
+                    assert to_rgb(bars.patches[0].get_facecolor()) == want[bars.get_label()]
+                    seen += 1
+    assert seen >= 10
+    _close_all(figs)
+
+
+def _close_all(figs: dict) -> None:
+    import matplotlib.pyplot as plt
+
+    for fig in figs.values():
+        plt.close(fig)
+
+
+def test_the_accuracy_curves_are_drawn_at_the_rounds_as_stored_with_whole_ticks(tmp_path):
+    results = _fake_results()
+    figs = _drawn_figures(results, tmp_path)
+    ax = figs["accuracy_curves.png"].axes[0]
+    stored = [t for t, _ in results["methods"]["MosT"]["runs"][0]["val_curve"]]
+    assert list(ax.get_lines()[0].get_xdata()) == stored
+    figs["accuracy_curves.png"].canvas.draw()
+    ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    assert ticks and all(float(t).is_integer() for t in ticks)
+    _close_all(figs)

@@ -386,3 +386,97 @@ def test_a_run_folder_copied_under_another_seed_or_group_is_named_not_averaged(r
     shutil.copy(runs / "MosT" / "seed0" / "result.json", runs / "Linearization" / "seed0" / "result.json")
     with pytest.raises(CorruptFileError, match=r"result of group 'MosT', but its run is group 'Linearization'"):
         report(results / "central", write=False)
+
+
+# ----------------------------------------------------------------------------- what the figures show
+def _drawn(monkeypatch, folder: Path) -> dict:
+    """The figures `plot` draws of ``folder``, by file name (without suffix)."""
+    import most.plots
+
+    figs: dict = {}
+    real = most.plots.save_figure
+
+    def spy(fig, path):
+        if path is not None:
+            figs[Path(path).stem] = fig
+        return real(fig, path)
+
+    monkeypatch.setattr(most.plots, "save_figure", spy)
+    monkeypatch.setattr(plt, "close", lambda fig=None: None)  # kept open to be read
+    plot(folder, formats=("png",))
+    return figs
+
+
+def _colours(fig) -> dict[str, tuple]:
+    """Each method's colour in ``fig``: of its line, or of its bars."""
+    from matplotlib.colors import to_rgb
+
+    out = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            if not line.get_label().startswith("_"):
+                out.setdefault(line.get_label(), to_rgb(line.get_color()))
+        for bars in ax.containers:
+            if getattr(bars, "patches", None) and not bars.get_label().startswith("_"):
+                out.setdefault(bars.get_label(), to_rgb(bars.patches[0].get_facecolor()))
+    return out
+
+
+def _set_metric(results: Path, group: str, seed: int, key: str, value) -> None:
+    path = results / "fed" / "runs" / group / f"seed{seed}" / "result.json"
+    result = json.loads(path.read_text())
+    result["metrics"][key] = value
+    path.write_text(json.dumps(result))
+
+
+def test_a_group_keeps_its_colour_in_every_figure_even_where_an_earlier_group_is_left_out(results, monkeypatch):
+    for seed in (0, 1):  # MosT without worst-k values: left out of the worst-k bars only
+        for key in ("worst20", "worst40", "worst60", "worst80"):
+            _set_metric(results, "MosT", seed, key, None)
+    figs = _drawn(monkeypatch, results / "fed")
+    assert "MosT" not in _colours(figs["worst_k"])
+    colours: dict[str, set] = {}
+    for fig in figs.values():
+        for name, colour in _colours(fig).items():
+            colours.setdefault(name, set()).add(colour)
+    assert colours["FedAvg"] == {plots_colour(1)} and colours["MosT"] == {plots_colour(0)}
+
+
+def plots_colour(k: int) -> tuple:
+    from matplotlib.colors import to_rgb
+
+    from most.plots import method_style
+
+    return to_rgb(method_style(k)["color"])
+
+
+def test_a_group_with_one_missing_worst_k_value_stays_in_the_bars_with_it_marked(results, monkeypatch):
+    _set_metric(results, "MosT", 1, "worst20", None)  # `most run` writes NaN as null
+    figs = _drawn(monkeypatch, results / "fed")
+    ax = figs["worst_k"].axes[0]
+    bars = {c.get_label(): c for c in ax.containers if getattr(c, "patches", None)}
+    assert set(bars) == {"MosT", "FedAvg"}
+    assert bars["MosT"].patches[0].get_height() == 0 and bars["MosT"].patches[1].get_height() > 0
+    marks = [t for t in ax.texts if t.get_text() == "n/a"]
+    assert len(marks) == 1 and marks[0].get_position()[0] == pytest.approx(
+        bars["MosT"].patches[0].get_x() + bars["MosT"].patches[0].get_width() / 2)
+
+
+def test_validation_accuracy_is_drawn_at_the_rounds_as_stored(results, monkeypatch):
+    figs = _drawn(monkeypatch, results / "fed")
+    lines = {ln.get_label(): ln for ln in figs["val_accuracy"].axes[0].get_lines()}
+    metrics = [json.loads(line) for line in
+               (results / "fed" / "runs" / "MosT" / "seed0" / "metrics.jsonl").read_text().splitlines()]
+    rounds = [m["round"] for m in metrics if m.get("val_accuracy") is not None]
+    assert list(lines["MosT"].get_xdata()) == rounds
+    # the same rounds as the Γ figure, which starts at the first plan's stored round
+    first_plan = next(m["round"] for m in metrics if "gamma_sparsity" in m)
+    assert figs["sparsity_drift"].axes[0].get_lines()[0].get_xdata()[0] == first_plan
+
+
+def test_the_figures_of_a_centralised_experiment_speak_of_objectives(results, monkeypatch):
+    figs = _drawn(monkeypatch, results / "central")
+    labels = [ax.get_ylabel() for name, fig in figs.items() if name.startswith(("sparsity", "assignment_stack"))
+              for ax in fig.axes]
+    assert labels and not any("clients" in label for label in labels)
+    assert any(label.startswith("objectives") for label in labels)

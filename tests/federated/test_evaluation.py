@@ -386,9 +386,12 @@ def test_assignment_stack_counts_argmax_per_round(tmp_path):
     polys = fig.axes[0].collections
     assert len(polys) == 2
 
-    def top(layer):  # upper edge of a stacked layer at rounds 0, 1, 2
+    def top(layer):  # upper edge of a stacked layer over rounds 0, 1, 2 (steps: flat within a round)
         verts = polys[layer].get_paths()[0].vertices
-        return [max(y for x, y in verts if x == r) for r in (0, 1, 2)]
+        def at(x0):
+            return {float(y) for x, y in verts if abs(x - x0) < 1e-9}
+
+        return [max(at(r - 0.5) & at(r + 0.5)) for r in (0, 1, 2)]  # the level held across round r
 
     assert top(0) == [3, 1, 0]  # clients whose largest share is model 0
     assert top(1) == [3, 3, 3]  # stacked: all n clients

@@ -212,7 +212,8 @@ def draw_figures(results: dict, out: Path) -> list[str]:
     * ``per_client.png`` -- each method's per-client test accuracy (%) sorted worst to best,
       mean over seeds at each rank with a ± std band (:func:`most.federated.figures.profile`);
     * ``accuracy_curves.png``, ``loss_curves.png`` -- validation accuracy (%) and training loss
-      per round, seed 0 (where the runs keep their curves);
+      per round, seed 0 (where the runs keep their curves), at the rounds as stored (0-based, as
+      in ``gamma.png``);
     * ``worst_k.png`` -- worst-k % accuracy, mean ± std over seeds;
     * ``assignment_stack.png`` -- MosT's clients per largest-share model over the rounds, only
       where those counts change (under uniform capacities they are a constant split);
@@ -220,7 +221,9 @@ def draw_figures(results: dict, out: Path) -> list[str]:
       round, for (at most six of) the methods with two or more plans.
 
     Compact results (runs without the curves, keeping only the last plan) give the first and
-    the fourth; a figure the runs lack the data for is left out.
+    the fourth; a figure the runs lack the data for is left out. A method keeps one colour, line
+    style and marker in every figure: its place in the table's full list of methods
+    (:func:`most.plots.style_index`), whichever methods a figure leaves out.
     """
     methods = results["methods"]
     first = {name: e["runs"][0] for name, e in methods.items() if "failed" not in e["runs"][0]}
@@ -232,6 +235,7 @@ def draw_figures(results: dict, out: Path) -> list[str]:
 
     written = []
     label = results["label"]
+    index = {name: i for i, name in enumerate(methods)}  # one colour per method in every figure
 
     def save(fig, name):
         save_figure(fig, out / name)
@@ -248,23 +252,24 @@ def draw_figures(results: dict, out: Path) -> list[str]:
         seeds = max(len(v) for v in per_client.values())
         save(figures.profile(per_client, ylabel="test accuracy (%)", percent=True,
                              xlabel="clients ranked worst → best (percentile)",
-                             title=f"{label}: per-client test accuracy" + (f", {seeds} seeds" if seeds > 1 else "")),
+                             title=f"{label}: per-client test accuracy" + (f", {seeds} seeds" if seeds > 1 else ""),
+                             method_index=index),
              "per_client.png")
     val = {n: r["val_curve"] for n, r in first.items() if r.get("val_curve")}
     if val:
         save(figures.curves({n: [100 * v for _, v in c] for n, c in val.items()},
-                            x={n: [t + 1 for t, _ in c] for n, c in val.items()},
-                            ylabel="validation accuracy (%)",
+                            x={n: [t for t, _ in c] for n, c in val.items()},  # the rounds as stored
+                            ylabel="validation accuracy (%)", method_index=index,
                             title=f"{label}: best-model validation accuracy (seed {_seed(first)})"),
              "accuracy_curves.png")
     loss = {n: r["loss_curve"] for n, r in first.items() if r.get("loss_curve")}
     if loss:
-        save(figures.curves(loss, ylabel="best-model training loss", log=True,
+        save(figures.curves(loss, ylabel="best-model training loss", log=True, method_index=index,
                             title=f"{label}: training loss (seed {_seed(first)})"), "loss_curves.png")
     table = {n: {k: e[k] for k in figures.WORST_KEYS} for n, e in methods.items()  # {"mean", "std"}: error bars
              if all(k in e for k in figures.WORST_KEYS) and np.isfinite((e.get("mean") or {}).get("mean", 0.0))}
     if table:
-        save(figures.worst_k_bars(table, title=f"{label}: worst-k % clients"), "worst_k.png")
+        save(figures.worst_k_bars(table, title=f"{label}: worst-k % clients", method_index=index), "worst_k.png")
     with_plans = {n: r for n, r in first.items() if len(r.get("plans") or []) >= 2}
     # MosT's, else the table's first MosT variant's (a variant run alone, e.g. "MosT (update split)")
     stacked = "MosT" if "MosT" in with_plans else next((n for n in with_plans if n.startswith("MosT")), None)
@@ -283,7 +288,8 @@ def draw_figures(results: dict, out: Path) -> list[str]:
                                     {n: r["drift"] for n, r in gamma.items()}, cumulative=True,
                                     switches={n: figures.switch_share(r["plans"])
                                               for n, r in gamma.items()},
-                                    start=start, title=f"{label}: Γ over the rounds (seed {_seed(first)})"),
+                                    start=start, title=f"{label}: Γ over the rounds (seed {_seed(first)})",
+                                    method_index=index),
              "gamma.png")
     return written
 

@@ -1,11 +1,13 @@
 """Figures from a results folder (PNG and PDF), rebuilt from the stored files alone.
 
 * ``training_loss`` -- mean best-model training loss per round, mean ± std over seeds;
-* ``val_accuracy`` -- validation accuracy (%) per round (federated);
+* ``val_accuracy`` -- validation accuracy (%) per round (federated), at the rounds as stored
+  (0-based, as in every other figure);
 * ``per_objective`` -- each group's per-objective test accuracy (%, federated) or loss sorted
   worst to best against the objective's rank, mean over seeds at each rank with a ± std band;
   log scale where the values span decades (:func:`most.plots.profile`);
 * ``worst_k`` -- worst-20 .. 80 % client accuracy (%) per group, mean ± std over seeds (federated);
+  a value missing for a seed (null in ``result.json``) leaves its bar out, marked ``n/a``;
 * ``assignment_GROUP`` -- the final plan Gamma of the group's first seed (its first in the file's
   ``seeds``, or ``seed``), objectives grouped by model;
 * ``assignment_stack_GROUP`` -- objectives per largest-share model over the rounds, only where
@@ -13,6 +15,10 @@
 * ``sparsity_drift`` -- Gamma sparsity, drift summed over the rounds and the share of objectives
   changing model, per round (first seed, or ``seed``);
 * ``pareto`` -- each group's models in objective space (two-objective problems).
+
+A group keeps one colour, line style and marker in every figure: its place in the folder's
+full list of groups (:func:`most.plots.style_index`), whichever groups a figure leaves out. The
+figures of a centralised experiment speak of objectives, those of a federated one of clients.
 
 File names are plain: ``GROUP`` is the group's name in lower case with every run of other
 characters than letters and digits made one ``_`` (``MosT server_lr=3`` ->
@@ -77,6 +83,11 @@ def _stack(series: Sequence[Sequence[float | None]]) -> tuple[np.ndarray, np.nda
     k = min(len(s) for s in series)
     a = np.asarray([s[:k] for s in series], dtype=float)
     return np.nanmean(a, 0), (np.nanstd(a, 0, ddof=1) if len(a) > 1 else np.zeros(k))
+
+
+def _number(v) -> float:
+    """A stored metric as a float: ``None`` (``most run`` writes NaN and inf as null) is NaN."""
+    return float("nan") if v is None else float(v)
 
 
 def _metrics(folder: RunFolder, result: dict) -> list[dict]:
@@ -145,6 +156,8 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
     by_group = {g: by_group[g] for g in group_order(root, list(by_group))}
     metrics = {g: [_metrics(f, r) for f, _, r in rs] for g, rs in by_group.items()}
     shown = _shown(by_group, seed, seed_order(root))
+    index = {g: i for i, g in enumerate(by_group)}  # one colour per group in every figure
+    who = "clients" if kind == FEDERATED else "objectives"
     which = "first seed" if seed is None else f"seed {seed}"
     written: list[str] = []
 
@@ -153,7 +166,8 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
     if loss:
         fig = plots.curves({g: v[0] for g, v in loss.items()},
                            std={g: v[1] for g, v in loss.items()},
-                           ylabel="mean best-model training loss", title=f"{root.name}: training", log=True)
+                           ylabel="mean best-model training loss", title=f"{root.name}: training", log=True,
+                           method_index=index)
         _save(fig, out / "training_loss", formats, written)
 
     val = {}
@@ -162,12 +176,13 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
                   for ms in per_seed]
         if points and all(points):
             mean, std = _stack([[100 * v for _, v in p] for p in points])
-            val[g] = (mean, std, [r + 1 for r, _ in points[0][: len(mean)]])
+            val[g] = (mean, std, [r for r, _ in points[0][: len(mean)]])  # the rounds as stored
     if val:
         fig = plots.curves({g: v[0] for g, v in val.items()},
                            std={g: v[1] for g, v in val.items()},
                            x={g: v[2] for g, v in val.items()},  # each group's own rounds
-                           ylabel="validation accuracy (%), best model per client", title=f"{root.name}")
+                           ylabel="validation accuracy (%), best model per client", title=f"{root.name}",
+                           method_index=index)
         _save(fig, out / "val_accuracy", formats, written)
 
     # each seed's values, sorted apart by the profile: the mean k-th worst objective over seeds
@@ -179,18 +194,18 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
         metric = next(iter(by_group.values()))[0][2].get("per_objective_metric", "")
         accuracy = "accuracy" in metric  # in %, higher is better; else a loss
         head = metric.split(" (")[0] or ("accuracy" if kind == FEDERATED else "loss")
-        who = "clients" if kind == FEDERATED else "objectives"
         fig = plots.profile(per_obj, ylabel=f"{head} (%)" if accuracy else head, percent=accuracy,
                             higher_is_better=accuracy, xlabel=f"{who} ranked worst → best (percentile)",
-                            title=f"{root.name}: per-objective {metric}".rstrip())
+                            title=f"{root.name}: per-objective {metric}".rstrip(), method_index=index)
         _save(fig, out / "per_objective", formats, written)
 
-    table = {g: {k: [r["metrics"][k] for _, _, r in rs] for k in figures.WORST_KEYS}  # per seed: error bars
-             for g, rs in by_group.items() if all(r["metrics"].get(k) is not None for _, _, r in rs
-                                                  for k in figures.WORST_KEYS)}
+    # per seed: error bars; a value missing for a seed (null) is NaN, its bar drawn as n/a
+    table = {g: {k: [_number(r["metrics"].get(k)) for _, _, r in rs] for k in figures.WORST_KEYS}
+             for g, rs in by_group.items()}
+    table = {g: row for g, row in table.items() if any(np.isfinite(v).any() for v in row.values())}
     if kind == FEDERATED and table:
         fig = figures.worst_k_bars(table, title=f"{root.name}: worst-k % clients",
-                                   annotate=len(table) <= 4)
+                                   annotate=len(table) <= 4, method_index=index)
         _save(fig, out / "worst_k", formats, written)
 
     files = _file_names(list(by_group))
@@ -211,7 +226,7 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
                 m = final["assignment"].shape[1]
                 plans = [torch.nn.functional.one_hot(torch.tensor(o).clamp_min(0), m) * (torch.tensor(o) >= 0)[:, None]
                          for o in owners]
-                fig = figures.assignment_stack(plans, title=f"{g}: objectives per model",
+                fig = figures.assignment_stack(plans, title=f"{g}: {who} per model", noun=who,
                                                rounds=[mm["round"] for mm in history if "owners" in mm])
                 _save(fig, out / f"assignment_stack_{files[g]}", formats, written)
             sparsity[g] = [m["gamma_sparsity"] for m in history if "gamma_sparsity" in m]
@@ -223,12 +238,14 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
         fig = figures.sparsity_drift({g: sparsity[g] for g in moving}, {g: drift[g] for g in moving}, cumulative=True,
                                      start={g: start[g] for g in moving},
                                      switches={g: switches[g] for g in moving if len(switches.get(g, []))},
-                                     title=f"{root.name}: Γ over the rounds ({which})")
+                                     title=f"{root.name}: Γ over the rounds ({which})", noun=who,
+                                     method_index=index)
         _save(fig, out / "sparsity_drift", formats, written)
 
     fronts = {g: rs[shown[g]][2]["points"] for g, rs in by_group.items() if "points" in rs[shown[g]][2]}
     if fronts:
         ref = next((rs[shown[g]][2].get("reference_point") for g, rs in by_group.items()), None)
-        fig = plots.pareto_fronts(fronts, reference=ref, title=f"{root.name}: final models ({which})")
+        fig = plots.pareto_fronts(fronts, reference=ref, title=f"{root.name}: final models ({which})",
+                                  method_index=index)
         _save(fig, out / "pareto", formats, written)
     return written

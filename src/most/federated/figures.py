@@ -3,7 +3,9 @@
 Every function returns the :class:`matplotlib.figure.Figure` and saves it when ``path`` is
 given (via :func:`most.plots.save_figure`; parent folders are created). A method keeps the same
 colour, line style and marker (:func:`most.plots.method_style`, in insertion order) within a
-figure, no two methods alike; legends sit beside the axes, never over a line.
+figure, no two methods alike, and across figures where ``method_index`` gives each method its
+place in the full list of methods (:func:`most.plots.style_index`); legends sit beside the axes,
+never over a line.
 
 * :func:`profile` -- per-client values of each method sorted worst to best, against the client's
   rank (:func:`most.plots.profile`); what the drivers draw instead of the radar.
@@ -41,7 +43,7 @@ import torch  # noqa: E402
 
 from ..plots import (  # noqa: E402
     PALETTE, BarValue, Series, as_series, check_nonempty, curves, grouped_bars, legend_outside, line_order, mark_positions, method_style,
-    profile, save_figure)
+    profile, save_figure, style_index)
 
 if TYPE_CHECKING:
     from matplotlib.lines import Line2D
@@ -107,7 +109,8 @@ def radar(per_client: Mapping[str, Sequence[float]], *, title: str = "", client_
 
 
 def worst_k_bars(table: Mapping[str, Mapping[str, BarValue]], *, title: str = "", keys: Sequence[str] = WORST_KEYS,
-                 ylabel: str | None = None, annotate: bool = False, percent: bool = True, path=None):
+                 ylabel: str | None = None, annotate: bool = False, percent: bool = True,
+                 method_index: Mapping[str, int] | None = None, path=None):
     """Grouped bars (:func:`most.plots.grouped_bars`): one group per k (``worst20`` .. ``worst80``),
     one bar per method, with error bars (± one standard deviation over seeds) where the table gives
     several seeds.
@@ -122,23 +125,30 @@ def worst_k_bars(table: Mapping[str, Mapping[str, BarValue]], *, title: str = ""
         percent: the values are fractions, drawn in % (the tables print %).
         ylabel: default "accuracy of the worst k % clients (%)" (without "(%)" when not
             ``percent``).
+        method_index: method name -> its index for :func:`most.plots.method_style` (see
+            :func:`most.plots.style_index`); default: its position in ``table``.
     """
     if ylabel is None:
         ylabel = "accuracy of the worst k % clients" + (" (%)" if percent else "")
     labels = [key.replace("worst", "worst ") + " %" if key.startswith("worst") else key for key in keys]
     return grouped_bars(table, keys, labels=labels, ylabel=ylabel, title=title, annotate=annotate,
-                        percent=percent, path=path)
+                        percent=percent, method_index=method_index, path=path)
 
 
-def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float] | None = None, path=None):
+def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float] | None = None,
+                     noun: str = "clients", path=None):
     """Clients per largest-share model over rounds, as a stacked area (MosT, Figure 9).
 
     For each round's plan Gamma ``[n, m]``, each client (row) counts for the model holding its
-    largest entry (ties to the lowest index); the m counts are stacked, so the total is n.
+    largest entry (ties to the lowest index); the m counts are stacked, so the total is n. The
+    counts are drawn as steps, each round's over the width of a round centred on it: they change
+    at a round, not gradually between two.
 
     Args:
         plans: one ``[n, m]`` plan per round (tensors or arrays, all the same shape).
         rounds: x values (default ``0 .. len(plans) - 1``).
+        noun: what the rows are, for the axis label: ``"clients"`` (federated) or
+            ``"objectives"`` (a centralised problem).
     """
     if len(plans) == 0:
         raise ValueError("`plans` must hold at least one plan Gamma of shape [n, m]; got none.")
@@ -167,13 +177,17 @@ def assignment_stack(plans: Sequence, *, title: str = "", rounds: Sequence[float
             ax.bar(xs, counts[j], bottom=bottom, color=colors[j], label=f"model {j}", width=0.6)
             bottom = bottom + counts[j]
     else:
-        ax.stackplot(xs, counts, colors=colors, labels=[f"model {j}" for j in range(m)], alpha=0.85)
-        ax.set_xlim(xs[0], xs[-1])
+        # steps: round t's counts from halfway to the previous round to halfway to the next
+        mids = (xs[1:] + xs[:-1]) / 2
+        edges = np.concatenate([[xs[0] - (mids[0] - xs[0])], mids, [xs[-1] + (xs[-1] - mids[-1])]])
+        ax.stackplot(np.repeat(edges, 2)[1:-1], np.repeat(counts, 2, axis=1), colors=colors,
+                     labels=[f"model {j}" for j in range(m)], alpha=0.85)
+        ax.set_xlim(edges[0], edges[-1])
     ax.set_ylim(0, n)
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("round")
-    ax.set_ylabel("clients (largest-share model)")
+    ax.set_ylabel(f"{noun} (largest-share model)")
     ax.set_title(title)
     legend_outside(ax)
     fig.tight_layout()
@@ -221,7 +235,7 @@ def switch_share(plans) -> np.ndarray:
 def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, Sequence[float]], *,
                    title: str = "", log_drift: bool = False, cumulative: bool = False,
                    switches: Mapping[str, Series] | None = None, start: Mapping[str, int] | None = None,
-                   path=None):
+                   noun: str = "clients", method_index: Mapping[str, int] | None = None, path=None):
     r"""Panels per round: Gamma sparsity (in %) and successive-Gamma symmetric KL (MosT, Figure 2),
     and, with ``switches``, the share of clients changing largest-share model (in %).
 
@@ -244,6 +258,10 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
             round (:func:`switch_share`), aligned like ``drift``.
         start: method/variant -> the round of its first plan (default 0), so that methods with a
             warm-up line up with the others.
+        noun: what the plan's rows are, for the axis label: ``"clients"`` (federated) or
+            ``"objectives"`` (a centralised problem).
+        method_index: method/variant -> its index for :func:`most.plots.method_style` (see
+            :func:`most.plots.style_index`); default: its position among the names.
     """
     check_nonempty(sparsity, "sparsity")
     check_nonempty(drift, "drift")
@@ -254,7 +272,8 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
     fig, axes = plt.subplots(1, panels, figsize=(4.6 * panels + 0.6, 3.8))
     ax_s, ax_d = axes[0], axes[1]
     handles: dict[str, Line2D] = {}
-    for k, name in enumerate(names):
+    for position, name in enumerate(names):
+        k = style_index(name, position, method_index)
         style = method_style(k)
         first = int(start.get(name, 0))
         n_s = None
@@ -290,7 +309,7 @@ def sparsity_drift(sparsity: Mapping[str, Sequence[float]], drift: Mapping[str, 
         ax_d.set_ylim(0, max(ax_d.get_ylim()[1], 1e-3))
     if switches:
         axes[-1].set_ylim(0, 100)
-        axes[-1].set_ylabel("clients changing largest-share model (%)")
+        axes[-1].set_ylabel(f"{noun} changing largest-share model (%)")
     for ax in axes:
         ax.set_xlabel("round")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
