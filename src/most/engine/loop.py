@@ -197,7 +197,10 @@ class Job:
             raise ValueError("The initial parameters contain NaN or inf; check the problem's `init`.")
         if seeding is not None:  # the objectives are checked where the user's errors show first
             check_finite(first_losses(problem, params), None, problem, 0, None)
-            params = seeding(problem, m, generator, lr=lr, optimizer=optimizer, run_steps=rounds * inner_steps)
+            # a bar of its own: on many objectives the seeding takes a while before the first round's bar
+            with tqdm(total=1, desc=f"{description}: seeding", disable=not progress, leave=False) as bar:
+                params = seeding(problem, m, generator, lr=lr, optimizer=optimizer, run_steps=rounds * inner_steps)
+                bar.update()
         # the run's own copy: an assignment that keeps state from reset (a fixed plan) may be the
         # same object in several runs (methods made by replace), which fit_batch runs together
         assignment = copy.copy(assignment)
