@@ -594,3 +594,20 @@ def test_lazy_layers_and_dataset_objects_are_refused_with_the_fix():
         most.Problem.from_datasets(lambda: nn.Linear(5, 3), [torch.utils.data.TensorDataset(x, y)], _cross_entropy)
     with pytest.raises(ValueError, match=r"read as one dataset per tensor.*pass `objective_index` too"):
         most.Problem.from_datasets(lambda: nn.Linear(5, 3), (x, y), _cross_entropy)
+
+
+def test_a_problem_built_under_inference_mode_is_refused_naming_it():
+    with torch.inference_mode(), pytest.raises(ValueError, match=r"built under torch.inference_mode\(\)"):
+        most.Problem.from_datasets(lambda: nn.Linear(5, 3), _classification(), _cross_entropy)
+    with torch.no_grad():  # no_grad is fine: the checks take their gradient themselves
+        most.Problem.from_datasets(lambda: nn.Linear(5, 3), _classification(), _cross_entropy)
+
+
+def test_per_objective_gradients_of_many_models_are_taken_in_groups_within_the_pass_budget(monkeypatch):
+    net = lambda: nn.Sequential(nn.Linear(5, 16), nn.Tanh(), nn.Linear(16, 3))  # noqa: E731
+    problem = most.Problem.from_datasets(net, _classification(), _cross_entropy)
+    params = problem.initial_params(5, torch.Generator().manual_seed(0))
+    rows = torch.tensor([[0], [1], [2], [3], [0]])
+    whole = problem.active_gradients(params, rows)
+    monkeypatch.setattr(_datasets, "_PASS_VALUES", 600)  # about two models' pass of one objective at a time
+    torch.testing.assert_close(problem.active_gradients(params, rows), whole, rtol=1e-6, atol=1e-7)

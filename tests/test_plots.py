@@ -351,3 +351,17 @@ def test_long_method_names_widen_the_figure_instead_of_squashing_the_axes():
     for draw in (plots.curves, plots.profile):
         short = axes_width(["a", "b"], draw)
         assert axes_width(long, draw) >= 0.9 * short
+
+
+def test_widening_for_the_legend_works_on_any_backends_canvas():
+    from matplotlib.backends.backend_pdf import FigureCanvasPdf
+
+    from most.plots import legend_outside, widen_for_legend
+
+    fig, ax = plt.subplots(figsize=(4.0, 3.0))
+    ax.plot([0, 1], [0, 1], label="a method with a long name")
+    legend_outside(ax)
+    FigureCanvasPdf(fig)  # a canvas without get_renderer()
+    widen_for_legend(fig, ax)
+    assert fig.get_size_inches()[0] > 4.0
+

@@ -280,15 +280,24 @@ def batch_statistics_layers(template: nn.Module) -> list[str]:
             if isinstance(module, nn.modules.batchnorm._BatchNorm) and (module.training or module.running_mean is None)]
 
 
+def running_stats_layers(template: nn.Module) -> list[str]:
+    """The names of ``template``'s normalisation layers other than batch normalisation that
+    update running statistics in training mode (instance normalisation with
+    ``track_running_stats=True``)."""
+    base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
+    return [name for name, module in template.named_modules()
+            if isinstance(module, base) and not isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and module.training and getattr(module, "track_running_stats", False)]
+
+
 def check_running_stats(template: nn.Module) -> None:
     """Refuses normalisation layers other than batch normalisation that update running
     statistics in training mode (instance normalisation with ``track_running_stats=True``): the
     models' statistics are kept for batch normalisation only."""
-    base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
-    for name, module in template.named_modules():
-        if isinstance(module, base) and not isinstance(module, nn.modules.batchnorm._BatchNorm) \
-                and module.training and getattr(module, "track_running_stats", False):
-            raise ValueError(RUNNING_STATS.format(where=f"The module's layer {name!r} ({type(module).__name__})"))
+    updating = running_stats_layers(template)
+    if updating:
+        module = template.get_submodule(updating[0])
+        raise ValueError(RUNNING_STATS.format(where=f"The module's layer {updating[0]!r} ({type(module).__name__})"))
 
 
 def check_statistics(statistics: dict[str, Tensor], names: list[str], m: int) -> None:

@@ -172,6 +172,8 @@ def _encode(value, generator, where: str = "state"):
         if value is generator:  # the run's generator is saved once, by state; references are re-linked
             return {_KIND: "run-generator"}
         return {_KIND: "generator", "state": value.get_state()}
+    if isinstance(value, random.SystemRandom):  # the system's entropy: no state to save or restore
+        return {_KIND: "unsaved", "repr": repr(value)}
     if isinstance(value, random.Random):  # its state lies outside __dict__
         return {_KIND: "python-random", "state": _encode(value.getstate(), generator, where)}
     if isinstance(value, np.random.Generator):
@@ -289,7 +291,12 @@ def _decode(value, generator, current=None, where="state"):
     if kind == "dict":
         keys = [_decode(k, generator) for k in value["keys"]]
         cur = current if isinstance(current, dict) else {}
-        return {k: _decode(v, generator, cur.get(k), f"{where}[{k!r}]") for k, v in zip(keys, value["values"])}
+        items = {k: _decode(v, generator, cur.get(k), f"{where}[{k!r}]") for k, v in zip(keys, value["values"])}
+        if isinstance(current, dict) and type(current) is not dict:  # a defaultdict, Counter, OrderedDict: kept as
+            current.clear()  # the run made it (a defaultdict keeps its default), its items restored
+            current.update(items)
+            return current
+        return items
     if kind == "unsaved":
         return current
     if kind == "object":
@@ -440,13 +447,10 @@ class Checkpoint:
     def _read(self) -> dict:
         try:
             payload = torch.load(self.path, weights_only=True, map_location="cpu")
-        except OSError as exc:
-            if exc.errno is None:  # torch's own "not an archive" errors come as OSError without an errno
-                raise self._unreadable(exc) from None
-            # the operating system's refusal (no permission, an I/O error): the file is kept, not called damaged
-            raise type(exc)(exc.errno, f"{exc.strerror}; the checkpoint cannot be read (it is kept: give this user "
-                                       "access to it, then resume)", str(self.path)) from None
-        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError) as exc:
+        except PermissionError as exc:  # the operating system's refusal: the file is kept, not called damaged
+            raise PermissionError(exc.errno, f"{exc.strerror}; the checkpoint cannot be read (it is kept: give this "
+                                             "user access to it, then resume)", str(self.path)) from None
+        except (pickle.UnpicklingError, RuntimeError, EOFError, ValueError, OSError) as exc:
             raise self._unreadable(exc) from None
         if not isinstance(payload, dict) or payload.get("format") != _FORMAT:
             raise CheckpointError(f"The checkpoint {self.path} is not a checkpoint of this version; delete it (or "

@@ -120,8 +120,7 @@ def widen_for_legend(fig, ax) -> None:
     legend = ax.get_legend()
     if legend is None:
         return
-    renderer = fig.canvas.get_renderer()
-    width = legend.get_window_extent(renderer).width / fig.dpi
+    width = legend.get_window_extent().width / fig.dpi  # the figure's own renderer, whatever the backend
     w, h = fig.get_size_inches()
     fig.set_size_inches(w + width, h)
 

@@ -334,6 +334,9 @@ def test_bad_nodes_are_reported_clearly(data, model):
 
     server, node = fl.FlatModel(drawn), fl.FlatModel(drawn)
     assert server.fixed_digest() != node.fixed_digest()
+    # batch normalisation in evaluation mode: its buffers (a 0-d count among them) digest alike on every node
+    normed = lambda: torch.nn.Sequential(torch.nn.Linear(60, 8), torch.nn.BatchNorm1d(8), torch.nn.Linear(8, 10)).eval()  # noqa: E731
+    assert fl.FlatModel(normed).fixed_digest() == fl.FlatModel(normed).fixed_digest()
     assert server.fixed_digest() == fl.FlatModel(lambda: server.to_module(server.init(1, torch.Generator())[0])
                                                  ).fixed_digest()  # the same values: the same digest
     apart = LocalGrid(make_client_app(lambda ctx: ClientSpec(node, data.clients[0], int(ctx.node_config["partition-id"]))), 2)

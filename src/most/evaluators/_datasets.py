@@ -288,7 +288,12 @@ class DatasetsEvaluator(Evaluator):
                                    for theta, idx in zip(params.detach(), rows)])
             return jac.detach()
         k, width = int(rows.shape[1]), int(draw.slots.shape[1])
-        chunk = max(1, _PASS_VALUES // (params.shape[0] * width * self._values_per_row()))
+        m, per_row = int(params.shape[0]), width * self._values_per_row()
+        # models in groups whose pass of one objective each holds about _PASS_VALUES values (all m
+        # at once when they fit): many models on large objectives (a seeding's candidates) would
+        # otherwise hold every model's pass at once
+        group = min(m, max(1, _PASS_VALUES // per_row))
+        chunk = max(1, _PASS_VALUES // (group * per_row))
         per_objective = vmap(grad_and_value(objective), in_dims=(None, 0, 0), chunk_size=chunk if chunk < k else None,
                              randomness="same")
 
@@ -296,7 +301,8 @@ class DatasetsEvaluator(Evaluator):
             return per_objective(theta, draw.slots[idx], draw.mask[idx])[0]
 
         with torch.enable_grad(), self._rng(draw, -1):
-            jac = vmap(one_model, randomness="same")(params.detach(), rows)
+            jac = torch.cat([vmap(one_model, randomness="same")(params[i:i + group].detach(), rows[i:i + group])
+                             for i in range(0, m, group)])
         return jac.detach()
 
 
@@ -462,12 +468,18 @@ def check_batch_size(batch_size, counts: Tensor, label: Callable[[int], str]) ->
 
 
 def check_loss(evaluator: DatasetsEvaluator, theta: Tensor, label: Callable[[int], str]) -> None:
-    """Runs the module and ``loss`` once on the first two rows of every objective (at ``theta``;
-    an objective of one row gives it twice) and checks the targets' class indices against the
+    """Runs the module and ``loss`` on the first two rows of every objective (at ``theta``; an
+    objective of one row gives it twice) and checks the targets' class indices against the
     output, before any work: one loss per row, floating point; integer targets ``[rows]`` of a
     module with several outputs ``[rows, C]`` (a classifier's scores) within ``[0, C)``. Two rows
     at least, so that a loss reduced over the rows, or broadcast to ``[rows, rows]``, shows even
-    with a single objective."""
+    with a single objective. Then, on at most 64 of those rows: once vectorised over the models
+    (:func:`_check_vectorised`), once with a gradient (a loss with no gradient path to the
+    parameters is refused), and twice under two seeds of torch's generator, where losses that
+    differ show randomness no layer declares (the evaluator then seeds its passes)."""
+    if torch.is_inference_mode_enabled():
+        raise ValueError("The problem is built under torch.inference_mode(), where no gradient can be taken, so it "
+                         "could not be trained. Build it outside inference mode (torch.no_grad() is fine).")
     slots = evaluator.all.slots  # an objective's missing slots hold its first row
     data, first = evaluator.data, slots[:, [0, 1] if slots.shape[1] > 1 else [0, 0]].reshape(-1)
     with torch.no_grad():

@@ -129,9 +129,7 @@ def _check_normalisation(model: FlatModel) -> None:
     runtime evaluates every client's samples in one pass and pads a client's last training batch
     with rows of weight 0, so such a layer would make a client's losses, accuracy and updates
     depend on other clients' data; and running statistics are not kept per model."""
-    from torch import nn
-
-    from .._modules import batch_statistics_layers
+    from .._modules import batch_statistics_layers, running_stats_layers
 
     template = model._template
     names = batch_statistics_layers(template)
@@ -145,15 +143,15 @@ def _check_normalisation(model: FlatModel) -> None:
             "other clients' data. Put the layer in evaluation mode in the factory (`layer.eval()`, or `net.eval()` "
             "for a pretrained backbone: its stored statistics then stay fixed), or use nn.GroupNorm or "
             "nn.LayerNorm.")
-    base = getattr(nn.modules.batchnorm, "_NormBase", nn.modules.batchnorm._BatchNorm)
-    for name, layer in template.named_modules():
-        if isinstance(layer, base) and layer.training and getattr(layer, "track_running_stats", False):
-            raise ValueError(
-                f"The model {model.name}'s layer {name!r} ({type(layer).__name__}) updates running statistics in "
-                "training mode, which the federated runtime does not keep per model. Put it in evaluation mode in "
-                "the factory (`layer.eval()`: its stored statistics then stay fixed), build it with "
-                "track_running_stats=False (it normalises each sample by its own statistics), or use "
-                "nn.GroupNorm or nn.LayerNorm.")
+    updating = running_stats_layers(template)  # batch normalisation in training mode is refused above
+    if updating:
+        layer = template.get_submodule(updating[0])
+        raise ValueError(
+            f"The model {model.name}'s layer {updating[0]!r} ({type(layer).__name__}) updates running statistics in "
+            "training mode, which the federated runtime does not keep per model. Put it in evaluation mode in the "
+            "factory (`layer.eval()`: its stored statistics then stay fixed), build it with "
+            "track_running_stats=False (it normalises each sample by its own statistics), or use nn.GroupNorm or "
+            "nn.LayerNorm.")
 
 
 def _check_parameter_names(method, model: FlatModel) -> None:

@@ -100,7 +100,7 @@ class FlatModel:
         for name, value in sorted(self._buffers.items()):
             t = value.detach().cpu().contiguous()
             h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-            h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-d too
         return int.from_bytes(h.digest()[:7], "big")
 
     @property
