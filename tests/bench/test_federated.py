@@ -927,3 +927,39 @@ def test_the_accuracy_curves_are_drawn_at_the_rounds_as_stored_with_whole_ticks(
     ticks = [t for t in ax.get_xticks() if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     assert ticks and all(float(t).is_integer() for t in ticks)
     _close_all(figs)
+
+
+def test_a_resumed_table_compares_the_data_by_its_digest_not_by_its_path(tmp_path):
+    from tests.federated.test_data import _leaf_blob, _write
+
+    users = {f"w{k}": (8, [k % 3, 1, 2, 3, 4, 5, 6, 7]) for k in range(4)}
+    _write(tmp_path / "leaf" / "train" / "a.json", _leaf_blob(users), False)
+    _write(tmp_path / "leaf" / "test" / "a.json", _leaf_blob({u: (4, [0, 1, 2, 3]) for u in users}), False)
+    (tmp_path / "link").symlink_to(tmp_path / "leaf")
+    out = tmp_path / "out"
+
+    def call(path, *extra):
+        return runner.invoke(app, ["bench", "federated", "--dataset", "femnist", "--data-path", str(path), "--model",
+                                   "linear", "--n-models", "2", "--rounds", "1", "--seed", "0", "--server-lr", "1",
+                                   "--method", "FedAvg", "--out", str(out), "--quiet", *extra])
+
+    res = call(tmp_path / "leaf")
+    assert res.exit_code == 0, res.output
+    run = out / RUNS_DIR / "FedAvg_server_lr=1.0" / "seed0"
+    stored = (run / "result.json").stat().st_mtime_ns
+    digest = json.loads((run / "result.json").read_text())["data_digest"]
+    assert json.loads((run / "config.json").read_text())["settings"]["data_digest"] == digest
+    res = call(tmp_path / "link", "--resume")  # the same files through a link
+    assert res.exit_code == 0, res.output
+    assert (run / "result.json").stat().st_mtime_ns == stored  # reused, not made again
+    # a run stored before its settings held the digest: the digest of its result.json is compared
+    config = json.loads((run / "config.json").read_text())
+    del config["settings"]["data_digest"]
+    config["settings"]["data_path"] = "/where/it/was/then"
+    (run / "config.json").write_text(json.dumps(config))
+    res = call(tmp_path / "link", "--resume")
+    assert res.exit_code == 0, res.output
+    # other data under the same path
+    _write(tmp_path / "leaf" / "train" / "a.json", _leaf_blob({u: (8, [7] * 8) for u in users}), False)
+    res = call(tmp_path / "leaf", "--resume")
+    assert res.exit_code != 0 and f"othersettings:data_digest(\"{digest}\"then" in _flat(res.output), res.output

@@ -8,6 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from tests._shared import SHARED_DATA
 from typer.testing import CliRunner
 
 import most
@@ -149,3 +150,64 @@ def test_the_stored_table_is_what_the_bench_writes_from_its_results_file():
     folder = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "few_objective"
     results = json.loads((folder / "results.json").read_text())
     assert table_markdown(results) + "\n" == (folder / "table.md").read_text()
+
+
+GERMAN = SHARED_DATA / "german_credit"
+
+
+@pytest.mark.skipif(not (GERMAN / "german.data").is_file(), reason=f"German credit not found at {GERMAN}")
+def test_a_resumed_call_compares_the_german_data_by_its_digest_not_by_its_path(tmp_path, monkeypatch):
+    lines = (GERMAN / "german.data").read_text().splitlines(keepends=True)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "german.data").write_text("".join(lines))
+    (tmp_path / "link").symlink_to(tmp_path / "a")
+    (tmp_path / "shuffled").mkdir()
+    (tmp_path / "shuffled" / "german.data").write_text("".join(lines[::-1]))  # the same rows in another order
+    out = tmp_path / "out"
+    args = ["bench", "few-objective", "--out", str(out), "--problem", "german", "--method", "MGDA", "--seed", "0",
+            "--fairness-rounds", "3", "--quiet"]
+
+    monkeypatch.setenv("MOST_GERMAN_CREDIT", str(tmp_path / "a"))
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    results = sorted((out / "runs").rglob("result.json"))
+    stored = [(p.read_bytes(), p.stat().st_mtime_ns) for p in results]
+    settings = json.loads((results[0].parent / "config.json").read_text())["settings"]
+    assert settings["german_path"] is None and settings["german_file"] == str((tmp_path / "a" / "german.data").resolve())
+    assert len(settings["data_digest"]) == 16 and "zdt_rounds" not in settings  # a setting of the ZDT runs
+
+    # the same data through a link, from the environment or given
+    monkeypatch.setenv("MOST_GERMAN_CREDIT", str(tmp_path / "link"))
+    res = runner.invoke(app, [*args, "--resume"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, [*args, "--resume", "--german-path", str(tmp_path / "link")])
+    assert res.exit_code == 0, res.output
+    assert [(p.read_bytes(), p.stat().st_mtime_ns) for p in results] == stored  # reused, not made again
+
+    # other data under the first path
+    monkeypatch.setenv("MOST_GERMAN_CREDIT", str(tmp_path / "shuffled"))
+    res = runner.invoke(app, [*args, "--resume"])
+    assert res.exit_code != 0 and "othersettings:data_digest" in _flat(res.output)
+    assert "thedatareadnowisnotthedatatherunsweremadewith" in _flat(res.output)
+
+
+def test_a_resumed_call_may_add_problems_whose_settings_the_first_did_not_use(tmp_path):
+    def args(*problems_and_extra):
+        return ["bench", "few-objective", "--out", str(tmp_path), "--method", "MGDA", "--seed", "0",
+                "--zdt-rounds", "5", "--quiet", *problems_and_extra]
+
+    res = runner.invoke(app, args("--problem", "zdt1"))
+    assert res.exit_code == 0, res.output
+    zdt_run = next((tmp_path / "runs" / "zdt1").rglob("result.json"))
+    stored = zdt_run.stat().st_mtime_ns
+    # the ZDT run does not use the fairness settings: another value does not block adding a fairness problem
+    res = runner.invoke(app, args("--problem", "zdt1", "--problem", "synthetic", "--fairness-rounds", "3", "--resume"))
+    assert res.exit_code == 0, res.output
+    assert set(json.loads((tmp_path / "results.json").read_text())["problems"]) == {"zdt1", "synthetic"}
+    assert zdt_run.stat().st_mtime_ns == stored
+    # a call without the fairness problem does not judge its runs
+    res = runner.invoke(app, args("--problem", "zdt1", "--fairness-rounds", "4", "--resume"))
+    assert res.exit_code == 0, res.output
+    # a call with it does
+    res = runner.invoke(app, args("--problem", "synthetic", "--fairness-rounds", "4", "--resume"))
+    assert res.exit_code != 0 and "othersettings:fairness_rounds(3then,4now)" in _flat(res.output)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 from tests._shared import SHARED_DATA
@@ -117,3 +119,67 @@ def test_a_stored_table_is_what_the_bench_writes_from_its_results_file(name):
     folder = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / name
     results = json.loads((folder / "results.json").read_text())
     assert mtl.table_markdown(results) + "\n" == (folder / "table.md").read_text()
+
+
+def test_an_image_size_beyond_the_machines_memory_is_refused_before_any_work(tmp_path, monkeypatch):
+    nowhere = tmp_path / "nowhere"  # reached only after the check: the data's error would name it
+    config = mtl.MTLConfig(features="images", image_size=9999, data_path=nowhere, out=tmp_path / "out", progress=False)
+    with pytest.raises(ValueError, match=r"`image_size` 9999 \(--image-size\) needs about [0-9.]+ GiB .* more than this "
+                                         r"machine's [0-9.]+ GiB; choose a smaller image size"):
+        mtl.run_benchmark(config)
+    assert not (tmp_path / "out").exists()
+    # the estimate grows with the seeds, the batch and the channels; the default fits a small machine
+    small = mtl.MTLConfig(features="images", seeds=(0,))
+    assert mtl.memory_needed(small) < mtl.memory_needed(mtl.MTLConfig(features="images")) < 2 ** 30
+    assert mtl.memory_needed(small) < mtl.memory_needed(mtl.MTLConfig(features="images", seeds=(0,), batch_size=128))
+    monkeypatch.setattr(mtl, "_machine_memory", lambda: mtl.memory_needed(small) - 1)
+    with pytest.raises(ValueError, match="image_size"):
+        mtl.run_benchmark(dataclasses.replace(small, data_path=nowhere, out=tmp_path / "out"))
+    monkeypatch.setattr(mtl, "_machine_memory", lambda: 1)  # SURF features hold no images
+    with pytest.raises(FileNotFoundError):
+        mtl.run_benchmark(mtl.MTLConfig(features="surf", data_path=nowhere, out=tmp_path / "out", progress=False))
+
+
+def test_an_image_size_the_cnn_cannot_halve_twice_is_refused():
+    with pytest.raises(ValueError, match=r"`image_size` must be at least 4 for the CNN"):
+        mtl.MTLConfig(features="images", image_size=3)
+    mtl.MTLConfig(features="surf", image_size=3)  # not used by the SURF features
+    model = mtl.CNN(10, (2, 2, 2))
+    assert model(torch.zeros(1, 3, 4, 4)).shape == (1, 10)  # the smallest size it takes
+
+
+def _runs_results(seconds: list[float]) -> dict:
+    runs = [{"method": "MosT", "seed": i, "seconds": s, "accuracy": 0.5, "per_domain": [0.5] * 4, "oracle": 0.6}
+            for i, s in enumerate(seconds)]
+    return {"domains": ["amazon", "caltech10", "dslr", "webcam"], "runs": runs, "config": {"features": "surf"}}
+
+
+def test_the_seconds_show_two_decimals_as_in_the_other_suites_tables():
+    results = _runs_results([1.2, 0.3])
+    assert "| 0.75 |" in mtl.table_markdown({**results, "seconds_decimals": 2})
+    assert "| 1 |" in mtl.table_markdown(results)  # results stored before the key: whole seconds, as their tables
+
+
+def test_the_figure_is_named_by_its_file_name_alone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert mtl._figures(_runs_results([1.0]), Path("m1")) == ["per_domain.png"]  # a folder relative to the cwd
+    assert (tmp_path / "m1" / "per_domain.png").is_file()
+
+
+@needs_data
+def test_surf_runs_are_resumed_on_the_same_data_under_another_path_whatever_the_image_settings(tmp_path):
+    (tmp_path / "link").symlink_to(DATA)
+    config = mtl.MTLConfig(features="surf", methods=("Shared",), seeds=(0,), rounds=2, data_path=DATA,
+                           out=tmp_path / "out", progress=False)
+    first = mtl.run_benchmark(config)
+    assert first["figures"] == ["per_domain.png"]
+    settings = json.loads((tmp_path / "out" / "runs" / "Shared" / "seed0" / "config.json").read_text())["settings"]
+    assert "image_size" not in settings and "channels" not in settings and len(settings["data_digest"]) == 16
+    assert settings["data_folder"] == str(DATA.resolve())
+    again = mtl.run_benchmark(dataclasses.replace(config, data_path=tmp_path / "link", image_size=64, channels=(8, 8, 8)),
+                              resume=True)
+    assert again["runs"] == first["runs"]  # the stored run, not made again
+    # other data under the same path: seed 1's split where seed 0's runs were made
+    other = mtl._settings(config, first["torch"], {0: mtl.load_office_caltech10(DATA, seed=1, progress=False)})
+    with pytest.raises(ValueError, match=r"other settings: data_digest"):
+        mtl.RunStore(tmp_path / "out", other, suite="mtl", folder=mtl._folder, resume=True, paths=mtl._DATA_SETTINGS)

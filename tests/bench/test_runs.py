@@ -227,13 +227,14 @@ def test_an_interrupted_few_objective_call_resumes_to_the_same_results(tmp_path,
     jobs = json.loads((tmp_path / "jobs" / "results.json").read_text())
     assert _without_seconds(jobs["problems"]) == _without_seconds(whole["problems"])
 
-    # a resumed call with other settings is refused before any work
+    # a resumed call with other settings of the stored runs is refused before any work (the two
+    # runs made first are fairness runs: the largest batches go first)
     state = stop_after(2)
     res = runner.invoke(app, args(tmp_path / "cut2"))
     assert res.exit_code == 130
     state = stop_after(None)
-    res = runner.invoke(app, args(tmp_path / "cut2", "--resume", "--zdt-rounds", "16"))
-    assert res.exit_code != 0 and "othersettings:zdt_rounds(15then,16now)" in _flat(res.output)
+    res = runner.invoke(app, args(tmp_path / "cut2", "--resume", "--fairness-rounds", "9"))
+    assert res.exit_code != 0 and "othersettings:fairness_rounds(8then,9now)" in _flat(res.output)
     assert state["made"] == 0
     res = runner.invoke(app, args(tmp_path / "cut2", "--restart", "--zdt-rounds", "16"))  # starts over
     assert res.exit_code == 0 and state["made"] == n_runs == _finished(tmp_path / "cut2")
@@ -314,3 +315,81 @@ def test_at_most_one_worker_per_run_and_per_core(monkeypatch):
     monkeypatch.setattr(os, "cpu_count", lambda: 1)
     assert made([0, 1], 8) == ({0: ("here", 0), 1: ("here", 1)}, [])  # one core: made here
     assert _runs.worker_count(1000, 3) == 1
+
+
+# ----------------------------------------------------------------------------- the data, by its digest
+def _data_store(out, path, digest, **kwargs) -> RunStore:
+    settings = {"rounds": 3, "data_path": path} | ({_runs.DATA_DIGEST: digest} if digest is not None else {})
+    return _store(out, settings, paths=("data_path",), **kwargs)
+
+
+def test_the_data_digest_follows_the_data_not_where_it_was_read_from():
+    x = torch.arange(12.0).reshape(4, 3)
+    digest = _runs.data_digest(x, ["a", "b"], {"labels": torch.tensor([0, 1, 0, 1])})
+    assert digest == _runs.data_digest(x.clone(), ["a", "b"], {"labels": torch.tensor([0, 1, 0, 1])})
+    assert digest == _runs.data_digest(x.numpy(), ("a", "b"), {"labels": torch.tensor([0, 1, 0, 1]).numpy()})
+    others = [_runs.data_digest(x[[1, 0, 2, 3]], ["a", "b"], {"labels": torch.tensor([0, 1, 0, 1])}),  # rows shuffled
+              _runs.data_digest(x.double(), ["a", "b"], {"labels": torch.tensor([0, 1, 0, 1])}),  # another dtype
+              _runs.data_digest(x.reshape(3, 4), ["a", "b"], {"labels": torch.tensor([0, 1, 0, 1])}),
+              _runs.data_digest(x, ["ab"], {"labels": torch.tensor([0, 1, 0, 1])})]
+    assert len({digest, *others}) == 5
+
+
+def test_runs_are_resumed_on_the_same_data_under_another_path_and_refused_on_other_data_under_the_same(tmp_path):
+    _data_store(tmp_path, "/data/x", "d1").add(("MosT", 0), {"v": 1})
+    assert json.loads((tmp_path / RUNS_DIR / "MosT" / "seed0" / "config.json").read_text())["settings"][
+        "data_digest"] == "d1"
+    again = _data_store(tmp_path, "link/to/x", "d1", resume=True)  # a link, another spelling: the same data
+    assert again.missing([("MosT", 0)]) == [] and again.get(("MosT", 0)) == {"v": 1}
+    with pytest.raises(ValueError, match=r"other settings: data_digest \(\"d1\" then, \"d2\" now\) \(the data read "
+                                         r"now is not the data the runs were made with.*--restart"):
+        _data_store(tmp_path, "/data/x", "d2", resume=True)  # other data under the same path
+
+
+def test_runs_stored_without_a_digest_resume_when_their_path_matches_as_before(tmp_path):
+    _store(tmp_path, {"rounds": 3, "data_path": "/data/x"}).add(("MosT", 0), {"v": 1})  # the earlier format
+    assert _data_store(tmp_path, "/data/x", "d1", resume=True).get(("MosT", 0)) == {"v": 1}
+    with pytest.raises(ValueError, match=r"other settings: data_path \(\"/data/x\" then, \"/data/y\" now\)"):
+        _data_store(tmp_path, "/data/y", "d1", resume=True)
+
+
+def test_a_digest_recorded_with_the_numbers_is_compared_where_the_settings_have_none(tmp_path):
+    # the federated runs recorded their data's digest in result.json before their settings did
+    _store(tmp_path, {"rounds": 3, "data_path": "/data/x"}).add(("MosT", 0), {"v": 1, "data_digest": "d1"})
+    assert _data_store(tmp_path, "/elsewhere/x", "d1", resume=True).get(("MosT", 0)) == {"v": 1, "data_digest": "d1"}
+    with pytest.raises(ValueError, match=r"data_digest \(\"d1\" then, \"d2\" now\)"):
+        _data_store(tmp_path, "/data/x", "d2", resume=True)
+
+
+def test_only_the_settings_a_run_uses_are_compared(tmp_path):
+    def store(rounds, **kwargs):  # "a" runs use `rounds`, "b" runs do not; "c" is not a run of this call
+        return RunStore(tmp_path, lambda key: None if key[0] == "c" else {"lr": 0.1} | (
+            {"rounds": rounds} if key[0] == "a" else {}), suite="mtl", scoped=("rounds",),
+            folder=lambda key: folder_name(*key[:-1], f"seed{key[-1]}"), **kwargs)
+
+    store(3).add(("b", 0), {"v": 1})
+    assert "rounds" not in json.loads((tmp_path / RUNS_DIR / "b" / "seed0" / "config.json").read_text())["settings"]
+    store(4, resume=True).add(("a", 0), {"v": 2})  # a resumed call adds runs that use a setting the first did not
+    with pytest.raises(ValueError, match=r"other settings: rounds \(4 then, 5 now\)"):
+        store(5, resume=True)  # the "a" run uses it
+    # a run stored in the earlier format, every setting recorded for every run
+    config = tmp_path / RUNS_DIR / "b" / "seed0" / "config.json"
+    config.write_text(json.dumps({"suite": "mtl", "key": ["b", 0], "settings": {"lr": 0.1, "rounds": 9}}))
+    assert store(4, resume=True).get(("b", 0)) == {"v": 1}
+    # a run this call neither makes nor reads is not judged
+    other = tmp_path / RUNS_DIR / "c" / "seed0"
+    other.mkdir(parents=True)
+    (other / "config.json").write_text(json.dumps({"suite": "mtl", "key": ["c", 0], "settings": {"lr": 0.5}}))
+    (other / "result.json").write_text(json.dumps({"v": 3}))
+    assert store(4, resume=True).missing([("a", 0), ("b", 0)]) == []
+
+
+def test_a_result_without_the_keys_the_suite_reads_is_named_as_damaged(tmp_path):
+    _store(tmp_path).add(("MosT", 0), {"accuracy": 0.5, "seed": 0})
+    result = tmp_path / RUNS_DIR / "MosT" / "seed0" / "result.json"
+    assert _store(tmp_path, resume=True, required=("accuracy", "seed")).get(("MosT", 0)) == {"accuracy": 0.5, "seed": 0}
+    result.write_text(json.dumps({"seed": 0}))  # a JSON object, but not this suite's run
+    with pytest.raises(CorruptFileError, match=rf"{re.escape(str(result))} is corrupt \(it lacks 'accuracy', which the "
+                                               r"`most bench mtl` table reads\)\. Delete the folder .*seed0 \(its run "
+                                               r"is made again with --resume\)"):
+        _store(tmp_path, resume=True, required=lambda key: ("accuracy",)).get(("MosT", 0))

@@ -81,6 +81,27 @@ def test_regression_group_optimum_is_the_pooled_least_squares_fit():
         assert float(grad.abs().max()) < 1e-8
 
 
+def test_the_pooled_fit_is_the_same_bits_on_every_call_and_the_least_squares_fit():
+    r = S.make_problem("regression-unequal", 1)
+    for g in range(r.n_groups):
+        mask = r.labels == g
+        fits = [r.pooled_optimum(mask) for _ in range(20)]
+        assert all(torch.equal(fit, fits[0]) for fit in fits)  # torch.linalg.lstsq on MKL is not
+        X, y = r.X[mask].reshape(-1, r.X.shape[-1]), r.y[mask].reshape(-1)
+        torch.testing.assert_close(fits[0], torch.linalg.lstsq(X, y[:, None]).solution[:, 0], rtol=1e-10, atol=0)
+    first = S.oracle(r, 4)
+    for _ in range(5):
+        again = S.oracle(r, 4)
+        assert torch.equal(again.params, first.params) and torch.equal(again.losses, first.losses)
+
+
+def test_a_pooled_fit_of_too_few_samples_is_the_minimum_norm_one():
+    r = S.clustered_regressions((1, 1), dim=10, samples=4, seed=0)  # 4 samples for 10 coefficients
+    mask = r.labels == 0
+    X, y = r.X[mask].reshape(-1, 10), r.y[mask].reshape(-1)
+    torch.testing.assert_close(r.pooled_optimum(mask), torch.linalg.pinv(X) @ y, rtol=1e-10, atol=1e-12)
+
+
 def test_recovered_counts_a_group_once_one_model_holds_it():
     units = torch.tensor([0] * 10 + [1] * 10)
     assert S.recovered(torch.tensor([0] * 10 + [1] * 10), units) == 2
@@ -142,3 +163,18 @@ def test_command_writes_the_table(tmp_path):
     assert res.exit_code == 0, res.output
     assert "## regression-below" in res.output and "oracle sets recovered out of 4" in res.output
     assert (out / "table.md").exists() and (out / "results.json").exists()
+
+
+def test_a_stored_run_without_the_numbers_the_table_reads_is_named(tmp_path):
+    from most.experiments.store import CorruptFileError
+
+    config = S.StructureConfig(out=tmp_path, cases=("quadratic-equal",), methods=("SoM (Lloyd)",), seeds=(0,),
+                               rounds=10, progress=False)
+    S.run_benchmark(config)
+    result = tmp_path / "runs" / "quadratic-equal" / "SoM_Lloyd" / "seed0" / "result.json"
+    run = json.loads(result.read_text())
+    del run["ratio"]
+    result.write_text(json.dumps(run))
+    with pytest.raises(CorruptFileError, match=rf"{result} is corrupt \(it lacks 'ratio'.*Delete the folder "
+                                               rf"{result.parent} \(its run is made again with --resume\)"):
+        S.run_benchmark(config, resume=True)

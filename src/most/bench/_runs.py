@@ -14,16 +14,24 @@ finished runs made with other settings are refused, naming what differs (:class:
 The settings include torch's CPU kernels (:func:`cpu_kernels`): where a run's choice is tied or
 nearly so (between optimal transport plans, or a client's best models), it can follow the last
 bits of the losses, which another kernel set (AVX2 or AVX-512) rounds differently.
+
+A run that reads data records a digest of the data it read (:data:`DATA_DIGEST`,
+:func:`data_digest`), and the data is compared by that digest, not by the path it was read
+from: the same files reached by another path (a link, a relative path) resume, other data
+under the same path does not.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
 import weakref
 from pathlib import Path
-from typing import Callable, Iterator, cast
+from typing import Callable, Iterable, Iterator, Mapping, cast
+
+import numpy as np
 
 from .._env import environ
 from .._kernels import cpu_kernels
@@ -39,6 +47,44 @@ LEGACY_RUNS_FILE = "runs.jsonl"
 
 #: the setting under which the run store records torch's CPU kernels
 KERNELS = "cpu_kernels"
+
+#: the setting under which a run records a digest of the data it read (:func:`data_digest`); the
+#: federated runs also record it with their numbers (``result.json``)
+DATA_DIGEST = "data_digest"
+
+
+def data_digest(*parts) -> str:
+    """A short hex digest (sha256) of data: tensors and arrays by dtype, shape and bytes; strings,
+    numbers, ``None``; lists, tuples and dicts of them, in order. Equal data give the same digest
+    wherever it was read from; another order of the rows, another value or another dtype give
+    another."""
+    import torch
+
+    h = hashlib.sha256()
+
+    def add(value) -> None:
+        if isinstance(value, torch.Tensor):
+            value = value.detach().cpu().contiguous().numpy()
+        if isinstance(value, np.ndarray):
+            h.update(f"array{value.dtype.str}{value.shape}".encode())
+            h.update(np.ascontiguousarray(value).tobytes())
+        elif isinstance(value, Mapping):
+            h.update(f"dict{len(value)}".encode())
+            for k, v in value.items():
+                add(k)
+                add(v)
+        elif isinstance(value, (list, tuple)):
+            h.update(f"list{len(value)}".encode())
+            for v in value:
+                add(v)
+        elif value is None or isinstance(value, (str, bool, int, float)):
+            text = repr(value)
+            h.update(f"{type(value).__name__}{len(text)}:{text}".encode())
+        else:
+            raise TypeError(f"data_digest cannot read a {type(value).__name__}")
+
+    add(parts)
+    return h.hexdigest()[:16]
 
 
 def _plain(value):
@@ -75,10 +121,23 @@ class RunStore:
     Args:
         out: the suite's output folder.
         settings: what the runs depend on; a call that reuses finished runs must give the same.
+            A dict (the same for every run), or a function of a run's key giving that run's
+            settings (those of the problem or the data it uses), or ``None`` for a key this call
+            neither makes nor reads: such a stored run is not compared.
         suite: the command's name (``mtl``, ``federated``, ...), written into every run folder.
         folder: a run's folder, relative to ``out / RUNS_DIR``, from its key (:func:`folder_name`).
         resume: keep the finished runs of an earlier call and make only the missing ones.
         restart: remove the runs of an earlier call first.
+        paths: the settings that say where the data was read from (``data_path``): never compared
+            where the run identifies its data by :data:`DATA_DIGEST` (in its settings, or, as the
+            federated runs, in its ``result.json``); for a run stored without a digest (the
+            earlier format) those it recorded are compared instead, as before.
+        scoped: the settings only some runs use (ZDT's rounds, the fairness problems' rounds, the
+            CNN's image size): a stored run's value is not compared where this call's settings of
+            that run leave the setting out (the earlier format recorded every setting for every run).
+        required: the keys a run's ``result.json`` must hold for the suite to read it (or a
+            function of the run's key giving them); :meth:`get` refuses one without them as a
+            damaged file.
 
     Raises ``ValueError`` before any work: when finished runs were made with other settings
     (naming what differs), when the folder holds finished runs but neither ``resume`` nor
@@ -89,12 +148,18 @@ class RunStore:
     values, built the same way on every call (``float(lr)``, not ``1`` in one call and ``1.0``
     in the next)."""
 
-    def __init__(self, out, settings: dict, *, suite: str, folder: Callable[[tuple], str], resume: bool = False,
-                 restart: bool = False):
+    def __init__(self, out, settings: dict | Callable[[tuple], dict | None], *, suite: str,
+                 folder: Callable[[tuple], str], resume: bool = False, restart: bool = False,
+                 paths: Iterable[str] = (), scoped: Iterable[str] = (),
+                 required: Iterable[str] | Callable[[tuple], Iterable[str]] = ()):
         if resume and restart:
             raise ValueError("--resume and --restart exclude each other; choose one.")
         self.out, self.root = Path(out), Path(out) / RUNS_DIR
-        self.settings, self.suite, self._folder = _plain({**settings, KERNELS: cpu_kernels()}), suite, folder
+        self.suite, self._folder = suite, folder
+        self._settings = settings
+        self._kernels = cpu_kernels()
+        self._paths, self._scoped = frozenset(paths), frozenset(scoped)
+        self._required = required
         legacy = self.out / LEGACY_RUNS_FILE
         if legacy.exists() and not restart:
             raise ValueError(f"{legacy} holds runs in the format of an earlier version, which is no longer read; "
@@ -133,21 +198,57 @@ class RunStore:
             out.append((folder, config))
         return out
 
+    def settings_of(self, key) -> dict | None:
+        """The settings of the run of ``key`` as its ``config.json`` records them (with torch's CPU
+        kernels), or ``None`` for a run this call neither makes nor reads."""
+        settings = self._settings(tuple(key)) if callable(self._settings) else self._settings
+        return None if settings is None else _plain({**settings, KERNELS: self._kernels})
+
     def _check_settings(self, finished: list[tuple[RunFolder, dict]]) -> None:
         differ: dict[str, tuple] = {}
-        for _, config in finished:
-            for path, old, new in differing_paths(config["settings"], self.settings):
-                if path == KERNELS and old is None:  # recorded before the kernels were: not known to differ
-                    continue
-                differ.setdefault(path, (old, new))
+        for folder, config in finished:
+            key = config.get("key")
+            new = self.settings_of(key) if isinstance(key, list) else None
+            if new is None:  # a run this call does not use: its settings are not this call's to judge
+                continue
+            for path, old, now in self._differences(folder, config["settings"], new):
+                differ.setdefault(path, (old, now))
         if differ:
             named = "; ".join(f"{path} ({_short(old)} then, {_short(new)} now)"
                               for path, (old, new) in list(differ.items())[:6])
             more = f" and {len(differ) - 6} more" if len(differ) > 6 else ""
             hint = (f" (torch's CPU kernels: set ATEN_CPU_CAPABILITY={str(differ[KERNELS][0]).lower()} in the "
                     "environment to make the runs with the earlier ones)" if KERNELS in differ else "")
+            if DATA_DIGEST in differ:
+                hint += (" (the data read now is not the data the runs were made with, whatever path it was "
+                         "read from: give the earlier data)")
             raise ValueError(f"{self.root} holds runs made with other settings: {named}{more}{hint}. Repeat the call "
                              "with those settings to reuse them, start over with --restart, or choose another --out.")
+
+    def _differences(self, folder: RunFolder, old: dict, new: dict) -> list[tuple[str, object, object]]:
+        """``(setting, then, now)`` for every setting in which the stored run ``old`` differs from
+        this call's settings of it, ``new``: the data by its digest where the run has one, by the
+        :attr:`paths` it recorded where it has none (the earlier format); not the :attr:`scoped`
+        settings ``new`` leaves out, nor the kernels of a run recorded before them."""
+        digest = old.get(DATA_DIGEST)
+        if digest is None and new.get(DATA_DIGEST) is not None:
+            recorded = (folder.result() or {}).get(DATA_DIGEST)  # federated runs record it with their numbers
+            if isinstance(recorded, str):
+                old = {**old, DATA_DIGEST: recorded}
+                digest = recorded
+        found = []
+        for path, then, now in differing_paths(old, new):
+            name = path.split(".")[0]
+            if name == KERNELS and then is None:  # recorded before the kernels were: not known to differ
+                continue
+            if name in self._scoped and name not in new:  # a setting this run does not use
+                continue
+            if name in self._paths and (digest is not None or name not in old):  # the data is judged by its digest
+                continue
+            if name == DATA_DIGEST and then is None:  # recorded before the digest: its paths are compared
+                continue
+            found.append((path, then, now))
+        return found
 
     def _remove(self, folders: list[RunFolder]) -> None:
         for folder in folders:
@@ -214,7 +315,7 @@ class RunStore:
         folder = self.folder(key)
         if folder.status != "done":
             return False
-        remedy = f"Delete the folder {folder.path} (its run is made again with --resume)."
+        remedy = _remedy(folder)
         config = folder.stored_config()
         if config is None:
             raise CorruptFileError(folder.result_file, "a result without the run's config.json", remedy)
@@ -223,18 +324,36 @@ class RunStore:
         return True
 
     def get(self, key) -> dict | None:
-        """The finished run of ``key``, read from its ``result.json``, or None."""
-        return self.folder(key).result() if self.done(key) else None
+        """The finished run of ``key``, read from its ``result.json``, or None. A result without
+        the keys the suite reads (``required``) is refused as damaged, naming the file."""
+        if not self.done(key):
+            return None
+        folder = self.folder(key)
+        run = cast(dict, folder.result())  # a dict: the run is done
+        required = self._required(tuple(key)) if callable(self._required) else self._required
+        missing = [name for name in required if name not in run]
+        if missing:
+            raise CorruptFileError(folder.result_file, f"it lacks {', '.join(map(repr, missing))}, which the "
+                                   f"`most bench {self.suite}` table reads", _remedy(folder))
+        return run
 
     def add(self, key, run: dict) -> dict:
         """Records a finished run in its folder (``config.json``, then ``result.json``, each
         written atomically) and returns it as read back, as a resumed call reads it."""
+        settings = self.settings_of(key)
+        if settings is None:
+            raise ValueError(f"The run {list(key)} is not one of this call's runs.")
         folder = self.folder(key)
         check_no_links(self.root, folder.path)
         folder.path.mkdir(parents=True, exist_ok=True)
-        folder.write_config({"suite": self.suite, "key": list(key), "settings": self.settings})
+        folder.write_config({"suite": self.suite, "key": list(key), "settings": settings})
         folder.write_result(run, keep_nonfinite=True)
         return cast(dict, self.get(key))  # a dict: both files were just written
+
+
+def _remedy(folder: RunFolder) -> str:
+    """What to do about a damaged file of the run folder ``folder``."""
+    return f"Delete the folder {folder.path} (its run is made again with --resume)."
 
 
 #: environment variables that set the thread pools of the BLAS and OpenMP libraries a process loads

@@ -40,7 +40,7 @@ from .._validation import check_positive_int
 from . import SuiteConfig, check_unique, write_results
 from ._curves import split_curves
 from .._kernels import software
-from ._runs import RunStore, folder_name, worker_count
+from ._runs import DATA_DIGEST, RunStore, folder_name, worker_count
 from .rows import BuiltRow, MethodRow
 from ..federated import evaluation as ev
 from ..federated.data import fedprox_synthetic, load_fashion_mnist, load_femnist, mixture_synthetic
@@ -539,8 +539,8 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
                                "device_name": _device_name(config.protocol.device), "methods": {m: {"runs": []} for m in config.methods}}
     results["picks"] = {name: type(_method(config, name, 1.0, METHODS[name].extras[0], loaded[1][0])).pick
                         for name in config.methods}
-    runs = RunStore(config.out, config.settings(torch=results["torch"], device_name=results["device_name"]),
-                    suite="federated", folder=_folder, resume=resume, restart=restart)  # checked before any work
+    runs = RunStore(config.out, _settings(config, results, loaded), suite="federated", folder=_folder, resume=resume,
+                    restart=restart, paths=("data_path",), required=_RUN_KEYS)  # checked before any work
     tasks = [(seed, name, eta, extra) for seed in config.seeds for name in config.methods
              for eta in _steps(config, name) for extra in METHODS[name].extras]
     if batch:
@@ -561,6 +561,33 @@ def run_benchmark(config: FederatedBenchConfig, *, resume: bool = False, restart
             results["methods"][name]["runs"].append(best)
     add_summaries(results)
     return write_results(results, config.out, draw_figures, table_markdown, split=split_curves)
+
+
+#: the keys of a run's result that the table reads (a failed candidate has them too)
+_RUN_KEYS = ("seed", "server_lr", "extra", "seconds", "val_accuracy") + _KEYS
+
+
+def _settings(config: FederatedBenchConfig, results: dict, loaded: list):
+    """The settings of a candidate run by its key ``(seed, method, eta, extra)``: the call's, and
+    the data of its seed by its digest (:meth:`~most.federated.data.FederatedDataset.digest`, the
+    one each run records with its numbers), not by the path it was read from; ``None`` for a seed
+    this call does not run (its stored runs are not read). A seed's data is loaded, and kept in
+    ``loaded`` (``[seed, (data, model)]``, as :func:`_make` keeps it), only when its digest is
+    first asked for and not already known."""
+    common = config.settings(torch=results["torch"], device_name=results["device_name"])
+    digests: dict = {}
+
+    def of(key: tuple) -> dict | None:
+        seed = key[0]
+        if seed not in config.seeds:
+            return None
+        if seed not in digests:
+            if loaded[0] != seed:
+                loaded[:] = [seed, _data(config, seed)]
+            digests[seed] = loaded[1][0].digest()
+        return {**common, DATA_DIGEST: digests[seed]}
+
+    return of
 
 
 def _make(config: FederatedBenchConfig, task: tuple, loaded: list) -> dict:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -47,14 +48,15 @@ from .. import plots
 from .._validation import check_positive_int
 from . import STORED_MOST, SuiteConfig, check_unique, write_results
 from .._kernels import software
-from ._runs import RunStore, folder_name
+from ._runs import DATA_DIGEST, RunStore, data_digest, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
 from ..methods import DirichletExtension, MajorityShare, MinNorm, TchebycheffExtension, TransportAssignment
 from ..metrics import best_hypervolume_2d, hypervolume
 from ..optim import Adam
 from ..problem import Problem
-from ..problems import load_german_credit, zafar_synthetic, zdt
+from ..problems import FairnessData, load_german_credit, zafar_synthetic, zdt
+from ..problems._fairness import _german_file
 from ..solver import MosT, Method, Result, fit_batch
 
 __all__ = ["FewObjectiveConfig", "METHODS", "run_benchmark", "ZDT_PROBLEMS", "FAIRNESS_PROBLEMS"]
@@ -187,12 +189,16 @@ def _zdt_record(problem: Problem, seed: int, params: torch.Tensor, seconds: floa
     return {"seed": seed, "hv": value, "outside": outside, "seconds": seconds, "points": F.tolist()}
 
 
-def _fairness_data(name: str, config: FewObjectiveConfig):
-    """``(parts, train, val, test)``: the data split and the problems of the fairness search.
+def _fairness_data(name: str, config: FewObjectiveConfig, german: FairnessData | None = None):
+    """``(parts, train, val, test)``: the data split and the problems of the fairness search
+    (``german``: the German credit data if already loaded).
 
     One data set and one split per problem (seed 0), as in the paper: the seeds vary the
     models' initialisation and draws, so that one reference point serves every run."""
-    data = zafar_synthetic(2000, seed=0) if name == "synthetic" else load_german_credit(config.german_path)
+    if name == "synthetic":
+        data = zafar_synthetic(2000, seed=0)
+    else:
+        data = german if german is not None else load_german_credit(config.german_path)
     parts = data.split(seed=0)
     return parts, _random_init(parts["train"].problem()), parts["val"].problem(), parts["test"].problem()
 
@@ -264,6 +270,42 @@ def _worker_run(job):
 def _worker_batch(job):
     config, tasks = job
     return tasks, _make_batch(config, [tuple(task) for task in tasks], _worker_data)
+
+
+#: the settings of the ZDT runs, and of the fairness runs (German credit's also :data:`_GERMAN_SETTINGS`)
+_ZDT_SETTINGS = ("zdt_rounds", "zdt_lr")
+_FAIRNESS_SETTINGS = ("fairness_rounds", "fairness_lrs")
+#: where the German credit data was read from: the path given (``None``: ``MOST_GERMAN_CREDIT``) and
+#: the file it resolved to; for information, the data being compared by its digest
+_GERMAN_SETTINGS = ("german_path", "german_file")
+
+
+def _settings(config: FewObjectiveConfig, torch_version: str, german: FairnessData | None):
+    """The settings of a run by its key: those of its problem (ZDT's budget, or the fairness
+    search's, and German credit's data by its digest), or ``None`` for a problem this call does
+    not run (its stored runs are neither read nor judged)."""
+    common = {k: v for k, v in config.settings(torch=torch_version).items()
+              if k not in _ZDT_SETTINGS + _FAIRNESS_SETTINGS + _GERMAN_SETTINGS}
+    plain = config.plain()
+    german_data: dict = {}
+    if german is not None:
+        german_data = {"german_path": plain["german_path"], "german_file": os.path.realpath(_german_file(
+            config.german_path)), DATA_DIGEST: data_digest(german.X, german.y, german.z, german.feature_names)}
+
+    def of(key: tuple) -> dict | None:
+        name = key[0]
+        if name not in config.problems:
+            return None
+        if name in ZDT_PROBLEMS:
+            return {**common, **{k: plain[k] for k in _ZDT_SETTINGS}}
+        return {**common, **{k: plain[k] for k in _FAIRNESS_SETTINGS}, **(german_data if name == "german" else {})}
+
+    return of
+
+
+#: the keys of a run's result that the tables read: a ZDT run's and a fairness candidate's
+_ZDT_KEYS = ("seed", "hv", "outside", "seconds", "points")
+_FAIRNESS_KEYS = ("method", "seed", "lr", "seconds", "val", "test", "accuracy")
 
 
 def _folder(task: tuple) -> str:
@@ -385,12 +427,16 @@ def run_benchmark(config: FewObjectiveConfig, *, resume: bool = False, restart: 
     run's seconds are its batch's, shared equally. A batch's runs are recorded when it
     ends; a stopped call loses the batches in progress, never a finished one."""
     check_positive_int(jobs, name="jobs")
-    if "german" in config.problems:
-        load_german_credit(config.german_path)  # fail before any work if the data is missing
+    # fail before any work if the data is missing; its digest identifies it in the runs' settings
+    german = load_german_credit(config.german_path) if "german" in config.problems else None
     results: dict[str, Any] = {"config": config.plain(), **software(), "problems": {}}
-    runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="few-objective", folder=_folder,
-                    resume=resume, restart=restart)  # checked before any work
+    runs = RunStore(config.out, _settings(config, results["torch"], german), suite="few-objective", folder=_folder,
+                    resume=resume, restart=restart, paths=_GERMAN_SETTINGS,
+                    scoped=_ZDT_SETTINGS + _FAIRNESS_SETTINGS + _GERMAN_SETTINGS,
+                    required=lambda key: _ZDT_KEYS if len(key) == 3 else _FAIRNESS_KEYS)  # checked before any work
     data: dict = {}  # this process's fairness data, by problem
+    if german is not None:
+        data["german"] = _fairness_data("german", config, german)  # the data the digest was taken of
     tasks = _tasks(config)
     postfix = lambda task: {"problem": task[0], "method": task[1]}  # noqa: E731
     if batch:

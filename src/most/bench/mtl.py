@@ -33,6 +33,7 @@ stopped continues with ``--resume``.
 
 from __future__ import annotations
 
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,7 @@ from .._random import seeded
 from .._validation import check_positive, check_positive_int
 from . import STORED_MOST_SETTINGS, SuiteConfig, mean_std, write_results
 from .._kernels import software
-from ._runs import RunStore, folder_name
+from ._runs import DATA_DIGEST, RunStore, data_digest, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
 from ..optim import Adam
@@ -126,7 +127,9 @@ class MTLConfig(SuiteConfig):
         rounds: rounds (one Adam step per model each).
         lr: Adam's learning rate, the same for every method.
         batch_size: samples per domain in each objective's mini-batch.
-        image_size: side of the images (``images``).
+        image_size: side of the images (``images``): at least 4 (the CNN halves it twice), and
+            at most what the machine's memory holds (:func:`memory_needed`, checked before any
+            work).
         channels: the CNN's three convolution widths (``images``).
         data_path: the Office-Caltech10 directory (default ``$MOST_OFFICE_CALTECH10``).
         out: folder for results.json, table.md and the figure.
@@ -151,9 +154,63 @@ class MTLConfig(SuiteConfig):
             raise ValueError(f"Unknown features {self.features!r}; choose one of {', '.join(map(repr, FEATURES))}.")
         for name in ("n_models", "rounds", "batch_size", "image_size"):
             check_positive_int(getattr(self, name), name=name)
+        if self.features == "images" and self.image_size < _MIN_IMAGE_SIZE:
+            raise ValueError(f"`image_size` must be at least {_MIN_IMAGE_SIZE} for the CNN, which halves the images "
+                             f"twice; got {self.image_size}.")
         if len(self.channels) != 3 or min(self.channels) < 1:
             raise ValueError(f"`channels` must be three positive widths; got {self.channels}.")
         check_positive(self.lr, name="lr")
+
+
+#: the smallest side of the images the CNN takes: two 2x2 max-poolings leave at least one pixel
+_MIN_IMAGE_SIZE = 4
+#: Office-Caltech10's images (amazon 958, caltech10 1123, dslr 157, webcam 295)
+_N_IMAGES = 2533
+#: the settings of the images' CNN alone (``features="images"``)
+_IMAGE_SETTINGS = ("image_size", "channels")
+#: where the data was read from: the path given (``None``: ``$MOST_OFFICE_CALTECH10``) and the folder
+#: it resolved to; for information, the data being compared by its digest
+_DATA_SETTINGS = ("data_path", "data_folder")
+#: the keys of a run's result that the table and the figure read
+_RUN_KEYS = ("method", "seed", "seconds", "accuracy", "per_domain", "oracle")
+
+
+def memory_needed(config: "MTLConfig") -> int:
+    """An estimate of the bytes ``features="images"`` needs: every seed's copy of the images
+    (float32, ``3 x image_size^2`` each, all kept while the runs are made) and one domain's
+    decoding (uint8, float32 and the float64 of its statistics), plus the CNN's activations that
+    one round keeps for its backward pass (each domain's mini-batch through each model)."""
+    pixels = config.image_size ** 2
+    images = _N_IMAGES * 3 * pixels * (4 * len(config.seeds) + 1 + 4 + 8)
+    c1, c2, c3 = config.channels
+    per_sample = pixels * (2.25 * c1 + 0.5625 * c2 + 0.125 * c3)  # floats kept for the backward pass
+    models = max(config.n_models, 4)  # Separate trains one model per domain
+    activations = 4 * models * config.batch_size * per_sample * 4  # 4 domains, float32
+    return int(images + activations)
+
+
+def _machine_memory() -> int | None:
+    """The machine's physical memory in bytes, or ``None`` where the system does not say."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def check_memory(config: "MTLConfig") -> None:
+    """Refuses ``features="images"`` settings whose images and activations (:func:`memory_needed`)
+    would not fit in the machine's memory: the process would be killed for memory, with no
+    message, after loading for minutes."""
+    total = _machine_memory()
+    if config.features != "images" or total is None:
+        return
+    need = memory_needed(config)
+    if need > total:
+        raise ValueError(f"`image_size` {config.image_size} (--image-size) needs about {need / 2 ** 30:.1f} GiB of "
+                         f"memory ({len(config.seeds)} seed(s) of Office-Caltech10's {_N_IMAGES} images at "
+                         f"{config.image_size}x{config.image_size}, and the CNN's activations), more than this "
+                         f"machine's {total / 2 ** 30:.1f} GiB; choose a smaller image size (the default is 32), or "
+                         "fewer seeds, a smaller batch size or narrower channels.")
 
 
 class CNN(nn.Module):
@@ -245,19 +302,47 @@ def run_benchmark(config: MTLConfig, *, resume: bool = False, restart: bool = Fa
     processes (at most one per run and one per CPU core, :func:`~most.bench._runs.worker_count`),
     with the results of ``jobs=1`` (each run draws from its own seed)."""
     check_positive_int(jobs, name="jobs")
-    results: dict[str, Any] = {"config": config.plain(), **software(), "runs": [], "figures": []}
+    check_memory(config)
+    # new results show the seconds to two decimals (results stored before this key: whole seconds)
+    results: dict[str, Any] = {"config": config.plain(), **software(), "seconds_decimals": 2, "runs": [],
+                               "figures": []}
     datas = {}
     for seed in config.seeds:  # fail before any work if the data is missing
         datas[seed] = load_office_caltech10(config.data_path, features=config.features, seed=seed,
                                             image_size=config.image_size, progress=config.progress)
     results["domains"] = list(datas[config.seeds[0]].domains)
-    runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="mtl", folder=_folder, resume=resume,
-                    restart=restart)  # checked before any work
+    runs = RunStore(config.out, _settings(config, results["torch"], datas), suite="mtl", folder=_folder,
+                    resume=resume, restart=restart, paths=_DATA_SETTINGS, scoped=_IMAGE_SETTINGS,
+                    required=_RUN_KEYS)  # checked before any work
     tasks = [(name, seed) for name in config.methods for seed in config.seeds]
     runs.make(tasks, jobs, here=lambda t: _run_one(config, datas[t[1]], *t), worker=_worker_run, config=config,
               desc=f"mtl {config.features}")
     results["runs"] = [runs.get(t) for t in tasks]
     return write_results(results, config.out, _figures, table_markdown)
+
+
+def _settings(config: MTLConfig, torch_version: str, datas: dict):
+    """The settings of a run by its key ``(method, seed)``: the call's (the CNN's only with
+    ``features="images"``), the data of its seed by its digest; ``None`` for a seed this call
+    does not run (its data is not loaded, and its stored runs are not read)."""
+    common = {k: v for k, v in config.settings(torch=torch_version).items()
+              if config.features == "images" or k not in _IMAGE_SETTINGS}
+    digests = {seed: _digest(data) for seed, data in datas.items()}
+
+    def of(key: tuple) -> dict | None:
+        seed = key[-1]
+        if seed not in digests:
+            return None
+        return {**common, "data_folder": os.path.realpath(datas[seed].root), DATA_DIGEST: digests[seed]}
+
+    return of
+
+
+def _digest(data) -> str:
+    """The digest of a seed's data as the runs read it: every domain's splits, features and labels."""
+    return data_digest(data.features, data.domains, data.classes,
+                       [[getattr(data, f"{v}_{split}")[d] for d in data.domains for split in ("train", "val", "test")]
+                        for v in ("x", "y")])
 
 
 #: a worker process's data, by seed
@@ -277,13 +362,14 @@ def table_markdown(results: dict) -> str:
     """Mean ± std over seeds of the mean test accuracy (%), per-domain accuracy, oracle, time."""
     domains = results["domains"]
     names = list(dict.fromkeys(r["method"] for r in results["runs"]))
+    decimals = results.get("seconds_decimals", 0)  # results stored before the key show whole seconds
     lines = [f"| method | mean test accuracy | {' | '.join(domains)} | oracle | seconds/run | paper (ResNet-18) |",
              "|---" * (len(domains) + 5) + "|"]
     for name in names:
         rs = [r for r in results["runs"] if r["method"] == name]
         cells = [mean_std([r["accuracy"] for r in rs], 100)]
         cells += [mean_std([r["per_domain"][i] for r in rs], 100) for i in range(len(domains))]
-        cells += [mean_std([r["oracle"] for r in rs], 100), f"{np.mean([r['seconds'] for r in rs]):.0f}",
+        cells += [mean_std([r["oracle"] for r in rs], 100), f"{np.mean([r['seconds'] for r in rs]):.{decimals}f}",
                   f"{PAPER[name]:.2f}" if name in PAPER else "–"]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -305,4 +391,4 @@ def _figures(results: dict, out: Path) -> list[str]:
     fig = grouped_bars(table, domains, ylabel="test accuracy (%)", percent=True, path=path,
                        title=f"Office-Caltech10 ({results['config']['features']}): each domain's validation-chosen model")
     plt.close(fig)
-    return [str(path)]
+    return [path.name]

@@ -50,7 +50,7 @@ from torch.nn import functional as F
 from .._validation import check_positive, check_positive_int, check_seed
 from . import STORED_MOST_SETTINGS, SuiteConfig, check_unique, mean_std, write_results
 from .._kernels import software
-from ._runs import RunStore, folder_name
+from ._runs import DATA_DIGEST, RunStore, data_digest, folder_name
 from .rows import BuiltRow, MethodRow
 from ..registry import CENTRALISED
 
@@ -197,6 +197,27 @@ def _folder(key: tuple) -> str:
     return folder_name(task, name, f"seed{seed}")
 
 
+#: the keys of a run's result that the table and the figure read
+_RUN_KEYS = ("task", "method", "seed", "seconds", "accuracy", "single_prompt", "oracle", "majority")
+
+
+def _settings(config: PromptsConfig, encoder: str, torch_version: str, tasks: dict):
+    """The settings of a run by its key ``(task, method, seed)``: the call's, and the data of its
+    task and seed by its digest (the texts and labels of its splits, not the files' path);
+    ``None`` for a task or seed this call does not run (its stored runs are not read)."""
+    common = config.settings(encoder=encoder, torch=torch_version)
+    digests = {(name, seed): data_digest(task.name, task.label_names,
+                                         [getattr(task, f"{split}_{part}") for split in ("train", "val", "test")
+                                          for part in ("texts", "labels")])
+               for name, by_seed in tasks.items() for seed, task in by_seed.items()}
+
+    def of(key: tuple) -> dict | None:
+        digest = digests.get((key[0], key[-1]))
+        return None if digest is None else {**common, DATA_DIGEST: digest}
+
+    return of
+
+
 def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool = False) -> dict:
     """Runs the benchmark; writes ``results.json``, ``table.md`` and a figure to ``config.out``.
 
@@ -214,10 +235,13 @@ def run_benchmark(config: PromptsConfig, *, resume: bool = False, restart: bool 
     encoder.check_max_length(config.max_length)  # at most the encoder's positions: checked before any encoding
     tasks = {t: {seed: load_superglue(t, config.data_path, n_train=config.n_train, seed=seed) for seed in config.seeds}
              for t in config.tasks}
+    # new results show the seconds to two decimals (results stored before this key: whole seconds)
     results: dict[str, Any] = {"config": config.plain(), "encoder": repr(encoder), **software(),
-                               "threads": torch.get_num_threads(), "runs": [], "figures": [], "encode_seconds": {}}
-    runs = RunStore(config.out, config.settings(encoder=results["encoder"], torch=results["torch"]), suite="prompts",
-                    folder=_folder, resume=resume, restart=restart)  # checked before any work
+                               "threads": torch.get_num_threads(), "seconds_decimals": 2, "runs": [], "figures": [],
+                               "encode_seconds": {}}
+    runs = RunStore(config.out, _settings(config, results["encoder"], results["torch"], tasks), suite="prompts",
+                    folder=_folder, resume=resume, restart=restart, paths=("data_path",),
+                    required=_RUN_KEYS)  # checked before any work
     keys = [(name, method, seed) for name in config.tasks for method in config.methods for seed in config.seeds]
     missing = runs.missing(keys)
     with tqdm(total=len(keys), initial=len(keys) - len(missing), desc="prompts", disable=not config.progress) as bar:
@@ -242,6 +266,7 @@ def table_markdown(results: dict) -> str:
     runs = results["runs"]
     tasks = list(dict.fromkeys(r["task"] for r in runs))
     names = list(dict.fromkeys(r["method"] for r in runs))
+    decimals = results.get("seconds_decimals", 0)  # results stored before the key show whole seconds
     lines = ["| task | " + " | ".join(names) + " | majority class | paper MosT (T5-base) |",
              "|---" * (len(names) + 3) + "|"]
     for task in tasks:
@@ -254,7 +279,7 @@ def table_markdown(results: dict) -> str:
             rs = [r for r in runs if r["task"] == task and r["method"] == name]
             lines.append(f"| {task} | {name} | {mean_std([r['accuracy'] for r in rs], 100)} | "
                          f"{mean_std([r['single_prompt'] for r in rs], 100)} | {mean_std([r['oracle'] for r in rs], 100)}"
-                         f" | {np.mean([r['seconds'] for r in rs]):.0f} |")
+                         f" | {np.mean([r['seconds'] for r in rs]):.{decimals}f} |")
     return "\n".join(lines)
 
 
@@ -281,4 +306,4 @@ def _figures(results: dict, out: Path) -> list[str]:
     path = out / "accuracy.png"
     save_figure(fig, path)
     plt.close(fig)
-    return [str(path)]
+    return [path.name]

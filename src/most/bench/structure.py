@@ -114,13 +114,28 @@ class Structured:
 
     def pooled_optimum(self, objectives) -> Tensor:
         """The minimiser of the mean loss of ``objectives`` (indices or a mask), ``[dim]`` (float64):
-        the centroid of their centres, or the least-squares fit of their pooled samples."""
+        the centroid of their centres, or the least-squares fit of their pooled samples.
+
+        The fit solves the normal equations ``X^T X beta = X^T y`` by a Cholesky factorisation,
+        with ``X^T X`` and ``X^T y`` summed elementwise: the same bits on every call, whatever
+        the thread count (``torch.linalg.lstsq`` on MKL returns other last bits from call to
+        call, which a resumed or parallel call would then show). Pooled samples that do not
+        determine every coefficient (fewer independent samples than dimensions) get the
+        minimum-norm fit of :func:`numpy.linalg.lstsq` instead (also where they barely do, so that
+        the normal equations would lose digits)."""
         if self.kind == "quadratic":
             return cast(Tensor, self.centres)[objectives].mean(0)  # a quadratic's centres
         samples, targets = cast(Tensor, self.X), cast(Tensor, self.y)  # a regression's samples
-        X = samples[objectives].reshape(-1, samples.shape[-1])
-        y = targets[objectives].reshape(-1)
-        return torch.linalg.lstsq(X, y[:, None]).solution[:, 0]
+        X = samples[objectives].reshape(-1, samples.shape[-1]).double()
+        y = targets[objectives].reshape(-1).double()
+        gram = (X[:, :, None] * X[:, None, :]).sum(0)
+        factor, info = torch.linalg.cholesky_ex(gram)
+        diagonal = factor.diagonal()
+        # a well-conditioned system (condition number of X^T X below about 1e8): the normal equations
+        # lose no more digits than a float64 result can spare
+        if int(info) == 0 and float(diagonal.min()) > 1e-4 * float(diagonal.max()):
+            return torch.cholesky_solve((X * y[:, None]).sum(0)[:, None], factor)[:, 0]
+        return torch.from_numpy(np.linalg.lstsq(X.numpy(), y.numpy(), rcond=None)[0])
 
 
 def _labels(sizes) -> Tensor:
@@ -387,6 +402,10 @@ def _worker_run(job):
     return task, _run(config, task, _worker_cache)
 
 
+#: the keys of a run's result that the table and the figure read
+_RUN_KEYS = ("seed", "ratio", "recovered", "worst", "average", "oracle_worst", "oracle_average", "seconds")
+
+
 def _tasks(config: StructureConfig) -> list[tuple]:
     """Every run of the call, as its key in the run store: ``(setting, method, seed)``."""
     return [(name, method, seed) for name in config.cases for seed in config.seeds for method in config.methods]
@@ -497,7 +516,7 @@ def run_benchmark(config: StructureConfig, *, resume: bool = False, restart: boo
     check_positive_int(jobs, name="jobs")
     results: dict[str, Any] = {"config": config.plain(), **software(), "threshold": THRESHOLD, "settings": {}}
     runs = RunStore(config.out, config.settings(torch=results["torch"]), suite="structure", folder=_folder,
-                    resume=resume, restart=restart)  # checked before any work
+                    resume=resume, restart=restart, required=_RUN_KEYS)  # checked before any work
     cache: dict = {}
     runs.make(_tasks(config), jobs, here=lambda task: _run(config, task, cache), worker=_worker_run, config=config,
               desc="structure", postfix=lambda task: {"setting": task[0], "method": task[1]})
