@@ -963,3 +963,22 @@ def test_a_resumed_table_compares_the_data_by_its_digest_not_by_its_path(tmp_pat
     _write(tmp_path / "leaf" / "train" / "a.json", _leaf_blob({u: (8, [7] * 8) for u in users}), False)
     res = call(tmp_path / "leaf", "--resume")
     assert res.exit_code != 0 and f"othersettings:data_digest(\"{digest}\"then" in _flat(res.output), res.output
+
+
+def test_a_thinned_history_records_its_plans_rounds_and_no_drift_across_them(monkeypatch):
+    """A long run's history keeps every k-th plan: the record says at which rounds, and leaves
+    out the drift, which would span several rounds between kept plans."""
+    import most.federated.server as server
+    from most.bench import federated as bench
+
+    data = fl.fedprox_synthetic(0.5, 0.5, n_clients=6, samples_per_client=30, seed=0)
+    config = fl.FederatedConfig(rounds=7, seed=0)
+    method = fl.methods.MosT(n_models=2, warmup=None)
+    full = bench._record(data, fl.run_federated(data, fl.logistic_regression(60, 10), method, config), 0, 1.0, {}, 0.0,
+                         method)
+    assert full["plan_rounds"] == list(range(7)) and len(full["drift"]) == 6
+    monkeypatch.setattr(server, "HISTORY_NUMBERS", 2 * 6 * 2)  # every 4th plan and the last
+    thin = bench._record(data, fl.run_federated(data, fl.logistic_regression(60, 10), method, config), 0, 1.0, {}, 0.0,
+                         method)
+    assert thin["plan_rounds"] == [0, 4, 6] and thin["drift"] is None and len(thin["plans"]) == 3
+    assert thin["mean"] == full["mean"]

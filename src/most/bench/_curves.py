@@ -17,7 +17,7 @@ from pathlib import Path
 
 #: per-run series that only the figures draw (``plans`` keeps its last round in ``results.json``),
 #: and the per-client, per-model matrices a table made with ``--keep-matrices`` keeps
-CURVES = ("val_curve", "loss_curve", "sparsity", "drift", "plans", "matrices")
+CURVES = ("val_curve", "loss_curve", "sparsity", "drift", "plans", "plan_rounds", "matrices")
 
 
 def split_curves(results: dict) -> tuple[dict, dict]:

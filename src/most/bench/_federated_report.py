@@ -276,7 +276,8 @@ def draw_figures(results: dict, out: Path) -> list[str]:
     if stacked is not None and figures.counts_change(with_plans[stacked]["plans"]):
         m = results["config"]["n_models"]
         one_hot = [np.eye(m)[np.asarray(p)] for p in with_plans[stacked]["plans"]]
-        save(figures.assignment_stack(one_hot, title=f"{label}: {stacked}, clients per model (seed {_seed(first)})"),
+        save(figures.assignment_stack(one_hot, rounds=with_plans[stacked].get("plan_rounds"),  # kept plans' rounds
+                                      title=f"{label}: {stacked}, clients per model (seed {_seed(first)})"),
              "assignment_stack.png")
     gamma = {n: with_plans[n] for n in main_methods(list(with_plans))  # at most six: readable
              if with_plans[n].get("sparsity") and with_plans[n].get("drift") is not None}

@@ -439,7 +439,11 @@ def _record(data, result, seed, eta, extra, seconds, method=None, *, keep: bool 
     groups = {} if data.groups is None or personal else {
         "group_ari": ev.adjusted_rand_index(found[0].tolist(), data.groups),
         "group_ari_loss_pick": ev.adjusted_rand_index(found[1].tolist(), data.groups)}
-    plans = [log.plan for log in result.history if log.plan is not None]
+    kept = [log for log in result.history if log.plan is not None]
+    plans, plan_rounds = [log.plan for log in kept], [log.round for log in kept]
+    # a long run's history keeps every k-th plan (RoundLog): the drift between kept plans would
+    # span several rounds, so it is recorded only where the plans are those of consecutive rounds
+    consecutive = all(b - a == 1 for a, b in zip(plan_rounds, plan_rounds[1:]))
     if groups:
         # the method's own grouping: its last assignment (a plan's largest share, a cluster, a
         # group, a mixture's largest weight), whatever each client then picks on validation
@@ -465,8 +469,10 @@ def _record(data, result, seed, eta, extra, seconds, method=None, *, keep: bool 
         "val_curve": [(log.round, log.val_accuracy) for log in result.history if log.val_accuracy is not None],
         "loss_curve": [log.train_loss for log in result.history],
         "sparsity": [ev.gamma_sparsity(p) for p in plans],
-        "drift": [ev.gamma_drift(a, b, skip_empty=True) for a, b in zip(plans[:-1], plans[1:])],
+        "drift": [ev.gamma_drift(a, b, skip_empty=True) for a, b in zip(plans[:-1], plans[1:])] if consecutive
+        else None,
         "plans": [p.argmax(1).tolist() for p in plans],  # each client's largest-share model per round
+        "plan_rounds": plan_rounds,
         "timing": result.timings(),
         **({"matrices": _matrices(data, result, assigns)} if keep else {}),
     }
@@ -487,8 +493,9 @@ def _matrices(data, result, assigned: bool) -> dict:
 
 
 def _last_plan_owner(history, n: int) -> torch.Tensor | None:
-    """``[n]`` each client's largest-share model in the last plan it took part in, or ``None``
-    when the method logs no plan or a client never took part in one."""
+    """``[n]`` each client's largest-share model in the last plan it took part in (of those the
+    history keeps: every plan, or every k-th of a long run's), or ``None`` when the method logs no
+    plan or a client never took part in one."""
     owner = torch.full((n,), -1, dtype=torch.long)
     for log in reversed(history):
         if log.plan is None:
