@@ -56,7 +56,7 @@ from ..metrics import best_hypervolume_2d, hypervolume
 from ..optim import Adam
 from ..problem import Problem
 from ..problems import FairnessData, load_german_credit, zafar_synthetic, zdt
-from ..problems._fairness import _german_file
+from ..problems import german_credit_file
 from ..solver import MosT, Method, Result, fit_batch
 
 __all__ = ["FewObjectiveConfig", "METHODS", "run_benchmark", "ZDT_PROBLEMS", "FAIRNESS_PROBLEMS"]
@@ -289,7 +289,7 @@ def _settings(config: FewObjectiveConfig, torch_version: str, german: FairnessDa
     plain = config.plain()
     german_data: dict = {}
     if german is not None:
-        german_data = {"german_path": plain["german_path"], "german_file": os.path.realpath(_german_file(
+        german_data = {"german_path": plain["german_path"], "german_file": os.path.realpath(german_credit_file(
             config.german_path)), DATA_DIGEST: data_digest(german.X, german.y, german.z, german.feature_names)}
 
     def of(key: tuple) -> dict | None:

@@ -14,7 +14,7 @@
 * :func:`zdt` -- ZDT1, ZDT2, ZDT3: two objectives in [0, 1]^30 with known Pareto fronts.
 """
 
-from ._fairness import FairnessData, load_german_credit, zafar_synthetic
+from ._fairness import FairnessData, german_credit_file, load_german_credit, zafar_synthetic
 from ._office_caltech import OFFICE_CALTECH10_ENV, OfficeCaltech10, load_office_caltech10
 from ._superglue import SUPERGLUE_ENV, TextTask, load_superglue
 from ._synthetic import MixedRegression, mixed_regression, quadratic_clusters
@@ -23,6 +23,7 @@ from ._zdt import ZDT_REFERENCE_POINTS, zdt, zdt_front
 __all__ = [
     "FairnessData",
     "load_german_credit",
+    "german_credit_file",
     "zafar_synthetic",
     "OFFICE_CALTECH10_ENV",
     "OfficeCaltech10",

@@ -361,7 +361,10 @@ _GERMAN_FEMALE = ("A92", "A95")
 _GERMAN_FILE = "german.data"
 
 
-def _german_file(path: str | os.PathLike | None) -> Path:
+def german_credit_file(path: str | os.PathLike | None = None) -> Path:
+    """The ``german.data`` file :func:`load_german_credit` reads for ``path`` (a folder, the file,
+    or ``None``: the environment variable ``MOST_GERMAN_CREDIT``); ``FileNotFoundError`` naming
+    what is missing."""
     how = (
         f"Download the UCI Statlog (German Credit Data) files (https://archive.ics.uci.edu/dataset/144) "
         f"and pass the directory holding {_GERMAN_FILE!r} as `load_german_credit(path)` or set the "
@@ -411,7 +414,7 @@ def load_german_credit(path: str | os.PathLike | None = None) -> FairnessData:
     the file cannot be found, and ``ValueError`` naming the line for a line with the wrong
     number of columns, an unknown code, a non-numeric number or a label other than 1/2.
     """
-    file = _german_file(path)
+    file = german_credit_file(path)
     numeric, codes, labels, sensitive = _read_german(file)
     X, names = _german_features(numeric, codes)
     dtype = torch.get_default_dtype()
