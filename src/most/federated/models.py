@@ -27,6 +27,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, vmap
 
+from .._digest import add_tensor
 from .._modules import affine_shape, parameter_range, values_per_sample
 from .._random import derive_seed
 
@@ -98,9 +99,8 @@ class FlatModel:
         Flower server and its nodes) hold the same network only if their digests agree."""
         h = hashlib.sha256()
         for name, value in sorted(self._buffers.items()):
-            t = value.detach().cpu().contiguous()
-            h.update(f"{name}:{t.dtype}:{tuple(t.shape)};".encode())
-            h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")  # 0-d too
+            h.update(f"{name}:".encode())
+            add_tensor(h, value)
         return int.from_bytes(h.digest()[:7], "big")
 
     @property

@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from ..._digest import add_tensor
 from ..._random import derive_seed
 from ..._validation import as_number, check_positive, check_positive_int, check_seed
 
@@ -445,8 +446,7 @@ class FederatedDataset:
             for client in self.clients:
                 for split in _SPLITS:
                     for t in (getattr(client, f"x_{split}"), getattr(client, f"y_{split}")):
-                        h.update(f"{t.dtype}{tuple(t.shape)}".encode())
-                        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+                        add_tensor(h, t)
             cached = h.hexdigest()[:16]
             object.__setattr__(self, "_digest", cached)
         return cached
