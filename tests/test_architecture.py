@@ -14,7 +14,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: each top-level module or package of ``most`` and its layer; a module imports only from its own
 #: layer and the layers below (the table of docs/architecture.md)
 LAYERS = {
-    **dict.fromkeys(["_validation", "_random", "_host", "_threads", "_warnings", "_paths", "_locks", "_env", "_modules", "_kernels",
+    **dict.fromkeys(["_validation", "_random", "_digest", "_host", "_threads", "_warnings", "_paths", "_locks", "_env", "_modules", "_kernels",
                      "_json"], 0),
     **dict.fromkeys(["transport", "mgda"], 1),
     **dict.fromkeys(["evaluators", "problem", "optim", "checkpoint", "metrics", "plots"], 2),

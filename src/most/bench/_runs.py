@@ -33,7 +33,6 @@ from typing import Callable, Iterable, Iterator, Mapping, cast
 
 import numpy as np
 
-from .._digest import add_tensor
 from .._env import environ
 from .._kernels import cpu_kernels
 from ..checkpoint import differing_paths, fingerprint
@@ -65,8 +64,8 @@ def data_digest(*parts) -> str:
 
     def add(value) -> None:
         if isinstance(value, torch.Tensor):
-            add_tensor(h, value)
-        elif isinstance(value, np.ndarray):
+            value = value.detach().cpu().contiguous().numpy()
+        if isinstance(value, np.ndarray):
             h.update(f"array{value.dtype.str}{value.shape}".encode())
             h.update(np.ascontiguousarray(value).tobytes())
         elif isinstance(value, Mapping):
