@@ -530,3 +530,12 @@ def test_an_interrupted_bench_says_to_resume_only_when_runs_were_kept(tmp_path, 
     res = runner.invoke(app, args)
     assert res.exit_code == 130 and "--resume" in res.stderr and f"{out / RUNS_DIR}" in " ".join(res.stderr.split())
     assert finished.is_file()
+
+
+def test_a_bare_memory_error_is_one_line_without_empty_parentheses():
+    from most.cli._app import _user_error
+
+    message, code = _user_error(MemoryError())
+    assert code == 2 and "()" not in message and message.startswith("out of memory")
+    message, _ = _user_error(MemoryError("cannot allocate 9 GB"))
+    assert "(cannot allocate 9 GB)" in message

@@ -75,8 +75,9 @@ def _user_error(exc: Exception) -> tuple[str, int] | None:
         return str(exc), 2
     if isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "allocate" in str(exc)
                                         and ("memory" in str(exc) or "Allocator" in str(exc))):
-        return ("out of memory: the sizes asked for need more memory than this machine has "
-                f"({' '.join(str(exc).split())[:160]}); make the problem, data or number of models smaller."), 2
+        detail = " ".join(str(exc).split())[:160]  # a bare MemoryError has no text
+        return ("out of memory: the sizes asked for need more memory than this machine has"
+                + (f" ({detail})" if detail else "") + "; make the problem, data or number of models smaller."), 2
     if type(exc).__name__ == "InterruptedRunsError":  # most.experiments (not imported for other commands)
         return str(exc), 2
     return None
