@@ -134,6 +134,25 @@ def test_mgda_ends_pareto_stationary_for_all_objectives():
         assert hull_distance(theta, problem.metadata["centres"]) < 0.05
 
 
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_mgda_steps_by_lr_times_the_min_norm_direction_whatever_m(m):
+    # each of the m runs is MGDA alone: theta <- theta - lr * u(theta), u the min-norm element
+    # of all n gradients at theta, so a model's step does not shrink as m grows
+    from most.mgda import min_norm_direction
+
+    centres = torch.tensor([[0.0, 0.0], [1.0, 0.0], [0.0, 1.0]], dtype=torch.float64)
+    starts = torch.tensor([[5.0, 3.0], [-4.0, -2.0], [2.0, -6.0], [7.0, 7.0], [-3.0, 8.0]], dtype=torch.float64)[:m]
+    problem = most.Problem.from_function(lambda theta: ((theta - centres) ** 2).sum(-1), 2, 3, init=starts)
+    seen = []
+    most.MGDA(n_models=m, rounds=2, lr=0.1, seed=3).fit(problem, callback=lambda record, params: seen.append(
+        params.clone()))
+    for round_start, round_end in zip([starts, *seen], seen):
+        for before, after in zip(round_start, round_end):
+            u = min_norm_direction(2 * (before - centres))  # the gradients of ||theta - c_i||^2
+            torch.testing.assert_close(before - after, 0.1 * u, rtol=1e-6, atol=1e-9)
+            assert float(u.norm()) > 1e-3  # a real step: every start lies outside the centres' hull
+
+
 def test_weighted_mgda_runs_and_keeps_fixed_plan():
     problem = quadratic_clusters(2, 3, seed=0)
     result = most.WeightedMGDA(n_models=2, rounds=5, lr=0.05).fit(problem)

@@ -39,6 +39,7 @@ from .methods import (
     GammaWeights,
     MinNorm,
     RandomAssignment,
+    Support,
     TchebycheffExtension,
     TransportConfig,
     WeightedSum,
@@ -357,7 +358,11 @@ class Linearization(_RandomPlanMethod):
 
 @dataclass(frozen=True)
 class MGDA(Method):
-    """MGDA (Desideri 2012; Sener & Koltun 2018) run m times from m random starts."""
+    """MGDA (Desideri 2012; Sener & Koltun 2018) run m times from m random starts.
+
+    Every model serves every objective with weight 1 (:class:`~most.methods.Support` of the
+    equal plan), so each run steps by ``lr`` times the min-norm element of all n gradients,
+    whatever m: a model's path is that of MGDA run alone from its start."""
 
     max_iter: int | None = None
     tol: float | None = None
@@ -371,7 +376,7 @@ class MGDA(Method):
         super().__post_init__()
 
     def components(self):
-        return EqualAssignment(), GammaWeights(), MinNorm(self.max_iter, self.tol)
+        return EqualAssignment(), Support(), MinNorm(self.max_iter, self.tol)
 
 
 @dataclass(frozen=True)
