@@ -167,6 +167,21 @@ def as_number(value, *, name: str, kind: str = "a number") -> int | float:
     return int(v) if isinstance(v, (int, np.integer)) else float(v)
 
 
+def holds_bool(value) -> bool:
+    """Whether ``value`` (a number, a bool tensor or array, or nested lists and tuples) holds a
+    bool: NumPy turns ``[True, 0.5]`` into ``[1.0, 0.5]`` without a word, so a vector of numbers
+    is checked for them before it is converted."""
+    if isinstance(value, (bool, np.bool_)):
+        return True
+    if isinstance(value, Tensor):
+        return value.dtype == torch.bool
+    if isinstance(value, np.ndarray):
+        return value.dtype == np.bool_ or (value.dtype == object and any(holds_bool(item) for item in value.ravel().tolist()))
+    if isinstance(value, (list, tuple)):
+        return any(holds_bool(v) for v in value)
+    return False
+
+
 def check_positive_int(value, *, name: str, minimum: int = 1) -> int:
     """An ``int >= minimum`` (NumPy integers and integer 0-d tensors accepted), returned as ``int``."""
     is_int = isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))

@@ -256,6 +256,8 @@ def test_dataclasses_repr_and_equality():
         ([[0.5, 0.5]], "one row per model"),
         ([[0.0, 0.0], [0.5, 0.5]], "row 0 is all zeros"),
         ([[float("nan"), 1.0], [0.5, 0.5]], "NaN or inf"),
+        ([[True, False], [0.5, 0.5]], "holds a bool"),
+        (torch.ones(2, 2, dtype=torch.bool), "holds a bool"),
     ],
 )
 def test_bad_preferences_are_rejected(prefs, match):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -337,6 +338,15 @@ def test_wrong_preference_or_ideal_length_is_rejected_before_the_run(method):
         method(n_models=2, ideal=[0.0] * 6).fit(problem)
     with pytest.raises(ValueError, match="preference"):
         tch_set(torch.ones(5, 2), preference=[1.0, 2.0])
+
+
+@pytest.mark.parametrize("method", [TCHSet, STCHSet])
+@pytest.mark.parametrize("setting", ["preference", "ideal"])
+@pytest.mark.parametrize("value", [[True, False], [0.5, True], np.array([True, False]), torch.tensor([True, True])])
+def test_a_bool_in_the_preference_or_ideal_is_refused(method, setting, value):
+    # NumPy would read [0.5, True] as [0.5, 1.0]: a bool is a mistake, not a weight or a loss
+    with pytest.raises(ValueError, match=f"`{setting}` must be a vector of numbers.*holds a bool"):
+        method(n_models=2, **{setting: value})
 
 
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.bool])

@@ -72,7 +72,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import check_positive
+from .._validation import check_positive, holds_bool, short_repr
 from .._random import dirichlet
 from ..methods import Combiner
 from ..methods.assignments import FixedPlanAssignment
@@ -83,6 +83,9 @@ __all__ = ["PreferenceAssignment", "EPOCombiner", "check_preferences", "default_
 
 def check_preferences(preferences, *, name: str = "preferences") -> Tensor:
     """Validates an explicit ``[m, n]`` preference matrix and returns it as a float64 tensor."""
+    if holds_bool(preferences):
+        raise ValueError(f"`{name}` must be a [m, n] matrix of numbers (one preference vector per model); got "
+                         f"{short_repr(preferences)}, which holds a bool: pass the numbers themselves.")
     if isinstance(preferences, Tensor):
         p = preferences.detach().to("cpu", torch.float64)
     else:

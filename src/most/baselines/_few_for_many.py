@@ -103,7 +103,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .._validation import as_tensor, check_non_negative, check_positive, check_positive_int
+from .._validation import as_tensor, check_non_negative, check_positive, check_positive_int, holds_bool, short_repr
 from ..evaluators import PenalisedEvaluator, run_rng
 from ..methods import Assignment, Combiner, GammaWeights, WeightedSum
 from ..problem import Problem
@@ -128,6 +128,9 @@ __all__ = [
 # ============================================================================ validation
 def _as_vector(values, *, name: str, non_negative: bool = False) -> tuple[float, ...]:
     """A 1-D finite vector as a tuple of floats (so the methods stay immutable and comparable)."""
+    if holds_bool(values):
+        raise ValueError(f"`{name}` must be a vector of numbers, one per objective; got {short_repr(values)}, which "
+                         "holds a bool (True is not a weight or a loss): pass the numbers themselves.")
     try:
         v = np.asarray(values.detach().cpu() if isinstance(values, Tensor) else values, dtype=np.float64)
     except (TypeError, ValueError) as exc:
