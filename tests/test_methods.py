@@ -158,6 +158,8 @@ def test_curriculum_moves_from_models_select_to_objectives_select():
     assert cur.coefficient(0, 5) == 1.0 and cur.coefficient(4, 5) == 0.0
     coeffs = [cur.coefficient(t, 5) for t in range(5)]
     assert all(x > y for x, y in zip(coeffs, coeffs[1:]))
+    # outside the run's rounds (a direct call) the coefficient stays in [end, start]
+    assert cur.coefficient(5, 0) == 0.0 and cur.coefficient(200, 100) == 0.0 and cur.coefficient(-3, 5) == 1.0
     for t in range(5):
         a, b = cur(losses, t, 5)
         assert a.min() >= 0 and b.min() >= 0

@@ -102,7 +102,7 @@ class LoadBounds(Marginals):
             raise ValueError(
                 f"Each of the {m} models must serve at least min_objectives={self.min_objectives:g} objectives, "
                 f"but there are only {n}: use fewer models, a smaller `min_objectives` (at most n/m = {n / m:.4g}), "
-                "or add objectives with an extension (MosT-E).")
+                "or add objectives with an extension (MosT-E; with one already, give it more objectives).")
         if self.max_objectives is not None and self.max_objectives * m < n * (1 - 1e-9):
             raise ValueError(
                 f"{m} models serving at most max_objectives={self.max_objectives:g} objectives each cannot serve all "
@@ -250,7 +250,9 @@ class Curriculum(Marginals):
             object.__setattr__(self, name, float(v))
 
     def coefficient(self, round: int, total: int) -> float:
-        return self.start + (self.end - self.start) * (round / max(total - 1, 1))
+        """The coefficient at ``round`` of ``total``: ``start`` at round 0, ``end`` at the last
+        round, linear between (and held at ``start`` or ``end`` outside those rounds)."""
+        return self.start + (self.end - self.start) * min(max(round / max(total - 1, 1), 0.0), 1.0)
 
     def __call__(self, losses, round, total):
         n, m = losses.shape
