@@ -194,6 +194,7 @@ def test_a_short_benchmark_run_writes_its_table_and_resumes_when_stopped(encoder
         assert sum(run["dispatch_counts"]) == 319
     most_run = saved["runs"][0]
     assert most_run["assignment_counts"] == [4, 4, 4]  # uniform marginals: a third of the instances each
+    assert saved["runs"][1]["assignment_counts"] is None  # MGDA's equal plan gives no instance to one prompt
     assert "| wic |" in table_markdown(results) and (tmp_path / "accuracy.png").is_file()
 
 

@@ -184,11 +184,23 @@ def _run_one(config: PromptsConfig, model, task, encoded, index, name: str, seed
         "prompt_accuracy_val": correct["val"].float().mean(1).tolist(),
         "prompt_accuracy_test": test_correct.mean(1).tolist(),
         "dispatch_counts": torch.bincount(choice, minlength=config.n_models).tolist(),
-        "assignment_counts": torch.bincount(result.assignment.argmax(1), minlength=config.n_models).tolist(),
+        "assignment_counts": _assignment_counts(result.assignment),
         "train_loss_best": float(result.losses.min(1).values.mean()),
         "train_loss_mean": float(result.losses.mean()),
         "n": {s: len(labels[s]) for s in labels},
     }
+
+
+def _assignment_counts(plan: torch.Tensor) -> list[int] | None:
+    """The training instances of each prompt in the last plan ``[n, m]``: each instance counts
+    for the prompt with its largest share, where that prompt is the only one with it. None where
+    no instance has one (MGDA's equal plan serves every instance by every prompt alike, and the
+    first of tied prompts would take them all)."""
+    top = plan.max(1, keepdim=True).values
+    unique = (plan == top).sum(1) == 1
+    if not bool(unique.any()):
+        return None
+    return torch.bincount(plan[unique].argmax(1), minlength=plan.shape[1]).tolist()
 
 
 def _folder(key: tuple) -> str:
