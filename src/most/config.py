@@ -9,7 +9,7 @@ class name, or as a table with a ``type`` key and the class's own fields::
 
     [methods.MosT]
     n_models = 5
-    marginals = { type = "Curriculum", warmup = 0.3 }
+    marginals = { type = "Curriculum", end = 0.3 }
     weighting = "GammaWeights"
 
 Examples:

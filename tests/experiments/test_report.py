@@ -296,6 +296,19 @@ def test_report_refuses_a_group_whose_seeds_were_made_with_different_settings(re
         report(results / "fed")
 
 
+def test_plot_refuses_the_group_the_report_refuses(results):
+    config_file = results / "fed" / "runs" / "MosT" / "seed1" / "config.json"
+    config = json.loads(config_file.read_text())
+    config["federated"]["rounds"] = 3  # a shorter run: its curve would cut the group's to its rounds
+    config_file.write_text(json.dumps(config))
+    message = r"group 'MosT' were made with different configurations \(seed0 and seed1 differ in: federated\)"
+    with pytest.raises(ValueError, match=message):
+        report(results / "fed", write=False)
+    with pytest.raises(ValueError, match=message):
+        plot(results / "fed", formats=("png",))
+    assert not (results / "fed" / "figures").exists()
+
+
 def test_report_names_a_config_copied_from_another_group(results):
     runs = results / "fed" / "runs"
     shutil.copy(runs / "FedAvg" / "seed0" / "config.json", runs / "MosT" / "seed0" / "config.json")

@@ -37,7 +37,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .report import experiments_of, group_of, group_order, seed_order
+from .report import check_groups, experiments_of, group_of, group_order, seed_order
 from .spec import FEDERATED
 from .store import CorruptFileError, RunFolder, check_not_linked
 
@@ -108,7 +108,9 @@ def plot(results_dir: str | os.PathLike, *, out: str | os.PathLike | None = None
 
     The figures of one run per method (the final Γ, the assignment stack, Γ's sparsity and drift,
     the Pareto front) show each method's run of ``seed``; ``None``: its first seed, in the order
-    of the experiment file's ``seeds``. The others are over every seed. A folder that holds
+    of the experiment file's ``seeds``. The others are over every seed; a group whose runs were
+    made with different configurations, or on other data, is refused as ``most report`` refuses
+    it (``ValueError``). A folder that holds
     experiments (``OUT`` rather than ``OUT/NAME``), however many, gives each experiment's figures
     apart: into its own ``figures`` folder, or ``out/NAME`` with ``out``."""
     root = Path(results_dir)
@@ -146,6 +148,7 @@ def _plot(root: Path, all_runs: list, out: Path, formats: tuple[str, ...], seed:
     from .. import plots
     from ..federated import figures
 
+    check_groups(all_runs)  # the report's check: a curve over seeds is a mean of runs that belong together
     runs = [(f, c, r) for f, c, r in all_runs if r is not None]
     if not runs:
         raise FileNotFoundError(f"{root} holds no finished runs yet; nothing to plot.")

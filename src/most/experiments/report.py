@@ -19,7 +19,8 @@ import numpy as np
 
 from ..checkpoint import atomic_write_text
 from .spec import FEDERATED, safe_name
-from .store import SEEDED_TABLES, CorruptFileError, RunFolder, check_not_linked, load_runs, run_seed_tables, seedless
+from .store import (CorruptFileError, RunFolder, check_not_linked, describe_data, group_differences, load_runs,
+                    on_other_data)
 
 __all__ = ["report", "summary_table"]
 
@@ -117,30 +118,32 @@ def group_of(run: Run) -> str:
     return group if isinstance(group, str) else folder.path.parent.name
 
 
-#: the keys of a run's configuration that must agree between the seeds of one group
-_SHARED = ("kind", "engine", "method", "data", "model", "federated", "problem")
-
-
 def _check_group_configs(group: str, runs: list[Run]) -> None:
-    """Refuses a group whose runs were made with different configurations (other than the seed):
-    their mean over seeds would mix two settings."""
-    # a data or problem seed is the run's (left out of the comparison) only where every run of the
-    # group says so: a seed the file fixed is the same in every run, even the one whose seed it equals
-    run_seed_in = set(SEEDED_TABLES)
-    for _, config, _ in runs:
-        run_seed_in &= set(run_seed_tables(config))
-    seen: tuple[RunFolder, dict] | None = None
-    for folder, config, _ in runs:
-        shared = seedless({k: config.get(k) for k in (*_SHARED, "seed")}, run_seed_in)
-        if seen is None:
-            seen = (folder, shared)
-        elif shared != seen[1]:
-            keys = sorted(k for k in set(shared) | set(seen[1]) if shared.get(k) != seen[1].get(k))
+    """Refuses a group whose runs were made with different configurations (other than the seed),
+    or on other data: their mean over seeds would mix two settings. The rule is the one
+    ``most run`` applies before a run joins the folder (:func:`~most.experiments.store.group_views`)."""
+    diffs = group_differences([config for _, config, _ in runs])
+    for (folder, config, _), found in zip(runs, diffs):
+        if found:
+            first, first_config = runs[0][0], runs[0][1]
+            keys = sorted({path.split(".")[0] for path in found})
+            data = (f" {first.path.name} ran on {describe_data(first_config)}, {folder.path.name} on "
+                    f"{describe_data(config)}." if on_other_data(found) else "")
             raise ValueError(
-                f"The runs of group {group!r} were made with different configurations ({seen[0].path.name} and "
-                f"{folder.path.name} differ in: {', '.join(keys)}); a mean over them would mix two settings. "
+                f"The runs of group {group!r} were made with different configurations ({first.path.name} and "
+                f"{folder.path.name} differ in: {', '.join(keys)}); a mean over them would mix two settings.{data} "
                 "Delete the runs that do not belong, or move them to another experiment."
             )
+
+
+def check_groups(runs: list[Run]) -> None:
+    """Refuses any group of ``runs`` (one experiment's) whose runs do not belong together
+    (:func:`_check_group_configs`): what a table or a figure averages over seeds."""
+    by_group: dict[str, list[Run]] = {}
+    for run in runs:
+        by_group.setdefault(group_of(run), []).append(run)
+    for group, members in by_group.items():
+        _check_group_configs(group, members)
 
 
 def experiments_of(results_dir: str | os.PathLike) -> dict[Path, list[Run]]:
@@ -180,11 +183,7 @@ def _summary(root: Path, runs: list[Run]) -> dict:
     picks: dict[str, str] = {}
     metrics: list[str] = []
     unfinished, kinds = [], set()
-    by_group: dict[str, list[Run]] = {}
-    for run in runs:
-        by_group.setdefault(group_of(run), []).append(run)
-    for group, members in by_group.items():
-        _check_group_configs(group, members)
+    check_groups(runs)
     for run in runs:
         folder, config, result = run
         group = group_of(run)

@@ -15,11 +15,12 @@ import numpy as np
 import torch
 
 from .._kernels import cpu_kernels
-from ..checkpoint import atomic_write_text, differing_paths
+from ..checkpoint import atomic_write_text
 from ..config import ConfigError, to_plain
-from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs
+from .spec import CENTRALISED, FEDERATED, Experiment, RunSpec, check_runs, data_key, reads_files
 from .._json import dumps
-from .store import (BusyFolderError, RunFolder, WriterLock, check_no_links, check_not_linked, missing_folders,
+from .store import (DATA_DIGEST, DATA_PATH, SETTING_KEYS, BusyFolderError, RunFolder, WriterLock, check_no_links,
+                    check_not_linked, describe_data, group_differences, is_run_config, missing_folders, on_other_data,
                     remove_leftovers, remove_unwritten)
 
 if TYPE_CHECKING:
@@ -127,9 +128,9 @@ def batch_groups(items: list[tuple[RunSpec, RunFolder]]) -> list[list[tuple[RunS
     for k, (run, folder) in enumerate(items):
         key: object = k
         if run.kind == FEDERATED and run.config.get("engine", "in-process") == "in-process":
-            key = (_data_key(run), batch_key(run.build_without_data()["config"]))
+            key = (data_key(run), batch_key(run.build_without_data()["config"]))
         elif run.kind == CENTRALISED:
-            key = (CENTRALISED, _data_key(run))
+            key = (CENTRALISED, data_key(run))
         groups.setdefault(key, []).append((run, folder))
     return list(groups.values())
 
@@ -151,6 +152,7 @@ def _prepare(run: RunSpec, folder: RunFolder, checkpoint_every: int, data_cache:
     objects = _load(run, data_cache if data_cache is not None else {})
     config = dict(run.config, label=run.label, group=run.group, kind=run.kind, sweep=run.sweep,
                   run_seed_in=list(run.run_seed_in),
+                  **_data_identity(run, objects["data"].digest() if "data" in objects else None),
                   resolved=to_plain({k: v for k, v in objects.items() if k in ("method", "config")}),
                   versions=_versions())
     folder.write_config(config)
@@ -179,16 +181,27 @@ def _finish(run: RunSpec, folder: RunFolder, checkpoint, result: dict, start: in
 
 def fingerprint(run: RunSpec) -> dict:
     """What identifies a run for resuming: its whole configuration as written in the file
-    (defaults included by the loop's own settings), its group and its seed."""
+    (defaults included by the loop's own settings), its group and its seed. The data itself is
+    compared by its digest: by the loop's own settings when it loads the checkpoint, and before
+    any work by the digest each run's ``config.json`` records (:func:`_check_stored`)."""
     return {"config": json.loads(dumps(run.config)), "group": run.group, "seed": run.seed}
 
 
-def _data_key(run: RunSpec) -> str:
-    return json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
+def _data_identity(run: RunSpec, digest: str | None) -> dict:
+    """What ``config.json`` records of the data beside its table: the loaded data's ``digest``
+    (where known) and ``data.path`` resolved (from the working folder, for a relative one)."""
+    out: dict = {}
+    path = run.config.get("data", {}).get("path") if run.kind == FEDERATED else None
+    if isinstance(path, str):
+        out[DATA_PATH] = os.path.realpath(os.path.expanduser(path))
+    if digest is not None:
+        out[DATA_DIGEST] = digest
+    return out
+
 
 
 def _load(run: RunSpec, cache: dict) -> dict:
-    key = _data_key(run)
+    key = data_key(run)
     objects = run.build_without_data()
     if key not in cache:
         cache.clear()  # one data set in memory at a time
@@ -320,81 +333,124 @@ def _centralised_result(source, train, folder: RunFolder, result) -> dict:
     return out
 
 
-def _differing_keys(stored: dict, new: dict) -> list[str]:
-    """The dotted keys where ``stored`` (a ``config.json``) differs from ``new`` (a run's config)."""
-    return [path for path, _, _ in differing_paths({k: stored.get(k) for k in new}, new)]
-
-
-def _same(stored: dict, run: RunSpec) -> list[str]:
-    """The keys where a stored run's configuration differs from ``run``'s."""
-    return _differing_keys(stored, json.loads(dumps(run.config)))
-
-
-def _expected(run: RunSpec, seed) -> dict:
-    """``run``'s configuration as its file makes the run of ``seed``: without the top-level seed,
-    and with ``seed`` as the seed of the tables that take the run's (:attr:`RunSpec.run_seed_in`).
-    A stored run of that seed made from the same file has the same."""
-    config = json.loads(dumps(run.config))
-    del config["seed"]
-    for table in run.run_seed_in:
-        config[table] = dict(config[table], seed=seed)
+def _made(run: RunSpec, digests: dict, seed=None) -> dict:
+    """``run``'s configuration as its file makes the run of ``seed`` (default: ``run``'s own),
+    as ``config.json`` records it: with its kind, ``seed`` as the seed of the tables that take the
+    run's (:attr:`RunSpec.run_seed_in`), and the data's identity (its digest where it is loaded in
+    ``digests``, or the same for every seed). A stored run of that seed made from the same file,
+    on the same data, has the same."""
+    config = dict(json.loads(dumps(run.config)), kind=run.kind)
+    if seed is not None and seed != run.seed:
+        config["seed"] = seed
+        for table in run.run_seed_in:
+            config[table] = dict(config[table], seed=seed)
+    same_data = seed is None or seed == run.seed or "data" not in run.run_seed_in
+    config.update(_data_identity(run, digests.get(data_key(run)) if same_data else None))
     return config
 
 
-def _check_other_seeds(experiment: Experiment, root: Path) -> None:
-    """Refuses finished runs of a group, under seeds this experiment does not list, that were
-    made with another configuration: a report would average them with the new ones."""
+def _refusal(folder: RunFolder, what: str, diffs: list[str], stored: dict, made: dict) -> ConfigError:
+    """The one-line refusal of a stored run that does not belong with this file's runs."""
+    if on_other_data(diffs):
+        digest = DATA_DIGEST in diffs  # else the data is each run's own (its seed's): judged by its path
+        return ConfigError(
+            f"{folder.path} {what} made on other data than this file's runs read now (then {describe_data(stored, digest)}; "
+            f"now {describe_data(made, digest)}). Give data.path the data the runs were made with (a relative path is read "
+            "from the working folder), or write to another --out, or rename the experiment (`name = ...`).")
+    return ConfigError(
+        f"{folder.path} {what} made with a different configuration (differs in: {', '.join(diffs[:5])}); the "
+        "report would average it with this file's runs. Rename the experiment (`name = ...`), write to another "
+        "--out, or delete that folder.")
+
+
+def _check_stored(experiment: Experiment, root: Path, folders: list[tuple[RunSpec, RunFolder]], digests: dict, *,
+                  data: bool, resume: bool) -> None:
+    """Refuses the stored runs that do not belong with this file's runs, by the rule of the report
+    (:func:`~most.experiments.store.group_views`): a finished run of this file's (kept, not made
+    again) made otherwise than the file makes it now; an interrupted one that ``resume`` would
+    continue; and, group by group, the runs the folder will hold once these are made (the runs of
+    other seeds the file does not list, the finished ones kept, the others as made now) where a
+    report would refuse to average them. ``data=False``: the checks that need no loaded data."""
     listed = {run.folder for run in experiment.runs}
-    for run in {run.group: run for run in experiment.runs}.values():
-        group = root / "runs" / Path(run.folder).parent
-        for result in sorted(group.glob("seed*/result.json")) if group.is_dir() else []:
-            folder = RunFolder(result.parent)
-            if f"{group.name}/{folder.path.name}" in listed or (stored := folder.stored_config()) is None:
-                continue
-            diffs = _differing_keys(stored, _expected(run, stored.get("seed")))
-            if diffs:
-                raise ConfigError(
-                    f"{folder.path} is a finished run of {run.group!r} made with a different configuration "
-                    f"(differs in: {', '.join(diffs[:5])}); the report would average it with this file's runs. "
-                    "Rename the experiment (`name = ...`), write to another --out, or delete that folder."
-                )
+    for run, folder in folders:
+        stored = folder.stored_config()
+        if stored is None or not (folder.status == "done" or (resume and folder.status == "interrupted")):
+            continue
+        made = _made(run, digests)
+        diffs = group_differences([made, stored], data=data)[1]
+        if diffs:
+            what = "holds a finished run" if folder.status == "done" else "holds an interrupted run"
+            raise _refusal(folder, what, diffs, stored, made)
+    groups: dict[str, list[tuple[RunSpec, RunFolder]]] = {}
+    for run, folder in folders:
+        groups.setdefault(run.group, []).append((run, folder))
+    for name, members in groups.items():
+        new = [_made(run, digests) for run, folder in members if folder.status != "done"]
+        kept: list[tuple[RunFolder, dict]] = [(folder, config) for _, folder in members
+                                              if folder.status == "done" and (config := folder.stored_config())]
+        home = root / "runs" / members[0][1].path.parent.name
+        for config_file in sorted(home.glob("seed*/config.json")) if home.is_dir() else []:
+            folder = RunFolder(config_file.parent)
+            other = folder.stored_config()
+            if f"{home.name}/{folder.path.name}" not in listed and other is not None and is_run_config(other):
+                kept.append((folder, other))
+        if not kept:
+            continue
+        for (folder, config), found in zip(kept, group_differences([*new, *(c for _, c in kept)], data=data)[len(new):]):
+            if found:
+                what = f"is a {'finished' if folder.status == 'done' else 'unfinished'} run of {name!r}"
+                raise _refusal(folder, what, found, config, _made(members[0][0], digests))
 
 
-#: the keys of a run's configuration that say what it is trained and measured on (the problem or
-#: the data, and the model); the rest (the method, the federated protocol) may differ between groups
-_SETTING = ("kind", "data", "model", "problem")
-
-
-def _setting(config: dict) -> dict:
-    return {k: config.get(k) for k in _SETTING}
-
-
-def _check_other_groups(experiment: Experiment, root: Path) -> None:
+def _check_other_groups(experiment: Experiment, root: Path, digests: dict, *, data: bool) -> None:
     """Refuses finished runs in the folder, of groups this file does not have, made on another
     problem or data: the report would set their rows beside this file's as if comparable (two
     files with one ``name``). A stored run of seed N is compared with this file's runs as the
-    file makes them for seed N."""
+    file makes them for seed N, by the rule of :func:`~most.experiments.store.group_views` on
+    :data:`~most.experiments.store.SETTING_KEYS`."""
     ours = {run.group for run in experiment.runs}
-    by_seed: dict[str, list[dict]] = {}  # this file's settings as it makes them for a seed
     runs = root / "runs"
     for config_file in sorted(runs.glob("*/seed*/config.json")) if runs.is_dir() else []:
         folder = RunFolder(config_file.parent)
         stored = folder.stored_config()
         if folder.status != "done" or not isinstance(stored, dict) or stored.get("group") in ours:
             continue
-        setting = _setting(stored)
-        settings = by_seed.setdefault(json.dumps(stored.get("seed")), [])
-        if not settings:
-            for run in experiment.runs:
-                if (made := _setting(dict(_expected(run, stored.get("seed")), kind=run.kind))) not in settings:
-                    settings.append(made)
-        if setting not in settings:
-            diffs = _differing_keys(setting, settings[0])
+        found = []
+        for run in experiment.runs:
+            made = _made(run, digests, stored.get("seed"))
+            found.append((group_differences([made, stored], SETTING_KEYS, data=data)[1], made))
+            if not found[-1][0]:
+                break
+        else:
+            diffs, made = found[0]
+            if on_other_data(diffs):
+                raise _refusal(folder, f"is a finished run of {stored.get('group')!r}", diffs, stored, made)
             raise ConfigError(
                 f"{root} holds finished runs of {stored.get('group')!r} made on another problem or data than this "
                 f"file's (differs in: {', '.join(diffs[:5]) or 'kind'}); the report would set them side by side. "
                 "Rename the experiment (`name = ...`), write to another --out, or delete that group's folder."
             )
+
+
+def _digests_of_kept_runs(folders: list[tuple[RunSpec, RunFolder]], todo: list[RunSpec], cache: dict) -> dict:
+    """The digests of the data read from files by this file's finished runs (kept, not made
+    again), where their ``config.json`` records the digest of the data they were made on: each
+    such data set loaded once, one at a time (the data of the runs to make is loaded by
+    :func:`~most.experiments.spec.check_runs`)."""
+    pending = {data_key(run) for run in todo}
+    digests: dict = {}
+    for run, folder in folders:
+        key = data_key(run)
+        if key in pending or key in digests or not reads_files(run):
+            continue
+        stored = folder.stored_config()
+        if not isinstance(stored, dict) or not isinstance(stored.get(DATA_DIGEST), str):
+            continue
+        if key not in cache:
+            cache.clear()  # one data set in memory at a time
+            cache[key] = run.load_data()
+        digests[key] = cache[key]["data"].digest()
+    return digests
 
 
 def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bool = False, restart: bool = False,
@@ -407,8 +463,11 @@ def run_experiment(experiment: Experiment, out: str | os.PathLike, *, resume: bo
     (:func:`execute_batch`); their results are those of ``batch=False``, which makes the runs
     one by one (to round-off where torch orders a batched product or sum differently).
 
-    Finished runs are skipped (their stored configuration must match, else a
-    :class:`~most.config.ConfigError` names the differing keys). Interrupted runs (a
+    Finished runs are skipped (their stored configuration must match, and the data they were
+    made on, read from files, must have the digest of the data read now; else a
+    :class:`~most.config.ConfigError` names the differing keys or the two data sets). The runs a
+    group's folder will hold must belong together by the rule the report applies
+    (:func:`~most.experiments.store.group_views`). Interrupted runs (a
     checkpoint and no result) continue with ``resume=True`` or start over with
     ``restart=True``; with neither, :class:`InterruptedRunsError` is raised before any work.
 
@@ -464,21 +523,9 @@ def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bo
     for _, folder in folders:
         check_not_linked(root, folder.path)
         remove_leftovers(folder.path)
-    interrupted = []
-    for run, folder in folders:
-        stored = folder.stored_config()
-        if folder.status == "done" and stored is not None:
-            diffs = _same(stored, run)
-            if diffs:
-                raise ConfigError(
-                    f"{folder.path} holds a finished run made with a different configuration (differs in: "
-                    f"{', '.join(diffs[:5])}). Rename the experiment (`name = ...`), write to another --out, "
-                    "or delete that folder."
-                )
-        if folder.status == "interrupted":
-            interrupted.append(folder)
-    _check_other_seeds(experiment, root)
-    _check_other_groups(experiment, root)
+    interrupted = [folder for _, folder in folders if folder.status == "interrupted"]
+    _check_stored(experiment, root, folders, {}, data=False, resume=False)  # before any data is loaded
+    _check_other_groups(experiment, root, {}, data=False)
     for run, _ in folders:  # a data folder that is not there fails now, not after hours of other runs
         path = run.config.get("data", {}).get("path")
         if path is not None and not Path(path).expanduser().exists():
@@ -496,7 +543,11 @@ def _run_locked(experiment: Experiment, root: Path, *, resume: bool, restart: bo
         if resume and folder.status == "interrupted":  # a resume refused for other settings changes no file
             folder.check_no_legacy_checkpoint()
             folder.checkpoint(experiment.checkpoint_every, fingerprint=fingerprint(run)).check()
-    check_runs(experiment, [run for run, _ in todo], cache=cache)  # data-dependent checks, before any run starts
+    digests = _digests_of_kept_runs(folders, [run for run, _ in todo], cache)
+    # data-dependent checks, before any run starts
+    check_runs(experiment, [run for run, _ in todo], cache=cache, digests=digests)
+    _check_stored(experiment, root, folders, digests, data=True, resume=resume)  # the data, by its digest
+    _check_other_groups(experiment, root, digests, data=True)
     for name in ("experiment.toml", "experiment.json"):
         check_not_linked(root, root / name)
     if experiment.source:

@@ -25,7 +25,7 @@ An experiment is either *federated* (tables ``[data]``, ``[model]``, ``[federate
     [methods."MosT paper"]        # any label, with `type` naming the class
     type = "MosT"
     n_models = 5
-    combine = "min_norm"
+    combiner = { type = "MinNorm" }
 
     [sweep]                       # lists of values: every combination is a run
     "methods.MosT.server_lr" = [2.0, 5.0]
@@ -61,7 +61,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 __all__ = ["Experiment", "RunSpec", "load_experiment", "parse_experiment", "apply_overrides", "check_runs",
-           "FEDERATED", "CENTRALISED"]
+           "data_key", "reads_files", "FEDERATED", "CENTRALISED"]
 
 
 def _federated_registry():
@@ -257,6 +257,10 @@ def parse_experiment(table: dict, *, default_name: str = "experiment", source: s
         raise ConfigError("methods: missing. Add at least one table [methods.LABEL], e.g. [methods.MosT] "
                           "n_models = 5.")
     for label, m in methods.items():
+        if not label.strip():  # a label names the runs' folder and the report's row
+            raise ConfigError(f"methods.{label!r}: a method's label names its runs' folder and its row in the report, "
+                              "so it may not be empty or blank; write one, e.g. [methods.MosT] or "
+                              "[methods.\"MosT (paper)\"] with type = \"MosT\".")
         if not isinstance(m, dict):
             raise ConfigError(f"methods.{label}: expected a table of the method's fields; got {m!r}.")
     sweep = _check_sweep(table, methods)
@@ -482,7 +486,23 @@ def _build(run: RunSpec) -> dict[str, Any]:
     return {"method": _method(methods, run.label, cfg["method"], run.seed)}
 
 
-def check_runs(experiment: Experiment, runs=None, *, cache: dict | None = None) -> None:
+def data_key(run: RunSpec) -> str:
+    """What ``run`` loads (its data and model, or its problem), as a key: runs with one key share
+    their loaded objects."""
+    return json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
+
+
+def reads_files(run: RunSpec) -> bool:
+    """Whether ``run``'s data is read from files (its loader takes a ``path``): data that the
+    table alone does not determine, since the files may differ from one call to the next."""
+    if run.kind != FEDERATED:
+        return False
+    fn = _source_fn(run.kind, run.config["data"])
+    return fn is not None and "path" in inspect.signature(fn).parameters
+
+
+def check_runs(experiment: Experiment, runs=None, *, cache: dict | None = None,
+               digests: dict | None = None) -> None:
     """The checks of ``runs`` (default: all the experiment's) that need the data: a federated
     method's ``check(n_clients)`` (e.g. MosT refuses more models than clients), a centralised
     method's ``prepare`` and its assignment's ``reset`` on the problem (e.g. MosT refuses more
@@ -492,13 +512,15 @@ def check_runs(experiment: Experiment, runs=None, *, cache: dict | None = None) 
     Each distinct data set or problem is loaded once, one at a time. Raises :class:`ConfigError`
     naming the run's group and the method's table. With ``cache`` (the runner's one-entry data
     cache), a data set found there is not loaded again, and the last one loaded is left there.
+    With ``digests``, each federated data set's digest is recorded there, by :func:`data_key`.
     """
     by_source: dict[str, list[RunSpec]] = {}
     for run in experiment.runs if runs is None else runs:
-        key = json.dumps({k: run.config.get(k) for k in ("data", "model", "problem")}, sort_keys=True, default=str)
-        by_source.setdefault(key, []).append(run)
+        by_source.setdefault(data_key(run), []).append(run)
     for key, group in by_source.items():
         loaded = cache[key] if cache is not None and key in cache else group[0].load_data()
+        if digests is not None and "data" in loaded:
+            digests[key] = loaded["data"].digest()
         for run in group:
             objects = {**run.build_without_data(), **loaded}
             try:

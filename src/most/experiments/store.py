@@ -7,7 +7,8 @@
         experiment.json            its name, kind, run groups and seeds in the file's order
         runs/GROUP/seedN/
             config.json            the run's resolved configuration, seed, the tables whose seed is the
-                                   run's (``run_seed_in``), library and torch versions
+                                   run's (``run_seed_in``), the data's digest and resolved path
+                                   (``data_digest``, ``data_path``), library and torch versions
             metrics.jsonl          one JSON line per round
             checkpoint.pt          while the run is unfinished (tensors and plain values, loaded with
                                    torch.load(weights_only=True): nothing in it can run code; see most.checkpoint)
@@ -26,13 +27,13 @@ import re
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Sequence
 
 import torch
 
 from .._json import dumps
 from .._locks import HeldElsewhere, open_locked, sign, unlock
-from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text
+from ..checkpoint import Checkpoint, atomic_write_bytes, atomic_write_text, differing_paths
 from ..config import ConfigError
 
 __all__ = ["RunFolder", "load_runs", "CorruptFileError", "WriterLock", "BusyFolderError"]
@@ -346,27 +347,99 @@ def check_no_links(root: Path, folder: Path) -> None:
 SEEDED_TABLES = ("data", "problem")
 
 
-def run_seed_tables(config: dict) -> tuple[str, ...]:
-    """The tables of a stored run configuration (``config.json``) whose ``seed`` is the run seed:
-    those its ``run_seed_in`` lists. A ``config.json`` without that key (written by an earlier
-    version) does not say; there, a table whose seed equals the run's is taken for one the run
-    filled in."""
-    marked = config.get("run_seed_in")
-    if isinstance(marked, list):
-        return tuple(t for t in SEEDED_TABLES if t in marked)
-    seed = config.get("seed")
-    return tuple(t for t in SEEDED_TABLES
-                 if isinstance(config.get(t), dict) and "seed" in config[t] and config[t]["seed"] == seed)
+#: what a run's ``config.json`` records of the data it was trained on, beside the ``[data]`` table
+#: as the file wrote it: the digest of the loaded data set
+#: (:meth:`~most.federated.data.FederatedDataset.digest`), and ``data.path`` resolved to an
+#: absolute path (a relative one is read from the working folder, so one file run from two
+#: folders reads two data sets)
+DATA_DIGEST = "data_digest"
+DATA_PATH = "data_path"
+
+#: the keys of a run's configuration that the runs of one group share (all but the seed)
+GROUP_KEYS = ("kind", "engine", "method", "data", "model", "federated", "problem")
+
+#: the keys of a run's configuration that say what it is trained and measured on (the problem or
+#: the data, and the model); the groups of one experiment share them
+SETTING_KEYS = ("kind", "data", "model", "problem")
+
+_UNSET = object()
 
 
-def seedless(config: dict, run_seed_in: Iterable[str]) -> dict:
-    """A run's ``config`` without its seed, nor the ``seed`` of the tables ``run_seed_in`` (those
-    whose seed is the run's). A seed the file fixes stays: runs on other data differ in it."""
-    out = {k: v for k, v in config.items() if k != "seed"}
-    for table in run_seed_in:
-        if isinstance(out.get(table), dict):
-            out[table] = {k: v for k, v in out[table].items() if k != "seed"}
-    return out
+def _table_seed(config: dict, table: str):
+    value = config.get(table)
+    return value.get("seed", _UNSET) if isinstance(value, dict) else _UNSET
+
+
+def run_seeded(configs: Sequence[dict], table: str) -> bool:
+    """Whether the ``seed`` of ``table`` (``"data"`` or ``"problem"``) is each run's own seed in
+    ``configs``: it differs between them, and in each equals the run's seed. A seed that is the
+    same in every run is one the file fixed (or one run alone): it is compared as any value."""
+    seeds = [_table_seed(c, table) for c in configs]
+    return any(s != seeds[0] for s in seeds) and all(
+        isinstance(s, int) and not isinstance(s, bool) and s == c.get("seed") for s, c in zip(seeds, configs))
+
+
+def group_views(configs: Sequence[dict], keys: Sequence[str] = GROUP_KEYS, *, data: bool = True) -> list[dict]:
+    """The parts of ``configs`` (run configurations as ``config.json`` holds them) that must be
+    equal for the runs to belong together, one per config: the runs of one group (``keys``
+    :data:`GROUP_KEYS`), or runs on one setting (:data:`SETTING_KEYS`).
+
+    The rule, one for ``most run`` (which runs join a results folder) and ``most report`` and
+    ``most plot`` (which runs a mean is over): the values of ``keys``, but for
+
+    * the ``seed`` of a data or problem table that is each run's own (:func:`run_seeded`): a set
+      of runs some file makes, whether it fixed that seed or left it to the runs;
+    * the data, judged by its digest (:data:`DATA_DIGEST`) where every config records one and
+      the data tables are alike (a copy of the data read from another path is the same data),
+      else by ``data.path`` resolved (:data:`DATA_PATH`) where every config records it, else
+      (runs recorded without either) by ``data.path`` as written.
+
+    ``data=False`` leaves the data's path and identity out: the check that can be made before
+    the data is loaded."""
+    configs = list(configs)
+    seeded = [t for t in SEEDED_TABLES if t in keys and run_seeded(configs, t)]
+    identity: str | None = None
+    if "data" in keys:
+        if not data:
+            identity = ""
+        elif "data" not in seeded and all(isinstance(c.get(DATA_DIGEST), str) for c in configs):
+            identity = DATA_DIGEST
+        elif all(isinstance(c.get(DATA_PATH), str) for c in configs):
+            identity = DATA_PATH
+    views = []
+    for config in configs:
+        view = {k: config.get(k) for k in keys}
+        for table in seeded:
+            view[table] = {k: v for k, v in config[table].items() if k != "seed"}  # a dict: run_seeded
+        data_table = view.get("data")
+        if identity is not None and isinstance(data_table, dict):
+            view["data"] = {k: v for k, v in data_table.items() if k != "path"}
+        if identity:
+            view[identity] = config.get(identity)
+        views.append(view)
+    return views
+
+
+def group_differences(configs: Sequence[dict], keys: Sequence[str] = GROUP_KEYS, *,
+                      data: bool = True) -> list[list[str]]:
+    """For each of ``configs``, the dotted keys in which it differs from the first under the rule
+    of :func:`group_views` (empty: it belongs with the first)."""
+    views = group_views(configs, keys, data=data)
+    return [[path for path, _, _ in differing_paths(views[0], view)] for view in views]
+
+
+def describe_data(config: dict, digest: bool = True) -> str:
+    """The data a run configuration names, for a message: its name, where it was read from and
+    (with ``digest``) its digest, as far as the configuration records them."""
+    table = config["data"] if isinstance(config.get("data"), dict) else {}
+    where = config.get(DATA_PATH) or table.get("path")
+    text = repr(table.get("name", "?")) + (f" from {where}" if where else "")
+    return text + (f" (digest {config[DATA_DIGEST]})" if digest and isinstance(config.get(DATA_DIGEST), str) else "")
+
+
+def on_other_data(diffs: Sequence[str]) -> bool:
+    """Whether ``diffs`` (of :func:`group_differences`) say that two runs read other data."""
+    return any(d in (DATA_DIGEST, DATA_PATH) for d in diffs)
 
 
 def _run_order(config_file: Path) -> tuple:
@@ -400,7 +473,7 @@ def load_runs(results_dir: str | os.PathLike) -> list[tuple[RunFolder, dict, dic
     return runs
 
 
-def is_run_config(config: dict) -> bool:
+def is_run_config(config: object) -> bool:
     """Whether ``config`` is a ``config.json`` that ``most run`` wrote (its kind, group and versions)."""
     return (isinstance(config, dict) and config.get("kind") in ("centralised", "federated")
             and isinstance(config.get("group"), str) and isinstance(config.get("versions"), dict))
