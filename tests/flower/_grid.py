@@ -67,3 +67,30 @@ class LocalGrid(Grid):
                 reply = Message(Error(code=1, reason=repr(exc)), reply_to=msg)
             replies.append(reply)
         return replies
+
+
+class PolledGrid(LocalGrid):
+    """A :class:`LocalGrid` with Flower's ``push_messages``/``pull_messages``, as the simulation
+    engine's and a deployment's grids have: a pushed message is answered at once, except by a
+    node in ``down``, whose reply never comes (a stopped engine, a dead SuperNode), so a wait for
+    it lasts until the timeout."""
+
+    pull_interval = 0.05
+
+    def __init__(self, client_app, n_nodes: int, **kwargs):
+        super().__init__(client_app, n_nodes, **kwargs)
+        self._replies: dict[str, Message] = {}
+        self._count = 0
+
+    def push_messages(self, messages):
+        ids = []
+        for msg in messages:
+            self._count += 1
+            msg.metadata.__dict__["_message_id"] = f"m{self._count}"
+            ids.append(msg.metadata.message_id)
+            for reply in super().send_and_receive([msg]):
+                self._replies[msg.metadata.message_id] = reply
+        return ids
+
+    def pull_messages(self, message_ids):
+        return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]

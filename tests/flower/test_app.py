@@ -30,6 +30,7 @@ pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'mo
 
 from tests.flower._deploy import (  # noqa: E402
     ACTIVATION_REFUSED,
+    DeploymentError,
     HOST,
     REFUSED_CODE,
     REFUSED_MARKER,
@@ -203,6 +204,16 @@ def test_a_forged_node_signature_is_refused(dep, tmp_path):
                                          public_key=stranger.public_key, signing_key=stranger.private_key)
     assert status == 412 and json.loads(body)["code"] == 2004, body
     assert len(dep.online_node_ids()) == N_CLIENTS
+
+
+def test_a_run_config_error_is_one_line_in_the_runs_log(dep):
+    """`flwr run --stream` shows the ServerApp's refusal of a run config as one line naming the
+    dashed key, with Flower's exit code and no traceback; the run fails."""
+    with pytest.raises(DeploymentError, match="finished:failed"):
+        dep.run_app(APP, run_config={"num-clients": N_CLIENTS, "n-models": 2.5}, timeout=120)
+    output = dep.logs()[f"flwr_run_{dep._n_runs - 1}"]
+    assert "ServerApp raised an exception: run-config.n-models: expected an integer; got 2.5." in output, output
+    assert "Exit Code: 201" in output and "Traceback" not in output, output
 
 
 def test_a_killed_supernode_is_left_out_and_the_run_finishes(dep, tmp_path):

@@ -67,3 +67,86 @@ def test_the_saved_result_says_which_predictor_each_accuracy_is_of(method, tmp_p
         assert final["selection_loss"].shape == (n, m) and final["assignment"].shape == (n, m)
     else:  # no transport plan
         assert final["assignment"] is None
+
+
+@pytest.mark.parametrize("under", [False, True])
+def test_an_out_at_or_under_a_file_is_refused_before_any_message(under, tmp_path):
+    """The results would be lost after the last round: the ServerApp refuses such an `out` first."""
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    out = afile / "run" if under else afile
+    grid = LocalGrid(app.client_app, 3, run_config={**BASE, "out": str(out)})
+    with pytest.raises(app.RunConfigError, match=r"`out` = .*afile.* is (under .*afile.*, which is )?a file, not a "
+                                                 r"folder"):
+        app._main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                run_config={**BASE, "out": str(out)}))
+    assert grid.delivered == []
+
+
+def test_an_out_that_does_not_exist_yet_is_made(tmp_path):
+    _run({**BASE, "rounds": 1, "out": str(tmp_path / "a" / "b")})
+    assert (tmp_path / "a" / "b" / "result.json").is_file()
+
+
+def test_results_that_cannot_be_written_to_out_are_kept_elsewhere(tmp_path, monkeypatch):
+    """`out` was fine at the start and is not at the end (a file took its parent's place): the
+    results go to a temporary folder, which the error names."""
+    monkeypatch.setattr(app.tempfile, "tempdir", str(tmp_path / "temp"))
+    (tmp_path / "temp").mkdir()
+    out = tmp_path / "parent" / "run"
+    config = {**BASE, "rounds": 1, "out": str(out)}
+    grid = LocalGrid(app.client_app, 3, run_config=config)
+    grid.on_round = lambda g, msg: (tmp_path / "parent").write_text("") if msg.metadata.message_type == "train" else None
+    with pytest.raises(app.AppError, match=r"Could not write the results to `out` = .*parent/run.* \(Not a "
+                                           r"directory\); they were written to .*most-flower-result-.* instead"):
+        app._main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(), run_config=config))
+    (kept,) = (tmp_path / "temp").iterdir()
+    assert json.loads((kept / "result.json").read_text())["rounds"] == 1
+    assert torch.load(kept / "final.pt")["params"].shape[0] == 2
+
+
+@pytest.mark.parametrize("config, message", [
+    ({"n-models": 2.5}, r"^run-config\.n-models: expected an integer; got 2\.5\.$"),
+    ({"server-lr": "fast"}, r"^run-config\.server-lr: expected a number; got 'fast'\.$"),
+    ({"class-groups": "yes"}, r"^run-config\.class-groups: expected true or false; got 'yes'\.$"),
+    ({"n-modles": 3}, r"^run-config\.n-modles: unknown key \(did you mean 'n-models'\?\)\. Allowed keys: method, "
+                      r"n-models, server-lr, warmup-rounds, class-groups, fine-tune-epochs, rounds,"),
+    ({"n-models": 0}, r"^`n-models` must be an int >= 1; got 0\.$"),
+    ({"n-models": 4}, r"^The run config does not make a run: .*at least as many clients as models"),
+])
+def test_run_config_errors_name_the_dashed_key(config, message):
+    grid = LocalGrid(app.client_app, 3, run_config={**BASE, **config})
+    with pytest.raises(app.RunConfigError, match=message):
+        app._main(grid, Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                run_config={**BASE, **config}))
+    assert grid.delivered == []
+
+
+def test_flowers_log_of_a_run_config_error_is_one_line():
+    """Flower logs the exception a ServerApp raises with its traceback (``log(ERROR, "%s raised an
+    exception", "ServerApp", exc_info=ex)`` in flwr-serverapp); for the app's errors the log is one
+    line with the message. Other exceptions keep their traceback."""
+    import io
+    import logging
+
+    from flwr.supercore.logger import log
+
+    with pytest.raises(app.RunConfigError) as info:
+        app._main(LocalGrid(app.client_app, 3), Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                                        run_config={**BASE, "n-models": 2.5}))
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s: %(message)s"))
+    flower = logging.getLogger("flwr")
+    flower.addHandler(handler)
+    try:
+        log(logging.ERROR, "%s raised an exception", "ServerApp", exc_info=info.value)
+        assert stream.getvalue() == ("ERROR: ServerApp raised an exception: run-config.n-models: expected an "
+                                     "integer; got 2.5.\n")
+        try:
+            raise KeyError("other")
+        except KeyError as exc:
+            log(logging.ERROR, "%s raised an exception", "ServerApp", exc_info=exc)
+        assert "Traceback" in stream.getvalue()
+    finally:
+        flower.removeHandler(handler)

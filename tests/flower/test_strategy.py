@@ -605,3 +605,89 @@ def test_a_client_whose_labels_the_model_cannot_score_stops_the_server_naming_it
     strategy = MostStrategy(F.FedAvg(2), model, _config(rounds=2), n_clients=N)
     with pytest.raises(ValueError, match=rf"^Node \d+: client 2 has the class label {top}"):
         strategy.run(LocalGrid(make_client_app(load), N))
+
+
+def test_a_client_whose_evaluation_fails_is_missing_in_that_round(data, model):
+    """Client 3 fails its round-1 evaluation alone: it is missing in round 1, that round's
+    validation accuracy is the mean over the other clients' best models (not a mean that looks
+    like all n), and every other round is the run without the fault's."""
+    config = _config(rounds=3, eval_every=1)
+    grid = LocalGrid(_app(data, model), N)
+    original = grid.client_app
+
+    def flaky(message, context):
+        if (context.node_id == grid.nodes[3] and message.metadata.message_type == "evaluate"
+                and int(message.content["config"]["round"]) == 1):
+            raise RuntimeError("out of memory")
+        return original(message, context)
+
+    grid.client_app = flaky
+    params = []
+    result = MostStrategy(BUILDERS["MosT"](), model, config, n_clients=N, client_ids=data.client_ids).run(
+        grid, callback=lambda log, p: params.append(p.clone()))
+    clean = MostStrategy(BUILDERS["MosT"](), model, config, n_clients=N).run(LocalGrid(_app(data, model), N))
+    assert result.missing == {1: [data.client_ids[3]]}
+    from most.flower.client import client_val_accuracy
+
+    best = [max(client_val_accuracy(model, params[1], data.clients[c])) for c in range(N) if c != 3]
+    assert result.history[1].val_accuracy == pytest.approx(sum(best) / len(best), abs=1e-6)
+    assert result.history[1].val_accuracy != pytest.approx(clean.history[1].val_accuracy, abs=1e-9)
+    for t in (0, 2):
+        assert result.history[t].val_accuracy == clean.history[t].val_accuracy
+    torch.testing.assert_close(result.params, clean.params, rtol=0, atol=0)  # training did not see the fault
+
+
+def test_a_client_that_fails_the_last_evaluation_is_missing_at_the_end(data, model):
+    grid = LocalGrid(_app(data, model), N)
+    original = grid.client_app
+
+    def flaky(message, context):
+        if context.node_id == grid.nodes[4] and message.metadata.message_type == "evaluate":
+            raise RuntimeError("out of memory")
+        return original(message, context)
+
+    grid.client_app = flaky
+    result = MostStrategy(F.FedAvg(2), model, _config(rounds=2, eval_every=2), n_clients=N,
+                          client_ids=data.client_ids).run(grid)
+    assert result.missing == {"final": [data.client_ids[4]]}
+    assert torch.isnan(result.test_accuracy[4]).all() and torch.isfinite(result.test_accuracy[:4]).all()
+
+
+@pytest.mark.parametrize("name", ["LocalOnly", "FineTuning"])
+def test_the_prediction_kl_of_a_personal_method_is_not_measured_on_flower(name, data, model):
+    """In process it compares the n clients' own models on every client's test inputs; on Flower
+    no client holds another's model: NaN, not the 0 of one model alone."""
+    make = {"LocalOnly": F.LocalOnly, "FineTuning": lambda: F.FineTuning(2, server_lr=1.0, epochs=1)}[name]
+    config = _config(rounds=2, eval_every=2)
+    result = MostStrategy(make(), model, config, n_clients=N).run(LocalGrid(_app(data, model), N))
+    reference = fl.run_federated(data, model, make(), config)
+    assert reference.prediction_diversity() > 0
+    assert result.prediction_diversity() != result.prediction_diversity()  # NaN
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("timeout", "5", r"`timeout` must be a positive finite number; got '5'.*or None"),
+    ("timeout", -1, r"`timeout` must be a positive number; got -1.*or None"),
+    ("timeout", 0, r"`timeout` must be a positive number"),
+    ("timeout", float("nan"), r"`timeout` must be a positive finite number; got nan"),
+    ("timeout", True, r"`timeout` must be a positive finite number; got True"),
+    ("wait_for_clients", "30", r"`wait_for_clients` must be a non-negative finite number; got '30'"),
+    ("wait_for_clients", -1, r"`wait_for_clients` must be a non-negative number; got -1"),
+    ("wait_for_clients", None, r"`wait_for_clients` must be a non-negative finite number; got None"),
+])
+def test_a_bad_timeout_or_wait_is_refused_when_the_strategy_is_made(key, value, message, model):
+    with pytest.raises(ValueError, match=message):
+        MostStrategy(F.FedAvg(1), model, _config(), n_clients=3, **{key: value})
+
+
+def test_run_simulation_refuses_a_bad_timeout_before_ray_starts(data, model, monkeypatch):
+    import flwr.simulation
+
+    from most.flower import run_simulation
+
+    def engine(*args, **kwargs):
+        raise AssertionError("Flower's simulation engine started")
+
+    monkeypatch.setattr(flwr.simulation, "run_simulation", engine)
+    with pytest.raises(ValueError, match=r"`timeout` must be a positive finite number; got '5'"):
+        run_simulation(data, model, F.FedAvg(1), _config(rounds=1), timeout="5")

@@ -32,7 +32,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .client import ClientSpec, client_evaluate, client_losses, client_train, client_weigh, make_client_app
 from .simulation import OFFLINE_ENV, run_simulation
-from .strategy import FlowerResult, MostStrategy
+from .strategy import FlowerResult, MostStrategy, RunStopped
 
 __all__ = ["ClientSpec", "client_losses", "client_train", "client_weigh", "client_evaluate", "make_client_app",
-           "MostStrategy", "FlowerResult", "run_simulation", "OFFLINE_ENV"]
+           "MostStrategy", "FlowerResult", "RunStopped", "run_simulation", "OFFLINE_ENV"]

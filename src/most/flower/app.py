@@ -17,6 +17,12 @@ choice, and, where the method has them, what says which predictor a client's acc
 (FedEM's ``mixture``, FineTuning's ``fine_tuned_from``) and the pick by loss (``selection_loss``,
 ``loss_choice``).
 
+The ServerApp checks the run config, ``out`` included, before it sends a message. An error of
+the run config (or one at the end, where ``out`` cannot be written: the results then go to a new
+temporary folder, which the error names) is an :class:`AppError`, which Flower's log shows as
+one line, ``ServerApp raised an exception: <the message>``, without a traceback, followed by
+Flower's ``Exit Code: 201``; the run's status is ``finished:failed``.
+
 For your own data, build the two objects the same way: a :class:`~most.flower.MostStrategy`
 in a ``ServerApp``'s main, and :func:`~most.flower.make_client_app` with a ``load(context)``
 that returns the node's :class:`~most.flower.ClientSpec`.
@@ -27,7 +33,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import io
+import logging
 import math
+import os
+import re
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +47,7 @@ from flwr.serverapp import ServerApp
 
 from ..checkpoint import atomic_write_bytes, atomic_write_text
 from .._validation import check_non_negative, check_positive, check_positive_int, check_seed
-from ..config import build, did_you_mean
+from ..config import ConfigError, build, did_you_mean
 from .._json import dumps
 from .. import registry
 from ..federated import methods as _methods
@@ -46,7 +56,16 @@ from ..federated.data import FederatedDataset, split_counts
 from .client import ClientSpec, make_client_app
 from .strategy import MostStrategy
 
-__all__ = ["AppSettings", "server_app", "client_app", "METHODS", "SAMPLES"]
+__all__ = ["AppSettings", "AppError", "RunConfigError", "server_app", "client_app", "METHODS", "SAMPLES"]
+
+
+class AppError(Exception):
+    """An error of the app whose message says all there is to fix: Flower's log of the
+    ServerApp shows it as one line, without a traceback (:class:`_OneLineAppErrors`)."""
+
+
+class RunConfigError(AppError, ValueError):
+    """A run-config value the app cannot run with; the message names its dashed key."""
 
 #: Each data set the app can run (``dataset`` in the run config, a name of the registry): the shape
 #: of its samples and its number of classes, from which the server builds the model without
@@ -104,7 +123,9 @@ class AppSettings:
         timeout: seconds to wait for one step's replies; clients that have not answered by
             then are left out of that round.
         wait_for_clients: seconds to wait at the start for all clients to connect.
-        out: folder for ``result.json`` and ``final.pt`` ("" writes nothing).
+        out: folder for ``result.json`` and ``final.pt`` ("" writes nothing), on the ServerApp's
+            machine: the ServerApp refuses, before the first message, a path at or under a file
+            or in a folder it may not write in; a folder that does not exist yet is made.
     """
 
     method: str = "MosT"
@@ -135,9 +156,30 @@ class AppSettings:
     def from_run_config(cls, run_config) -> "AppSettings":
         """The settings of a Flower run config (dashed keys), each value checked as an experiment
         file's are (:func:`most.config.build`: unknown keys with a suggestion, wrong types), and
-        every number the app reads checked for its range under its run-config key."""
-        values = {str(key).replace("-", "_"): value for key, value in dict(run_config).items()}
-        settings = build(cls, values, path="run-config")
+        every number the app reads checked for its range under its run-config key. Raises
+        :class:`RunConfigError`, naming the dashed key (``run-config.n-models: ...``)."""
+        try:
+            return cls._from_run_config(run_config)
+        except RunConfigError:
+            raise
+        except ValueError as exc:
+            raise RunConfigError(str(exc)) from None
+
+    @classmethod
+    def _from_run_config(cls, run_config) -> "AppSettings":
+        keys = {f.name: f.name.replace("_", "-") for f in dataclasses.fields(cls)}  # field -> run-config key
+        values = {}
+        for key, value in dict(run_config).items():
+            name = str(key).replace("-", "_")
+            if name not in keys:
+                raise RunConfigError(f"run-config.{key}: unknown key{did_you_mean(str(key), list(keys.values()))}. "
+                                     f"Allowed keys: {', '.join(keys.values())}.")
+            values[name] = value
+        try:
+            settings = build(cls, values, path="run-config")
+        except ConfigError as exc:  # it names the field ("run-config.n_models: ..."): name the key instead
+            raise RunConfigError(re.sub(r"^run-config\.(\w+)", lambda m: f"run-config.{keys.get(m[1], m[1])}",
+                                        str(exc))) from None
         # The library checks these again under its own names (n_models, model_shift, seed, ...), and
         # the data's only on the SuperNodes, where a bad value fails every client's load: checked here,
         # on the ServerApp before any message, under the key the run config spells.
@@ -227,11 +269,37 @@ def _load(context) -> ClientSpec:
     return ClientSpec(model=model, data=settings.data().clients[pid], client=pid)
 
 
+def _check_out(out: str) -> None:
+    """Refuses an ``out`` folder the ServerApp could not write at the end of the run: a path
+    at or under a file, or under a folder it may not write in (the folders that do not exist yet
+    are made at the end). Checked in the ServerApp, before any message: the SuperNodes read the
+    run config too, and ``out`` is a path on the ServerApp's machine."""
+    path = Path(out).expanduser().absolute()
+    existing = path
+    while not existing.exists() and existing.parent != existing:  # the nearest part that exists
+        existing = existing.parent
+    if path.exists() and not path.is_dir():
+        raise RunConfigError(f"`out` = {out!r} is a file, not a folder: choose a folder for result.json and "
+                             "final.pt.")
+    if not existing.is_dir():
+        raise RunConfigError(f"`out` = {out!r} is under {str(existing)!r}, which is a file, not a folder: choose "
+                             "a folder for result.json and final.pt.")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise RunConfigError(f"`out` = {out!r}: this ServerApp may not write in {str(existing)!r}; choose a folder "
+                             "it can write in.")
+
+
 def _main(grid, context) -> None:
+    _OneLineAppErrors.install()
     settings = AppSettings.from_run_config(context.run_config)
-    method, model, config = settings.build()
-    strategy = MostStrategy(method, model, config, n_clients=settings.num_clients, timeout=settings.timeout,
-                            wait_for_clients=settings.wait_for_clients)
+    if settings.out:
+        _check_out(settings.out)
+    try:
+        method, model, config = settings.build()
+        strategy = MostStrategy(method, model, config, n_clients=settings.num_clients, timeout=settings.timeout,
+                                wait_for_clients=settings.wait_for_clients)
+    except ValueError as exc:  # the settings, each valid, do not make a run (more models than clients, ...)
+        raise RunConfigError(f"The run config does not make a run: {exc}") from None
     tic = time.perf_counter()
     result = strategy.run(grid)
     seconds = time.perf_counter() - tic
@@ -251,10 +319,16 @@ def _main(grid, context) -> None:
           flush=True)
     if settings.out:  # final.pt: the arrays the experiment runner saves for an in-process run, and the predictors
         plans = [log.plan for log in result.history if log.plan is not None]
-        _write_result(Path(settings.out), summary, {
-            "params": result.params, "assignment": plans[-1] if plans else None,
-            "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy, "choice": result.choice,
-            **predictors})
+        tensors = {"params": result.params, "assignment": plans[-1] if plans else None,
+                   "val_accuracy": result.val_accuracy, "test_accuracy": result.test_accuracy,
+                   "choice": result.choice, **predictors}
+        try:
+            _write_result(Path(settings.out), summary, tensors)
+        except OSError as exc:  # checked at the start, but the folder can change in a long run: keep the results
+            kept = Path(tempfile.mkdtemp(prefix="most-flower-result-"))
+            _write_result(kept, summary, tensors)
+            raise AppError(f"Could not write the results to `out` = {settings.out!r} ({exc.strerror or exc}); they "
+                           f"were written to {str(kept)!r} instead.") from None
 
 
 def _predictors(result) -> dict:
@@ -275,6 +349,24 @@ def _write_result(out: Path, summary: dict, tensors: dict) -> None:
     torch.save(tensors, buffer)
     atomic_write_bytes(out / "final.pt", buffer.getvalue())
     atomic_write_text(out / "result.json", dumps(summary, indent=1) + "\n")
+
+
+class _OneLineAppErrors(logging.Filter):
+    """On Flower's logger: a record that carries an :class:`AppError` (Flower logs the exception
+    a ServerApp raised with its traceback) shows the error's message on its line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, AppError):
+            record.msg, record.args = f"{record.getMessage()}: {exc}", ()
+            record.exc_info, record.exc_text = None, None
+        return True
+
+    @classmethod
+    def install(cls) -> None:
+        flower = logging.getLogger("flwr")
+        if not any(isinstance(f, cls) for f in flower.filters):
+            flower.addFilter(cls())
 
 
 def _apps():

@@ -4,19 +4,103 @@
 for the clients and asks each node which client it holds; nodes that connect later, or come back
 under a new node id, are asked when they appear. Its :meth:`ClientNodes.send` keeps the good
 replies, by client.
+
+:class:`StoppableGrid` wraps the run's ``Grid`` so that a stop request (an interrupt of the
+process that runs the ServerApp's thread) ends the run between two exchanges and also while it
+waits for replies, raising :class:`RunStopped`.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from typing import Iterable
 
 from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.serverapp import Grid
 
 from . import protocol as P
 from .client import CLIENT_DATA_ERROR
 
-__all__ = ["ClientNodes", "message"]
+__all__ = ["ClientNodes", "RunStopped", "StoppableGrid", "message"]
+
+
+class RunStopped(RuntimeError):
+    """The run was asked to stop (:meth:`~most.flower.MostStrategy.stop`) before it finished."""
+
+
+class StoppableGrid(Grid):
+    """``grid``, whose exchanges raise :class:`RunStopped` once ``stop`` is set.
+
+    :meth:`send_and_receive` pushes the messages and pulls the replies itself, as Flower's grids
+    do, checking ``stop`` between pulls: an interrupted run ends within one pull interval (the
+    grid's ``pull_interval``, else 3 s, as Flower's grid over the network) rather than after the
+    step's timeout. A grid that delivers only whole exchanges (its ``push_messages`` raises
+    ``NotImplementedError``) is asked through its own ``send_and_receive``, with ``stop``
+    checked before and after.
+    """
+
+    def __init__(self, grid: Grid, stop: threading.Event):
+        self.grid, self.stop = grid, stop
+
+    def check(self) -> None:
+        """Raises :class:`RunStopped` if the run was asked to stop."""
+        if self.stop.is_set():
+            raise RunStopped("The run was stopped before it finished.")
+
+    # the Grid API, delegated
+    @property
+    def run(self):
+        return self.grid.run
+
+    def set_run(self, run):
+        self.grid.set_run(run)
+
+    def create_message(self, content, message_type, dst_node_id, group_id, ttl=None):
+        return self.grid.create_message(content, message_type, dst_node_id, group_id, ttl)
+
+    def get_node_ids(self):
+        return self.grid.get_node_ids()
+
+    def push_messages(self, messages):
+        return self.grid.push_messages(messages)
+
+    def pull_messages(self, message_ids):
+        return self.grid.pull_messages(message_ids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        self.check()
+        messages = list(messages)
+        if not messages:
+            return []
+        try:
+            pending = set(self.grid.push_messages(messages))
+        except NotImplementedError:
+            whole = list(self.grid.send_and_receive(messages, timeout=timeout))
+            self.check()
+            return whole
+        interval = float(getattr(self.grid, "pull_interval", 3.0))
+        end = None if timeout is None else time.monotonic() + timeout
+        replies: list[Message] = []
+        while True:
+            got = list(self.grid.pull_messages(pending))
+            replies.extend(got)
+            pending.difference_update(msg.metadata.reply_to_message_id for msg in got)
+            if not pending:
+                return replies
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return replies
+            if self.stop.wait(interval if left is None else min(interval, left)):
+                self.check()
+
+    def __getattr__(self, name: str):
+        # what else a grid has (e.g. InMemoryGrid.get_nodes), asked of the grid itself
+        if name == "grid":  # not set yet
+            raise AttributeError(name)
+        return getattr(self.grid, name)
+
 
 log = logging.getLogger("most.flower")
 
@@ -36,10 +120,13 @@ class ClientNodes:
         dim: the number of parameters the server's model has (a client's must match).
         timeout: seconds to wait for the replies of one exchange (``None``: for all).
         wait_for_clients: seconds to wait at the start for the n clients to connect.
+        stop: set to end the wait for the clients (:class:`RunStopped`).
     """
 
-    def __init__(self, n: int, dim: int, timeout: float | None, wait_for_clients: float, fixed: int | None = None):
+    def __init__(self, n: int, dim: int, timeout: float | None, wait_for_clients: float, fixed: int | None = None,
+                 stop: threading.Event | None = None):
         self.n, self.dim, self.timeout, self.wait_for_clients = n, dim, timeout, wait_for_clients
+        self.stop = stop if stop is not None else threading.Event()
         self.fixed = fixed  # the server model's FlatModel.fixed_digest(), compared with each node's
         self.node_of: dict[int, int] = {}  # client -> node id
         self.client_at: dict[int, int] = {}  # node id -> client
@@ -110,7 +197,8 @@ class ClientNodes:
         alike, e.g. on a setting of the run config they all read), else as none answered."""
         deadline = time.monotonic() + self.wait_for_clients
         while len(list(grid.get_node_ids())) < self.n and time.monotonic() < deadline:
-            time.sleep(0.5)
+            if self.stop.wait(0.5):
+                raise RunStopped("The run was stopped while it waited for the clients to connect.")
         nodes = list(grid.get_node_ids())
         failures: list[tuple[int, str]] = []
         counts = self.describe(grid, nodes, failures)

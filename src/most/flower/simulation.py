@@ -3,6 +3,11 @@
 The ServerApp runs :class:`~most.flower.MostStrategy`, the ClientApp
 :func:`~most.flower.make_client_app`, and Flower's Ray backend runs the clients'
 messages; the result is the same :class:`~most.flower.FlowerResult` as a deployment.
+
+Flower runs the ServerApp in a thread of its own, which an interrupt (Ctrl-C) of the caller's
+thread does not reach: :func:`run_simulation` then stops the strategy
+(:meth:`~most.flower.MostStrategy.stop`) before it re-raises, so that the thread ends and the
+process can exit.
 """
 
 from __future__ import annotations
@@ -22,7 +27,11 @@ from ..federated.config import FederatedConfig
 from .client import ClientSpec, make_client_app
 from .strategy import FlowerResult, MostStrategy
 
-__all__ = ["run_simulation", "OFFLINE_ENV"]
+__all__ = ["run_simulation", "OFFLINE_ENV", "STOP_WAIT"]
+
+#: Seconds an interrupted :func:`run_simulation` waits for the ServerApp's thread to end before it
+#: re-raises (the thread checks for the stop at least every pull interval, 0.1 s in simulation).
+STOP_WAIT = 30.0
 
 #: Environment for running Flower without a network and without telemetry.
 OFFLINE_ENV = {
@@ -50,7 +59,8 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
         dataset, model, method, config: as for :func:`most.federated.run_federated`.
         num_cpus: CPUs given to Ray, a positive int (``None``, the default: all); each virtual
             client uses one.
-        timeout: seconds to wait for one step's replies (see :class:`MostStrategy`).
+        timeout: seconds to wait for one step's replies, a positive number or ``None`` (see
+            :class:`MostStrategy`).
         progress, callback, description: as for ``run_federated`` (``callback(log, params)``
             after every round).
         verbose: keep Flower's and Ray's INFO logs (default: warnings only).
@@ -59,6 +69,9 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
         the :class:`FlowerResult`; with the same data, seed and settings its Gamma and
         accuracies match ``run_federated(..., FederatedConfig(pair_seeds=True, ...))``
         (``tests/flower/test_strategy.py`` checks this).
+
+    An interrupt (``KeyboardInterrupt``) while it runs stops the rounds in Flower's ServerApp
+    thread and is re-raised once that thread has ended (or after :data:`STOP_WAIT` seconds).
     """
     # imported here: flwr.simulation costs about a second, which every ClientApp process of a
     # deployment would otherwise pay through `import most.flower`
@@ -101,6 +114,11 @@ def run_simulation(dataset: FederatedDataset, model: FlatModel, method, config: 
     try:
         flwr_run_simulation(server_app, client_app, num_supernodes=dataset.n_clients, backend_config=backend,
                             verbose_logging=verbose)
+    except BaseException:
+        # an interrupt (or a failure of the engine) reaches this thread alone: Flower's ServerApp
+        # thread, which is not a daemon, would go on with the rounds and keep the process alive
+        strategy.stop(wait=STOP_WAIT)
+        raise
     finally:
         flwr_logger.setLevel(level)
         if own_temp is not None:

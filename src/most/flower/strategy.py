@@ -11,17 +11,24 @@ whose typed :class:`~most.federated.server.RoundState` this strategy carries bet
 2. ``aggregate_train``: the pairs' pseudo-gradients go to ``server.update`` (the method's combiner,
    then its update rule);
 3. ``aggregate_evaluate``: ``server.log`` records the round (its validation accuracy: the mean
-   over the clients of each one's best of the m models, also in the last round, where a mixing or
-   fine-tuning client scores a predictor of its own); the last one chooses each client's model as
-   the in-process runtime does (:meth:`most.federated.server.Server.choose`).
+   over the clients that answered the evaluation of each one's best of the m models, also in the
+   last round, where a mixing or fine-tuning client scores a predictor of its own); the last one
+   chooses each client's model as the in-process runtime does
+   (:meth:`most.federated.server.Server.choose`).
 
 **Faults.** Nodes that connect after the start (or come back under a new node id) are
 asked which client they hold and join from the next round. A client that errors or does
 not answer within ``timeout`` is left out of the round: without its loss row, Gamma is solved over the clients that answered, whose
 marginals the method renormalises (Uniform alpha is ``1/n'`` over the ``n'`` that
-answered); a missing training update drops its pairs from the aggregation. The run goes on
-and :attr:`FlowerResult.missing` says which clients were missing in which round. A round in
-which fewer clients than MosT's m answered leaves the models unchanged.
+answered); a missing training update drops its pairs from the aggregation; a missing
+evaluation leaves the client out of that round's logged validation accuracy (the mean over the
+clients that answered). The run goes on and :attr:`FlowerResult.missing` says which clients were
+missing in which round, whichever step they missed. A round in which fewer clients than MosT's m
+answered leaves the models unchanged.
+
+**Stopping.** :meth:`MostStrategy.stop` (called by :func:`most.flower.run_simulation` when the
+caller's thread is interrupted, e.g. by Ctrl-C) ends a run from another thread: the exchange in
+progress stops waiting and :meth:`MostStrategy.run` raises :class:`~most.flower.nodes.RunStopped`.
 
 Use it through :func:`most.flower.run_simulation` (Flower's simulation engine) or a ServerApp
 (:mod:`most.flower.app`) in a real deployment.
@@ -30,6 +37,7 @@ Use it through :func:`most.flower.run_simulation` (Flower's simulation engine) o
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
@@ -39,14 +47,15 @@ from flwr.app import MessageType, MetricRecord
 from flwr.serverapp.strategy import Strategy
 from torch import Tensor
 
+from .._validation import check_non_negative, check_positive
 from ..federated.methods import FederatedMethod
 from ..federated.models import FlatModel
 from ..federated.config import FederatedConfig, FederatedResult, RoundLog
 from ..federated.server import RoundState, Server
 from . import protocol as P
-from .nodes import ClientNodes, message
+from .nodes import ClientNodes, RunStopped, StoppableGrid, message
 
-__all__ = ["MostStrategy", "FlowerResult"]
+__all__ = ["MostStrategy", "FlowerResult", "RunStopped"]
 
 log = logging.getLogger("most.flower")
 
@@ -57,10 +66,15 @@ class FlowerResult(FederatedResult):
 
     The clients keep their predictions: ``test_probs`` is empty and
     :meth:`prediction_diversity` (the field ``prediction_kl``) is the pooled mean the clients
-    reported as sums.
-    ``missing`` maps a round to the ids of the clients that did not answer in it
-    (``"final"`` for the last evaluation); ``accuracy`` rows of clients missing at the end
-    are NaN. ``selection_loss`` (for :attr:`loss_choice`) is what the clients reported at the
+    reported as sums: the m models' diversity on each client's test inputs, as in process. It is
+    NaN for a personal method (:class:`~most.federated.methods.LocalOnly`,
+    :class:`~most.federated.methods.FineTuning`): in process it compares the n clients' own
+    models on every client's test inputs, and on Flower no client holds another's model, so it
+    is not measured (a client alone would report 0, a diversity it never had the means to see).
+    ``missing`` maps a round to the ids of the clients that did not answer in it, whether they
+    missed its query, its training or its evaluation (``"final"`` for the last evaluation); a
+    round's logged ``val_accuracy`` is the mean over the clients that answered its evaluation.
+    ``accuracy`` rows of clients missing at the end are NaN. ``selection_loss`` (for :attr:`loss_choice`) is what the clients reported at the
     final evaluation: NaN rows for the missing ones, who then get model 0, as with ``choice``.
     A client that answered but has no validation sample is chosen by its lowest training loss,
     as in :func:`~most.federated.run_federated`.
@@ -95,11 +109,15 @@ class MostStrategy(Strategy):
             are always per pair (``pair_seeds``).
         n_clients: n, the number of clients; each ClientApp reports its index ``0 .. n - 1``.
         client_ids: names for reports (default ``"0" .. "n-1"``).
-        timeout: seconds to wait for the replies of one step (query, train or evaluate);
-            clients not answered by then are missing for that step. ``None`` waits for all.
-        wait_for_clients: seconds to wait at the start for all n clients to connect; the run
-            starts with those that did (at least m for MosT), and fails if none did.
+        timeout: seconds to wait for the replies of one step (query, train or evaluate), a
+            positive number; clients not answered by then are missing for that step. ``None``
+            waits for all.
+        wait_for_clients: seconds to wait at the start for all n clients to connect, a
+            non-negative number; the run starts with those that did (at least m for MosT), and
+            fails if none did.
         progress: a tqdm bar over the rounds.
+
+    :meth:`stop`, from another thread, ends a run in progress (:class:`RunStopped`).
     """
 
     def __init__(self, method, model: FlatModel, config: FederatedConfig, *, n_clients: int,
@@ -115,8 +133,13 @@ class MostStrategy(Strategy):
             raise ValueError(f"`n_clients` must be a positive int; got {n_clients!r}.")
         if client_ids is not None and len(client_ids) != n_clients:
             raise ValueError(f"{len(client_ids)} client ids for {n_clients} clients.")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"`timeout` must be positive seconds or None; got {timeout}.")
+        # checked here: a string or a negative number would otherwise fail, or wait for ever, mid-run
+        if timeout is not None:
+            try:
+                timeout = check_positive(timeout, name="timeout")
+            except ValueError as exc:
+                raise ValueError(f"{exc} It is seconds, or None to wait for every reply.") from None
+        wait_for_clients = check_non_negative(wait_for_clients, name="wait_for_clients")
         method.check(n_clients)
         self._loss_config = P.loss_config(method.plan_loss())  # refuses a loss the clients cannot compute
         self.method, self.model, self.config, self.n = method, model, config, n_clients
@@ -128,9 +151,14 @@ class MostStrategy(Strategy):
         self.server.params = self.server.params.float()
         self.missing: dict = {}
         self.messages: list = []  # (round, kind, client, model indices sent) for audits
-        self.nodes = ClientNodes(n_clients, model.dim, timeout, wait_for_clients, fixed=model.fixed_digest())
+        self._stop = threading.Event()  # set by stop(): the run ends at its next exchange
+        self._idle = threading.Event()  # clear while run() runs
+        self._idle.set()
+        self.nodes = ClientNodes(n_clients, model.dim, timeout, wait_for_clients, fixed=model.fixed_digest(),
+                                 stop=self._stop)
         self._round: RoundState | None = None
         self._sent: dict[int, list[int]] = {}  # client -> models sent to train this round
+        self._evaluated: list[int] = []  # the clients sent this round's evaluation
         self._tic = 0.0
         self._final: dict | None = None
         self._grid = None
@@ -258,6 +286,7 @@ class MostStrategy(Strategy):
 
     def configure_evaluate(self, server_round, arrays, config, grid):
         t = server_round - 1
+        self._evaluated = []
         if not self.server.evaluate_due(t):
             return []
         msgs = []
@@ -276,6 +305,7 @@ class MostStrategy(Strategy):
             msgs.append(message(MessageType.EVALUATE, node, {P.CONFIG: cfg,
                                                                   P.MODELS: self._models_record(self.params[models])}))
             self._record(t, "evaluate", c, models)
+            self._evaluated.append(c)
         return msgs
 
     def aggregate_evaluate(self, server_round, replies):
@@ -283,6 +313,7 @@ class MostStrategy(Strategy):
         t = state.round
         val_acc = None
         out = None
+        missing = set(state.missing)
         if self.server.evaluate_due(t):
             nan = float("nan")
             final = t + 1 == self.config.rounds
@@ -326,18 +357,28 @@ class MostStrategy(Strategy):
                            "mixture": self.server.mixture() if mixes else None, "one_column": one_column,
                            "fine_tuned_from": tuned_from if final and self.method.fine_tune_epochs else None,
                            "missing": sorted(set(range(self.n)) - answered),
-                           "prediction_kl": div_sum / div_count if div_count else nan}
+                           # a personal method's predictors are the n clients' own models, which no
+                           # client sees together: their diversity is not measured (not a 0 from one model)
+                           "prediction_kl": nan if self.method.personal or not div_count else div_sum / div_count}
+            # the round's accuracy is the mean over the clients that answered (those with a score);
+            # the others are missing for this round. The last evaluation's are missing["final"].
+            unanswered = sorted(set(self._evaluated) - answered)
+            if unanswered and not final:
+                missing.update(unanswered)
+                log.warning("Round %d: %d clients did not answer the evaluation, %s; the round's validation "
+                            "accuracy is the mean over the %d that did.", t, len(unanswered),
+                            [self.client_ids[c] for c in unanswered], len(answered))
             val_acc = float(models_val.nan_to_num(-1.0).max(1).values[~models_val.isnan().all(1)].mean())
-            out = MetricRecord({"val-accuracy": val_acc})
+            out = MetricRecord({"val-accuracy": val_acc, "clients": len(answered)})
         self.server.log(state, val_acc)
-        if state.missing:
-            self.missing[t] = [self.client_ids[c] for c in state.missing]
+        if missing:
+            self.missing[t] = [self.client_ids[c] for c in sorted(missing)]
             log.warning("Round %d: missing clients %s", t, self.missing[t])
         if self._callback is not None:
             self._callback(self.history[-1], self.params)
         if self._bar is not None:
             self._bar.update(1)
-            self._bar.set_postfix({"loss": f"{self.history[-1].train_loss:.3f}", "missing": len(state.missing)},
+            self._bar.set_postfix({"loss": f"{self.history[-1].train_loss:.3f}", "missing": len(missing)},
                                   refresh=False)
         return out
 
@@ -348,19 +389,30 @@ class MostStrategy(Strategy):
     def run(self, grid, *, callback: Callable[[RoundLog, Tensor], None] | None = None,
             description: str | None = None) -> FlowerResult:
         """Runs ``config.rounds`` rounds over ``grid`` (in a ServerApp's ``main``) and returns
-        the result; ``callback(log, params)`` after every round, as in ``run_federated``."""
+        the result; ``callback(log, params)`` after every round, as in ``run_federated``.
+        Raises :class:`RunStopped` when :meth:`stop` ends the run."""
         from tqdm.auto import tqdm
 
         self._callback = callback
         self._bar = tqdm(total=self.config.rounds, desc=description or f"{type(self.method).__name__} on Flower",
                          disable=not self.progress, leave=False)
+        self._idle.clear()
         try:
-            self.start(grid, self._models_record(self.params), num_rounds=self.config.rounds,
-                       timeout=self.timeout if self.timeout is not None else 3600.0)
+            self.start(StoppableGrid(grid, self._stop), self._models_record(self.params),
+                       num_rounds=self.config.rounds, timeout=self.timeout if self.timeout is not None else 3600.0)
         finally:
             self._bar.close()
             self._bar = None
+            self._idle.set()
         return self.result()
+
+    def stop(self, wait: float = 0.0) -> bool:
+        """Asks the run to stop, from any thread: the run ends at its next exchange with the
+        clients, or at once if it is waiting for replies (:meth:`run` raises :class:`RunStopped`);
+        a run not started yet stops at its first. Waits up to ``wait`` seconds for :meth:`run` to
+        return; returns whether no run is in progress."""
+        self._stop.set()
+        return self._idle.wait(wait)
 
     def result(self) -> FlowerResult:
         """The result of a finished run."""
