@@ -94,7 +94,8 @@ def test_data_that_follows_the_run_seed_is_compared_by_its_resolved_path(places,
     table = with_(FEMNIST, data={"name": "femnist", "path": "data/femnist"})  # each run's own validation split
     root = _run_in(monkeypatch, places["A"], table, places["out"])
     with pytest.raises(ConfigError, match=r"seed0 is a finished run of 'FedAvg' made on other data .*then 'femnist' "
-                                          r"from .*A/data/femnist; now 'femnist' from .*B/data/femnist\)"):
+                                          r"from .*A/data/femnist; now 'femnist' from .*B/data/femnist\) \(the data follows the run "
+                                          r"seed, so runs of other seeds are compared by the folder"):
         _run_in(monkeypatch, places["B"], with_(table, seeds=[1]), places["out"])
     _run_in(monkeypatch, places["A"], with_(table, seeds=[1]), places["out"])  # the same folder: joins
     assert summary_table(root)["groups"]["FedAvg"]["mean"][2] == 2

@@ -26,6 +26,7 @@ pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'mo
 import most.federated as fl  # noqa: E402
 from most.federated import methods as F  # noqa: E402
 from most.flower import ClientSpec, MostStrategy, RunStopped, make_client_app  # noqa: E402
+from most.flower.nodes import StoppableGrid  # noqa: E402
 
 from tests.flower._grid import LocalGrid, PolledGrid  # noqa: E402
 
@@ -191,3 +192,10 @@ def test_ctrl_c_ends_a_flower_simulation(tmp_path):
     assert "interrupted" in rest
     # a round or two may end while the interrupt reaches the thread, not the 298 left
     assert sum(line.startswith("round") for line in rest.splitlines()) <= 3, rest
+
+
+def test_the_stoppable_grid_asks_the_wrapped_grid_for_its_nodes(data, model):
+    """Grid defines get_nodes itself, so the wrapper must pass it on (attribute lookup would not)."""
+    grid = PolledGrid(_app(data, model), N)
+    grid.get_nodes = lambda: ["the wrapped grid's own"]
+    assert list(StoppableGrid(grid, threading.Event()).get_nodes()) == ["the wrapped grid's own"]

@@ -353,10 +353,12 @@ def _refusal(folder: RunFolder, what: str, diffs: list[str], stored: dict, made:
     """The one-line refusal of a stored run that does not belong with this file's runs."""
     if on_other_data(diffs):
         digest = DATA_DIGEST in diffs  # else the data is each run's own (its seed's): judged by its path
+        how = "" if digest else (" (the data follows the run seed, so runs of other seeds are compared by the folder "
+                                 "the data was read from: the same files under another path count as other data)")
         return ConfigError(
             f"{folder.path} {what} made on other data than this file's runs read now (then {describe_data(stored, digest)}; "
-            f"now {describe_data(made, digest)}). Give data.path the data the runs were made with (a relative path is read "
-            "from the working folder), or write to another --out, or rename the experiment (`name = ...`).")
+            f"now {describe_data(made, digest)}){how}. Give data.path the data the runs were made with (a relative path "
+            "is read from the working folder), or write to another --out, or rename the experiment (`name = ...`).")
     return ConfigError(
         f"{folder.path} {what} made with a different configuration (differs in: {', '.join(diffs[:5])}); the "
         "report would average it with this file's runs. Rename the experiment (`name = ...`), write to another "

@@ -157,7 +157,8 @@ class AppSettings:
         """The settings of a Flower run config (dashed keys), each value checked as an experiment
         file's are (:func:`most.config.build`: unknown keys with a suggestion, wrong types), and
         every number the app reads checked for its range under its run-config key. Raises
-        :class:`RunConfigError`, naming the dashed key (``run-config.n-models: ...``)."""
+        :class:`RunConfigError` naming the dashed key (``run-config.n-models: expected an integer ...``
+        for a wrong kind, ```n-models` must be an int >= 1 ...`` for a value out of range)."""
         try:
             return cls._from_run_config(run_config)
         except RunConfigError:

@@ -63,6 +63,9 @@ class StoppableGrid(Grid):
     def get_node_ids(self):
         return self.grid.get_node_ids()
 
+    def get_nodes(self):
+        return self.grid.get_nodes()
+
     def push_messages(self, messages):
         return self.grid.push_messages(messages)
 
@@ -96,7 +99,7 @@ class StoppableGrid(Grid):
                 self.check()
 
     def __getattr__(self, name: str):
-        # what else a grid has (e.g. InMemoryGrid.get_nodes), asked of the grid itself
+        # what else a grid has (attributes Grid does not define), asked of the grid itself
         if name == "grid":  # not set yet
             raise AttributeError(name)
         return getattr(self.grid, name)

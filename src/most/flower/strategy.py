@@ -136,10 +136,10 @@ class MostStrategy(Strategy):
         # checked here: a string or a negative number would otherwise fail, or wait for ever, mid-run
         if timeout is not None:
             try:
-                timeout = check_positive(timeout, name="timeout")
+                timeout = check_positive(timeout, name="timeout", allow_inf=True)
             except ValueError as exc:
                 raise ValueError(f"{exc} It is seconds, or None to wait for every reply.") from None
-        wait_for_clients = check_non_negative(wait_for_clients, name="wait_for_clients")
+        wait_for_clients = check_non_negative(wait_for_clients, name="wait_for_clients", allow_inf=True)
         method.check(n_clients)
         self._loss_config = P.loss_config(method.plan_loss())  # refuses a loss the clients cannot compute
         self.method, self.model, self.config, self.n = method, model, config, n_clients
