@@ -94,3 +94,11 @@ class PolledGrid(LocalGrid):
 
     def pull_messages(self, message_ids):
         return [self._replies.pop(i) for i in list(message_ids) if i in self._replies]
+
+
+def client_app(data, model):
+    """A ClientApp that serves client ``partition-id`` of ``data`` with ``model``."""
+    from most.flower import ClientSpec, make_client_app
+
+    return make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
+                                                  int(ctx.node_config["partition-id"])))

@@ -25,10 +25,10 @@ pytest.importorskip("flwr", reason="Flower is an optional extra: pip install 'mo
 
 import most.federated as fl  # noqa: E402
 from most.federated import methods as F  # noqa: E402
-from most.flower import ClientSpec, MostStrategy, RunStopped, make_client_app  # noqa: E402
+from most.flower import MostStrategy, RunStopped, make_client_app  # noqa: E402
 from most.flower.nodes import StoppableGrid  # noqa: E402
 
-from tests.flower._grid import LocalGrid, PolledGrid  # noqa: E402
+from tests.flower._grid import LocalGrid, PolledGrid, client_app as _app  # noqa: E402
 
 N = 4
 
@@ -41,11 +41,6 @@ def data():
 @pytest.fixture(scope="module")
 def model():
     return fl.logistic_regression(60, 10)
-
-
-def _app(data, model):
-    return make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
-                                                  int(ctx.node_config["partition-id"])))
 
 
 def _config(**kw):

@@ -23,7 +23,7 @@ from most.federated import methods as F  # noqa: E402
 from most.flower import ClientSpec, MostStrategy, client_losses, client_train, make_client_app  # noqa: E402
 from most.flower import protocol  # noqa: E402
 
-from tests.flower._grid import LocalGrid  # noqa: E402
+from tests.flower._grid import LocalGrid, client_app as _app  # noqa: E402
 
 N = 12
 
@@ -36,11 +36,6 @@ def data():
 @pytest.fixture(scope="module")
 def model():
     return fl.logistic_regression(60, 10)
-
-
-def _app(data, model):
-    return make_client_app(lambda ctx: ClientSpec(model, data.clients[int(ctx.node_config["partition-id"])],
-                                                  int(ctx.node_config["partition-id"])))
 
 
 def _config(**kw):
