@@ -218,3 +218,20 @@ def test_the_rule_takes_a_problem_seed_for_fixed_or_for_each_runs_own_never_a_mi
     assert (not any(found)) == same
     if not same:
         assert "problem.seed" in next(d for d in found if d)
+
+
+def test_data_read_through_the_environment_variable_records_its_folder_and_is_compared_by_it(places, monkeypatch):
+    # no [data] path and no [data] seed: each run's data follows its seed, so runs of other seeds
+    # are compared by the folder the loader read, here found through MOST_FEMNIST
+    table = with_(FEMNIST, data={"name": "femnist"})
+    monkeypatch.setenv("MOST_FEMNIST", str(places["A"] / "data" / "femnist"))
+    root = _run_in(monkeypatch, places["A"], table, places["out"])
+    stored = json.loads((root / "runs" / "FedAvg" / "seed0" / "config.json").read_text())
+    assert stored[DATA_PATH] == str((places["A"] / "data" / "femnist").resolve())
+    monkeypatch.setenv("MOST_FEMNIST", str(places["B"] / "data" / "femnist"))
+    with pytest.raises(ConfigError, match=r"made on other data .*from .*A/data/femnist; now 'femnist' from "
+                                          r".*B/data/femnist"):
+        _run_in(monkeypatch, places["B"], with_(table, seeds=[1]), places["out"])
+    monkeypatch.setenv("MOST_FEMNIST", str(places["A"] / "data" / "femnist"))
+    _run_in(monkeypatch, places["B"], with_(table, seeds=[1]), places["out"])  # the same folder: joins
+    assert summary_table(root)["groups"]["FedAvg"]["mean"][2] == 2

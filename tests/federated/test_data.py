@@ -423,7 +423,10 @@ def test_femnist_env_variable(tmp_path, monkeypatch):
     _write(tmp_path / "train" / "a.json", _leaf_blob({"w1": (2, [0, 1])}), True)
     _write(tmp_path / "test" / "a.json", _leaf_blob({"w1": (1, [2])}), True)
     monkeypatch.setenv("MOST_FEMNIST", str(tmp_path))
-    assert load_femnist().client_ids == ("w1",)
+    data = load_femnist()
+    assert data.client_ids == ("w1",)
+    assert data.source == str(tmp_path.resolve())  # the folder the variable gave, whoever asks
+    assert data.subset([0]).source == data.source
     monkeypatch.delenv("MOST_FEMNIST")
     with pytest.raises(FileNotFoundError, match="MOST_FEMNIST is not set"):
         load_femnist()
@@ -543,7 +546,9 @@ def test_digest_names_the_data_not_where_it_was_read_from(tmp_path):
     _tiny_fashion(tmp_path / "a")
     shutil.copytree(tmp_path / "a", tmp_path / "b")
     one = load_fashion_mnist(tmp_path / "a", n_clients=3, concentration=100.0, seed=1)
-    assert load_fashion_mnist(tmp_path / "b", n_clients=3, concentration=100.0, seed=1).digest() == one.digest()
+    other = load_fashion_mnist(tmp_path / "b", n_clients=3, concentration=100.0, seed=1)
+    assert other.digest() == one.digest()
+    assert (one.source, other.source) == (str((tmp_path / "a").resolve()), str((tmp_path / "b").resolve()))
     assert re.fullmatch(r"[0-9a-f]{16}", one.digest())
     # another seed, another split, another label, another client set: another digest
     assert load_fashion_mnist(tmp_path / "a", n_clients=3, concentration=100.0, seed=2).digest() != one.digest()

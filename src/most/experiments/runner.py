@@ -152,7 +152,8 @@ def _prepare(run: RunSpec, folder: RunFolder, checkpoint_every: int, data_cache:
     objects = _load(run, data_cache if data_cache is not None else {})
     config = dict(run.config, label=run.label, group=run.group, kind=run.kind, sweep=run.sweep,
                   run_seed_in=list(run.run_seed_in),
-                  **_data_identity(run, objects["data"].digest() if "data" in objects else None),
+                  **(_data_identity(run, *_identity_of(objects["data"])) if "data" in objects
+                     else _data_identity(run, None)),
                   resolved=to_plain({k: v for k, v in objects.items() if k in ("method", "config")}),
                   versions=_versions())
     folder.write_config(config)
@@ -187,16 +188,25 @@ def fingerprint(run: RunSpec) -> dict:
     return {"config": json.loads(dumps(run.config)), "group": run.group, "seed": run.seed}
 
 
-def _data_identity(run: RunSpec, digest: str | None) -> dict:
+def _data_identity(run: RunSpec, digest: str | None, source: str | None = None) -> dict:
     """What ``config.json`` records of the data beside its table: the loaded data's ``digest``
-    (where known) and ``data.path`` resolved (from the working folder, for a relative one)."""
+    (where known) and the folder it was read from: ``data.path`` resolved (from the working
+    folder, for a relative one), else the loaded data's ``source`` (the folder its loader found
+    through an environment variable)."""
     out: dict = {}
     path = run.config.get("data", {}).get("path") if run.kind == FEDERATED else None
     if isinstance(path, str):
         out[DATA_PATH] = os.path.realpath(os.path.expanduser(path))
+    elif isinstance(source, str):
+        out[DATA_PATH] = source
     if digest is not None:
         out[DATA_DIGEST] = digest
     return out
+
+
+def _identity_of(data) -> tuple[str, str | None]:
+    """``(digest, source)`` of a loaded federated data set: what :func:`_data_identity` records."""
+    return data.digest(), data.source
 
 
 
@@ -337,15 +347,16 @@ def _made(run: RunSpec, digests: dict, seed=None) -> dict:
     """``run``'s configuration as its file makes the run of ``seed`` (default: ``run``'s own),
     as ``config.json`` records it: with its kind, ``seed`` as the seed of the tables that take the
     run's (:attr:`RunSpec.run_seed_in`), and the data's identity (its digest where it is loaded in
-    ``digests``, or the same for every seed). A stored run of that seed made from the same file,
-    on the same data, has the same."""
+    ``digests``, or the same for every seed; the folder it was read from, which is every seed's).
+    A stored run of that seed made from the same file, on the same data, has the same."""
     config = dict(json.loads(dumps(run.config)), kind=run.kind)
     if seed is not None and seed != run.seed:
         config["seed"] = seed
         for table in run.run_seed_in:
             config[table] = dict(config[table], seed=seed)
     same_data = seed is None or seed == run.seed or "data" not in run.run_seed_in
-    config.update(_data_identity(run, digests.get(data_key(run)) if same_data else None))
+    digest, source = digests.get(data_key(run), (None, None))
+    config.update(_data_identity(run, digest if same_data else None, source))
     return config
 
 
@@ -435,7 +446,7 @@ def _check_other_groups(experiment: Experiment, root: Path, digests: dict, *, da
 
 
 def _digests_of_kept_runs(folders: list[tuple[RunSpec, RunFolder]], todo: list[RunSpec], cache: dict) -> dict:
-    """The digests of the data read from files by this file's finished runs (kept, not made
+    """The ``(digest, source)`` of the data read from files by this file's finished runs (kept, not made
     again), where their ``config.json`` records the digest of the data they were made on: each
     such data set loaded once, one at a time (the data of the runs to make is loaded by
     :func:`~most.experiments.spec.check_runs`)."""
@@ -451,7 +462,7 @@ def _digests_of_kept_runs(folders: list[tuple[RunSpec, RunFolder]], todo: list[R
         if key not in cache:
             cache.clear()  # one data set in memory at a time
             cache[key] = run.load_data()
-        digests[key] = cache[key]["data"].digest()
+        digests[key] = _identity_of(cache[key]["data"])
     return digests
 
 

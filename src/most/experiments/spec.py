@@ -512,7 +512,8 @@ def check_runs(experiment: Experiment, runs=None, *, cache: dict | None = None,
     Each distinct data set or problem is loaded once, one at a time. Raises :class:`ConfigError`
     naming the run's group and the method's table. With ``cache`` (the runner's one-entry data
     cache), a data set found there is not loaded again, and the last one loaded is left there.
-    With ``digests``, each federated data set's digest is recorded there, by :func:`data_key`.
+    With ``digests``, each federated data set's ``(digest, source)`` is recorded there, by
+    :func:`data_key`.
     """
     by_source: dict[str, list[RunSpec]] = {}
     for run in experiment.runs if runs is None else runs:
@@ -520,7 +521,7 @@ def check_runs(experiment: Experiment, runs=None, *, cache: dict | None = None,
     for key, group in by_source.items():
         loaded = cache[key] if cache is not None and key in cache else group[0].load_data()
         if digests is not None and "data" in loaded:
-            digests[key] = loaded["data"].digest()
+            digests[key] = (loaded["data"].digest(), loaded["data"].source)
         for run in group:
             objects = {**run.build_without_data(), **loaded}
             try:

@@ -194,6 +194,10 @@ class FederatedDataset:
             cluster structure (rotated or relabelled groups), else ``None``. The methods never
             read it; an oracle baseline (:class:`most.federated.methods.Oracle`) and the
             benchmarks' recovery scores do.
+        source: the folder the data was read from (absolute), for data loaded from files
+            (:func:`~most.federated.load_femnist`, :func:`~most.federated.load_fashion_mnist`,
+            whichever of their ``path`` argument or environment variable gave it), else ``None``.
+            Not part of :meth:`digest`: the same files in two folders are the same data.
 
     The constructor checks that every client's features have shape ``input_shape``, that
     every label is in range and that every client has at least one training sample
@@ -207,6 +211,7 @@ class FederatedDataset:
     input_shape: tuple[int, ...]
     client_ids: tuple[str, ...]
     groups: tuple[int, ...] | None = None
+    source: str | None = None
 
     def __post_init__(self) -> None:
         clients = tuple(self.clients)
@@ -272,6 +277,7 @@ class FederatedDataset:
         input_shape: Sequence[int] | None = None,
         min_train: int = 1,
         groups: Sequence[int] | None = None,
+        source: str | None = None,
     ) -> "FederatedDataset":
         """Builds a data set, leaving out (with a warning) clients with too little training data.
 
@@ -330,7 +336,7 @@ class FederatedDataset:
                 raise ValueError(f"{name!r}: a federated data set needs at least one client; got none.")
             input_shape = kept[0].input_shape
         return cls(name=name, clients=kept, n_classes=n_classes, input_shape=tuple(input_shape),
-                   client_ids=kept_ids, groups=groups)
+                   client_ids=kept_ids, groups=groups, source=source)
 
     # ------------------------------------------------------------------ shape
     @property
@@ -391,6 +397,7 @@ class FederatedDataset:
             input_shape=self.input_shape,
             client_ids=tuple(self.client_ids[i] for i in idx),
             groups=None if self.groups is None else tuple(self.groups[i] for i in idx),
+            source=self.source,
         )
 
     def _positions(self, indices) -> list[int]:

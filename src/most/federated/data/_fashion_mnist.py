@@ -190,7 +190,7 @@ def load_fashion_mnist(
     relabel = label_groups_of(label_groups, n_clients, seed)
     if relabel is not None and max(turns) > 0:
         raise ValueError("Give `rotations` (image groups) or `label_groups` (concept groups), not both.")
-    x_all, y_all = _read_fashion(path)
+    x_all, y_all, directory = _read_fashion(path)
     rng = numpy_rng(seed)
     pool = _pool(len(y_all), n_clients, samples_per_client, rng)
     parts = dirichlet_label_split(y_all[pool], n_clients, concentration, seed=rng)
@@ -211,13 +211,15 @@ def load_fashion_mnist(
         client_ids=[f"client_{k:0{max(width, 3)}d}" for k in range(n_clients)],
         input_shape=(1, 28, 28),
         groups=groups,
+        source=os.path.realpath(directory),
     )
     sizes = data.sizes("all")
     return check_splits_filled(data, split, f"clients of {min(sizes)} to {max(sizes)} samples")
 
 
-def _read_fashion(path: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray]:
-    """The official train and test images (``uint8`` ``[N, 28, 28]``) and labels, pooled."""
+def _read_fashion(path: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarray, Path]:
+    """The official train and test images (``uint8`` ``[N, 28, 28]``) and labels, pooled, and the
+    folder they were read from."""
     directory, source = _resolve_dir(path, FASHION_MNIST_ENV, "Fashion-MNIST data", _FASHION_HOW,
                                      default=FASHION_MNIST_DEFAULT_DIR)
     candidates = {name: _fashion_file(directory, name) for name in _FASHION_FILES}
@@ -240,7 +242,7 @@ def _read_fashion(path: str | os.PathLike | None) -> tuple[np.ndarray, np.ndarra
             raise ValueError(f"{found[lab_name]}: labels must be in 0 .. 9; found {int(lab.max())}.")
         images.append(img)
         labels.append(lab)
-    return np.concatenate(images), np.concatenate(labels)
+    return np.concatenate(images), np.concatenate(labels), directory
 
 
 def _pool(n_images: int, n_clients: int, samples_per_client: int | None, rng: np.random.Generator) -> np.ndarray:

@@ -186,7 +186,7 @@ def load_femnist(
         name += " (label groups " + "/".join(str(int(v)) for v in label_groups) + ")"
     return FederatedDataset.from_clients(
         clients, name=name, n_classes=_FEMNIST_CLASSES, client_ids=writers, input_shape=_FEMNIST_SHAPE,
-        min_train=min_train, groups=None if relabel is None else relabel[0],
+        min_train=min_train, groups=None if relabel is None else relabel[0], source=os.path.realpath(directory),
     )
 
 
