@@ -285,7 +285,8 @@ class FederatedDataset:
         ``UserWarning`` names them (and their split sizes). ``client_ids`` defaults to
         ``client_0``, ``client_1``, ... (positions in ``clients``); ``input_shape`` to the
         shape of the first client's samples; ``groups`` (one per client in ``clients``) keeps
-        the groups of the clients that stay. ``ValueError`` if no client is left.
+        the groups of the clients that stay; ``source`` is the folder the clients were read from
+        (:attr:`source`). ``ValueError`` if no client is left.
 
         >>> import torch, warnings
         >>> full = ClientData(torch.zeros(3, 2), torch.zeros(3), torch.zeros(1, 2), torch.zeros(1),
