@@ -643,6 +643,9 @@ def test_problems_and_baselines_refuse_bad_values_where_they_are_given():
         for seed in (1.5, True, -1, 2**64):
             with pytest.raises(ValueError, match=r"`seed` must be an int in \[0, 2\*\*64\)"):
                 build(seed=seed)
+    with pytest.raises(ValueError, match=r"`n_groups` \(3\) must be at most `n_objectives` \(2\)"):
+        mixed_regression(n_objectives=2, n_groups=3)  # group 2 would hold a hidden model no data comes from
+    assert mixed_regression(n_objectives=3, n_groups=3).betas.shape[0] == 3
     assert torch.equal(quadratic_clusters(seed=np.int64(3)).loss_matrix(torch.zeros(1, 2)),
                        quadratic_clusters(seed=3).loss_matrix(torch.zeros(1, 2)))
     a, b = zafar_synthetic(50, disc_factor=np.float32(0.5), seed=1), zafar_synthetic(50, disc_factor=0.5, seed=1)

@@ -30,8 +30,8 @@ def test_a_hypervolume_keeps_its_value_and_outside_count_through_copy_and_pickle
     assert float(again) == float(hv) == 0.3125 and again.outside == 1
 
 
-@pytest.mark.parametrize("scale", [1e160, 1e300])
-def test_the_recovery_error_of_models_whose_distances_overflow_float64_scales_with_them(scale):
+@pytest.mark.parametrize("scale", [1e160, 1e300, 1e-160, 1e-200, 1e-300])
+def test_the_recovery_error_of_models_whose_distances_overflow_or_underflow_float64_scales_with_them(scale):
     est = np.array([[1.0, 0.0], [0.0, 0.5], [3.0, 3.0]])
     true = np.array([[0.0, 0.0], [-1.0, 0.5]])
     small = recovery_error(est, true)
@@ -41,10 +41,18 @@ def test_the_recovery_error_of_models_whose_distances_overflow_float64_scales_wi
         big = recovery_error(est * scale, true * scale)
         # fewer estimates than true models: the unmatched one is charged its nearest estimate's distance
         fewer = recovery_error(est[:1] * scale, true * scale)
-    assert big == pytest.approx(small * scale, rel=1e-12)
-    assert fewer == pytest.approx(recovery_error(est[:1], true) * scale, rel=1e-12)
+    assert big == pytest.approx(small * scale, rel=1e-12, abs=0)
+    assert fewer == pytest.approx(recovery_error(est[:1], true) * scale, rel=1e-12, abs=0)
 
 
 def test_a_recovery_error_too_large_for_float64_is_refused_with_the_fix():
     with pytest.raises(ValueError, match=r"recovery error overflows float64.*Rescale `estimated` and `true`"):
         recovery_error([[1.7e308, 0.0]], [[-1.7e308, 0.0]])
+
+
+def test_worst_fraction_mean_refuses_a_string_for_larger_is_worse():
+    from most.metrics import worst_fraction_mean
+
+    assert worst_fraction_mean([1.0, 5.0, 2.0, 4.0], 0.5, larger_is_worse=False) == 1.5
+    with pytest.raises(TypeError, match="`larger_is_worse` must be True or False"):
+        worst_fraction_mean([1.0, 5.0, 2.0, 4.0], 0.5, larger_is_worse="false")

@@ -365,3 +365,24 @@ def test_widening_for_the_legend_works_on_any_backends_canvas():
     widen_for_legend(fig, ax)
     assert fig.get_size_inches()[0] > 4.0
 
+
+
+@pytest.mark.parametrize("draw", [
+    lambda v: plots.curves({"A": v}, log="no"),
+    lambda v: plots.profile({"A": v}, percent="no"),
+    lambda v: plots.profile({"A": v}, higher_is_better="false"),
+    lambda v: plots.assignment_heatmap(torch.eye(3) / 3, sort="no"),
+    lambda v: plots.grouped_bars({"A": {"x": 1.0}}, ["x"], percent="no"),
+])
+def test_a_string_for_an_on_off_setting_is_refused(draw):
+    # "no" and "false" are true strings: taken as given they draw the opposite of what was meant
+    with pytest.raises(TypeError, match="must be True or False"):
+        draw([1.0, 2.0, 3.0])
+
+
+def test_tensors_that_require_grad_are_drawn_as_their_values():
+    v = torch.tensor([3.0, 1.0, 2.0], requires_grad=True)
+    pts = torch.tensor([[0.2, 0.8], [0.7, 0.3]], requires_grad=True)
+    for fig in (plots.per_objective_bars({"A": v}, ylabel="loss"), plots.pareto_fronts({"A": pts}),
+                plots.hypervolume_areas({"A": pts}, reference=[1.1, 1.1])):
+        plt.close(fig)

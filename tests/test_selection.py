@@ -271,3 +271,12 @@ def test_a_count_no_plan_can_serve_is_refused_before_any_fit(monkeypatch):
     with pytest.raises(ValueError, match=r"Each of the 4 models must serve at least min_objectives=2"):
         most.choose_n_models(method, problem, n_models=[1, 2, 3, 4])
     assert fits == []  # refused before the fits of m = 1, 2, 3 were made (and lost)
+
+
+@pytest.mark.parametrize("tolerance, error", [(-0.5, ValueError), (float("nan"), ValueError), ("0.1", ValueError)])
+def test_elbow_threshold_checks_its_tolerance(tolerance, error):
+    from most.selection import elbow_threshold
+
+    assert elbow_threshold({1: 2.0, 2: 1.0}, 0.1) == pytest.approx(1.1)
+    with pytest.raises(error, match="`tolerance` must be a non-negative"):
+        elbow_threshold({1: 2.0, 2: 1.0}, tolerance)

@@ -194,8 +194,9 @@ def check_positive_int(value, *, name: str, minimum: int = 1) -> int:
 
 
 def check_seed(value, *, name: str = "seed") -> int:
-    """A random seed: an int in ``[0, 2**64)``. Every one gives its own stream
-    (:func:`most._random.torch_seed`)."""
+    """A random seed: an int in ``[0, 2**64)``. Each seed below ``2**32`` gives its own stream;
+    torch's CPU generator keeps 32 bits of its seed, so a larger seed is hashed into those 32 bits
+    (:func:`most._random.torch_seed`) and may share its stream with another seed."""
     try:
         seed = check_positive_int(value, name=name, minimum=0)
     except ValueError:

@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import torch
 
-from ._validation import check_has_data, check_positive, check_positive_int
+from ._validation import check_bool, check_has_data, check_positive, check_positive_int
 
 __all__ = [
     "HypervolumeResult",
@@ -141,6 +141,7 @@ def worst_fraction_mean(values, fraction: float, *, larger_is_worse: bool = True
     fraction = check_positive(fraction, name="fraction")
     if fraction > 1:
         raise ValueError(f"`fraction` must be in (0, 1] (e.g. 0.2 for the worst 20 %); got {fraction!r}.")
+    larger_is_worse = check_bool(larger_is_worse, name="larger_is_worse")  # "false" is a true string
     v = _array(values, name="values")
     if v.ndim != 1 or v.size == 0:
         raise ValueError(f"`values` must be a non-empty vector (one value per client or objective); got shape {v.shape}.")
@@ -212,6 +213,11 @@ def average_objective(losses) -> float:
     return float(_best_losses(losses).mean())
 
 
+#: below this largest coordinate the squares in a distance may underflow float64 (the norm of a
+#: difference of 1e-200 squares it to 0), so :func:`recovery_error` computes in rescaled units
+_TINY_COORDINATES = 1e-140
+
+
 def recovery_error(estimated, true) -> float:
     """How well m estimated models recover k ground-truth models (e.g. mixed regression).
 
@@ -222,7 +228,8 @@ def recovery_error(estimated, true) -> float:
     distance to the matched estimate. If m > k the m - k unmatched estimates are ignored
     (spare models cost nothing); if m < k the k - m true models left unmatched are charged
     their distance to the nearest estimate. 0 means every true model is recovered exactly.
-    Distances too large for float64 (coordinates of ~1e160) are computed in rescaled units; an
+    Distances too large for float64 (coordinates of ~1e160), or whose squares are too small for
+    it (coordinates of ~1e-160), are computed in rescaled units; an
     error too large for float64 is refused with a ``ValueError``.
 
     Args:
@@ -247,15 +254,18 @@ def recovery_error(estimated, true) -> float:
         raise ValueError(
             f"`estimated` and `true` must have the same parameter dimension; got {est.shape[1]} and {tru.shape[1]}."
         )
+    largest = float(max(np.abs(est).max(), np.abs(tru).max()))
     with np.errstate(over="ignore", invalid="ignore"):  # an overflow is handled below
         dist = np.linalg.norm(est[:, None, :] - tru[None, :, :], axis=-1)  # [m, k]
         error = _matched_mean(dist) if np.isfinite(dist).all() else math.inf
-    if math.isfinite(error):
+    if math.isfinite(error) and largest >= _TINY_COORDINATES:
         return error
-    # The distances (or their sum) overflow float64 (coordinates of ~1e160): they are computed in units of a
-    # power of two near the largest coordinate (dividing by it is exact), where they are at most
-    # 2 sqrt(d) and the assignment is that of the true distances up to rounding, then scaled back.
-    largest = float(max(np.abs(est).max(), np.abs(tru).max()))
+    if largest == 0.0:
+        return 0.0
+    # The distances (or their sum) overflow float64 (coordinates of ~1e160), or their squares
+    # underflow (coordinates of ~1e-160): they are computed in units of a power of two near the
+    # largest coordinate (dividing by it is exact), where they are at most 2 sqrt(d) and the
+    # assignment is that of the true distances up to rounding, then scaled back.
     unit = float(np.ldexp(1.0, int(np.frexp(largest)[1]) - 1))
     with np.errstate(over="ignore"):  # an error too large for float64 is refused just below
         error = _matched_mean(np.linalg.norm(est[:, None, :] / unit - tru[None, :, :] / unit, axis=-1)) * unit

@@ -26,6 +26,8 @@ from matplotlib.ticker import MaxNLocator  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
+from ._validation import check_bool  # noqa: E402
+
 #: the values of one method's line: a sequence of numbers, a NumPy array or a 1-D tensor
 Series = Union[Sequence[float], np.ndarray, torch.Tensor]
 #: one bar of a grouped bar chart: a value, the values of several seeds (the bar their mean, the
@@ -162,6 +164,7 @@ def curves(series: Mapping[str, Series], *, ylabel: str = "accuracy", title: str
         method_index: method name -> its index for :func:`method_style` (see
             :func:`style_index`); default: its position in ``series``.
     """
+    log = check_bool(log, name="log")  # "no" is a true string
     check_nonempty(series, "series")
     fig, ax = plt.subplots(figsize=(5.8, 3.8))
     whole = True  # every x value a whole number: integer ticks
@@ -224,6 +227,7 @@ def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", sort
     objectives shows; white lines part the groups, the model ticks say how many objectives each
     holds, and (for up to 60 objectives) the row ticks give the objectives' own indices.
     """
+    sort = check_bool(sort, name="sort")
     plan = torch.as_tensor(plan).detach().cpu().double()
     if plan.ndim != 2 or 0 in plan.shape:
         raise ValueError(f"`plan` must be a plan Gamma of shape [n, m]; got shape {tuple(plan.shape)}.")
@@ -324,6 +328,8 @@ def profile(values: Mapping[str, Series | Sequence[Series]], *, ylabel: str = ""
         [40.0, 50.0, 70.0]
         >>> plt.close(fig)
     """
+    higher_is_better, percent = check_bool(higher_is_better, name="higher_is_better"), check_bool(percent, name="percent")
+    log = None if log is None else check_bool(log, name="log")
     check_nonempty(values, "values")
     data = {name: _profile_data(v, f"values[{name!r}]", higher_is_better) * (100.0 if percent else 1.0)
             for name, v in values.items()}
@@ -402,6 +408,7 @@ def grouped_bars(table: Mapping[str, Mapping[str, BarValue]], keys: Sequence[str
         method_index: method name -> its index for :func:`method_style` (see
             :func:`style_index`); default: its position in ``table``.
     """
+    annotate, percent = check_bool(annotate, name="annotate"), check_bool(percent, name="percent")
     check_nonempty(table, "table")
     if not len(keys):
         raise ValueError("`keys` is empty: give the groups to draw, e.g. the domains or tasks of the table.")
@@ -463,6 +470,7 @@ def per_objective_bars(values: Mapping[str, Sequence[float]], *, ylabel: str, ti
     axis against the objective's rank (:func:`profile` draws the same against the rank as a
     quantile, with seeds and accuracies)."""
     check_nonempty(values, "values")
+    values = {name: _plain(v) for name, v in values.items()}
     for name, v in values.items():
         a = np.asarray(v, dtype=float)
         if a.ndim != 1 or not len(a) or not np.isfinite(a).all():
@@ -491,16 +499,22 @@ def _grid(k: int):
     return fig, axes.ravel()
 
 
+def _plain(v):
+    """``v`` as NumPy reads it: a tensor detached and on the host (one that requires grad, or
+    lives on a GPU, cannot be read as it is); anything else as given."""
+    return v.detach().cpu().double().numpy() if isinstance(v, torch.Tensor) else v
+
+
 def _points(points: Mapping, front=None) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """The panels' points (method -> ``[k, 2]``, k >= 1) and the front (``[K, 2]``) as arrays."""
     check_nonempty(points, "points")
     out = {}
     for name, pts in points.items():
-        a = np.asarray(pts, dtype=float)
+        a = np.asarray(_plain(pts), dtype=float)
         if a.ndim != 2 or a.shape[1] != 2 or not len(a):
             raise ValueError(f"`points[{name!r}]` must be [k, 2] objective values (k >= 1); got shape {a.shape}.")
         out[name] = a
-    f = None if front is None else np.asarray(front, dtype=float)
+    f = None if front is None else np.asarray(_plain(front), dtype=float)
     if f is not None and (f.ndim != 2 or f.shape[1] != 2 or not len(f)):
         raise ValueError(f"`front` must be [K, 2] points of the true front (K >= 1); got shape {f.shape}.")
     return out, f

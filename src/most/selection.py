@@ -166,6 +166,7 @@ def elbow_threshold(scores: dict[int, float], tolerance: float, *, on_validation
     ``span`` the range of the finite scores (the floor keeps a best score of zero up to rounding
     from demanding an exact tie). On training scores (``on_validation=False``), which fall to
     zero as m nears n: ``low + tolerance * span``, a share of the curve's drop."""
+    tolerance = check_non_negative(tolerance, name="tolerance")
     finite = [v for v in scores.values() if math.isfinite(v)]
     if not finite:
         raise ValueError("`scores` holds no finite score: the elbow rule needs at least one.")

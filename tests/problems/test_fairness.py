@@ -267,6 +267,10 @@ def test_german_credit_malformed(tmp_path):
     _tiny_german(tmp_path, extra=GERMAN_LINE[:-1] + "3")
     with pytest.raises(ValueError, match="line 2.*label"):
         load_german_credit(folder)
+    for amount in ("nan", "inf", "1e400", "abc"):  # float() reads the first three: no amount either
+        _tiny_german(tmp_path, extra=GERMAN_LINE.replace(" 1169 ", f" {amount} "))
+        with pytest.raises(ValueError, match=r"line 2: attribute 5 \(credit_amount\) must be a finite number"):
+            load_german_credit(folder)
 
 
 @needs_german

@@ -450,11 +450,14 @@ def _read_german(file: Path) -> tuple[list[list[float]], list[list[str]], list[f
             for (number, attr, levels), value in zip(_GERMAN_ATTRIBUTES, fields):
                 if levels is None:
                     try:
-                        row_num.append(float(value))
+                        parsed = float(value)
                     except ValueError:
+                        parsed = math.nan
+                    if not math.isfinite(parsed):  # "nan", "inf" and "1e400" parse, but are no amount
                         raise ValueError(
-                            f"{where}: attribute {number} ({attr}) must be a number; got {value!r}."
+                            f"{where}: attribute {number} ({attr}) must be a finite number; got {value!r}."
                         ) from None
+                    row_num.append(parsed)
                 elif value not in levels:
                     raise ValueError(
                         f"{where}: attribute {number} ({attr}) must be one of {', '.join(levels)}; got {value!r}."

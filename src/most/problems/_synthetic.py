@@ -99,6 +99,10 @@ def mixed_regression(n_objectives: int = 40, n_groups: int = 4, dim: int = 10, *
     """Draws a :class:`MixedRegression` (train, val and test each ``samples`` per objective)."""
     check_positive_int(n_objectives, name="n_objectives")
     check_positive_int(n_groups, name="n_groups")
+    if n_groups > n_objectives:  # objective i belongs to group i % n_groups: the rest would serve none
+        raise ValueError(f"`n_groups` ({n_groups}) must be at most `n_objectives` ({n_objectives}): objective i "
+                         "belongs to group i % n_groups, so a group without objectives would hold a hidden model "
+                         "that no data comes from (and recovery_error would charge for it).")
     check_positive_int(dim, name="dim")
     check_positive_int(samples, name="samples")
     check_non_negative(noise, name="noise")
