@@ -386,3 +386,9 @@ def test_tensors_that_require_grad_are_drawn_as_their_values():
     for fig in (plots.per_objective_bars({"A": v}, ylabel="loss"), plots.pareto_fronts({"A": pts}),
                 plots.hypervolume_areas({"A": pts}, reference=[1.1, 1.1])):
         plt.close(fig)
+
+
+def test_hypervolume_areas_refuses_a_range_too_wide_to_draw_before_drawing():
+    with pytest.raises(ValueError, match="too wide for float64 axes; rescale"):
+        plots.hypervolume_areas({"A": [[1e300, -1e300]]}, reference=[1.7e308, 1.0])
+    plt.close(plots.hypervolume_areas({"A": [[1e200, -1e200]]}, reference=[1e300, 1.0]))  # wide, but drawable

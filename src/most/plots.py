@@ -586,6 +586,11 @@ def _limits(values: np.ndarray, margin: float = 0.05) -> tuple[float, float]:
     """An axis range holding every one of ``values`` (finite), with a margin of ``margin`` of
     their span on either side (of the magnitude, or 0.05, where they are all equal)."""
     lo, hi = float(values.min()), float(values.max())
+    with np.errstate(over="ignore"):
+        span = (hi - lo) * (1 + 2 * margin)
+    if not np.isfinite(span):  # matplotlib's transforms divide by the axis' width
+        raise ValueError(f"The values to draw span {lo:.3g} to {hi:.3g}, a range too wide for float64 axes; "
+                         "rescale them (and the reference point) before drawing.")
     pad = margin * (hi - lo) if hi > lo else margin * max(abs(lo), 1.0)
     return lo - pad, hi + pad
 
@@ -610,6 +615,10 @@ def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, refere
                              "out the non-finite points, e.g. `pts[np.isfinite(pts).all(1)]`.")
     if f is not None and not np.isfinite(f).all():
         raise ValueError("`front` contains NaN or inf; pass the finite points of the true front.")
+    # the axes are shared: one range for all panels, from every panel's points (checked before
+    # any drawing: a range too wide for float64 fails in matplotlib's transforms)
+    every = np.concatenate([*arrays.values(), r[None], *([f] if f is not None else [])])
+    xlim, ylim = _limits(every[:, 0]), _limits(every[:, 1])
     fig, axes = _grid(len(arrays))
     for k, (ax, (name, pts)) in enumerate(zip(axes, arrays.items())):
         color = method_style(style_index(name, k, method_index))["color"]
@@ -632,8 +641,6 @@ def hypervolume_areas(points: Mapping[str, Sequence[Sequence[float]]], *, refere
             _panel_note(ax, "no point inside the\nreference box (no area)")
         ax.set_title(name, fontsize=9)
         ax.grid(alpha=0.3)
-    # the axes are shared: one range for all panels, from every panel's points
-    every = np.concatenate([*arrays.values(), r[None], *([f] if f is not None else [])])
-    axes[0].set_xlim(*_limits(every[:, 0]))
-    axes[0].set_ylim(*_limits(every[:, 1]))
+    axes[0].set_xlim(*xlim)
+    axes[0].set_ylim(*ylim)
     return _finish_panels(fig, axes, labels, title, path)
