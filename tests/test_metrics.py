@@ -9,6 +9,7 @@ import warnings
 
 import numpy as np
 import pytest
+import torch
 
 from most.metrics import HypervolumeResult, hypervolume, recovery_error
 
@@ -56,3 +57,14 @@ def test_worst_fraction_mean_refuses_a_string_for_larger_is_worse():
     assert worst_fraction_mean([1.0, 5.0, 2.0, 4.0], 0.5, larger_is_worse=False) == 1.5
     with pytest.raises(TypeError, match="`larger_is_worse` must be True or False"):
         worst_fraction_mean([1.0, 5.0, 2.0, 4.0], 0.5, larger_is_worse="false")
+
+
+@pytest.mark.parametrize("values", [torch.tensor([[True, False]]), np.array([[True, False]]),
+                                    torch.tensor([[1 + 1j, 2.0]])])
+def test_a_metric_refuses_bool_and_complex_values_whether_tensor_or_array(values):
+    from most.metrics import worst_objective
+
+    with pytest.raises(ValueError, match="must be a tensor or array of real numbers"):
+        hypervolume(values, reference=[2.0, 2.0])
+    with pytest.raises(ValueError, match="must be a tensor or array of real numbers"):
+        worst_objective(values)

@@ -158,8 +158,8 @@ def _array(x, *, name: str) -> np.ndarray:
     """``x`` (a tensor or array-like of real numbers) as a float64 NumPy array, or a ValueError naming it."""
     if isinstance(x, torch.Tensor):
         check_has_data(x, name=name)
-        if x.is_complex():
-            raise ValueError(f"`{name}` must be real; got complex dtype {x.dtype}.")
+        if x.is_complex() or x.dtype == torch.bool:  # as a NumPy array of these dtypes is refused below
+            raise ValueError(f"`{name}` must be a tensor or array of real numbers; got dtype {x.dtype}.")
         return x.detach().cpu().double().numpy()
     try:
         a = np.asarray(x)
