@@ -44,7 +44,7 @@ from most.bench import _capacity as cap
 from most.bench import federated as fb
 from most.bench._compare import CompareError, add_groups_held, compare, groups_report
 from most.bench import write_results
-from most.bench._curves import load_results, split_curves
+from most.bench._curves import ResultsFileError, load_results, read_json, split_curves
 from most.bench._merge import MergeError, merge_folders
 from most.bench._rescore import PICK_RULES, RescoreError, rescore_folder
 from most.bench.federated import METHODS, FederatedBenchConfig, _data
@@ -242,9 +242,9 @@ def compare_main(argv: list[str]) -> int:
         if not (folder / "results.json").is_file():
             p.error(f"{folder}: no results.json there (a folder written by `most bench federated`)")
     try:
-        text = compare(json.loads((args.variant / "results.json").read_text()),
-                       json.loads((args.main / "results.json").read_text()), args.method, or_most=args.or_most)
-    except CompareError as e:
+        text = compare(read_json(args.variant / "results.json"), read_json(args.main / "results.json"), args.method,
+                       or_most=args.or_most)
+    except (CompareError, ResultsFileError) as e:
         p.error(str(e))
     (args.variant / args.report).write_text(text)
     print(text)
@@ -261,7 +261,9 @@ def groups_main(argv: list[str]) -> int:
     if not (args.folder / "results.json").is_file():
         p.error(f"{args.folder}: no results.json there (a folder written by `most bench federated`)")
     try:
-        text = groups_report(json.loads((args.folder / "results.json").read_text()))
+        text = groups_report(read_json(args.folder / "results.json"))
+    except ResultsFileError as exc:  # names the file itself
+        p.error(str(exc))
     except ValueError as exc:
         p.error(f"{args.folder}: {exc}")
     (args.folder / "groups.md").write_text(text)
@@ -280,7 +282,10 @@ def held_main(argv: list[str]) -> int:
     args = p.parse_args(argv)
     if not (args.folder / "results.json").is_file():
         p.error(f"{args.folder}: no results.json there (a folder written by `most bench federated`)")
-    results = load_results(args.folder)
+    try:
+        results = load_results(args.folder)
+    except ResultsFileError as exc:  # names the file itself
+        p.error(str(exc))
     try:
         changed = add_groups_held(results)
     except ValueError as exc:

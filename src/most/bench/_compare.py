@@ -22,7 +22,7 @@ from . import federated as fb
 from . import mean_std
 from ..federated import evaluation as ev
 from ..federated.methods import FederatedMethod
-from ._merge import FREE as MERGE_FREE, align_data_path, settings
+from ._merge import FREE as MERGE_FREE, align_data_path, pick_rule_mismatch, settings
 
 __all__ = ["CompareError", "FREE", "add_groups_held", "compare", "groups_report", "paired_rows", "planted_groups",
            "recovered"]
@@ -60,6 +60,9 @@ def compare(results: dict, main: dict, name: str, *, or_most: bool = False) -> s
     ``or_most``, for the per-seed choice on validation between the variant and the table's MosT."""
     if name not in results["methods"]:
         raise CompareError(f"the variant's folder has no method {name!r}; it has {sorted(results['methods'])}")
+    mismatch = pick_rule_mismatch(main, results, "the variant's folder", "the main table")
+    if mismatch:  # the paired differences would set one protocol's accuracies against another's
+        raise CompareError(mismatch)
     mine, theirs = settings(results["config"], FREE), settings(main["config"], FREE)
     try:
         align_data_path(theirs, mine, main, results, "the variant's folder", "the main table")  # the same data from two paths
@@ -209,6 +212,14 @@ def add_groups_held(results: dict) -> list[str]:
     the summaries; returns the methods changed. Raises ``ValueError`` for results without planted
     groups, or with a client left out (its plan is shorter than the groups)."""
     groups = planted_groups(results["config"])
+    dataset = results["config"].get("dataset")
+    recorded = any("group_ari" in r for e in results["methods"].values() for r in e["runs"])
+    if groups is None and recorded and dataset not in ("fashion", "femnist"):
+        # the runs were scored against planted groups when they ran (the mixture data set's, say),
+        # but only the loaders named here can be asked for them again from the settings
+        raise ValueError(f"`held` knows the planted client groups only of the fashion and femnist loaders; for the "
+                         f"{dataset!r} data set it cannot recompute them, so it cannot add the groups held "
+                         "(run the table again with this code to record them).")
     if groups is None:
         raise ValueError("these results have no planted client groups (--label-group on Fashion-MNIST or FEMNIST, "
                          "--rotation-group or --rotations on Fashion-MNIST).")

@@ -97,9 +97,12 @@ def table_markdown(results: dict) -> str:
         head += " groups held: ARI ≥ 0.9 |"
     lines = [f"**{results['label']}**", "", head + " s / run |", "|---" * head.count("|") + "|"]
     for name, e in results["methods"].items():
-        cells = [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if math.isfinite(e[k]["mean"]) else "–"
-                 for k in KEYS[:-1]]
-        cells.append(f"{e['prediction_kl']['mean']:.3g}" if math.isfinite(e["prediction_kl"]["mean"]) else "–")
+        # "–" where a summary is missing too: a join of runs of which only some have the key
+        # (most.bench._merge.resummarise) summarises it for none
+        cells = [f"{100 * e[k]['mean']:.2f} ± {100 * e[k]['std']:.2f}" if k in e and math.isfinite(e[k]["mean"])
+                 else "–" for k in KEYS[:-1]]
+        cells.append(f"{e['prediction_kl']['mean']:.3g}"
+                     if "prediction_kl" in e and math.isfinite(e["prediction_kl"]["mean"]) else "–")
         cells.append(paired_cell(results.get("paired_vs_most", {}).get(name)))
         if loss_pick:
             cells.append(f"{100 * e['mean_loss_pick']['mean']:.2f} ± {100 * e['mean_loss_pick']['std']:.2f}"
@@ -114,7 +117,7 @@ def table_markdown(results: dict) -> str:
         if held:
             kept = [r["group_ari_plan"] for r in e["runs"]] if "group_ari_plan" in e else []
             cells.append(f"{sum(a >= 0.9 for a in kept)} of {len(kept)}" if kept else "–")
-        cells.append(f"{e['seconds']['mean']:.1f}")
+        cells.append(f"{e['seconds']['mean']:.1f}" if "seconds" in e else "–")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     picks = results.get("picks") or {}
     other = {name: pick for name, pick in picks.items() if name in results["methods"] and pick != _VALIDATION_PICK}

@@ -20,11 +20,12 @@ import sys
 from pathlib import Path
 
 from . import write_results
-from ._curves import load_results, split_curves
+from ._curves import ResultsFileError, load_results, split_curves
+from ._federated_report import GROUP_KEYS, KEYS, LOSS_PICK_KEYS, POOLED_KEYS
 from . import federated as fb
 
-__all__ = ["FREE", "MergeError", "align_data_path", "merge", "merge_folders", "rename", "restrict", "same_data",
-           "settings"]
+__all__ = ["FREE", "MergeError", "align_data_path", "merge", "merge_folders", "pick_rule", "rename", "resummarise",
+           "restrict", "same_data", "settings"]
 
 #: Settings that may differ between the destination and a source (the per-method grids are
 #: recorded by a partial grid extension here, never by the benchmark).
@@ -33,6 +34,46 @@ FREE = ("methods", "seeds", "out", "progress", "server_lrs_by_method")
 
 class MergeError(ValueError):
     """A source that cannot be merged into the destination (the message says why)."""
+
+
+def pick_rule(results: dict) -> str:
+    """The pick rule ``results`` were scored under: its top-level ``pick_rule`` (set by
+    ``federated_tools.py rescore``), ``"validation"`` (the paper's rule, which the benchmark
+    scores under) where it has none, as in every folder the benchmark wrote itself."""
+    return results.get("pick_rule") or "validation"
+
+
+def pick_rule_mismatch(one: dict, other: dict, what: str, against: str) -> str | None:
+    """One line saying that ``what`` (results ``other``) and ``against`` (``one``) were scored
+    under different pick rules, naming both and how to join them, or ``None`` where they agree.
+    Runs scored under two rules are not one table's runs: their means and paired differences
+    would mix two protocols."""
+    mine, theirs = pick_rule(one), pick_rule(other)
+    if mine == theirs:
+        return None
+    said = {rule: repr(rule) + (" (the paper's)" if rule == "validation" else "") for rule in (mine, theirs)}
+    return (f"{what} was scored under the pick rule {said[theirs]}, {against} under {said[mine]}: rescore one to the "
+            f"other's rule first (`python benchmarks/federated_tools.py rescore FOLDER --pick {mine} --out DIR`, "
+            "from a table made with --keep-matrices).")
+
+
+#: the paired intervals :func:`most.bench.federated.add_summaries` writes at the top of a results dict
+PAIRED = ("paired_vs_most", "paired_vs_most_loss_pick")
+
+
+def resummarise(results: dict) -> None:
+    """Makes every method's summaries over seeds and MosT's paired intervals again from the runs
+    alone: drops the summaries and paired intervals ``results`` holds first, since
+    :func:`most.bench.federated.add_summaries` only adds the keys every run has and would leave a
+    stale one (of the runs before a join) where a joined run lacks the key (results older than
+    the loss pick or "groups held"); the table then shows "–" for it."""
+    keys = KEYS + LOSS_PICK_KEYS + POOLED_KEYS + GROUP_KEYS + ("seconds",)
+    for entry in results["methods"].values():
+        for key in keys:
+            entry.pop(key, None)
+    for key in PAIRED:
+        results.pop(key, None)
+    fb.add_summaries(results)
 
 
 def settings(config: dict, free: tuple[str, ...] = FREE) -> dict:
@@ -116,6 +157,9 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
     grids: dict[str, list] = {}  # the grid each new method was tuned over
     added_more: list[str] = []
     for i, src in enumerate(sources):
+        mismatch = pick_rule_mismatch(dest, src, f"source {i + 1}", "the destination")
+        if mismatch:
+            raise MergeError(mismatch)
         other = settings(src["config"])
         own_grids = fb.method_grids(src)  # a source's methods may have been tuned over grids of their own
         try:
@@ -180,7 +224,7 @@ def merge(dest: dict, sources: list[dict]) -> list[str]:
         dest["config"]["methods"].append(name)
     if runs:
         _record_grids(dest["config"], {**fb.method_grids(dest), **{name: grids[name] for name in runs}})
-    fb.add_summaries(dest)
+    resummarise(dest)  # not add_summaries alone: a key some joined runs lack must not keep its old summary
     return list(runs) + added_more
 
 
@@ -210,9 +254,7 @@ def restrict(results: dict, methods: list[str]) -> dict:
     out["methods"] = {name: {"runs": out["methods"][name]["runs"]} for name in methods}
     out["config"]["methods"] = list(methods)
     _record_grids(out["config"], {name: grids[name] for name in methods})
-    for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
-        out.pop(key, None)
-    fb.add_summaries(out)
+    resummarise(out)
     return out
 
 
@@ -231,9 +273,7 @@ def rename(results: dict, old: str, new: str) -> None:
         _record_grids(results["config"], {(new if name == old else name): grid for name, grid in grids.items()})
     if old in (results.get("picks") or {}):
         results["picks"][new] = results["picks"].pop(old)
-    for key in ("paired_vs_most", "paired_vs_most_loss_pick"):
-        results.pop(key, None)
-    fb.add_summaries(results)
+    resummarise(results)
 
 
 def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None = None,
@@ -247,13 +287,17 @@ def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None 
     the row. ``renames`` (old name -> new name) renames methods of the destination before the
     join (:func:`rename`); ``first`` puts that method at the top of the joined table. Returns what
     was added; raises :class:`MergeError` for a folder without ``results.json`` or sources that
-    cannot be joined."""
+    cannot be joined, or a results file that is cut short or of another suite. Every check, and the
+    joined table, is made before any file is written: a refused join leaves every folder as it was."""
     dest, sources = Path(dest), [Path(s) for s in sources]
     missing = [str(f / "results.json") for f in (dest, *sources) if not (f / "results.json").is_file()]
     if missing:
         raise MergeError(f"no results file at {', '.join(missing)}; pass folders written by `most bench federated`.")
-    joined = load_results(dest)
-    loaded = [load_results(s) for s in sources]
+    try:
+        joined = load_results(dest)
+        loaded = [load_results(s) for s in sources]
+    except ResultsFileError as exc:
+        raise MergeError(str(exc)) from None
     if methods:
         joined = restrict(joined, list(methods))
         kept = [[name for name in methods if name in src["methods"]] for src in loaded]
@@ -278,7 +322,8 @@ def merge_folders(dest: Path, sources: list[Path], *, methods: list[str] | None 
     target = dest if out is None else Path(out)
     if out is not None:
         joined["config"]["out"] = str(target)
-    write_results(joined, target, fb.draw_figures, fb.table_markdown, split=split_curves)
+    table = fb.table_markdown(joined)  # made before any file is written: a table that fails rewrites nothing
+    write_results(joined, target, fb.draw_figures, lambda _: table, split=split_curves)
     return added
 
 

@@ -120,7 +120,7 @@ def rescore_folder(src: str | Path, out: str | Path, pick: str) -> dict:
     figures to ``out``, which must be another folder (the measured folder is never rewritten).
     Returns the rescored results."""
     from . import write_results
-    from ._curves import load_results, split_curves
+    from ._curves import ResultsFileError, load_results, split_curves
     from ._federated_report import draw_figures, table_markdown
 
     src, out = Path(src), Path(out)
@@ -132,7 +132,11 @@ def rescore_folder(src: str | Path, out: str | Path, pick: str) -> dict:
                            "stays as it is.")
     if out.exists() and not out.is_dir():
         raise RescoreError(f"--out {out} is a file; give a folder.")
-    results = rescore(load_results(src), pick)
+    try:
+        loaded = load_results(src)
+    except ResultsFileError as exc:  # cut short, or another suite's folder
+        raise RescoreError(str(exc)) from None
+    results = rescore(loaded, pick)
     return write_results(results, out, draw_figures, table_markdown, split=split_curves)
 
 
