@@ -53,6 +53,12 @@ def test_folders_scored_under_other_pick_rules_are_not_joined_nor_compared(folde
     variant["pick_rule"] = "loss"
     with pytest.raises(_compare.CompareError, match=r"'loss', the main table under 'validation'.*--pick validation"):
         _compare.compare(variant, a, "FedAvg")
+    # both rescored under one rule: compared, and the header names that rule, not the paper's pick
+    main = _copy(a)
+    main["pick_rule"] = "loss"
+    report = _compare.compare(variant, main, "FedAvg")
+    assert "pick rule 'loss' (95 % CI)" in report and "paper's pick (95 % CI)" not in report
+    assert "paper's pick (95 % CI)" in _compare.compare(_copy(a), a, "FedAvg")
 
 
 def test_a_join_drops_the_summaries_that_not_every_run_supports(folders):

@@ -22,7 +22,7 @@ from . import federated as fb
 from . import mean_std
 from ..federated import evaluation as ev
 from ..federated.methods import FederatedMethod
-from ._merge import FREE as MERGE_FREE, align_data_path, pick_rule_mismatch, settings
+from ._merge import FREE as MERGE_FREE, align_data_path, pick_rule, pick_rule_mismatch, settings
 
 __all__ = ["CompareError", "FREE", "add_groups_held", "compare", "groups_report", "paired_rows", "planted_groups",
            "recovered"]
@@ -36,10 +36,14 @@ class CompareError(ValueError):
     """Folders that cannot be compared (the message says why)."""
 
 
-def paired_rows(name: str, variant: dict[int, dict], methods: dict, seeds: list[int]) -> list[str]:
+def paired_rows(name: str, variant: dict[int, dict], methods: dict, seeds: list[int], *,
+                pick: str = "validation") -> list[str]:
     """Markdown rows ``| method | name − method, paper's pick | loss pick |`` for every method of
-    ``methods`` (a results file's ``"methods"``) run on all ``seeds``; ``variant`` maps seed -> run."""
-    lines = [f"| {name} − method | paper's pick (95 % CI) | loss pick (95 % CI) |", "|---|---|---|"]
+    ``methods`` (a results file's ``"methods"``) run on all ``seeds``; ``variant`` maps seed -> run.
+    ``pick``: the rule the runs' accuracies were scored under (a rescored folder's ``pick_rule``),
+    named in the first column's header."""
+    scored = "paper's pick" if pick == "validation" else f"pick rule {pick!r}"
+    lines = [f"| {name} − method | {scored} (95 % CI) | loss pick (95 % CI) |", "|---|---|---|"]
     for other, entry in methods.items():
         runs = {r["seed"]: r for r in entry["runs"]}
         if other == name or not all(s in runs for s in seeds):
@@ -98,7 +102,7 @@ def compare(results: dict, main: dict, name: str, *, or_most: bool = False) -> s
     summary = results["methods"][name]  # the benchmark's own mean ± std over these seeds
     lines += [f"Test accuracy: {name} {_mean_std(summary, 'mean')}, "
               f"loss pick {_mean_std(summary, 'mean_loss_pick')}.", ""]
-    lines += paired_rows(name, variant, main["methods"], seeds)
+    lines += paired_rows(name, variant, main["methods"], seeds, pick=pick_rule(main))
     return "\n".join(lines) + "\n"
 
 
@@ -119,7 +123,7 @@ def _compare_or_most(results: dict, main: dict, name: str, variant: dict[int, di
     loss = [chosen[s].get("mean_loss_pick") for s in seeds]
     lines += [f"Test accuracy: {label} {mean_std(test, 100)}, loss pick "
               + (mean_std(loss, 100) if None not in loss else "–") + ".", ""]
-    lines += paired_rows(label, chosen, main["methods"], seeds)
+    lines += paired_rows(label, chosen, main["methods"], seeds, pick=pick_rule(main))
     return "\n".join(lines) + "\n"
 
 
