@@ -127,12 +127,16 @@ def widen_for_legend(fig, ax) -> None:
     fig.set_size_inches(w + width, h)
 
 
+def _plain(v):
+    """``v`` as NumPy reads it: a tensor detached and on the host (one that requires grad, or
+    lives on a GPU, cannot be read as it is); anything else as given."""
+    return v.detach().cpu().double().numpy() if isinstance(v, torch.Tensor) else v
+
+
 def as_series(v, name: str) -> np.ndarray:
     """``v`` (a sequence of numbers or a 1-D tensor) as a float array; ``name`` is the argument's
     name in the error for anything else."""
-    if isinstance(v, torch.Tensor):
-        v = v.detach().cpu().double().numpy()
-    a = np.asarray(v, dtype=float)
+    a = np.asarray(_plain(v), dtype=float)
     if a.ndim != 1 or a.size == 0:
         raise ValueError(f"`{name}` must be a non-empty sequence of numbers; got shape {a.shape}.")
     return a
@@ -261,9 +265,7 @@ def assignment_heatmap(plan: torch.Tensor, *, title: str = "assignment Γ", sort
 
 def _profile_data(v, name: str, higher_is_better: bool) -> np.ndarray:
     """``[seeds, n]`` values, each row sorted worst to best."""
-    if isinstance(v, torch.Tensor):
-        v = v.detach().cpu().double().numpy()
-    a = np.asarray(v, dtype=float)
+    a = np.asarray(_plain(v), dtype=float)
     if a.ndim == 1:
         a = a[None]
     if a.ndim != 2 or a.size == 0:
@@ -380,7 +382,7 @@ def _mean_std(v, where: str) -> tuple[float, float]:
             raise ValueError(f"`{where}` must be a number, per-seed values or {{'mean', 'std'}}; got keys {list(v)}.")
         mean = v["mean"]  # None: missing (NaN, drawn as n/a)
         return float("nan") if mean is None else float(mean), float(v.get("std") or 0.0)
-    a = np.asarray(v.detach().cpu() if isinstance(v, torch.Tensor) else v, dtype=float)
+    a = np.asarray(_plain(v), dtype=float)
     if a.ndim == 0:
         return float(a), 0.0
     if a.ndim != 1 or a.size == 0:
@@ -499,12 +501,6 @@ def _grid(k: int):
     return fig, axes.ravel()
 
 
-def _plain(v):
-    """``v`` as NumPy reads it: a tensor detached and on the host (one that requires grad, or
-    lives on a GPU, cannot be read as it is); anything else as given."""
-    return v.detach().cpu().double().numpy() if isinstance(v, torch.Tensor) else v
-
-
 def _points(points: Mapping, front=None) -> tuple[dict[str, np.ndarray], np.ndarray | None]:
     """The panels' points (method -> ``[k, 2]``, k >= 1) and the front (``[K, 2]``) as arrays."""
     check_nonempty(points, "points")
@@ -523,10 +519,8 @@ def _points(points: Mapping, front=None) -> tuple[dict[str, np.ndarray], np.ndar
 def _reference_point(reference) -> np.ndarray:
     """``reference`` (a sequence, array or tensor) as a finite point ``[2]``: the corner of the
     hypervolume's reference box in the two objectives."""
-    if isinstance(reference, torch.Tensor):
-        reference = reference.detach().cpu().double().numpy()
     try:
-        r = np.asarray(reference, dtype=float)
+        r = np.asarray(_plain(reference), dtype=float)
     except (TypeError, ValueError):  # e.g. a ragged list or a string
         raise ValueError("`reference` must be a point of two objective values, e.g. [1.1, 1.1]; got "
                          f"{reference!r}.") from None
